@@ -1,0 +1,363 @@
+"""ReplayBuffer: the seed-compatible front door over an EpisodeStore and its episode writers.
+
+``from memmap_replay import ReplayBuffer`` replaces ``from memmap_replay_buffer import ReplayBuffer``.
+Differences from the seed package, on purpose: opening an existing folder never wipes it unless
+``overwrite=True``; ``store`` outside an episode is an error; an exception inside ``one_episode``
+discards that episode; ``store`` returns nothing; ``len(buffer)`` and ``episode_lens`` count committed
+episodes only.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from .errors import EpisodeStateError, InvalidDataError, SchemaError
+from .format import Capacity
+from .schema import Schema
+from .store import EpisodeStore, validate_index
+from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, check_end, coerce_meta, coerce_steps, whole_episode
+
+__all__ = ["ReplayBuffer", "EpisodeMeta"]
+
+
+class EpisodeMeta(dict):
+    """What ``one_episode`` yields: a dict of the episode's meta values (fill it in inside the block),
+    plus ``set_end('terminated')`` / ``set_end('truncated', final={...})`` to say how the episode ended."""
+
+    def __init__(self, writer: EpisodeWriter):
+        super().__init__(writer.meta)
+        self._writer = writer
+
+    def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
+        self._writer.set_end(end, final)
+
+
+def positive_int(value: Any, name: str) -> int:
+    if type(value) is not int or value < 1:
+        raise SchemaError(f"{name} must be a positive int (got {value!r})")
+    return value
+
+
+class ReplayBuffer:
+    """A folder of memory-mapped episodes. See the README for the full tour.
+
+    ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
+    overwrite=False, read_only=False, *, max_steps=None, durable=False)``
+
+    - ``fields``/``meta_fields``: name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``.
+    - ``max_steps``: row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with
+      the rows actually stored, not with the capacity.
+    - ``circular``: evict whole episodes, oldest first, when episode slots or rows run out.
+    - ``overwrite``: replace a store already in the folder (only the store's own files are removed).
+    - ``durable``: fsync data and folder on every commit (survives power loss, not only a crash).
+    """
+
+    def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
+                 fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
+                 circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
+                 max_steps: int | None = None, durable: bool = False, _store: EpisodeStore | None = None):
+        if _store is None:
+            if read_only and overwrite:
+                raise SchemaError("read_only=True and overwrite=True contradict each other; pass one of them")
+            if read_only:
+                _store = EpisodeStore.open(folder, "r", durable=durable)
+            else:
+                schema, capacity = self._spec(max_episodes, max_timesteps, fields, meta_fields, circular, max_steps)
+                _store = EpisodeStore.open(folder, "w" if overwrite else "a", schema=schema, capacity=capacity,
+                                           durable=durable)
+        self._store = _store
+        self.folder = _store.folder
+        self.read_only = not _store.writable
+        self._staging: StagingBuffer | None = None
+        self._episode: EpisodeWriter | None = None
+        self._vector: VectorEpisodeWriter | None = None
+
+    @staticmethod
+    def _spec(max_episodes, max_timesteps, fields, meta_fields, circular, max_steps) -> tuple[Schema, Capacity]:
+        if fields is None:
+            raise SchemaError("fields are required to create a store, e.g. fields=dict(state=('float', 4)); "
+                              "to open an existing folder use ReplayBuffer.from_folder(folder)")
+        max_episodes = positive_int(max_episodes, "max_episodes")
+        max_timesteps = positive_int(max_timesteps, "max_timesteps")
+        if max_steps is None:
+            max_steps = max_episodes * (max_timesteps + 1)
+        if positive_int(max_steps, "max_steps") < max_timesteps + 1:
+            raise SchemaError(f"max_steps must be at least max_timesteps + 1 = {max_timesteps + 1} (got {max_steps})")
+        if not isinstance(circular, bool):
+            raise SchemaError(f"circular must be True or False (got {circular!r})")
+        return Schema.parse(fields, meta_fields), Capacity(max_episodes, max_timesteps, max_steps, circular)
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, read_only: bool = False, *, durable: bool = False) -> "ReplayBuffer":
+        """Open an existing store; read-only opens never take the writer lock."""
+        return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable))
+
+    # ---- description ---------------------------------------------------------------------------------
+
+    @property
+    def episode_store(self) -> EpisodeStore:
+        """The underlying numpy EpisodeStore (files, episode table, commits)."""
+        return self._store
+
+    @property
+    def schema(self) -> Schema:
+        return self._store.schema
+
+    @property
+    def max_episodes(self) -> int:
+        return self._store.capacity.max_episodes
+
+    @property
+    def max_timesteps(self) -> int:
+        return self._store.capacity.max_timesteps
+
+    @property
+    def max_steps(self) -> int:
+        return self._store.capacity.max_steps
+
+    @property
+    def circular(self) -> bool:
+        return self._store.capacity.circular
+
+    @property
+    def fieldnames(self) -> tuple[str, ...]:
+        return tuple(self.schema.fields)
+
+    @property
+    def meta_fieldnames(self) -> tuple[str, ...]:
+        return tuple(self.schema.meta_fields)
+
+    @property
+    def num_episodes(self) -> int:
+        """Committed (live) episodes."""
+        return self._store.num_episodes
+
+    @property
+    def num_steps(self) -> int:
+        """Timesteps in the committed episodes."""
+        return int(self._store.live_table().length.sum())
+
+    @property
+    def episode_index(self) -> int:
+        """The slot the next committed episode will take."""
+        return self._store.meta.state.next_episode % self.max_episodes
+
+    @property
+    def episode_lens(self) -> np.ndarray:
+        """Length per slot (max_episodes,), 0 for slots without a live episode (as in the seed package)."""
+        lens = np.zeros(self.max_episodes, dtype=np.int64)
+        table = self._store.live_table()
+        lens[table.slots] = table.length
+        return lens
+
+    @property
+    def live_episodes(self) -> np.ndarray:
+        """Slots of the live episodes, oldest first."""
+        return self._store.live_table().slots
+
+    def __len__(self) -> int:
+        return self.num_episodes
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "writable"
+        return (f"ReplayBuffer({str(self.folder)!r}, {self.num_episodes} episodes, {self.num_steps} steps, "
+                f"fields={list(self.fieldnames)}, meta_fields={list(self.meta_fieldnames)}, {mode})")
+
+    def refresh(self) -> bool:
+        """Pick up episodes committed by a writer in another process; True if anything changed."""
+        return self._store.refresh()
+
+    # ---- writing ---------------------------------------------------------------------------------------
+
+    def _check_idle(self, action: str) -> None:
+        self._store.require_writable(action)
+        if self._episode is not None or self._vector is not None:
+            raise EpisodeStateError(
+                f"cannot {action} while an episode is open; finish the current one_episode/batched_episode "
+                f"block (or call advance_episode()) first"
+            )
+
+    def _staging_for_one(self) -> StagingBuffer:
+        if self._staging is None:
+            self._staging = StagingBuffer(self.schema, 1, self.max_timesteps)
+        return self._staging
+
+    def begin_episode(self, **meta: Any) -> EpisodeMeta:
+        """Open an episode without a ``with`` block; ``advance_episode()`` commits it."""
+        self._check_idle("begin an episode")
+        self._episode = EpisodeWriter(self._store, self._staging_for_one(), meta)
+        return EpisodeMeta(self._episode)
+
+    @contextmanager
+    def one_episode(self, **meta: Any) -> Iterator[EpisodeMeta]:
+        """``with buffer.one_episode(task_id=1) as episode: buffer.store(...)``; commits on a clean exit,
+        discards the episode if the block raises. ``episode`` is a dict of meta values to fill in."""
+        handle = self.begin_episode(**meta)
+        try:
+            yield handle
+        except BaseException:
+            self._episode = None
+            raise
+        writer, self._episode = self._episode, None
+        writer.meta.update(handle)
+        writer.commit()
+
+    def store(self, **step: Any) -> None:
+        """Append one timestep to the open episode; fields not given take their default."""
+        if self._episode is None:
+            self._store.require_writable("store")
+            raise EpisodeStateError(
+                "store() needs an open episode: wrap the steps in `with buffer.one_episode():`, "
+                "or call buffer.begin_episode() first (batched_episode uses store_batch)"
+            )
+        self._episode.store(step)
+
+    def set_episode_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
+        """How the open episode ended: 'terminated' (no bootstrap) or 'truncated' (time limit), and
+        optionally its final observation (the one after the last action), e.g. ``final=dict(state=obs)``."""
+        if self._episode is None:
+            raise EpisodeStateError("set_episode_end() needs an open episode (one_episode or begin_episode)")
+        self._episode.set_end(end, final)
+
+    def advance_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None) -> int | None:
+        """Commit the open episode (from ``begin_episode``) and open the next one, as the seed package's
+        flat loop does (``store ... if done: advance_episode()``). Returns the committed slot (None if
+        the episode was empty). In a ``batched_episode`` block it commits all its episodes."""
+        if self._vector is not None:
+            self._vector.commit_all(end)
+            return None
+        slot = self.end_episode(end, final)
+        self.begin_episode()
+        return slot
+
+    def end_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None) -> int | None:
+        """Commit the episode opened with ``begin_episode`` and leave none open; returns its slot."""
+        if self._episode is None:
+            raise EpisodeStateError("no episode is open: call begin_episode() first")
+        writer, self._episode = self._episode, None
+        if end is not None or final is not None:
+            writer.set_end(end, final)
+        return writer.commit()
+
+    def store_episode(self, *, end: str | None = None, final: Mapping[str, Any] | None = None, **arrays: Any) -> int:
+        """Store a whole episode at once: step fields as (T, ...) arrays, meta fields alongside.
+
+        ``end`` is 'terminated', 'truncated' or None; ``final`` the observation after the last action."""
+        self._check_idle("store an episode")
+        episode = whole_episode(self.schema, self.max_timesteps, arrays, end=end, final=final)
+        return self._store.commit([episode])[0]
+
+    def vector_writer(self, num_envs: int, **meta: Any) -> VectorEpisodeWriter:
+        """A writer for ``num_envs`` environments stepping together (gymnasium VectorEnv style)."""
+        self._store.require_writable("write")
+        return VectorEpisodeWriter(self._store, num_envs, self.max_timesteps, **meta)
+
+    @contextmanager
+    def batched_episode(self, batch_size: int, **meta: Any) -> Iterator[VectorEpisodeWriter]:
+        """``batch_size`` episodes written in lockstep with ``store_batch``; all commit on a clean exit."""
+        self._check_idle("begin batched episodes")
+        self._vector = VectorEpisodeWriter(self._store, batch_size, self.max_timesteps, **meta)
+        try:
+            yield self._vector
+        except BaseException:
+            self._vector = None
+            raise
+        writer, self._vector = self._vector, None
+        writer.commit_all()
+
+    def store_batch(self, **steps: Any) -> None:
+        """One step for every episode of the open ``batched_episode`` (arrays with a leading batch axis)."""
+        if self._vector is None:
+            self._store.require_writable("store_batch")
+            raise EpisodeStateError("store_batch() needs an open `with buffer.batched_episode(n):` block")
+        self._vector.store(**steps)
+
+    def update(self, indices: Any = None, **data: Any) -> None:
+        """Overwrite stored data of committed episodes in place (not crash-atomic).
+
+        ``indices`` are episode slots (int, list, array or slice; None = all live episodes). Step fields
+        take (len(indices), T, *shape) values (T up to the shortest episode's length), or one value
+        broadcast to all; meta fields take (len(indices), *shape) or one value."""
+        self._check_idle("update")
+        if not data:
+            raise InvalidDataError(f"update needs at least one field to write (fields: {sorted(self.fieldnames + self.meta_fieldnames)})")
+        slots, lengths, starts = self._resolve_slots(indices)
+        n = len(slots)
+        for name, value in data.items():
+            if name in self.schema.fields:
+                spec = self.schema.fields[name]
+                steps_given = np.ndim(value) - len(spec.shape)
+                if steps_given <= 0:  # one value (scalar or one row) for every step of every episode
+                    values = [coerce_steps(self.schema, {name: value}, ())[name]] * n
+                    values = [np.broadcast_to(v, (int(length), *spec.shape)) for v, length in zip(values, lengths)]
+                else:
+                    array = np.asarray(value) if not hasattr(value, "detach") else value.detach().cpu().numpy()
+                    if np.ndim(array) - len(spec.shape) != 2 or len(array) != n:
+                        raise InvalidDataError(f"field {name!r} in update must have shape ({n}, T, *{spec.shape}) (got {np.shape(array)})")
+                    t = np.shape(array)[1]
+                    if t > lengths.min(initial=t):
+                        raise InvalidDataError(f"field {name!r} in update has T={t} steps but episode(s) of the selection are shorter (min length {lengths.min()})")
+                    coerced = coerce_steps(self.schema, {name: array}, (n, t))[name]
+                    values = list(coerced)
+                for start, rows in zip(starts, values):
+                    self._store.update_rows(name, int(start), np.ascontiguousarray(rows))
+            elif name in self.schema.meta_fields:
+                spec = self.schema.meta_fields[name]
+                lead = (n,) if np.ndim(value) == len(spec.shape) + 1 else ()
+                coerced = np.broadcast_to(coerce_meta(self.schema, {name: value}, lead)[name], (n, *spec.shape))
+                for slot, row in zip(slots, coerced):
+                    self._store.update_meta(name, int(slot), np.ascontiguousarray(row)[None])
+            else:
+                raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(self.fieldnames)} "
+                                       f"and meta fields {sorted(self.meta_fieldnames)}")
+
+    def _resolve_slots(self, indices: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        table = self._store.live_table()
+        if indices is None:
+            return table.slots, table.length, table.start
+        if isinstance(indices, slice):
+            indices = np.arange(self.max_episodes)[indices]
+        slots = validate_index(indices, self.max_episodes, "episode indices")
+        where = np.full(self.max_episodes, -1, dtype=np.int64)
+        where[table.slots] = np.arange(len(table.slots))
+        position = where[slots]
+        if (position < 0).any():
+            raise InvalidDataError(f"episode slot {slots[position < 0][0]} holds no live episode (live slots: {len(table.slots)} of {self.max_episodes})")
+        return slots, table.length[position], table.start[position]
+
+    def clear(self) -> None:
+        """Remove every episode."""
+        self._check_idle("clear")
+        self._store.clear()
+
+    def flush(self) -> None:
+        """fsync everything committed so far (commits already survive a process crash without it)."""
+        if not self.read_only:
+            self._store.sync()
+
+    def close(self) -> None:
+        """Release the files and the writer lock; an open episode is discarded."""
+        self._episode = self._vector = None
+        self._store.close()
+
+    def __enter__(self) -> "ReplayBuffer":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # ---- reading -----------------------------------------------------------------------------------------
+
+    def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,
+                     device: Any = None) -> dict:
+        """Every live episode as torch tensors, padded to the longest: step fields (N, T_max, ...), meta
+        fields (N, ...), and ``episode_lens`` (N,). Oldest episode first."""
+        from .tensors import padded_episodes
+
+        if fields is None and meta_fields is None:
+            fields, meta_fields = self.fieldnames, self.meta_fieldnames + ("episode_lens",)
+        return padded_episodes(self._store, tuple(fields or ()), tuple(meta_fields or ()), device)

@@ -1,0 +1,127 @@
+"""Turning what users pass (numpy arrays, torch tensors, Python scalars and lists) into rows of a field.
+
+Every write goes through ``coerce``: it never loses information silently. A cast is allowed when it
+keeps every value (2.0 into an int field, 1 into a bool field) and refused with an ``InvalidDataError``
+that names the field when it would not (2.5 into an int field, 300 into uint8, NaN into an int field).
+Float to narrower float (float64 -> float32) is allowed as long as no finite value overflows.
+Torch is never imported here: tensors are recognised by their type's module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidDataError
+from .schema import FieldSpec
+
+__all__ = ["as_array", "coerce"]
+
+
+def is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def as_array(value: Any, label: str) -> np.ndarray:
+    """Any array-like of numbers as a numpy array (no copy for numpy input)."""
+    if isinstance(value, np.ndarray):
+        array = value
+    elif is_tensor(value):
+        try:
+            array = value.detach().cpu().numpy()
+        except TypeError as error:  # e.g. bfloat16 has no numpy dtype
+            raise InvalidDataError(
+                f"{label} must be convertible to numpy (got a {value.dtype} tensor: {error}); "
+                f"convert it with .float() first"
+            ) from None
+    else:
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise InvalidDataError(f"{label} must be an array of numbers (got {type(value).__name__}: {error})") from None
+    if array.dtype.kind not in "biufc":
+        hint = "an integer too large for int64?" if array.dtype.kind == "O" else "strings and objects cannot be stored"
+        raise InvalidDataError(
+            f"{label} must hold numbers (got {type(value).__name__} of dtype {array.dtype}: {hint})"
+        )
+    return array
+
+
+def fit_shape(spec: FieldSpec, array: np.ndarray, lead: tuple[int, ...], label: str) -> np.ndarray:
+    expected = lead + spec.shape
+    if array.shape == expected:
+        return array
+    tail = array.shape[len(lead):]
+    if array.shape[: len(lead)] == lead:
+        # the seed package's leniency: a trailing singleton may be added or dropped
+        if spec.shape == () and tail == (1,):
+            return array[..., 0]
+        if spec.shape == (1,) and tail == ():
+            return array[..., None]
+    if array.ndim == 0 and lead == ():
+        return np.broadcast_to(array, expected)  # a scalar fills the whole row
+    raise InvalidDataError(f"{label} must have shape {expected} (got {array.shape})")
+
+
+def check_integral(spec: FieldSpec, array: np.ndarray, label: str) -> None:
+    if not np.isfinite(array).all():
+        bad = array[~np.isfinite(array)].flat[0]
+        raise InvalidDataError(f"{label} has dtype {spec.dtype} and cannot hold {bad} (got a non-finite {array.dtype} value)")
+    fractional = array != np.trunc(array)
+    if fractional.any():
+        raise InvalidDataError(
+            f"{label} has dtype {spec.dtype} and cannot hold {array[fractional].flat[0]} without losing its "
+            f"fraction (got {array.dtype}); round or scale it first"
+        )
+
+
+def check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
+    if array.size == 0 or np.can_cast(array.dtype, spec.dtype, "safe"):
+        return
+    info = np.iinfo(spec.dtype)
+    low, high = array.min(), array.max()
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        raise InvalidDataError(
+            f"{label} has dtype {spec.dtype} whose range is [{info.min}, {info.max}] (got {bad}); "
+            f"clip it or choose a wider dtype"
+        )
+
+
+def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
+    source, target = array.dtype, spec.dtype
+    if source == target:
+        return array
+    if target.kind in "fc":
+        if source.kind == "c" and target.kind == "f":
+            raise InvalidDataError(f"{label} has dtype {target} and cannot hold complex values (got {source})")
+        with np.errstate(over="ignore"):
+            result = array.astype(target)
+        if source.kind in "fc" and source.itemsize > target.itemsize:
+            overflow = np.isinf(result) & np.isfinite(array)
+            if overflow.any():
+                raise InvalidDataError(
+                    f"{label} has dtype {target} and {array[overflow].flat[0]} overflows it (got {source})"
+                )
+        return result
+    if source.kind == "c":
+        raise InvalidDataError(f"{label} has dtype {target} and cannot hold complex values (got {source})")
+    if target.kind == "b":
+        if source.kind != "b" and not ((array == 0) | (array == 1)).all():
+            bad = array[(array != 0) & (array != 1)].flat[0]
+            raise InvalidDataError(f"{label} has dtype bool and holds only 0/1 or False/True (got {bad})")
+        return array.astype(target)
+    if source.kind == "f":
+        check_integral(spec, array, label)
+    if source.kind != "b":
+        check_range(spec, array, label)
+    return array.astype(target)
+
+
+def coerce(spec: FieldSpec, value: Any, lead: tuple[int, ...] = (), *, kind: str = "field") -> np.ndarray:
+    """``value`` as an array of ``spec.dtype`` with shape ``lead + spec.shape``, or InvalidDataError."""
+    label = f"{kind} {spec.name!r}"
+    array = as_array(value, label)
+    array = fit_shape(spec, array, lead, label)
+    return cast(spec, array, label)

@@ -1,0 +1,70 @@
+"""The library's errors: one base class, each also a subclass of the matching builtin.
+
+Catch ``ReplayError`` for anything this library raises on purpose, or the builtin (``ValueError``,
+``FileNotFoundError``, ...) if you do not want to import this module.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ReplayError",
+    "SchemaError",
+    "SchemaMismatchError",
+    "InvalidDataError",
+    "BufferFullError",
+    "EpisodeStateError",
+    "ReadOnlyError",
+    "StoreNotFoundError",
+    "NotAFolderError",
+    "StoreLockedError",
+    "CorruptStoreError",
+    "UnsupportedFormatError",
+]
+
+
+class ReplayError(Exception):
+    """Base class of every error memmap_replay raises on purpose."""
+
+
+class SchemaError(ReplayError, ValueError):
+    """A field specification is malformed (bad name, dtype, shape or default)."""
+
+
+class SchemaMismatchError(SchemaError):
+    """A folder holds a store whose schema or capacity differs from the one asked for."""
+
+
+class InvalidDataError(ReplayError, ValueError):
+    """A value given to a write does not fit its field (name, shape, dtype or range)."""
+
+
+class BufferFullError(ReplayError, ValueError):
+    """A non-circular store has no room left for another episode or step."""
+
+
+class EpisodeStateError(ReplayError, RuntimeError):
+    """A call does not fit the episode state (store outside an episode, nested episodes, ...)."""
+
+
+class ReadOnlyError(ReplayError, PermissionError):
+    """A write was attempted on a store opened read-only."""
+
+
+class StoreNotFoundError(ReplayError, FileNotFoundError):
+    """There is no store at the given folder."""
+
+
+class NotAFolderError(ReplayError, NotADirectoryError):
+    """The given path exists but is not a folder."""
+
+
+class StoreLockedError(ReplayError, BlockingIOError):
+    """Another process holds the writer lock of this folder."""
+
+
+class CorruptStoreError(ReplayError, OSError):
+    """A store's files are missing, truncated or inconsistent with its metadata."""
+
+
+class UnsupportedFormatError(ReplayError, ValueError):
+    """A store was written in a format (or major version) this library cannot read."""

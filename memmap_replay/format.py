@@ -1,0 +1,304 @@
+"""The memmap_replay on-disk format, version 1.0 (this docstring is the spec; tests parse its example).
+
+The key words MUST, MUST NOT, SHOULD and MAY are used as in RFC 2119.
+
+Layout
+------
+A store is a folder::
+
+    meta.json               the single commit point (below)
+    steps/<field>.npy       one per step field: shape (rows, *field_shape); row r is one timestep
+    meta/<field>.npy        one per episode (meta) field: shape (max_episodes, *field_shape), by slot
+    episodes/start.npy      int64 (max_episodes,): first row of the episode held in each slot
+    episodes/length.npy     int64 (max_episodes,): number of timesteps (transitions) of that episode
+    episodes/end.npy        uint8 (max_episodes,): how it ended: 0 unspecified, 1 terminated, 2 truncated
+    episodes/final.npy      bool  (max_episodes,): true when a final-observation row follows its last step
+    episodes/id.npy         int64 (max_episodes,): the episode id of the slot's occupant
+    writer.lock             empty; a writer holds an exclusive OS lock (flock) on it
+
+Every ``.npy`` file MUST be a standard numpy ``.npy`` file (format 1.0 or 2.0, C order, little-endian
+numeric or bool dtype, never ``object``): ``numpy.load(path, mmap_mode='r')`` reads it. Nothing in a
+store is pickled; a reader MUST NOT unpickle anything.
+
+meta.json
+---------
+Example (a store with one step field and one meta field, three committed episodes)::
+
+    {
+      "format": "memmap_replay",
+      "version": "1.0",
+      "store_id": "2b5c7e0c5d7a4c1fa1d5f0f8f9a3c2d1",
+      "schema": {
+        "fields": {"obs": {"dtype": "float32", "shape": [8], "default": 0.0}},
+        "meta_fields": {"task_id": {"dtype": "int32", "shape": [], "default": null}}
+      },
+      "capacity": {"max_episodes": 100, "max_timesteps": 1000, "max_steps": 100100, "circular": false},
+      "state": {"first_episode": 0, "next_episode": 3, "write_head": 300, "rows": 4096, "commits": 3}
+    }
+
+- ``format`` MUST be ``"memmap_replay"``. ``version`` is ``"MAJOR.MINOR"``; a reader MUST refuse a
+  major version it does not know and MUST ignore keys it does not know (at any level), so minor
+  versions may add keys.
+- ``schema`` gives each field's numpy dtype name, shape per row and default (null means zeros).
+- ``capacity``: at most ``max_episodes`` live episodes, each of at most ``max_timesteps`` steps, in at
+  most ``max_steps`` rows; ``circular`` stores evict whole episodes, oldest first, when full.
+- ``state``: the live episodes are those with ids ``first_episode <= id < next_episode``; episode ``id``
+  lives in slot ``id % max_episodes``, and ``episodes/id.npy`` at that slot MUST equal ``id``. Its rows
+  are ``start .. start + length - 1``, plus row ``start + length`` when ``final`` is set, which holds the
+  observation after the last action (other fields hold their defaults there). An episode's rows are
+  contiguous and never wrap. ``write_head`` is where the next episode will be placed (or 0 after a wrap);
+  ``rows`` is how many rows every ``steps/*.npy`` file holds at least (a file MAY hold more, and its
+  header MAY say more); ``commits`` counts commits.
+- A reader MUST ignore every row, slot and file content outside the live episodes.
+
+Commit protocol
+---------------
+A writer holds ``writer.lock``. To commit episodes it (1) if it must evict episodes to make room,
+first replaces ``meta.json`` with ``first_episode`` advanced past them; (2) grows the step files if
+needed (file size first, then the header's row count); (3) writes the rows, then the slot's entries in
+``episodes/`` and ``meta/``; (4) replaces ``meta.json`` atomically: write ``meta.json.tmp``, flush,
+fsync it, ``os.replace``. A process killed at any instant therefore leaves the last committed
+``meta.json`` describing intact data. With ``durable=True`` the writer also fsyncs the data files
+before step (4) and the folder after it, so a commit survives a power cut, not only a process crash.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import CorruptStoreError, SchemaError, UnsupportedFormatError
+from .schema import FieldSpec, Schema
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Capacity", "State", "StoreMeta", "read_meta", "write_meta"]
+
+FORMAT_NAME = "memmap_replay"
+FORMAT_VERSION = "1.0"
+META_FILE = "meta.json"
+LOCK_FILE = "writer.lock"
+STEPS_DIR, META_DIR, EPISODES_DIR = "steps", "meta", "episodes"
+# the episode table: name -> dtype, one entry per slot
+TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtype("uint8"),
+         "final": np.dtype("bool"), "id": np.dtype("int64")}
+END_CODES = {None: 0, "terminated": 1, "truncated": 2}
+END_NAMES = {code: name for name, code in END_CODES.items()}
+OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR)  # what overwrite=True may delete
+
+
+@dataclass(frozen=True)
+class Capacity:
+    max_episodes: int
+    max_timesteps: int
+    max_steps: int
+    circular: bool
+
+
+@dataclass
+class State:
+    first_episode: int = 0
+    next_episode: int = 0
+    write_head: int = 0
+    rows: int = 0
+    commits: int = 0
+
+
+@dataclass
+class StoreMeta:
+    schema: Schema
+    capacity: Capacity
+    state: State
+    store_id: str
+
+    @classmethod
+    def new(cls, schema: Schema, capacity: Capacity) -> "StoreMeta":
+        return cls(schema, capacity, State(), uuid.uuid4().hex)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "store_id": self.store_id,
+            "schema": self.schema.to_json(),
+            "capacity": asdict(self.capacity),
+            "state": asdict(self.state),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "meta.json") -> "StoreMeta":
+        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+            got = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise UnsupportedFormatError(f"{where} must declare format {FORMAT_NAME!r} (got {got!r})")
+        version = str(data.get("version", ""))
+        major = version.split(".")[0]
+        if major != FORMAT_VERSION.split(".")[0]:
+            raise UnsupportedFormatError(
+                f"{where} has format version {version!r}; this memmap_replay reads major version "
+                f"{FORMAT_VERSION.split('.')[0]} only; upgrade memmap_replay to open it"
+            )
+        try:
+            schema = Schema.from_json(data["schema"])
+            capacity = Capacity(**{key: data["capacity"][key] for key in Capacity.__dataclass_fields__})
+            state = State(**{key: data["state"][key] for key in State.__dataclass_fields__})
+            store_id = str(data["store_id"])
+        except (KeyError, TypeError, SchemaError) as error:
+            raise CorruptStoreError(f"{where} is missing or has malformed entries ({error!r})") from None
+        check_numbers(capacity, state, where)
+        return cls(schema, capacity, state, store_id)
+
+
+def check_numbers(capacity: Capacity, state: State, where: str) -> None:
+    ints = {**asdict(capacity), **asdict(state)}
+    ints.pop("circular")
+    if not isinstance(capacity.circular, bool) or any(type(v) is not int or v < 0 for v in ints.values()):
+        raise CorruptStoreError(f"{where} must hold non-negative integers in capacity and state (got {ints})")
+    live = state.next_episode - state.first_episode
+    if live < 0 or live > capacity.max_episodes or state.write_head > capacity.max_steps:
+        raise CorruptStoreError(f"{where} has inconsistent counters: {asdict(state)} for capacity {asdict(capacity)}")
+
+
+def read_meta(folder: Path) -> StoreMeta:
+    path = folder / META_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{path} is missing: the folder is not a committed store") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CorruptStoreError(f"{path} is not valid JSON ({error}); the store's metadata is damaged") from None
+    return StoreMeta.from_json(data, str(path))
+
+
+def write_meta(folder: Path, meta: StoreMeta, *, durable: bool = False) -> None:
+    """Replace meta.json atomically: temp file, flush, fsync, os.replace (and fsync the folder if durable)."""
+    path, temp = folder / META_FILE, folder / (META_FILE + ".tmp")
+    payload = json.dumps(meta.to_json(), indent=1).encode("utf-8")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, payload)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    if durable:
+        fsync_folder(folder)
+
+
+def fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- .npy files ------------------------------------------------------------------------------------
+
+
+def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """A standard .npy header; numpy pads it so the first dimension can grow without moving data."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                  "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def create_npy(path: Path, spec: FieldSpec, rows: int) -> None:
+    """A new .npy of ``rows`` rows whose body is a hole in the file (no disk used until written)."""
+    header = npy_header(spec.dtype, (rows, *spec.shape))
+    with open(path, "wb") as file:
+        file.write(header)
+        file.truncate(len(header) + rows * spec.row_nbytes)
+
+
+def read_npy_header(path: Path) -> tuple[int, np.dtype, tuple[int, ...], int]:
+    """(header length, dtype, shape, file size) of a .npy file, with clear errors for damage."""
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            version = np.lib.format.read_magic(file)
+            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = reader(file)
+            offset = file.tell()
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{path} is missing; the store is damaged (run verify, or restore the file)") from None
+    except (ValueError, OSError, SyntaxError) as error:
+        raise CorruptStoreError(f"{path} is not a readable .npy file ({error})") from None
+    if fortran:
+        raise CorruptStoreError(f"{path} must be in C order (got Fortran order)")
+    return offset, dtype, tuple(shape), size
+
+
+@dataclass
+class NpyFile:
+    """A field's .npy file: checked header, a read-only map, and positioned writes for a writer."""
+
+    path: Path
+    spec: FieldSpec
+    offset: int
+    rows: int
+    writable: bool
+    fd: int = -1
+    _map: np.ndarray | None = None
+
+    @classmethod
+    def open(cls, path: Path, spec: FieldSpec, min_rows: int, *, writable: bool) -> "NpyFile":
+        offset, dtype, shape, size = read_npy_header(path)
+        if dtype != spec.dtype or tuple(shape[1:]) != spec.shape:
+            raise CorruptStoreError(
+                f"{path} must hold {spec.dtype} rows of shape {spec.shape} as meta.json says "
+                f"(got {dtype} of shape {tuple(shape[1:])})"
+            )
+        rows = shape[0] if shape else 0
+        needed = offset + min_rows * spec.row_nbytes
+        if rows < min_rows or size < needed:
+            raise CorruptStoreError(
+                f"{path} is truncated: it must hold at least {min_rows} rows ({needed} bytes) "
+                f"(got {rows} rows in the header, {size} bytes on disk)"
+            )
+        file = cls(path, spec, offset, rows, writable)
+        if writable:
+            file.fd = os.open(path, os.O_RDWR)
+        return file
+
+    def array(self) -> np.ndarray:
+        """A read-only map of all rows (no data is read until indexed)."""
+        if self._map is None or len(self._map) != self.rows:
+            if self.rows == 0:
+                return np.empty((0, *self.spec.shape), self.spec.dtype)
+            self._map = np.memmap(self.path, dtype=self.spec.dtype, mode="r", offset=self.offset,
+                                  shape=(self.rows, *self.spec.shape))
+        return self._map
+
+    def grow(self, rows: int) -> None:
+        """Make room for ``rows`` rows: file size first, then the header (a crash between is harmless)."""
+        header = npy_header(self.spec.dtype, (rows, *self.spec.shape))
+        if len(header) != self.offset:
+            raise CorruptStoreError(f"{self.path}: cannot grow in place (header would move from {self.offset} to {len(header)} bytes)")
+        os.ftruncate(self.fd, self.offset + rows * self.spec.row_nbytes)
+        os.pwrite(self.fd, header, 0)
+        self.rows = rows
+
+    def write_rows(self, start: int, rows: np.ndarray) -> None:
+        data = np.ascontiguousarray(rows)
+        view = memoryview(data).cast("B")
+        position, done = self.offset + start * self.spec.row_nbytes, 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], position + done)
+
+    def sync(self) -> None:
+        if self.fd >= 0:
+            os.fsync(self.fd)
+
+    def close(self) -> None:
+        self._map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,346 @@
+"""EpisodeStore: a folder of per-field .npy files, the episode table, capacity, ring eviction and commits.
+
+Numpy only. Writers hand it whole episodes (``commit``); it places them, evicts the oldest episodes in
+circular mode, writes the rows and commits ``meta.json`` (see ``format`` for the protocol). Readers
+get read-only maps of every file and the live episodes' table (``live_table``), which views and
+samplers index with one gather per field.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from . import format as fmt
+from .errors import (BufferFullError, CorruptStoreError, InvalidDataError, NotAFolderError, ReadOnlyError,
+                     SchemaMismatchError, StoreNotFoundError)
+from .format import Capacity, NpyFile, StoreMeta
+from .lock import WriterLock
+from .schema import FieldSpec, Schema
+
+__all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
+
+MODES = ("r", "r+", "a", "w", "w-")
+MIN_GROWTH_ROWS = 1024
+
+
+@dataclass
+class PendingEpisode:
+    """A finished episode ready to commit: its rows per step field (as chunks), meta values, and end."""
+
+    rows: Mapping[str, list[np.ndarray]]
+    length: int
+    end: str | None = None
+    final: bool = False
+    meta: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        return self.length + int(self.final)
+
+
+@dataclass
+class LiveTable:
+    """The live episodes, oldest first: ids, slots, first rows, lengths, end codes and final flags."""
+
+    ids: np.ndarray
+    slots: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    end: np.ndarray
+    final: np.ndarray
+
+
+class EpisodeStore:
+    """Open with ``EpisodeStore.open(folder, mode, schema=..., capacity=...)``; modes as h5py/zarr:
+    'r' read-only, 'r+' read/write (must exist), 'a' read/write (create if absent), 'w' create (wiping a
+    store already there), 'w-' create (fail if a store is there)."""
+
+    def __init__(self, folder: Path, meta: StoreMeta, *, writable: bool, lock: WriterLock | None, durable: bool):
+        self.folder = folder
+        self.meta = meta
+        self.writable = writable
+        self.durable = durable
+        self._lock = lock
+        self.steps: dict[str, NpyFile] = {}
+        self.metas: dict[str, NpyFile] = {}
+        self.table: dict[str, NpyFile] = {}
+        self._open_files()
+
+    # ---- opening -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, folder, mode: str = "r", *, schema: Schema | None = None, capacity: Capacity | None = None,
+             durable: bool = False) -> "EpisodeStore":
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise NotAFolderError(f"{folder} must be a folder (got a file); choose another path")
+        exists = (folder / fmt.META_FILE).exists()
+        if mode in ("r", "r+") and not exists:
+            what = "does not exist" if not folder.exists() else "holds no meta.json"
+            raise StoreNotFoundError(f"no store at {folder}: the folder {what}; create one with mode 'a' or 'w'")
+        if mode == "w-" and exists:
+            raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True (mode 'w') to replace it")
+        if mode == "r":
+            return cls(folder, fmt.read_meta(folder), writable=False, lock=None, durable=durable)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = WriterLock(folder / fmt.LOCK_FILE)
+        try:
+            if mode == "w" or not exists:
+                if schema is None or capacity is None:
+                    raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
+                meta = cls._create(folder, schema, capacity, durable)
+            else:
+                meta = fmt.read_meta(folder)
+                check_matches(folder, meta, schema, capacity)
+            return cls(folder, meta, writable=True, lock=lock, durable=durable)
+        except BaseException:
+            lock.release()
+            raise
+
+    @staticmethod
+    def _create(folder: Path, schema: Schema, capacity: Capacity, durable: bool) -> StoreMeta:
+        """Remove only the files the format owns, write fresh ones, then commit meta.json last."""
+        for name in fmt.OWNED:
+            path = folder / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
+            (folder / name).mkdir()
+        for spec in schema.fields.values():
+            fmt.create_npy(folder / fmt.STEPS_DIR / f"{spec.name}.npy", spec, 0)
+        for spec in schema.meta_fields.values():
+            fmt.create_npy(folder / fmt.META_DIR / f"{spec.name}.npy", spec, capacity.max_episodes)
+        for name, dtype in fmt.TABLE.items():
+            fmt.create_npy(folder / fmt.EPISODES_DIR / f"{name}.npy", FieldSpec(name, dtype), capacity.max_episodes)
+        meta = StoreMeta.new(schema, capacity)
+        fmt.write_meta(folder, meta, durable=durable)
+        return meta
+
+    def _open_files(self) -> None:
+        schema, capacity, writable = self.meta.schema, self.meta.capacity, self.writable
+        try:
+            for spec in schema.fields.values():
+                self.steps[spec.name] = NpyFile.open(self.folder / fmt.STEPS_DIR / f"{spec.name}.npy", spec,
+                                                     self.meta.state.rows, writable=writable)
+            for spec in schema.meta_fields.values():
+                self.metas[spec.name] = NpyFile.open(self.folder / fmt.META_DIR / f"{spec.name}.npy", spec,
+                                                     capacity.max_episodes, writable=writable)
+            for name, dtype in fmt.TABLE.items():
+                self.table[name] = NpyFile.open(self.folder / fmt.EPISODES_DIR / f"{name}.npy", FieldSpec(name, dtype),
+                                                capacity.max_episodes, writable=writable)
+        except BaseException:
+            self.close()
+            raise
+        self._check_live_ids()
+
+    def _check_live_ids(self) -> None:
+        state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
+        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
+        stored = self.table["id"].array()[ids % max_episodes]
+        if not np.array_equal(stored, ids):
+            raise CorruptStoreError(
+                f"{self.folder}: episodes/id.npy does not match meta.json's live episodes "
+                f"{state.first_episode}..{state.next_episode - 1}; the episode table is damaged"
+            )
+        table = self.live_table()
+        ends = table.start + table.length + table.final
+        if len(ids) and (ends.max() > state.rows or (table.length < 1).any() or (table.start < 0).any()):
+            raise CorruptStoreError(f"{self.folder}: the episode table points outside the {state.rows} stored rows")
+
+    # ---- reading -----------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> Schema:
+        return self.meta.schema
+
+    @property
+    def capacity(self) -> Capacity:
+        return self.meta.capacity
+
+    @property
+    def num_episodes(self) -> int:
+        return self.meta.state.next_episode - self.meta.state.first_episode
+
+    def live_table(self) -> LiveTable:
+        state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
+        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
+        slots = ids % max_episodes
+        get = lambda name: np.asarray(self.table[name].array()[slots])
+        return LiveTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
+
+    def step_array(self, name: str) -> np.ndarray:
+        return self.steps[name].array()
+
+    def meta_array(self, name: str) -> np.ndarray:
+        return self.metas[name].array()
+
+    def table_array(self, name: str) -> np.ndarray:
+        return self.table[name].array()
+
+    def refresh(self) -> bool:
+        """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
+        meta = fmt.read_meta(self.folder)
+        if meta.store_id != self.meta.store_id:
+            raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+        changed = meta.state != self.meta.state
+        self.meta = meta
+        for file in self.steps.values():
+            file.rows = max(file.rows, meta.state.rows)
+        return changed
+
+    # ---- writing -----------------------------------------------------------------------------------
+
+    def require_writable(self, action: str) -> None:
+        if not self.writable:
+            raise ReadOnlyError(f"cannot {action}: {self.folder} is open read-only; open it with read_only=False")
+        if self._lock is None:
+            raise ReadOnlyError(f"cannot {action}: the store at {self.folder} is closed")
+
+    def commit(self, episodes: Iterable[PendingEpisode]) -> list[int]:
+        """Place, write and commit finished episodes; returns their slots. All or nothing on a full store."""
+        episodes = list(episodes)
+        self.require_writable("store episodes")
+        if not episodes:
+            return []
+        state = self.meta.state
+        first, plan = self._plan(episodes)
+        if first != state.first_episode:  # phase 1: evictions are committed before any row is overwritten
+            self._write_meta(replace(state, first_episode=first, commits=state.commits + 1))
+        self._ensure_rows(max(start + episode.num_rows for start, episode in plan))
+        slots = []
+        for offset, (start, episode) in enumerate(plan):
+            episode_id = state.next_episode + offset
+            slot = episode_id % self.capacity.max_episodes
+            for name, chunks in episode.rows.items():
+                position = start
+                for chunk in chunks:
+                    self.steps[name].write_rows(position, chunk)
+                    position += len(chunk)
+            for name, value in episode.meta.items():
+                self.metas[name].write_rows(slot, value[None])
+            entry = {"start": start, "length": episode.length, "end": fmt.END_CODES[episode.end],
+                     "final": episode.final, "id": episode_id}
+            for name, value in entry.items():
+                self.table[name].write_rows(slot, np.array([value], dtype=fmt.TABLE[name]))
+            slots.append(slot)
+        last_start, last = plan[-1]
+        if self.durable:
+            for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+                file.sync()
+        self._write_meta(replace(self.meta.state, next_episode=state.next_episode + len(plan),
+                                 write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1))
+        return slots
+
+    def _plan(self, episodes: list[PendingEpisode]) -> tuple[int, list[tuple[int, PendingEpisode]]]:
+        """Where each episode goes, and the new first live id after the evictions that makes necessary."""
+        capacity, state = self.capacity, self.meta.state
+        first, head, next_id = state.first_episode, state.write_head, state.next_episode
+        planned: dict[int, tuple[int, int]] = {}  # id -> (start, rows) for episodes of this commit
+        table = self.live_table()
+        ranges = {int(i): (int(s), int(n + f)) for i, s, n, f in zip(table.ids, table.start, table.length, table.final)}
+        plan = []
+        for episode in episodes:
+            rows = episode.num_rows
+            start = head
+            if start + rows > capacity.max_steps:
+                if not capacity.circular:
+                    raise self._full(f"{capacity.max_steps} rows (steps) are used")
+                start = 0
+            if next_id - first >= capacity.max_episodes:
+                if not capacity.circular:
+                    raise self._full(f"all {capacity.max_episodes} episode slots are used")
+                first += 1
+            while first < next_id and overlaps(planned.get(first) or ranges[first], start, rows):
+                first += 1
+            planned[next_id] = (start, rows)
+            plan.append((start, episode))
+            head, next_id = start + rows, next_id + 1
+        return first, plan
+
+    def _full(self, what: str) -> BufferFullError:
+        return BufferFullError(
+            f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest "
+            f"episodes, raise max_episodes/max_steps when creating it, or call clear()"
+        )
+
+    def _ensure_rows(self, rows: int) -> None:
+        state = self.meta.state
+        if rows <= state.rows:
+            return
+        grown = min(self.capacity.max_steps, max(rows, 2 * state.rows, MIN_GROWTH_ROWS))
+        for file in self.steps.values():
+            if file.rows < grown:
+                file.grow(grown)
+        state.rows = grown  # committed with the next meta.json; files never shrink, so this is safe
+
+    def _write_meta(self, state: fmt.State) -> None:
+        meta = StoreMeta(self.meta.schema, self.meta.capacity, state, self.meta.store_id)
+        fmt.write_meta(self.folder, meta, durable=self.durable)
+        self.meta = meta
+
+    def clear(self) -> None:
+        """Drop every episode (ids keep counting, so old slot contents can never look live again)."""
+        self.require_writable("clear")
+        state = self.meta.state
+        self._write_meta(replace(state, first_episode=state.next_episode, write_head=0, commits=state.commits + 1))
+
+    def update_rows(self, name: str, start: int, values: np.ndarray) -> None:
+        self.require_writable("update")
+        self.steps[name].write_rows(start, values)
+
+    def update_meta(self, name: str, slot: int, values: np.ndarray) -> None:
+        self.require_writable("update")
+        self.metas[name].write_rows(slot, values)
+
+    def sync(self) -> None:
+        """fsync every data file and meta.json's folder: what is committed survives a power cut."""
+        if self.writable and self._lock is not None:
+            for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+                file.sync()
+            fmt.fsync_folder(self.folder)
+
+    def close(self) -> None:
+        for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+            file.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def overlaps(span: tuple[int, int], start: int, rows: int) -> bool:
+    first_row, count = span
+    return first_row < start + rows and start < first_row + count
+
+
+def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: Capacity | None) -> None:
+    """Reopening with a schema or capacity that differs from the stored one is an error, never a wipe."""
+    lines = meta.schema.differences(schema) if schema is not None else []
+    if capacity is not None and capacity != meta.capacity:
+        for key, stored in vars(meta.capacity).items():
+            if getattr(capacity, key) != stored:
+                lines.append(f"{key}: stored {stored!r}, asked for {getattr(capacity, key)!r}")
+    if lines:
+        raise SchemaMismatchError(
+            f"the store at {folder} was created differently:\n  " + "\n  ".join(lines)
+            + "\nopen it with ReplayBuffer.from_folder(folder), or pass overwrite=True to replace it"
+        )
+
+
+def validate_index(value, size: int, what: str) -> np.ndarray:
+    """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu" or array.ndim > 1:
+        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
+    array = np.atleast_1d(array).astype(np.int64)
+    if array.size and (array.min() < 0 or array.max() >= size):
+        raise InvalidDataError(f"{what} must be in [0, {size}) (got {array.min()}..{array.max()})")
+    return array

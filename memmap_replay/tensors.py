@@ -1,0 +1,44 @@
+"""The torch edge of the store: numpy gathers turned into tensors (torch is imported here only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .store import EpisodeStore
+
+__all__ = ["padded_episodes", "to_tensor"]
+
+
+def to_tensor(array: np.ndarray, device: Any = None) -> torch.Tensor:
+    tensor = torch.from_numpy(np.ascontiguousarray(array) if array.flags.writeable else np.array(array))
+    return tensor if device is None else tensor.to(device)
+
+
+def padded_episodes(store: EpisodeStore, fields: tuple[str, ...], meta_fields: tuple[str, ...],
+                    device: Any = None) -> dict[str, torch.Tensor]:
+    """Live episodes, oldest first, padded with zeros to the longest: one gather per field."""
+    table = store.live_table()
+    if len(table.slots) == 0:
+        return {}
+    longest = int(table.length.max())
+    time = np.arange(longest)
+    rows = table.start[:, None] + np.minimum(time[None, :], table.length[:, None] - 1)
+    pad = time[None, :] >= table.length[:, None]
+    out = {}
+    for name in fields:
+        if name not in store.schema.fields:
+            raise KeyError(f"unknown field {name!r}: the store's fields are {sorted(store.schema.fields)}")
+        values = store.step_array(name)[rows]
+        values[pad] = 0
+        out[name] = to_tensor(values, device)
+    for name in meta_fields:
+        if name == "episode_lens":
+            out[name] = to_tensor(table.length.copy(), device)
+            continue
+        if name not in store.schema.meta_fields:
+            raise KeyError(f"unknown meta field {name!r}: the store's meta fields are {sorted(store.schema.meta_fields)}")
+        out[name] = to_tensor(store.meta_array(name)[table.slots], device)
+    return out

@@ -1,0 +1,258 @@
+"""Episode writers: steps are staged in RAM and handed to the store as whole episodes on commit.
+
+Staging makes the per-step path a few memory copies (no page faults on fresh file pages, no I/O) and
+makes an episode atomic: until it commits nothing on disk changes, so an exception or a crash
+mid-episode leaves the store exactly as it was. Each staging row buffer is reused across episodes.
+
+- ``EpisodeWriter``: one episode, step by step (``one_episode`` / ``begin_episode`` of the buffer).
+- ``VectorEpisodeWriter``: N environments stepping together (gymnasium ``VectorEnv`` style); each
+  env's episode commits on its own ``terminated``/``truncated`` flag and a fresh one begins.
+- ``whole_episode``: a complete episode given as arrays (``store_episode``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .convert import coerce
+from .errors import InvalidDataError
+from .schema import FieldSpec, Schema
+from .store import EpisodeStore, PendingEpisode
+
+__all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "check_end", "coerce_meta"]
+
+ENDS = ("terminated", "truncated")
+
+
+def unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
+    return InvalidDataError(f"unknown {kind} {sorted(names)}: the store's {kind}s are {sorted(known)}")
+
+
+def check_end(end: Any) -> str | None:
+    if end is not None and end not in ENDS:
+        raise InvalidDataError(f"end must be 'terminated', 'truncated' or None (got {end!r})")
+    return end
+
+
+def coerce_meta(schema: Schema, meta: Mapping[str, Any], lead: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    extra = set(meta) - set(schema.meta_fields)
+    if extra:
+        raise unknown(extra, schema.meta_fields, "meta field")
+    return {name: coerce(schema.meta_fields[name], value, lead, kind="meta field") for name, value in meta.items()}
+
+
+def full_meta(schema: Schema, meta: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: meta[name] if name in meta else spec.default_row() for name, spec in schema.meta_fields.items()}
+
+
+def coerce_steps(schema: Schema, steps: Mapping[str, Any], lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+    extra = set(steps) - set(schema.fields)
+    if extra:
+        raise unknown(extra, schema.fields, "field")
+    return {name: coerce(schema.fields[name], value, lead) for name, value in steps.items()}
+
+
+class StagingBuffer:
+    """RAM rows for ``num_envs`` episodes in progress: (num_envs, max_timesteps + 1, *shape) per field.
+
+    ``np.empty`` reserves address space only; pages are touched as steps arrive, once, then reused."""
+
+    def __init__(self, schema: Schema, num_envs: int, max_timesteps: int):
+        self.schema = schema
+        self.max_timesteps = max_timesteps
+        self.arrays = {name: np.empty((num_envs, max_timesteps + 1, *spec.shape), spec.dtype)
+                       for name, spec in schema.fields.items()}
+        self.defaults = {name: spec.default_row() for name, spec in schema.fields.items()}
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def put(self, values: Mapping[str, np.ndarray], envs, rows) -> None:
+        """Write one row per env (values already coerced); fields not given take their default."""
+        for name, array in self.arrays.items():
+            array[envs, rows] = values[name] if name in values else self.defaults[name]
+
+    def pending(self, env: int, *, end: str | None, final: Mapping[str, np.ndarray] | None,
+                meta: Mapping[str, np.ndarray]) -> PendingEpisode:
+        length = int(self.lengths[env])
+        if final is not None:
+            self.put(final, env, length)
+        rows = length + (final is not None)
+        return PendingEpisode({name: [array[env, :rows]] for name, array in self.arrays.items()},
+                              length, end, final is not None, meta)
+
+
+class EpisodeWriter:
+    """One episode in progress. ``meta`` is a dict the caller may fill until the episode commits."""
+
+    def __init__(self, store: EpisodeStore, staging: StagingBuffer, meta: Mapping[str, Any]):
+        self.target = store
+        self.schema = store.schema
+        coerce_meta(self.schema, meta)  # fail early, before any step
+        self.meta: dict[str, Any] = dict(meta)
+        self.staging = staging
+        staging.lengths[0] = 0
+        self.end: str | None = None
+        self.final: dict[str, np.ndarray] | None = None
+        # the per-step fast path: (field spec, staging array) by name
+        self._fast = {name: (spec, staging.arrays[name]) for name, spec in self.schema.fields.items()}
+
+    @property
+    def length(self) -> int:
+        return int(self.staging.lengths[0])
+
+    def store(self, step: Mapping[str, Any]) -> None:
+        t = int(self.staging.lengths[0])
+        if t >= self.staging.max_timesteps:
+            raise InvalidDataError(
+                f"the episode must have at most max_timesteps={self.staging.max_timesteps} steps (got one more); "
+                f"create the buffer with a larger max_timesteps"
+            )
+        fast = self._fast
+        for name, value in step.items():
+            entry = fast.get(name)
+            if entry is None:
+                raise unknown([name], self.schema.fields, "field")
+            spec, array = entry
+            if not (type(value) is np.ndarray and value.dtype == spec.dtype and value.shape == spec.shape):
+                value = coerce(spec, value)
+            array[0, t] = value
+        if len(step) != len(fast):
+            for name, (spec, array) in fast.items():
+                if name not in step:
+                    array[0, t] = self.staging.defaults[name]
+        self.staging.lengths[0] = t + 1
+
+    def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
+        self.end = check_end(end)
+        self.final = None if final is None else coerce_steps(self.schema, final, ())
+
+    def commit(self) -> int | None:
+        """Commit the episode; returns its slot, or None for an empty episode (nothing is stored)."""
+        if self.length == 0:
+            return None
+        meta = full_meta(self.schema, coerce_meta(self.schema, self.meta))
+        episode = self.staging.pending(0, end=self.end, final=self.final, meta=meta)
+        return self.target.commit([episode])[0]
+
+
+class VectorEpisodeWriter:
+    """N environments stepping together; each env's episode commits on its own end flag.
+
+    ``store(terminated=..., truncated=..., final=..., **steps)`` takes arrays with a leading axis of
+    length ``num_envs``. When ``terminated[i]`` or ``truncated[i]`` is set, env i's episode (including
+    this step) commits, with ``final[field][i]`` as its final observation if ``final`` is given, and
+    env i starts a fresh episode. Meta values set with ``set_meta`` (scalars, or one per env) apply to
+    each env's current and later episodes. If the schema has fields named ``terminated`` or
+    ``truncated``, the flags are stored in them too.
+    """
+
+    def __init__(self, store: EpisodeStore, num_envs: int, max_timesteps: int, **meta: Any):
+        if type(num_envs) is not int or num_envs < 1:
+            raise InvalidDataError(f"num_envs must be a positive int (got {num_envs!r})")
+        self.target = store
+        self.schema = store.schema
+        self.num_envs = num_envs
+        self.staging = StagingBuffer(self.schema, num_envs, max_timesteps)
+        self.meta = {name: spec.default_row()[None].repeat(num_envs, 0) for name, spec in self.schema.meta_fields.items()}
+        self.set_meta(**meta)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Steps stored so far in each env's current episode."""
+        return self.staging.lengths.copy()
+
+    def set_meta(self, **meta: Any) -> None:
+        """Meta values for each env's current and later episodes: one value for all, or one per env."""
+        extra = set(meta) - set(self.schema.meta_fields)
+        if extra:
+            raise unknown(extra, self.schema.meta_fields, "meta field")
+        for name, value in meta.items():
+            spec = self.schema.meta_fields[name]
+            per_env = np.ndim(value) == len(spec.shape) + 1
+            self.meta[name][:] = coerce(spec, value, (self.num_envs,) if per_env else (), kind="meta field")
+
+    def _flags(self, flags: Any, name: str) -> np.ndarray:
+        if flags is None:
+            return np.zeros(self.num_envs, dtype=bool)
+        return coerce(FieldSpec(name, np.dtype(bool)), flags, (self.num_envs,), kind="flag")
+
+    def store(self, *, terminated: Any = None, truncated: Any = None, final: Mapping[str, Any] | None = None,
+              **steps: Any) -> list[int]:
+        """Append one step for every env; returns the slots of the episodes this call committed."""
+        n = self.num_envs
+        terminated, truncated = self._flags(terminated, "terminated"), self._flags(truncated, "truncated")
+        for name, flags in (("terminated", terminated), ("truncated", truncated)):
+            if name in self.schema.fields and name not in steps:
+                steps[name] = flags
+        values = coerce_steps(self.schema, steps, (n,))
+        finals = None if final is None else coerce_steps(self.schema, final, (n,))
+        lengths = self.staging.lengths
+        if (lengths >= self.staging.max_timesteps).any():
+            env = int(np.argmax(lengths >= self.staging.max_timesteps))
+            raise InvalidDataError(
+                f"env {env}'s episode must have at most max_timesteps={self.staging.max_timesteps} steps (got one more); "
+                f"end it with truncated=True, or create the buffer with a larger max_timesteps"
+            )
+        self.staging.put(values, np.arange(n), lengths)
+        lengths += 1
+        done = np.flatnonzero(terminated | truncated)
+        if done.size == 0:
+            return []
+        episodes = []
+        for env in done:
+            end = "terminated" if terminated[env] else "truncated"
+            row = None if finals is None else {name: value[env] for name, value in finals.items()}
+            meta = {name: value[env].copy() for name, value in self.meta.items()}
+            episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
+        try:
+            return self.target.commit(episodes)
+        finally:
+            lengths[done] = 0
+
+    def commit_all(self, end: str | None = None) -> list[int]:
+        """Commit every env's episode in progress (empty ones are skipped); all envs start afresh."""
+        check_end(end)
+        envs = np.flatnonzero(self.staging.lengths > 0)
+        episodes = [self.staging.pending(int(env), end=end, final=None,
+                                         meta={name: value[env].copy() for name, value in self.meta.items()})
+                    for env in envs]
+        try:
+            return self.target.commit(episodes)
+        finally:
+            self.staging.lengths[:] = 0
+
+    def discard(self) -> None:
+        """Drop every env's episode in progress."""
+        self.staging.lengths[:] = 0
+
+
+def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any], *, end: str | None = None,
+                  final: Mapping[str, Any] | None = None) -> PendingEpisode:
+    """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside."""
+    check_end(end)
+    step_values = {name: value for name, value in arrays.items() if name in schema.fields}
+    meta_values = {name: value for name, value in arrays.items() if name not in schema.fields}
+    if not step_values:
+        raise InvalidDataError(f"store_episode needs at least one step field of {sorted(schema.fields)} (got {sorted(arrays)})")
+    first = next(iter(step_values))
+    spec = schema.fields[first]
+    lead_ndim = np.ndim(arrays[first]) - len(spec.shape)
+    if lead_ndim != 1 and not (spec.shape == () and np.ndim(arrays[first]) == 2):
+        raise InvalidDataError(
+            f"field {first!r} in store_episode must have shape (T, *{spec.shape}) with a time axis "
+            f"(got {np.shape(arrays[first])})"
+        )
+    length = int(np.shape(arrays[first])[0])
+    if not 1 <= length <= max_timesteps:
+        raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})")
+    values = coerce_steps(schema, step_values, (length,))
+    meta = full_meta(schema, coerce_meta(schema, meta_values))
+    final_values = None if final is None else coerce_steps(schema, final, ())
+    rows = {}
+    for name, spec in schema.fields.items():
+        chunk = values[name] if name in values else np.full((length, *spec.shape), spec.default_row(), spec.dtype)
+        rows[name] = [chunk]
+        if final_values is not None:
+            rows[name].append((final_values[name] if name in final_values else spec.default_row())[None])
+    return PendingEpisode(rows, length, end, final_values is not None, meta)
