@@ -12,6 +12,7 @@ mid-episode leaves the store exactly as it was. Each staging row buffer is reuse
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -52,6 +53,21 @@ def coerce_steps(schema: Schema, steps: Mapping[str, Any], lead: tuple[int, ...]
     if extra:
         raise unknown(extra, schema.fields, "field")
     return {name: coerce(schema.fields[name], value, lead) for name, value in steps.items()}
+
+
+def exact_scalar_check(spec: FieldSpec):
+    """A cheap test that a Python scalar fits a scalar field as it is (else the full ``coerce`` runs)."""
+    if spec.shape != ():
+        return lambda value: False
+    kind = spec.dtype.kind
+    if kind == "f":
+        limit = float(np.finfo(spec.dtype).max)
+        return lambda value: (type(value) is float and not limit < abs(value) < math.inf) or type(value) is bool
+    if kind in "iu":
+        info = np.iinfo(spec.dtype)
+        low, high = int(info.min), int(info.max)
+        return lambda value: (type(value) is int and low <= value <= high) or type(value) is bool
+    return lambda value: type(value) is bool
 
 
 class StagingBuffer:
@@ -95,7 +111,7 @@ class EpisodeWriter:
         self.end: str | None = None
         self.final: dict[str, np.ndarray] | None = None
         # the per-step fast path: (field spec, staging array) by name
-        self._fast = {name: (spec, staging.arrays[name]) for name, spec in self.schema.fields.items()}
+        self._fast = {name: (spec, staging.arrays[name], exact_scalar_check(spec)) for name, spec in self.schema.fields.items()}
 
     @property
     def length(self) -> int:
@@ -113,8 +129,11 @@ class EpisodeWriter:
             entry = fast.get(name)
             if entry is None:
                 raise unknown([name], self.schema.fields, "field")
-            spec, array = entry
-            if not (type(value) is np.ndarray and value.dtype == spec.dtype and value.shape == spec.shape):
+            spec, array, fits = entry
+            if type(value) is np.ndarray:
+                if value.dtype != spec.dtype or value.shape != spec.shape:
+                    value = coerce(spec, value)
+            elif not fits(value):
                 value = coerce(spec, value)
             array[0, t] = value
         if len(step) != len(fast):
