@@ -246,10 +246,12 @@ class EpisodeStore:
         first, head, next_id = state.first_episode, state.write_head, state.next_episode
         planned: dict[int, tuple[int, int]] = {}  # id -> (start, rows) for episodes of this commit
         table = self.live_table()
-        ranges = {int(i): (int(s), int(n + f)) for i, s, n, f in zip(table.ids, table.start, table.length, table.final)}
+        ends = table.start + table.length + table.final
         plan = []
         for episode in episodes:
             rows = episode.num_rows
+            if rows > capacity.max_steps:
+                raise BufferFullError(f"an episode of {rows} rows cannot fit in max_steps={capacity.max_steps} rows")
             start = head
             if start + rows > capacity.max_steps:
                 if not capacity.circular:
@@ -259,8 +261,12 @@ class EpisodeStore:
                 if not capacity.circular:
                     raise self._full(f"all {capacity.max_episodes} episode slots are used")
                 first += 1
-            while first < next_id and overlaps(planned.get(first) or ranges[first], start, rows):
-                first += 1
+            # evict oldest first, up to the newest live episode whose rows the new one would overwrite
+            # (after a wrap to row 0 the oldest episodes sit at the end and need not overlap themselves)
+            hit = table.ids[(table.start < start + rows) & (start < ends)]
+            hit = [int(hit.max())] if hit.size else []
+            hit += [i for i, (s, n) in planned.items() if s < start + rows and start < s + n]
+            first = max([first] + [i + 1 for i in hit])
             planned[next_id] = (start, rows)
             plan.append((start, episode))
             head, next_id = start + rows, next_id + 1
@@ -314,11 +320,6 @@ class EpisodeStore:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-
-def overlaps(span: tuple[int, int], start: int, rows: int) -> bool:
-    first_row, count = span
-    return first_row < start + rows and start < first_row + count
 
 
 def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: Capacity | None) -> None:

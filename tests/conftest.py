@@ -1,0 +1,42 @@
+import numpy as np
+import pytest
+
+from memmap_replay import ReplayBuffer
+
+SMALL_FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float")
+SMALL_META = dict(task_id="int")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def make_buffer(tmp_path):
+    """A factory of small buffers under tmp_path, closed at teardown."""
+    made = []
+
+    def make(name="buf", **kwargs):
+        kwargs.setdefault("max_episodes", 10)
+        kwargs.setdefault("max_timesteps", 20)
+        kwargs.setdefault("fields", SMALL_FIELDS)
+        kwargs.setdefault("meta_fields", SMALL_META)
+        buffer = ReplayBuffer(tmp_path / name, **kwargs)
+        made.append(buffer)
+        return buffer
+
+    yield make
+    for buffer in made:
+        buffer.close()
+
+
+def episode_arrays(number, length):
+    """Deterministic episode data: every value encodes (episode number, timestep)."""
+    t = np.arange(length)
+    base = number * 1000 + t
+    return dict(
+        obs=np.repeat(base[:, None], 3, axis=1).astype(np.float32),
+        action=np.stack([base, -base], axis=1).astype(np.int32),
+        reward=base.astype(np.float32),
+    )
