@@ -29,9 +29,9 @@ class WriterLock:
             os.close(self.fd)
             self.fd = -1
             raise StoreLockedError(
-                f"{self.path.parent} is open for writing in another process (it holds {self.path.name}); "
-                f"a folder has one writer at a time: close the other writer, or open this one with "
-                f"read_only=True"
+                f"{self.path.parent} is being written by another buffer, in this or another process "
+                f"(it holds {self.path.name}); a folder has one writer at a time: close() the other "
+                f"writer first, or open this one with read_only=True to read"
             ) from None
 
     def release(self) -> None:

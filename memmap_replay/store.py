@@ -66,6 +66,7 @@ class EpisodeStore:
         self.writable = writable
         self.durable = durable
         self._lock = lock
+        self._closed = False
         self.steps: dict[str, NpyFile] = {}
         self.metas: dict[str, NpyFile] = {}
         self.table: dict[str, NpyFile] = {}
@@ -89,16 +90,19 @@ class EpisodeStore:
             raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True (mode 'w') to replace it")
         if mode == "r":
             return cls(folder, fmt.read_meta(folder), writable=False, lock=None, durable=durable)
+        if exists and mode in ("r+", "a"):
+            # an existing store opened for writing takes the writer lock at its first write, so that
+            # reopening a folder a writer in this or another process has open (the seed package's
+            # `from_folder` idiom) works; a second writer gets StoreLockedError when it writes
+            meta = fmt.read_meta(folder)
+            check_matches(folder, meta, schema, capacity)
+            return cls(folder, meta, writable=True, lock=None, durable=durable)
         folder.mkdir(parents=True, exist_ok=True)
         lock = WriterLock(folder / fmt.LOCK_FILE)
         try:
-            if mode == "w" or not exists:
-                if schema is None or capacity is None:
-                    raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
-                meta = cls._create(folder, schema, capacity, durable)
-            else:
-                meta = fmt.read_meta(folder)
-                check_matches(folder, meta, schema, capacity)
+            if schema is None or capacity is None:
+                raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
+            meta = cls._create(folder, schema, capacity, durable)
             return cls(folder, meta, writable=True, lock=lock, durable=durable)
         except BaseException:
             lock.release()
@@ -200,10 +204,23 @@ class EpisodeStore:
     # ---- writing -----------------------------------------------------------------------------------
 
     def require_writable(self, action: str) -> None:
+        """Raise unless this store may write; takes the writer lock on the first write."""
         if not self.writable:
             raise ReadOnlyError(f"cannot {action}: {self.folder} is open read-only; open it with read_only=False")
-        if self._lock is None:
+        if self._closed:
             raise ReadOnlyError(f"cannot {action}: the store at {self.folder} is closed")
+        if self._lock is None:
+            self._lock = WriterLock(self.folder / fmt.LOCK_FILE)
+            try:
+                self.refresh()  # another writer may have committed since this store was opened
+            except BaseException:
+                self._lock.release()
+                self._lock = None
+                raise
+
+    @property
+    def holds_lock(self) -> bool:
+        return self._lock is not None
 
     def commit(self, episodes: Iterable[PendingEpisode]) -> list[int]:
         """Place, write and commit finished episodes; returns their slots. All or nothing on a full store."""
@@ -309,12 +326,13 @@ class EpisodeStore:
 
     def sync(self) -> None:
         """fsync every data file and meta.json's folder: what is committed survives a power cut."""
-        if self.writable and self._lock is not None:
+        if self._lock is not None:
             for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
                 file.sync()
             fmt.fsync_folder(self.folder)
 
     def close(self) -> None:
+        self._closed = True
         for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
             file.close()
         if self._lock is not None:

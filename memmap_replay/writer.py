@@ -137,7 +137,7 @@ class EpisodeWriter:
                 value = coerce(spec, value)
             array[0, t] = value
         if len(step) != len(fast):
-            for name, (spec, array) in fast.items():
+            for name, (_, array, _) in fast.items():
                 if name not in step:
                     array[0, t] = self.staging.defaults[name]
         self.staging.lengths[0] = t + 1

@@ -1,0 +1,117 @@
+"""ReplayBuffer: the seed package's API and its deliberate differences."""
+
+import numpy as np
+import pytest
+import torch
+
+import memmap_replay
+from memmap_replay import InvalidDataError, ReadOnlyError, ReplayBuffer
+
+from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
+
+
+def test_seed_readme_writing_half(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "replay_data", max_episodes=1000, max_timesteps=500,
+                          fields=dict(state=("float", (3, 16, 16), 0.0), action=("int", 2), reward="float"),
+                          meta_fields=dict(task_id="int"), circular=True, overwrite=True)
+    for _ in range(4):
+        with buffer.one_episode(task_id=1):
+            for _ in range(100):
+                buffer.store(state=torch.randn(3, 16, 16), action=torch.randint(0, 4, (2,)).numpy(), reward=1.0)
+    rehydrated = ReplayBuffer.from_folder(tmp_path / "replay_data", read_only=True)
+    assert rehydrated.num_episodes == 4
+    rehydrated.close()
+    buffer.close()
+
+
+def test_reopen_appends_and_never_wipes(tmp_path):
+    kwargs = dict(max_episodes=10, max_timesteps=20, fields=SMALL_FIELDS, meta_fields=SMALL_META)
+    buffer = ReplayBuffer(tmp_path / "b", **kwargs)
+    buffer.store_episode(**episode_arrays(0, 5), task_id=0)
+    buffer.close()
+    buffer = ReplayBuffer(tmp_path / "b", **kwargs)  # same arguments: opens, keeps the episode
+    assert buffer.num_episodes == 1
+    buffer.store_episode(**episode_arrays(1, 5), task_id=1)
+    buffer.close()
+    buffer = ReplayBuffer(tmp_path / "b", **kwargs, overwrite=True)
+    assert buffer.num_episodes == 0
+    buffer.close()
+
+
+def test_overwrite_removes_only_the_stores_own_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    buffer = ReplayBuffer(tmp_path, max_episodes=2, max_timesteps=5, fields=dict(x="float"), overwrite=True)
+    buffer.close()
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_episode_lens_index_len_and_num_steps(make_buffer):
+    buffer = make_buffer(max_episodes=3, circular=True)
+    assert buffer.episode_index == 0 and len(buffer) == 0
+    for number, length in enumerate([4, 6, 8, 3]):
+        buffer.store_episode(**episode_arrays(number, length), task_id=number)
+    assert buffer.episode_lens.tolist() == [3, 6, 8]  # slot 0 now holds the 4th episode
+    assert buffer.live_episodes.tolist() == [1, 2, 0]
+    assert len(buffer) == buffer.num_episodes == 3
+    assert buffer.num_steps == 17 and buffer.episode_index == 1
+
+
+def test_get_all_data_pads_and_selects(make_buffer):
+    buffer = make_buffer()
+    buffer.store_episode(**episode_arrays(0, 2), task_id=0)
+    buffer.store_episode(**episode_arrays(1, 4), task_id=1)
+    data = buffer.get_all_data()
+    assert set(data) == {"obs", "action", "reward", "task_id", "episode_lens"}
+    assert data["obs"].shape == (2, 4, 3) and data["obs"].dtype == torch.float32
+    assert data["reward"][0].tolist() == [0, 1, 0, 0]  # padded with zeros
+    only = buffer.get_all_data(fields=("reward",))
+    assert set(only) == {"reward"}
+
+
+def test_update_steps_and_meta(make_buffer):
+    buffer = make_buffer()
+    for number in range(3):
+        buffer.store_episode(**episode_arrays(number, 5), task_id=number)
+    buffer.update([0, 2], reward=np.ones((2, 3), np.float32), task_id=[7, 8])
+    data = buffer.get_all_data()
+    assert data["reward"][0].tolist() == [1, 1, 1, 3, 4]
+    assert data["reward"][1].tolist() == [1000, 1001, 1002, 1003, 1004]
+    assert data["task_id"].tolist() == [7, 1, 8]
+    buffer.update(None, reward=0.5)  # one value broadcast over every step of every episode
+    assert (buffer.get_all_data()["reward"] == 0.5).all()
+    buffer.update(1, obs=[[[1.0, 2.0, 3.0]]])
+    assert buffer.get_all_data()["obs"][1, 0].tolist() == [1, 2, 3]
+    with pytest.raises(InvalidDataError, match="shorter"):
+        buffer.update([0], reward=np.ones((1, 6)))
+
+
+def test_read_only_can_read_not_write(make_buffer):
+    buffer = make_buffer()
+    buffer.store_episode(**episode_arrays(0, 5), task_id=0)
+    reader = ReplayBuffer.from_folder(buffer.folder, read_only=True)
+    assert reader.read_only and reader.num_episodes == 1
+    with pytest.raises(ReadOnlyError, match="read-only"):
+        reader.store_episode(**episode_arrays(1, 5))
+    with pytest.raises(ReadOnlyError, match="read-only"):
+        with reader.one_episode():
+            pass
+    reader.flush()  # a no-op on a reader
+    reader.close()
+
+
+def test_context_manager_closes_and_releases_lock(tmp_path):
+    with ReplayBuffer(tmp_path / "c", max_episodes=2, max_timesteps=5, fields=dict(x="float")) as buffer:
+        buffer.store_episode(x=[1.0, 2.0])
+        buffer.flush()
+    with ReplayBuffer.from_folder(tmp_path / "c") as again:
+        assert again.num_episodes == 1
+        assert "1 episodes" in repr(again)
+
+
+def test_public_api_is_explicit():
+    assert sorted(memmap_replay.__all__) == sorted(set(memmap_replay.__all__))
+    for name in memmap_replay.__all__:
+        assert getattr(memmap_replay, name) is not None
+    exported = {name for name in dir(memmap_replay) if not name.startswith("_")}
+    modules = {"buffer", "convert", "errors", "format", "lock", "schema", "store", "tensors", "writer"}
+    assert exported - modules == set(memmap_replay.__all__)
