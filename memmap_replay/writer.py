@@ -108,20 +108,23 @@ class EpisodeWriter:
         self.meta: dict[str, Any] = dict(meta)
         self.staging = staging
         staging.lengths[0] = 0
+        self._t = 0  # steps so far, a Python int: the per-step path avoids numpy scalars
+        self._max = staging.max_timesteps
         self.end: str | None = None
         self.final: dict[str, np.ndarray] | None = None
-        # the per-step fast path: (field spec, staging array) by name
-        self._fast = {name: (spec, staging.arrays[name], exact_scalar_check(spec)) for name, spec in self.schema.fields.items()}
+        # the per-step fast path, by name: (field spec, this episode's staging rows, scalar test, default)
+        self._fast = {name: (spec, staging.arrays[name][0], exact_scalar_check(spec), staging.defaults[name])
+                      for name, spec in self.schema.fields.items()}
 
     @property
     def length(self) -> int:
-        return int(self.staging.lengths[0])
+        return self._t
 
     def store(self, step: Mapping[str, Any]) -> None:
-        t = int(self.staging.lengths[0])
-        if t >= self.staging.max_timesteps:
+        t = self._t
+        if t >= self._max:
             raise InvalidDataError(
-                f"the episode must have at most max_timesteps={self.staging.max_timesteps} steps (got one more); "
+                f"the episode must have at most max_timesteps={self._max} steps (got one more); "
                 f"create the buffer with a larger max_timesteps"
             )
         fast = self._fast
@@ -129,18 +132,18 @@ class EpisodeWriter:
             entry = fast.get(name)
             if entry is None:
                 raise unknown([name], self.schema.fields, "field")
-            spec, array, fits = entry
+            spec, rows, fits, _ = entry
             if type(value) is np.ndarray:
                 if value.dtype != spec.dtype or value.shape != spec.shape:
                     value = coerce(spec, value)
             elif not fits(value):
                 value = coerce(spec, value)
-            array[0, t] = value
+            rows[t] = value
         if len(step) != len(fast):
-            for name, (_, array, _) in fast.items():
+            for name, (_, rows, _, default) in fast.items():
                 if name not in step:
-                    array[0, t] = self.staging.defaults[name]
-        self.staging.lengths[0] = t + 1
+                    rows[t] = default
+        self._t = t + 1
 
     def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
         self.end = check_end(end)
@@ -151,6 +154,7 @@ class EpisodeWriter:
         if self.length == 0:
             return None
         meta = full_meta(self.schema, coerce_meta(self.schema, self.meta))
+        self.staging.lengths[0] = self._t
         episode = self.staging.pending(0, end=self.end, final=self.final, meta=meta)
         return self.target.commit([episode])[0]
 
