@@ -331,6 +331,11 @@ class EpisodeStore:
                 file.sync()
             fmt.fsync_folder(self.folder)
 
+    def __del__(self) -> None:
+        # a buffer that is never closed still releases its descriptors and the writer lock
+        if not getattr(self, "_closed", True):
+            self.close()
+
     def close(self) -> None:
         self._closed = True
         for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
