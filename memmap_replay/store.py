@@ -230,8 +230,11 @@ class EpisodeStore:
             return []
         state = self.meta.state
         first, plan = self._plan(episodes)
-        if first != state.first_episode:  # phase 1: evictions are committed before any row is overwritten
-            self._write_meta(replace(state, first_episode=first, commits=state.commits + 1))
+        # phase 1: evictions are committed before any row is overwritten (episodes of this very commit
+        # that a later one evicts were never live, so the committed first id stops at next_episode)
+        evicted_first = min(first, state.next_episode)
+        if evicted_first != state.first_episode:
+            self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1))
         self._ensure_rows(max(start + episode.num_rows for start, episode in plan))
         slots = []
         for offset, (start, episode) in enumerate(plan):
@@ -253,7 +256,7 @@ class EpisodeStore:
         if self.durable:
             for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
                 file.sync()
-        self._write_meta(replace(self.meta.state, next_episode=state.next_episode + len(plan),
+        self._write_meta(replace(self.meta.state, first_episode=first, next_episode=state.next_episode + len(plan),
                                  write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1))
         return slots
 
