@@ -19,7 +19,7 @@ from .errors import EpisodeStateError, InvalidDataError, SchemaError
 from .format import Capacity
 from .schema import Schema
 from .store import EpisodeStore, validate_index
-from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, check_end, coerce_meta, coerce_steps, whole_episode
+from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, coerce_meta, coerce_steps, whole_episode
 
 __all__ = ["ReplayBuffer", "EpisodeMeta"]
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import CorruptStoreError, ReplayBuffer, StoreNotFoundError
+from memmap_replay import ReplayBuffer, StoreNotFoundError
 from memmap_replay.format import END_CODES, State
 
 FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float", flag="bool")
