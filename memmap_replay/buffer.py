@@ -19,7 +19,8 @@ from .errors import EpisodeStateError, InvalidDataError, SchemaError
 from .format import Capacity
 from .schema import Schema
 from .store import EpisodeStore, validate_index
-from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, coerce_meta, coerce_steps, whole_episode
+from .convert import as_array, coerce
+from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
 __all__ = ["ReplayBuffer", "EpisodeMeta"]
 
@@ -227,6 +228,7 @@ class ReplayBuffer:
         """Commit the open episode (from ``begin_episode``) and open the next one, as the seed package's
         flat loop does (``store ... if done: advance_episode()``). Returns the committed slot (None if
         the episode was empty). In a ``batched_episode`` block it commits all its episodes."""
+        self._store.require_writable("advance the episode")
         if self._vector is not None:
             self._vector.commit_all(end)
             return None
@@ -236,11 +238,12 @@ class ReplayBuffer:
 
     def end_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None) -> int | None:
         """Commit the episode opened with ``begin_episode`` and leave none open; returns its slot."""
+        self._store.require_writable("end an episode")
         if self._episode is None:
             raise EpisodeStateError("no episode is open: call begin_episode() first")
-        writer, self._episode = self._episode, None
         if end is not None or final is not None:
-            writer.set_end(end, final)
+            self._episode.set_end(end, final)  # checked first: a bad end or final keeps the episode open
+        writer, self._episode = self._episode, None
         return writer.commit()
 
     def store_episode(self, *, end: str | None = None, final: Mapping[str, Any] | None = None, **arrays: Any) -> int:
@@ -280,40 +283,46 @@ class ReplayBuffer:
         """Overwrite stored data of committed episodes in place (not crash-atomic).
 
         ``indices`` are episode slots (int, list, array or slice; None = all live episodes). Step fields
-        take (len(indices), T, *shape) values (T up to the shortest episode's length), or one value
-        broadcast to all; meta fields take (len(indices), *shape) or one value."""
+        take (len(indices), T, *shape) values (T up to the shortest selected episode's length), or one
+        value (scalar or one row) for every step; meta fields take (len(indices), *shape) or one value.
+        Every value is checked before anything is written."""
         self._check_idle("update")
         if not data:
             raise InvalidDataError(f"update needs at least one field to write (fields: {sorted(self.fieldnames + self.meta_fieldnames)})")
         slots, lengths, starts = self._resolve_slots(indices)
-        n = len(slots)
-        for name, value in data.items():
-            if name in self.schema.fields:
-                spec = self.schema.fields[name]
-                steps_given = np.ndim(value) - len(spec.shape)
-                if steps_given <= 0:  # one value (scalar or one row) for every step of every episode
-                    values = [coerce_steps(self.schema, {name: value}, ())[name]] * n
-                    values = [np.broadcast_to(v, (int(length), *spec.shape)) for v, length in zip(values, lengths)]
-                else:
-                    array = np.asarray(value) if not hasattr(value, "detach") else value.detach().cpu().numpy()
-                    if np.ndim(array) - len(spec.shape) != 2 or len(array) != n:
-                        raise InvalidDataError(f"field {name!r} in update must have shape ({n}, T, *{spec.shape}) (got {np.shape(array)})")
-                    t = np.shape(array)[1]
-                    if t > lengths.min(initial=t):
-                        raise InvalidDataError(f"field {name!r} in update has T={t} steps but episode(s) of the selection are shorter (min length {lengths.min()})")
-                    coerced = coerce_steps(self.schema, {name: array}, (n, t))[name]
-                    values = list(coerced)
-                for start, rows in zip(starts, values):
-                    self._store.update_rows(name, int(start), np.ascontiguousarray(rows))
-            elif name in self.schema.meta_fields:
-                spec = self.schema.meta_fields[name]
-                lead = (n,) if np.ndim(value) == len(spec.shape) + 1 else ()
-                coerced = np.broadcast_to(coerce_meta(self.schema, {name: value}, lead)[name], (n, *spec.shape))
-                for slot, row in zip(slots, coerced):
-                    self._store.update_meta(name, int(slot), np.ascontiguousarray(row)[None])
-            else:
-                raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(self.fieldnames)} "
-                                       f"and meta fields {sorted(self.meta_fieldnames)}")
+        writes = [self._update_writes(name, value, slots, lengths, starts) for name, value in data.items()]
+        for write in writes:
+            for call, position, rows in write:
+                call(position, rows)
+
+    def _update_writes(self, name: str, value: Any, slots, lengths, starts) -> list:
+        """The checked writes of one field's update, as (store method, position, contiguous rows)."""
+        n, schema = len(slots), self.schema
+        if name not in schema.fields and name not in schema.meta_fields:
+            raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(self.fieldnames)} "
+                                   f"and meta fields {sorted(self.meta_fieldnames)}")
+        is_step = name in schema.fields
+        spec = schema.fields[name] if is_step else schema.meta_fields[name]
+        array = as_array(value, f"{'field' if is_step else 'meta field'} {name!r}")
+        extra = array.ndim - len(spec.shape)
+        if not is_step:
+            rows = coerce(spec, array, (n,) if extra == 1 else (), kind="meta field")
+            rows = np.ascontiguousarray(np.broadcast_to(rows, (n, *spec.shape)))
+            write = lambda slot, row: self._store.update_meta(name, slot, row)
+            return [(write, int(slot), row[None]) for slot, row in zip(slots, rows)]
+        write = lambda start, block: self._store.update_rows(name, start, block)
+        if extra <= 0:  # one value for every step of every selected episode
+            row = coerce(spec, array)
+            return [(write, int(start), np.ascontiguousarray(np.broadcast_to(row, (int(length), *spec.shape))))
+                    for start, length in zip(starts, lengths)]
+        if extra != 2 or len(array) != n:
+            raise InvalidDataError(f"field {name!r} in update must have shape ({n}, T, *{spec.shape}) (got {array.shape})")
+        t = array.shape[1]
+        if n and t > lengths.min():
+            raise InvalidDataError(f"field {name!r} in update has T={t} steps but a selected episode is shorter "
+                                   f"(shortest: {lengths.min()} steps)")
+        blocks = coerce(spec, array, (n, t))
+        return [(write, int(start), np.ascontiguousarray(block)) for start, block in zip(starts, blocks)]
 
     def _resolve_slots(self, indices: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         table = self._store.live_table()

@@ -41,7 +41,8 @@ def as_array(value: Any, label: str) -> np.ndarray:
         except (ValueError, TypeError, OverflowError) as error:
             raise InvalidDataError(f"{label} must be an array of numbers (got {type(value).__name__}: {error})") from None
     if array.dtype.kind not in "biufc":
-        hint = "an integer too large for int64?" if array.dtype.kind == "O" else "strings and objects cannot be stored"
+        big_ints = array.dtype.kind == "O" and array.size and all(type(x) is int for x in array.flat)
+        hint = "an integer too large for int64" if big_ints else "only numbers, bools and arrays of them can be stored"
         raise InvalidDataError(
             f"{label} must hold numbers (got {type(value).__name__} of dtype {array.dtype}: {hint})"
         )
@@ -81,8 +82,13 @@ def check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
         return
     info = np.iinfo(spec.dtype)
     low, high = array.min(), array.max()
-    if low < info.min or high > info.max:
-        bad = low if low < info.min else high
+    if array.dtype.kind == "f":
+        # compare floats against powers of two, which floats hold exactly (iinfo.max may round up)
+        too_low, too_high = float(low) < float(info.min), float(high) >= 2.0 ** (info.bits - (info.kind == "i"))
+    else:
+        too_low, too_high = int(low) < info.min, int(high) > info.max
+    if too_low or too_high:
+        bad = low if too_low else high
         raise InvalidDataError(
             f"{label} has dtype {spec.dtype} whose range is [{info.min}, {info.max}] (got {bad}); "
             f"clip it or choose a wider dtype"
@@ -98,6 +104,14 @@ def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
             raise InvalidDataError(f"{label} has dtype {target} and cannot hold complex values (got {source})")
         with np.errstate(over="ignore"):
             result = array.astype(target)
+        if source.kind in "iu" and not np.can_cast(source, target, "safe"):
+            with np.errstate(invalid="ignore", over="ignore"):
+                inexact = ~np.isfinite(result) | (result.astype(source) != array)  # 16777217 has no float32
+            if inexact.any():
+                raise InvalidDataError(
+                    f"{label} has dtype {target} and cannot hold {array[inexact].flat[0]} exactly (got {source}); "
+                    f"choose a wider float dtype or convert it yourself"
+                )
         if source.kind in "fc" and source.itemsize > target.itemsize:
             overflow = np.isinf(result) & np.isfinite(array)
             if overflow.any():

@@ -156,8 +156,13 @@ class StoreMeta:
 def check_numbers(capacity: Capacity, state: State, where: str) -> None:
     ints = {**asdict(capacity), **asdict(state)}
     ints.pop("circular")
-    if not isinstance(capacity.circular, bool) or any(type(v) is not int or v < 0 for v in ints.values()):
-        raise CorruptStoreError(f"{where} must hold non-negative integers in capacity and state (got {ints})")
+    if not isinstance(capacity.circular, bool) or any(type(v) is not int or not 0 <= v < 2**62 for v in ints.values()):
+        raise CorruptStoreError(f"{where} must hold non-negative integers below 2**62 in capacity and state (got {ints})")
+    if capacity.max_episodes < 1 or capacity.max_timesteps < 1 or capacity.max_steps < capacity.max_timesteps + 1:
+        raise CorruptStoreError(
+            f"{where} has an impossible capacity: max_episodes and max_timesteps must be >= 1 and max_steps >= "
+            f"max_timesteps + 1 (got {asdict(capacity)})"
+        )
     live = state.next_episode - state.first_episode
     if live < 0 or live > capacity.max_episodes or state.write_head > capacity.max_steps:
         raise CorruptStoreError(f"{where} has inconsistent counters: {asdict(state)} for capacity {asdict(capacity)}")
@@ -228,7 +233,7 @@ def read_npy_header(path: Path) -> tuple[int, np.dtype, tuple[int, ...], int]:
             shape, fortran, dtype = reader(file)
             offset = file.tell()
     except FileNotFoundError:
-        raise CorruptStoreError(f"{path} is missing; the store is damaged (run verify, or restore the file)") from None
+        raise CorruptStoreError(f"{path} is missing; the store is damaged (restore the file from a copy)") from None
     except (ValueError, OSError, SyntaxError) as error:
         raise CorruptStoreError(f"{path} is not a readable .npy file ({error})") from None
     if fortran:

@@ -29,7 +29,7 @@ __all__ = ["FieldSpec", "Schema", "parse_field", "RESERVED_NAMES"]
 # the seed package's short names; any other numpy numeric dtype name is accepted as well
 SHORT_DTYPES = {"float": "float32", "int": "int32", "bool": "bool", "uint8": "uint8"}
 ALLOWED_KINDS = "biufc"
-NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # keyword arguments of the write API, and a key that get_all_data adds
 RESERVED_NAMES = frozenset({"end", "final", "episode_lens"})
 MAX_ROW_BYTES = 1 << 31
@@ -37,7 +37,7 @@ MAX_ROW_BYTES = 1 << 31
 
 def check_name(name: Any, kind: str) -> str:
     """A field name must be a short identifier-like string: it becomes a file name."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise SchemaError(
             f"{kind} name must be a letter followed by up to 63 letters, digits or underscores "
             f"(it becomes a file name) (got {name!r}); rename the field"
@@ -94,11 +94,19 @@ def parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | floa
         raise SchemaError(f"field {name!r} of dtype {dtype} cannot have a complex default (got {default!r})")
     if isinstance(default, float) and not math.isfinite(default):
         raise SchemaError(f"field {name!r} must have a finite default (got {default!r}); use a sentinel value")
-    cast = np.array(default).astype(dtype)
-    if cast.item() != default:
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = np.array(default).astype(dtype).item()
+    except OverflowError:
+        cast = None
+    if dtype.kind in "biu" or isinstance(default, (bool, int)):
+        exact = cast is not None and cast == default
+    else:  # a float default may round to the float dtype, as stored floats do
+        exact = cast is not None and bool(np.isfinite(cast))
+    if not exact:
         raise SchemaError(
-            f"field {name!r} of dtype {dtype} cannot hold its default {default!r} exactly "
-            f"(it would become {cast.item()!r}); pick a default the dtype can hold"
+            f"field {name!r} of dtype {dtype} cannot hold its default {default!r} "
+            f"(it would become {cast!r}); pick a default the dtype can hold"
         )
     return default
 
@@ -132,11 +140,10 @@ def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
     if isinstance(info, FieldSpec):
         info = (info.dtype, info.shape, info.default)
     if isinstance(info, Mapping):
-        unknown = set(info) - {"dtype", "shape", "default"}
-        if unknown or "dtype" not in info:
+        if "dtype" not in info:  # other keys are ignored, as the format asks of readers
             raise SchemaError(
-                f"field {name!r} as a dict must have the keys 'dtype' and optionally 'shape', 'default' "
-                f"(got keys {sorted(info)})"
+                f"field {name!r} as a dict must have the key 'dtype' and optionally 'shape', 'default' "
+                f"(got keys {sorted(map(str, info))})"
             )
         default = info.get("default")
         if isinstance(default, list) and len(default) == 2:

@@ -78,7 +78,7 @@ class EpisodeStore:
     def open(cls, folder, mode: str = "r", *, schema: Schema | None = None, capacity: Capacity | None = None,
              durable: bool = False) -> "EpisodeStore":
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+            raise InvalidDataError(f"mode must be one of {MODES} (got {mode!r})")
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
             raise NotAFolderError(f"{folder} must be a folder (got a file); choose another path")
@@ -97,7 +97,10 @@ class EpisodeStore:
             meta = fmt.read_meta(folder)
             check_matches(folder, meta, schema, capacity)
             return cls(folder, meta, writable=True, lock=None, durable=durable)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except (NotADirectoryError, FileExistsError):
+            raise NotAFolderError(f"{folder} cannot be created: a part of its path is a file; choose another path") from None
         lock = WriterLock(folder / fmt.LOCK_FILE)
         try:
             if schema is None or capacity is None:
@@ -275,7 +278,8 @@ class EpisodeStore:
             start = head
             if start + rows > capacity.max_steps:
                 if not capacity.circular:
-                    raise self._full(f"{capacity.max_steps} rows (steps) are used")
+                    raise self._full(f"an episode of {rows} rows does not fit in the {capacity.max_steps - start} "
+                                     f"rows left of max_steps={capacity.max_steps}")
                 start = 0
             if next_id - first >= capacity.max_episodes:
                 if not capacity.circular:

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import InvalidDataError
 from .store import EpisodeStore
 
 __all__ = ["padded_episodes", "to_tensor"]
@@ -20,6 +21,11 @@ def to_tensor(array: np.ndarray, device: Any = None) -> torch.Tensor:
 def padded_episodes(store: EpisodeStore, fields: tuple[str, ...], meta_fields: tuple[str, ...],
                     device: Any = None) -> dict[str, torch.Tensor]:
     """Live episodes, oldest first, padded with zeros to the longest: one gather per field."""
+    for names, known, kind in ((fields, store.schema.fields, "field"),
+                               (meta_fields, {**store.schema.meta_fields, "episode_lens": None}, "meta field")):
+        for name in names:
+            if name not in known:
+                raise InvalidDataError(f"unknown {kind} {name!r}: the store's {kind}s are {sorted(known)}")
     table = store.live_table()
     if len(table.slots) == 0:
         return {}
@@ -29,8 +35,6 @@ def padded_episodes(store: EpisodeStore, fields: tuple[str, ...], meta_fields: t
     pad = time[None, :] >= table.length[:, None]
     out = {}
     for name in fields:
-        if name not in store.schema.fields:
-            raise KeyError(f"unknown field {name!r}: the store's fields are {sorted(store.schema.fields)}")
         values = store.step_array(name)[rows]
         values[pad] = 0
         out[name] = to_tensor(values, device)
@@ -38,7 +42,5 @@ def padded_episodes(store: EpisodeStore, fields: tuple[str, ...], meta_fields: t
         if name == "episode_lens":
             out[name] = to_tensor(table.length.copy(), device)
             continue
-        if name not in store.schema.meta_fields:
-            raise KeyError(f"unknown meta field {name!r}: the store's meta fields are {sorted(store.schema.meta_fields)}")
         out[name] = to_tensor(store.meta_array(name)[table.slots], device)
     return out

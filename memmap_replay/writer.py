@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .convert import coerce
+from .convert import as_array, coerce
 from .errors import InvalidDataError
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore, PendingEpisode
@@ -146,8 +146,9 @@ class EpisodeWriter:
         self._t = t + 1
 
     def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
-        self.end = check_end(end)
-        self.final = None if final is None else coerce_steps(self.schema, final, ())
+        end = check_end(end)
+        final = None if final is None else coerce_steps(self.schema, final, ())
+        self.end, self.final = end, final  # both checked before either changes
 
     def commit(self) -> int | None:
         """Commit the episode; returns its slot, or None for an empty episode (nothing is stored)."""
@@ -190,10 +191,14 @@ class VectorEpisodeWriter:
         extra = set(meta) - set(self.schema.meta_fields)
         if extra:
             raise unknown(extra, self.schema.meta_fields, "meta field")
-        for name, value in meta.items():
+        values = {}
+        for name, value in meta.items():  # all checked before any changes
             spec = self.schema.meta_fields[name]
-            per_env = np.ndim(value) == len(spec.shape) + 1
-            self.meta[name][:] = coerce(spec, value, (self.num_envs,) if per_env else (), kind="meta field")
+            value = as_array(value, f"meta field {name!r}")
+            per_env = value.ndim == len(spec.shape) + 1
+            values[name] = coerce(spec, value, (self.num_envs,) if per_env else (), kind="meta field")
+        for name, value in values.items():
+            self.meta[name][:] = value
 
     def _flags(self, flags: Any, name: str) -> np.ndarray:
         if flags is None:
@@ -215,7 +220,7 @@ class VectorEpisodeWriter:
             env = int(np.argmax(lengths >= self.staging.max_timesteps))
             raise InvalidDataError(
                 f"env {env}'s episode must have at most max_timesteps={self.staging.max_timesteps} steps (got one more); "
-                f"end it with truncated=True, or create the buffer with a larger max_timesteps"
+                f"pass truncated=True on an episode's last allowed step, or create the buffer with a larger max_timesteps"
             )
         self.staging.put(values, np.arange(n), lengths)
         lengths += 1
@@ -254,19 +259,24 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
                   final: Mapping[str, Any] | None = None) -> PendingEpisode:
     """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside."""
     check_end(end)
+    extra = set(arrays) - set(schema.fields) - set(schema.meta_fields)
+    if extra:
+        raise InvalidDataError(f"unknown field {sorted(extra)}: the store's fields are {sorted(schema.fields)} "
+                               f"and its meta fields {sorted(schema.meta_fields)}")
     step_values = {name: value for name, value in arrays.items() if name in schema.fields}
     meta_values = {name: value for name, value in arrays.items() if name not in schema.fields}
     if not step_values:
         raise InvalidDataError(f"store_episode needs at least one step field of {sorted(schema.fields)} (got {sorted(arrays)})")
     first = next(iter(step_values))
     spec = schema.fields[first]
-    lead_ndim = np.ndim(arrays[first]) - len(spec.shape)
-    if lead_ndim != 1 and not (spec.shape == () and np.ndim(arrays[first]) == 2):
+    step_values[first] = as_array(step_values[first], f"field {first!r}")
+    shape = step_values[first].shape
+    if len(shape) - len(spec.shape) != 1 and not (spec.shape == () and len(shape) == 2):
         raise InvalidDataError(
             f"field {first!r} in store_episode must have shape (T, *{spec.shape}) with a time axis "
-            f"(got {np.shape(arrays[first])})"
+            f"(got {shape})"
         )
-    length = int(np.shape(arrays[first])[0])
+    length = int(shape[0])
     if not 1 <= length <= max_timesteps:
         raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})")
     values = coerce_steps(schema, step_values, (length,))
