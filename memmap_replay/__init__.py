@@ -1,9 +1,8 @@
 """memmap_replay: a disk-backed memmap episode store for reinforcement learning."""
 
+from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
-from .errors import (BufferFullError, CorruptStoreError, EpisodeStateError, InvalidDataError, NotAFolderError,
-                     ReadOnlyError, ReplayError, SchemaError, SchemaMismatchError, StoreLockedError,
-                     StoreNotFoundError, UnsupportedFormatError)
+from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .format import FORMAT_VERSION
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore
@@ -19,16 +18,5 @@ __all__ = [
     "FieldSpec",
     "Schema",
     "FORMAT_VERSION",
-    "ReplayError",
-    "SchemaError",
-    "SchemaMismatchError",
-    "InvalidDataError",
-    "BufferFullError",
-    "EpisodeStateError",
-    "ReadOnlyError",
-    "StoreNotFoundError",
-    "NotAFolderError",
-    "StoreLockedError",
-    "CorruptStoreError",
-    "UnsupportedFormatError",
+    *errors.__all__,
 ]
