@@ -1,0 +1,15 @@
+"""Benchmark scripts stay runnable: a tiny smoke run of each (figures are not checked: machines are noisy)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+def test_write_benchmark_smoke(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "write.py"), "--quick", "--no-seed", "--episodes", "3",
+                             "--folder", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "store (per step)" in result.stdout and "store_episode" in result.stdout
+    assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
