@@ -361,6 +361,24 @@ class ReplayBuffer:
 
     # ---- reading -----------------------------------------------------------------------------------------
 
+    def dataset(self, **options: Any):
+        """A torch Dataset (a view) over the live episodes; see ``memmap_replay.views`` and the README.
+
+        ``n_steps=`` -> n-step transitions, ``timestep_level=True`` -> single steps, ``window=`` ->
+        windows, else whole trajectories. Reading never writes to the store."""
+        from .loader import make_dataset
+
+        return make_dataset(self._store, **options)
+
+    def dataloader(self, batch_size: int, **options: Any):
+        """A DataLoader over ``dataset(**options)`` that gathers each batch with one call per field.
+
+        Also takes ``shuffle``, ``drop_last``, ``seed``, ``to_named_tuple``, ``device``, ``non_blocking``,
+        ``dataset``, ``dataset_kwargs`` and DataLoader's ``num_workers``, ``pin_memory``, ... ."""
+        from .loader import make_dataloader
+
+        return make_dataloader(self._store, batch_size, **options)
+
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,
                      device: Any = None) -> dict:
         """Every live episode as torch tensors, padded to the longest: step fields (N, T_max, ...), meta

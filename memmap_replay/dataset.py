@@ -1,0 +1,132 @@
+"""The base of every view: a torch Dataset that carries a folder and an episode snapshot, not arrays.
+
+A view is built over the episodes live when it is made (filtered by meta values if asked). It holds
+the folder path, the store's id and that small episode table; each process (a DataLoader worker under
+fork, spawn or forkserver) reopens the files read-only on first use, so a pickled view is a few KB
+and reading never writes to the store. ``__getitems__`` gathers a whole batch with one numpy indexing
+call per field; ``__getitem__`` is the same for one item.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .errors import CorruptStoreError, InvalidDataError
+from .index import EpisodeTable, Positions
+from .store import EpisodeStore
+
+__all__ = ["StoreView", "ExplicitPositions"]
+
+
+class ExplicitPositions:
+    """Positions listed one by one (after a per-step ``filter_fields``): item i is (episode[i], t[i])."""
+
+    def __init__(self, episode: np.ndarray, t: np.ndarray):
+        self.episode, self.t = episode.astype(np.int64), t.astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.episode)
+
+    def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.episode[items], self.t[items]
+
+
+def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
+    if isinstance(names, str):
+        names = (names,)
+    names = tuple(names)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise InvalidDataError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+    return names
+
+
+class StoreView(Dataset):
+    """Base view. Subclasses set ``self.positions`` and implement ``gather(episode, t) -> dict``."""
+
+    def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
+                 filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
+                 return_indices: bool = False):
+        self.folder = store.folder
+        self.store_id = store.meta.store_id
+        schema = store.schema
+        self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
+        self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
+                            else check_names(meta_fields, schema.meta_fields, "meta field"))
+        self.fieldname_map = dict(fieldname_map or {})
+        self.return_indices = bool(return_indices)
+        self._store: EpisodeStore | None = store
+        self.table = select_episodes(store, filter_meta)
+        self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
+
+    # ---- pickling: paths, not arrays --------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state
+
+    @property
+    def store(self) -> EpisodeStore:
+        if self._store is None:
+            self._store = EpisodeStore.open(self.folder, "r")
+            if self._store.meta.store_id != self.store_id:
+                raise CorruptStoreError(f"{self.folder} now holds another store (overwritten); build the view again")
+        return self._store
+
+    # ---- torch Dataset -----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
+        items = np.asarray(items, dtype=np.int64)
+        size = len(self)
+        if items.ndim != 1 or (items.size and (items.min() < -size or items.max() >= size)):
+            raise IndexError(f"item indices must be a 1-d array in [0, {size}) (got {items.min()}..{items.max()})")
+        items = np.where(items < 0, items + size, items)
+        episode, t = self.positions.locate(items)
+        batch = self.gather(episode, t)
+        for name in self.meta_fields:
+            batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slot[episode]]))
+        if self.return_indices:
+            batch["_index"] = torch.from_numpy(self.table.slot[episode])
+            batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))
+        return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        if not isinstance(item, (int, np.integer)):
+            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
+        return {name: value[0] for name, value in self.__getitems__([int(item)]).items()}
+
+    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    # ---- helpers for subclasses --------------------------------------------------------------------------
+
+    def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
+        """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
+        values = self.store.step_array(name)[rows]
+        if keep is not None and not keep.all():
+            values[~keep] = 0
+        return torch.from_numpy(values)
+
+
+def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
+    """The live episodes whose meta values equal every value of ``filter_meta``."""
+    table = EpisodeTable.from_live(store.live_table())
+    if not filter_meta:
+        return table
+    if not isinstance(filter_meta, Mapping):
+        raise InvalidDataError(f"filter_meta must be a dict of meta field -> value (got {filter_meta!r})")
+    keep = np.ones(len(table), dtype=bool)
+    for name in check_names(tuple(filter_meta), store.schema.meta_fields, "meta field"):
+        values = store.meta_array(name)[table.slot]
+        wanted = np.asarray(filter_meta[name])
+        equal = values == wanted
+        keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
+    return table.select(keep)

@@ -1,0 +1,97 @@
+"""Index arithmetic over the episode table: which positions a view may use, and which rows they read.
+
+Pure numpy, no I/O. Positions are never materialised per step: a view's items are numbered through a
+cumulative sum of per-episode counts, and a batch of item numbers becomes (episode, t) pairs with one
+``searchsorted``. So building a view costs O(episodes), never O(steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .format import END_CODES
+
+__all__ = ["EpisodeTable", "Positions", "nstep_targets", "stack_rows", "window_rows"]
+
+TERMINATED = END_CODES["terminated"]
+
+
+@dataclass(frozen=True)
+class EpisodeTable:
+    """A snapshot of episodes (oldest first): first row, length, end code, final-row flag, slot, id."""
+
+    start: np.ndarray
+    length: np.ndarray
+    end: np.ndarray
+    final: np.ndarray
+    slot: np.ndarray
+    id: np.ndarray
+
+    @classmethod
+    def from_live(cls, live) -> "EpisodeTable":
+        return cls(live.start, live.length, live.end, live.final, live.slots, live.ids)
+
+    def select(self, mask: np.ndarray) -> "EpisodeTable":
+        return EpisodeTable(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def reach(self) -> np.ndarray:
+        """Per episode, how far transitions may look ahead: to ``length`` (the row after the last step)
+        when the episode terminated or has a stored final observation, else to its last step."""
+        open_end = (self.end == TERMINATED) | self.final
+        return self.length - (~open_end).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Positions:
+    """The items of a view: ``counts[e]`` valid positions t = 0 .. counts[e] - 1 in episode e."""
+
+    counts: np.ndarray
+    cumulative: np.ndarray
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray) -> "Positions":
+        counts = np.maximum(np.asarray(counts, dtype=np.int64), 0)
+        return cls(counts, np.cumsum(counts))
+
+    def __len__(self) -> int:
+        return int(self.cumulative[-1]) if len(self.cumulative) else 0
+
+    def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Item numbers -> (episode position in the table, t within the episode)."""
+        episode = np.searchsorted(self.cumulative, items, side="right")
+        t = items - (self.cumulative[episode] - self.counts[episode])
+        return episode, t
+
+
+def nstep_targets(table: EpisodeTable, episode: np.ndarray, t: np.ndarray, n: int):
+    """For transitions starting at (episode, t): the actual n (clipped at the episode's reach), the t of
+    the next state, whether a stored row holds it, and whether the n steps reach a terminated end."""
+    reach = table.reach[episode]
+    actual = np.minimum(n, reach - t)
+    next_t = t + actual
+    length = table.length[episode]
+    next_stored = (next_t < length) | table.final[episode]
+    terminal = (next_t == length) & (table.end[episode] == TERMINATED)
+    return actual, next_t, next_stored, terminal
+
+
+def stack_rows(first_row: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B, k) rows of the k frames ending at ``rows`` (oldest first), clipped at each episode's first
+    row, and the mask of frames that really are in the episode (False where the first frame repeats)."""
+    offsets = np.arange(-(k - 1), 1, dtype=np.int64)
+    wanted = rows[:, None] + offsets[None, :]
+    inside = wanted >= first_row[:, None]
+    return np.where(inside, wanted, first_row[:, None]), inside
+
+
+def window_rows(first_row: np.ndarray, t: np.ndarray, window: int, length: np.ndarray):
+    """(B, window) rows of windows starting at t, clipped at each episode's last step, and their mask."""
+    steps = t[:, None] + np.arange(window, dtype=np.int64)[None, :]
+    inside = steps < length[:, None]
+    return first_row[:, None] + np.minimum(steps, length[:, None] - 1), inside

@@ -1,0 +1,145 @@
+"""DataLoaders: batch samplers that yield index arrays, and the seed-compatible dataset()/dataloader().
+
+The sampler yields a numpy array of item numbers per batch; the DataLoader hands it to the view's
+``__getitems__``, which gathers the batch with one indexing call per field; the collate function only
+passes it through. Named tuples and the move to a device happen in the main process, so workers work
+under every start method.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import namedtuple
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from .errors import InvalidDataError
+from .store import EpisodeStore
+from .dataset import StoreView
+from .views import NStepView, TimestepView, TrajectoryView, WindowView
+
+__all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
+
+# DataLoader keywords passed through as they are
+LOADER_KEYWORDS = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
+                   "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
+
+
+class BatchIndexSampler(Sampler):
+    """Batches of item numbers as int64 arrays; a fresh permutation per epoch when ``shuffle``.
+
+    ``seed`` fixes the order of every epoch (epoch e uses the seed sequence (seed, e)); without it the
+    order follows torch's global RNG, as torch's own RandomSampler does."""
+
+    def __init__(self, size: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                 seed: int | None = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise InvalidDataError(f"batch_size must be a positive int (got {batch_size!r})")
+        self.size, self.batch_size = int(size), int(batch_size)
+        self.shuffle, self.drop_last, self.seed = bool(shuffle), bool(drop_last), seed
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self.shuffle:
+            seed = self.seed if self.seed is not None else int(torch.empty((), dtype=torch.int64).random_().item())
+            order = np.random.default_rng([seed, self.epoch]).permutation(self.size)
+        else:
+            order = np.arange(self.size, dtype=np.int64)
+        self.epoch += 1
+        stop = len(self) * self.batch_size if self.drop_last else self.size
+        for begin in range(0, stop, self.batch_size):
+            yield order[begin: min(begin + self.batch_size, stop)]
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.size, self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+
+def pass_through(batch: dict) -> dict:
+    """The collate function: a view's ``__getitems__`` already returns a whole batch."""
+    return batch
+
+
+class ReplayDataLoader(DataLoader):
+    """A DataLoader whose batches may become named tuples and move to a device (``non_blocking``)."""
+
+    def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
+                 device: Any = None, non_blocking: bool = True, **loader_options: Any):
+        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=pass_through, **loader_options)
+        self.device = None if device is None else torch.device(device)
+        self.non_blocking = non_blocking
+        self.to_named_tuple = to_named_tuple
+        if to_named_tuple is not None:
+            names = tuple(name.lstrip("_") for name in to_named_tuple)
+            self.batch_type = namedtuple("Batch", names)
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            if self.device is not None:
+                batch = {name: value.to(self.device, non_blocking=self.non_blocking) for name, value in batch.items()}
+            if self.to_named_tuple is not None:
+                missing = [name for name in self.to_named_tuple if name not in batch]
+                if missing:
+                    raise InvalidDataError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
+                batch = self.batch_type(*(batch[name] for name in self.to_named_tuple))
+            yield batch
+
+
+def keywords(cls) -> set[str]:
+    return {name for name, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY}
+
+
+def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
+                 window: int | None = None, **options: Any):
+    """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
+    ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors."""
+    chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
+                                    ("window", window is not None)) if on]
+    if len(chosen) > 1:
+        raise InvalidDataError(f"choose one of n_steps, timestep_level and window (got {chosen})")
+    if "include_metadata" in options:  # the seed's switch for meta fields
+        if not options.pop("include_metadata"):
+            options["meta_fields"] = ()
+    if options.get("return_mask") and (n_steps is not None or timestep_level):
+        raise InvalidDataError("return_mask applies to trajectories (and windows with allow_partial): "
+                               "single steps and n-step transitions have nothing to mask")
+    view, args = TrajectoryView, ()
+    if n_steps is not None:
+        view, args = NStepView, (n_steps,)
+    elif timestep_level:
+        view = TimestepView
+    elif window is not None:
+        view, args = WindowView, (window,)
+        options.pop("return_mask", None)  # partial windows always carry their mask
+    accepted = keywords(view) | keywords(StoreView)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise InvalidDataError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
+    dataset = view(store, *args, **options)
+    if len(dataset) == 0:
+        raise InvalidDataError(
+            f"the {view.__name__} has no items: the buffer holds {store.num_episodes} episodes and none give a "
+            f"{'transition' if n_steps else 'window' if window else 'step'} with these options; store more data"
+        )
+    return dataset
+
+
+def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                    seed: int | None = None, to_named_tuple: Any = None, device: Any = None,
+                    non_blocking: bool = True, dataset: Any = None, dataset_kwargs: dict | None = None,
+                    **options: Any) -> ReplayDataLoader:
+    """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
+    loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
+    options.update(dataset_kwargs or {})
+    if dataset is None:
+        dataset = make_dataset(store, **options)
+    elif options:
+        raise InvalidDataError(f"view options {sorted(options)} cannot be combined with dataset=")
+    if to_named_tuple is not None:
+        to_named_tuple = (to_named_tuple,) if isinstance(to_named_tuple, str) else tuple(to_named_tuple)
+    sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
+    return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
+                            **loader_options)

@@ -1,0 +1,199 @@
+"""The views: trajectory, timestep, window (Dreamer) and n-step (with frame stacking) datasets.
+
+Each gathers a batch with one fancy-index call per field from the store's memory maps. Shapes, with
+B the batch size:
+
+- ``TrajectoryView``: whole episodes padded with zeros to the longest in the batch: fields (B, T, ...),
+  ``_lens`` (B,), and ``_mask`` (B, T) with ``return_mask=True``.
+- ``TimestepView``: single steps: fields (B, ...); with ``frame_stack=k`` the stacked fields are
+  (B, k, ...), oldest frame first.
+- ``WindowView``: windows of ``window`` steps that never cross an episode end: fields (B, L, ...), or
+  (L, B, ...) with ``time_major=True``; with ``allow_partial=True`` windows may run past the end,
+  zero-padded, with ``_lens`` and ``_mask``.
+- ``NStepView``: ``current_fields`` at t, ``next_<field>`` at t + n (clipped at the episode's end),
+  ``seq_<field>`` for t .. t + n - 1 (zero-padded), ``n_step_lens``; with ``gamma``, ``n_step_return``
+  and ``bootstrap_discount`` (``gamma ** n_step_lens``, 0 where the n steps reach a terminated end).
+
+Frames before an episode's first step are a repeat of the first frame (``stack_pad='repeat'``) or
+zeros (``stack_pad='zero'``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from einops import rearrange
+
+from .dataset import ExplicitPositions, StoreView, check_names
+from .errors import InvalidDataError
+from .index import Positions, nstep_targets, stack_rows, window_rows
+from .store import EpisodeStore
+
+__all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
+
+STACK_PADS = ("repeat", "zero")
+
+
+def positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidDataError(f"{name} must be a positive int (got {value!r})")
+    return int(value)
+
+
+class TrajectoryView(StoreView):
+    """Whole episodes, padded to the longest in the batch, with lengths (and a mask on request)."""
+
+    def __init__(self, store: EpisodeStore, *, return_mask: bool = False, **options: Any):
+        super().__init__(store, **options)
+        self.return_mask = bool(return_mask)
+
+    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        length = self.table.length[episode]
+        longest = int(length.max()) if len(length) else 0
+        rows, inside = window_rows(self.table.start[episode], np.zeros_like(episode), longest, length)
+        batch = {name: self.rows_of(name, rows, inside) for name in self.fields}
+        batch["_lens"] = torch.from_numpy(length.copy())
+        if self.return_mask:
+            batch["_mask"] = torch.from_numpy(inside)
+        return batch
+
+
+class FrameStacking:
+    """``frame_stack=k`` for ``stack_fields`` (default: every field of 2 or more dimensions)."""
+
+    def setup_stacking(self, store: EpisodeStore, frame_stack: int, stack_fields: Any, stack_pad: str) -> None:
+        self.frame_stack = positive(frame_stack, "frame_stack")
+        if stack_pad not in STACK_PADS:
+            raise InvalidDataError(f"stack_pad must be one of {STACK_PADS} (got {stack_pad!r})")
+        self.stack_pad = stack_pad
+        if stack_fields is None:
+            stack_fields = [name for name, spec in store.schema.fields.items() if len(spec.shape) >= 2]
+        self.stack_fields = frozenset(check_names(stack_fields, store.schema.fields, "field"))
+        if self.frame_stack > 1 and not self.stack_fields:
+            raise InvalidDataError("frame_stack needs stack_fields: the store has no field of 2 or more dimensions")
+
+    def step_rows(self, name: str, rows: np.ndarray, first_row: np.ndarray, keep: np.ndarray | None = None):
+        """The field at ``rows`` (B,), stacked to (B, k, ...) if it is a stacked field."""
+        if self.frame_stack == 1 or name not in self.stack_fields:
+            return self.rows_of(name, rows, keep)
+        stacked, inside = stack_rows(first_row, rows, self.frame_stack)
+        valid = inside if self.stack_pad == "zero" else np.ones_like(inside)
+        if keep is not None:
+            valid = valid & keep[:, None]
+        return self.rows_of(name, stacked, valid)
+
+
+class TimestepView(StoreView, FrameStacking):
+    """Single timesteps; ``filter_fields`` keeps the steps whose scalar fields equal the given values."""
+
+    def __init__(self, store: EpisodeStore, *, filter_fields: Mapping[str, Any] | None = None, frame_stack: int = 1,
+                 stack_fields: Any = None, stack_pad: str = "repeat", **options: Any):
+        super().__init__(store, **options)
+        self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
+        self.positions = filtered(store, self.table, Positions.from_counts(self.table.length), filter_fields)
+
+    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        first = self.table.start[episode]
+        return {name: self.step_rows(name, first + t, first) for name in self.fields}
+
+
+class WindowView(StoreView):
+    """Windows of ``window`` consecutive steps inside one episode (Dreamer sequences)."""
+
+    def __init__(self, store: EpisodeStore, window: int, *, allow_partial: bool = False, time_major: bool = False,
+                 **options: Any):
+        super().__init__(store, **options)
+        self.window = positive(window, "window")
+        self.allow_partial = bool(allow_partial)
+        self.time_major = bool(time_major)
+        length = self.table.length
+        self.positions = Positions.from_counts(length if allow_partial else length - self.window + 1)
+
+    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        length = self.table.length[episode]
+        rows, inside = window_rows(self.table.start[episode], t, self.window, length)
+        keep = inside if self.allow_partial else None
+        batch = {name: self.rows_of(name, rows, keep) for name in self.fields}
+        if self.time_major:
+            batch = {name: rearrange(value, "b l ... -> l b ...") for name, value in batch.items()}
+        if self.allow_partial:
+            batch["_lens"] = torch.from_numpy(np.minimum(self.window, length - t))
+            batch["_mask"] = torch.from_numpy(inside.T.copy() if self.time_major else inside)
+        return batch
+
+
+class NStepView(StoreView, FrameStacking):
+    """n-step transitions. Unlike the seed package, the last step of an episode that terminated (or that
+    has a stored final observation) is a transition too, so a terminal reward reaches the learner."""
+
+    def __init__(self, store: EpisodeStore, n_steps: int, *, current_fields: Any = None, next_fields: Any = None,
+                 sequence_fields: Any = (), gamma: float | None = None, reward_field: str = "reward",
+                 filter_fields: Mapping[str, Any] | None = None, frame_stack: int = 1, stack_fields: Any = None,
+                 stack_pad: str = "repeat", **options: Any):
+        if options.get("fields") is not None:
+            raise InvalidDataError("an n-step view takes current_fields, next_fields and sequence_fields, not fields")
+        super().__init__(store, **options)
+        schema = store.schema
+        self.n_steps = positive(n_steps, "n_steps")
+        self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields, "field")
+        self.next_fields = self.fields if next_fields is None else check_names(next_fields, schema.fields, "field")
+        self.sequence_fields = check_names(sequence_fields or (), schema.fields, "field")
+        self.gamma = None if gamma is None else float(gamma)
+        if self.gamma is not None:
+            if not 0.0 <= self.gamma <= 1.0:
+                raise InvalidDataError(f"gamma must be in [0, 1] (got {gamma!r})")
+            spec = schema.fields.get(reward_field)
+            if spec is None or spec.shape != ():
+                raise InvalidDataError(
+                    f"gamma needs a scalar reward field: reward_field={reward_field!r} is "
+                    f"{'not a field' if spec is None else f'of shape {spec.shape}'} (fields: {sorted(schema.fields)})"
+                )
+        self.reward_field = reward_field
+        self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
+        self.positions = filtered(store, self.table, Positions.from_counts(self.table.reach), filter_fields)
+
+    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        table, n = self.table, self.n_steps
+        first = table.start[episode]
+        actual, next_t, next_stored, terminal = nstep_targets(table, episode, t, n)
+        batch = {name: self.step_rows(name, first + t, first) for name in self.current_fields}
+        # a terminated episode without a final observation has no row after its last step: read the last
+        # step there and zero it (its bootstrap discount is 0, so the value is never used)
+        next_rows = first + np.where(next_stored, next_t, next_t - 1)
+        for name in self.next_fields:
+            batch[f"next_{name}"] = self.step_rows(name, next_rows, first, next_stored)
+        steps = np.arange(n, dtype=np.int64)
+        in_chunk = steps[None, :] < actual[:, None]
+        chunk_rows = first[:, None] + np.minimum(t[:, None] + steps[None, :], table.length[episode][:, None] - 1)
+        for name in self.sequence_fields:
+            batch[f"seq_{name}"] = self.rows_of(name, chunk_rows, in_chunk)
+        batch["n_step_lens"] = torch.from_numpy(actual)
+        if self.gamma is not None:
+            rewards = self.store.step_array(self.reward_field)[chunk_rows].astype(np.float64)
+            discounts = self.gamma ** steps
+            batch["n_step_return"] = torch.from_numpy(((rewards * in_chunk) @ discounts).astype(np.float32))
+            bootstrap = np.where(terminal, 0.0, self.gamma ** actual)
+            batch["bootstrap_discount"] = torch.from_numpy(bootstrap.astype(np.float32))
+            batch["terminal"] = torch.from_numpy(terminal)
+        return batch
+
+
+def filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):
+    """Keep only the positions whose scalar step fields equal ``filter_fields`` (reads those fields)."""
+    if not filter_fields:
+        return positions
+    if not isinstance(filter_fields, Mapping):
+        raise InvalidDataError(f"filter_fields must be a dict of field -> value (got {filter_fields!r})")
+    for name in check_names(tuple(filter_fields), store.schema.fields, "field"):
+        shape = store.schema.fields[name].shape
+        if shape != ():
+            raise InvalidDataError(f"filter_fields takes scalar fields only: field {name!r} has shape {shape}")
+    items = np.arange(len(positions), dtype=np.int64)
+    episode, t = positions.locate(items)
+    rows = table.start[episode] + t
+    keep = np.ones(len(items), dtype=bool)
+    for name, value in filter_fields.items():
+        keep &= store.step_array(name)[rows] == value
+    return ExplicitPositions(episode[keep], t[keep])
