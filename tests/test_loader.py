@@ -1,0 +1,121 @@
+"""DataLoaders: batches through workers (fork, spawn, forkserver), samplers, keywords, named tuples."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from memmap_replay import InvalidDataError, ReplayBuffer
+from memmap_replay.loader import BatchIndexSampler
+
+from conftest import episode_arrays
+
+
+@pytest.fixture
+def filled(make_buffer):
+    buffer = make_buffer(max_episodes=20)
+    for number in range(6):
+        buffer.store_episode(**episode_arrays(number, 5 + number), task_id=number % 2,
+                             end="terminated" if number % 2 else "truncated")
+    return buffer
+
+
+def all_rewards(loader):
+    return sorted(float(r) for batch in loader for r in batch["reward"].reshape(-1))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_timestep_epoch_sees_every_step_once(filled, num_workers):
+    loader = filled.dataloader(4, timestep_level=True, shuffle=True, num_workers=num_workers, seed=3)
+    expected = sorted(float(r) for n in range(6) for r in episode_arrays(n, 5 + n)["reward"])
+    assert all_rewards(loader) == expected
+    assert len(loader) == int(np.ceil(len(expected) / 4))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_workers_under_every_start_method(filled, context):
+    loader = filled.dataloader(8, n_steps=2, gamma=0.9, num_workers=2, multiprocessing_context=context)
+    batches = list(loader)
+    assert sum(len(b["reward"]) for b in batches) == len(filled.dataset(n_steps=2, gamma=0.9))
+    inline = list(filled.dataloader(8, n_steps=2, gamma=0.9))
+    for a, b in zip(batches, inline):
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name])
+
+
+def test_pickled_view_is_small_and_carries_no_arrays(filled):
+    view = filled.dataset(timestep_level=True)
+    blob = pickle.dumps(view)
+    assert len(blob) < 8_000
+    again = pickle.loads(blob)
+    assert again._store is None
+    assert torch.equal(again.__getitems__(np.arange(5))["reward"], view.__getitems__(np.arange(5))["reward"])
+
+
+def test_same_seed_same_batches_and_drop_last(filled):
+    first = [b["reward"].tolist() for b in filled.dataloader(4, timestep_level=True, shuffle=True, seed=7)]
+    second = [b["reward"].tolist() for b in filled.dataloader(4, timestep_level=True, shuffle=True, seed=7)]
+    other = [b["reward"].tolist() for b in filled.dataloader(4, timestep_level=True, shuffle=True, seed=8)]
+    assert first == second and first != other
+    torch.manual_seed(0)
+    a = [b["reward"].tolist() for b in filled.dataloader(4, timestep_level=True, shuffle=True)]
+    torch.manual_seed(0)
+    b = [b["reward"].tolist() for b in filled.dataloader(4, timestep_level=True, shuffle=True)]
+    assert a == b
+    dropped = list(filled.dataloader(4, timestep_level=True, drop_last=True))
+    assert all(len(batch["reward"]) == 4 for batch in dropped) and len(dropped) == 45 // 4
+
+
+def test_batch_sampler_epochs_differ_and_cover():
+    sampler = BatchIndexSampler(10, 3, shuffle=True, seed=1)
+    one, two = [np.concatenate(list(sampler)) for _ in range(2)]
+    assert sorted(one) == sorted(two) == list(range(10)) and not np.array_equal(one, two)
+    assert [len(b) for b in BatchIndexSampler(10, 3)] == [3, 3, 3, 1]
+    with pytest.raises(InvalidDataError, match="batch_size must be a positive int"):
+        BatchIndexSampler(10, 0)
+
+
+def test_named_tuple_device_and_field_map(filled):
+    loader = filled.dataloader(2, return_mask=True, device="cpu",
+                               to_named_tuple=("obs", "reward", "task_id", "_mask", "_lens"))
+    batch = next(iter(loader))
+    assert batch._fields == ("obs", "reward", "task_id", "mask", "lens")
+    assert batch.obs.shape == (2, 6, 3) and batch.mask.shape == (2, 6) and batch.lens.tolist() == [5, 6]
+    loader = filled.dataloader(3, n_steps=2, sequence_fields=("reward",), fieldname_map={"seq_reward": "rewards"},
+                               to_named_tuple=("rewards", "n_step_lens"))
+    rewards, lens = next(iter(loader))
+    assert rewards.shape == (3, 2) and lens.shape == (3,)
+    with pytest.raises(InvalidDataError, match=r"to_named_tuple names \['nope'\] are not in the batch"):
+        next(iter(filled.dataloader(2, to_named_tuple=("nope",))))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(bogus=1), r"unknown keyword \['bogus'\]"),
+    (dict(timestep_level=True, n_steps=2), "choose one of"),
+    (dict(timestep_level=True, return_mask=True), "return_mask applies to trajectories"),
+    (dict(fields=("nope",)), r"unknown field \['nope'\]"),
+    (dict(filter_meta=dict(nope=1)), r"unknown meta field \['nope'\]"),
+    (dict(n_steps=0), "n_steps must be a positive int"),
+    (dict(window=100), "has no items"),
+    (dict(timestep_level=True, stack_pad="edge", frame_stack=2, stack_fields=("obs",)), "stack_pad must be one of"),
+])
+def test_bad_keywords_are_errors(filled, kwargs, match):
+    with pytest.raises(InvalidDataError, match=match):
+        filled.dataloader(2, **kwargs)
+
+
+def test_seed_style_filter_meta_and_meta_included(filled):
+    loader = filled.dataloader(8, filter_meta=dict(task_id=1), timestep_level=True, drop_last=True,
+                               to_named_tuple=("obs", "action", "task_id"))
+    batches = list(loader)
+    assert batches and all(t.tolist() == [1] * 8 for _, _, t in batches)
+
+
+def test_reader_process_view_from_folder(filled, tmp_path):
+    filled.close()
+    reader = ReplayBuffer.from_folder(filled.folder, read_only=True)
+    batch = next(iter(reader.dataloader(2, window=3, time_major=True)))
+    assert batch["obs"].shape == (3, 2, 3)
+    reader.close()

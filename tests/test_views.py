@@ -1,0 +1,158 @@
+"""Views: shapes and values pinned on small hand-built episodes, ends, padding, masks, frame stacks."""
+
+import numpy as np
+import pytest
+import torch
+
+from memmap_replay import InvalidDataError
+from memmap_replay.views import NStepView, TimestepView, TrajectoryView, WindowView
+
+from conftest import episode_arrays
+
+
+@pytest.fixture
+def three(make_buffer):
+    """A: 4 steps, terminated, no final row. B: 3 steps, truncated, final obs -2. C: 3 steps, end unknown."""
+    buffer = make_buffer()
+    buffer.store_episode(**episode_arrays(1, 4), task_id=1, end="terminated")
+    buffer.store_episode(**episode_arrays(2, 3), task_id=2, end="truncated", final=dict(obs=np.full(3, -2.0)))
+    buffer.store_episode(**episode_arrays(3, 3), task_id=3)
+    return buffer
+
+
+def everything(view):
+    return view.__getitems__(np.arange(len(view)))
+
+
+def test_trajectory_pads_masks_and_lengths(three):
+    view = TrajectoryView(three.episode_store, return_mask=True)
+    assert len(view) == 3
+    batch = view.__getitems__([0, 1])
+    assert batch["obs"].shape == (2, 4, 3) and batch["action"].shape == (2, 4, 2) and batch["reward"].shape == (2, 4)
+    assert batch["reward"].tolist() == [[1000, 1001, 1002, 1003], [2000, 2001, 2002, 0]]
+    assert batch["_lens"].tolist() == [4, 3]
+    assert batch["_mask"].tolist() == [[True] * 4, [True, True, True, False]]
+    assert batch["task_id"].tolist() == [1, 2]
+    single = view[2]
+    assert single["reward"].tolist() == [3000, 3001, 3002] and single["_lens"].item() == 3
+
+
+def test_timestep_view_covers_every_step_once(three):
+    view = TimestepView(three.episode_store)
+    batch = everything(view)
+    assert len(view) == 10
+    assert batch["reward"].tolist() == [1000, 1001, 1002, 1003, 2000, 2001, 2002, 3000, 3001, 3002]
+    assert batch["obs"].shape == (10, 3) and batch["action"][5].tolist() == [2001, -2001]
+    assert batch["task_id"].tolist() == [1] * 4 + [2] * 3 + [3] * 3
+
+
+@pytest.mark.parametrize("pad, expected", [
+    ("repeat", [[1000, 1000, 1000], [1000, 1000, 1001], [1000, 1001, 1002], [1001, 1002, 1003]]),
+    ("zero", [[0, 0, 1000], [0, 1000, 1001], [1000, 1001, 1002], [1001, 1002, 1003]]),
+])
+def test_frame_stack_at_episode_start(three, pad, expected):
+    view = TimestepView(three.episode_store, frame_stack=3, stack_fields=("obs",), stack_pad=pad)
+    batch = view.__getitems__([0, 1, 2, 3, 4])
+    assert batch["obs"].shape == (5, 3, 3)  # (B, k, *shape), oldest frame first
+    assert batch["obs"][:4, :, 0].tolist() == expected
+    first_of_b = [[2000, 2000, 2000]] if pad == "repeat" else [[0, 0, 2000]]
+    assert batch["obs"][4:, :, 0].tolist() == first_of_b  # never reaches into the previous episode
+    assert batch["reward"].shape == (5,)  # unstacked fields stay single
+
+
+def test_window_view_never_crosses_an_end(three):
+    view = WindowView(three.episode_store, 2)
+    batch = everything(view)
+    assert len(view) == 3 + 2 + 2
+    starts = batch["reward"][:, 0].tolist()
+    assert starts == [1000, 1001, 1002, 2000, 2001, 3000, 3001]
+    assert (batch["reward"][:, 1] - batch["reward"][:, 0]).tolist() == [1] * 7
+    assert batch["obs"].shape == (7, 2, 3)
+    assert set(batch) == {"obs", "action", "reward", "task_id"}
+
+
+def test_window_view_partial_and_time_major(three):
+    view = WindowView(three.episode_store, 3, allow_partial=True, time_major=True)
+    assert len(view) == 10
+    batch = view.__getitems__([3, 6])  # A at t=3 (1 step left), B at t=2 (1 step left)
+    assert batch["obs"].shape == (3, 2, 3)  # (L, B, ...)
+    assert batch["reward"].tolist() == [[1003, 2002], [0, 0], [0, 0]]
+    assert batch["_lens"].tolist() == [1, 1]
+    assert batch["_mask"].tolist() == [[True, True], [False, False], [False, False]]
+    strict = WindowView(three.episode_store, 4)
+    assert len(strict) == 1  # only A is long enough
+
+
+def test_nstep_items_and_terminal_vs_truncated(three):
+    view = NStepView(three.episode_store, 2, sequence_fields=("reward",), gamma=0.5)
+    # A terminated: t = 0..3; B truncated with a final row: t = 0..2; C end unknown, no final: t = 0..1
+    assert len(view) == 4 + 3 + 2
+    batch = everything(view)
+    assert batch["reward"].tolist() == [1000, 1001, 1002, 1003, 2000, 2001, 2002, 3000, 3001]
+    assert batch["n_step_lens"].tolist() == [2, 2, 2, 1, 2, 2, 1, 2, 1]
+    assert batch["next_reward"].tolist() == [1002, 1003, 0, 0, 2002, 0, 0, 3002, 3002]
+    assert batch["next_obs"][:, 0].tolist() == [1002, 1003, 0, 0, 2002, -2, -2, 3002, 3002]
+    assert batch["seq_reward"].tolist()[3] == [1003, 0] and batch["seq_reward"].tolist()[0] == [1000, 1001]
+    assert batch["terminal"].tolist() == [False, False, True, True, False, False, False, False, False]
+    assert batch["bootstrap_discount"].tolist() == [0.25, 0.25, 0, 0, 0.25, 0.25, 0.5, 0.25, 0.5]
+    np.testing.assert_allclose(batch["n_step_return"].numpy(),
+                               [1000 + 500.5, 1001 + 501, 1002 + 501.5, 1003, 2000 + 1000.5, 2001 + 1001, 2002,
+                                3000 + 1500.5, 3001])
+
+
+def test_nstep_seed_semantics_without_end_information(make_buffer):
+    """Episodes stored with the seed package's API (no end info): no transition starts at the last step."""
+    buffer = make_buffer()
+    buffer.store_episode(**episode_arrays(1, 4), task_id=1)
+    view = NStepView(buffer.episode_store, 5, current_fields=("reward",), next_fields=("reward",),
+                     sequence_fields=("action",))
+    batch = everything(view)
+    assert batch["reward"].tolist() == [1000, 1001, 1002]
+    assert batch["n_step_lens"].tolist() == [3, 2, 1] and batch["next_reward"].tolist() == [1003] * 3
+    assert batch["seq_action"].shape == (3, 5, 2) and batch["seq_action"][2, 1:].abs().sum() == 0
+
+
+def test_nstep_frame_stacked_next_state(three):
+    view = NStepView(three.episode_store, 1, current_fields=("obs",), next_fields=("obs",), frame_stack=2,
+                     stack_fields=("obs",))
+    batch = view.__getitems__([0, 4])  # A t=0, B t=0
+    assert batch["obs"][:, :, 0].tolist() == [[1000, 1000], [2000, 2000]]
+    assert batch["next_obs"][:, :, 0].tolist() == [[1000, 1001], [2000, 2001]]
+    last = view.__getitems__([3, 6])  # A t=3 (terminal: next is zeros), B t=2 (next is the final row)
+    assert last["next_obs"][:, :, 0].tolist() == [[0, 0], [2002, -2]]
+
+
+def test_filters_fields_and_names(three):
+    view = TimestepView(three.episode_store, filter_meta=dict(task_id=2), fields=("reward",), meta_fields=(),
+                        fieldname_map={"reward": "r"}, return_indices=True)
+    batch = everything(view)
+    assert set(batch) == {"r", "_index", "_t"}
+    assert batch["r"].tolist() == [2000, 2001, 2002] and batch["_t"].tolist() == [0, 1, 2]
+    filtered = TimestepView(three.episode_store, filter_fields=dict(reward=3001.0))
+    assert everything(filtered)["reward"].tolist() == [3001]
+    with pytest.raises(InvalidDataError, match="scalar fields only"):
+        TimestepView(three.episode_store, filter_fields=dict(obs=1.0))
+    with pytest.raises(InvalidDataError, match=r"unknown field \['nope'\]"):
+        TimestepView(three.episode_store, fields=("nope",))
+    with pytest.raises(InvalidDataError, match="gamma needs a scalar reward field"):
+        NStepView(three.episode_store, 2, gamma=0.9, reward_field="obs")
+
+
+def test_index_errors_and_reading_never_writes(three):
+    view = TimestepView(three.episode_store)
+    with pytest.raises(IndexError, match=r"\[0, 10\)"):
+        view.__getitems__([10])
+    assert view[-1]["reward"].item() == 3002
+    before = {p: p.stat().st_mtime_ns for p in three.folder.rglob("*") if p.is_file()}
+    everything(view)
+    everything(NStepView(three.episode_store, 3, gamma=0.9))
+    assert {p: p.stat().st_mtime_ns for p in three.folder.rglob("*") if p.is_file()} == before
+
+
+def test_views_are_a_snapshot_and_tensors_are_writable(three):
+    view = TimestepView(three.episode_store)
+    three.store_episode(**episode_arrays(4, 2), task_id=4)
+    assert len(view) == 10
+    batch = everything(view)
+    batch["reward"] += 1  # owned memory, not a read-only map
+    assert isinstance(batch["reward"], torch.Tensor)
