@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 from .errors import StoreLockedError
@@ -14,9 +15,23 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = ["WriterLock"]
 
+_HELD: "weakref.WeakSet[WriterLock]" = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """A forked child inherits the lock's descriptor; it drops its copy (the parent keeps the lock)."""
+    for lock in list(_HELD):
+        lock.forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
 
 class WriterLock:
     """``flock(LOCK_EX | LOCK_NB)`` on a lock file; the kernel releases it if the process dies."""
+
+    inherited = False
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -33,6 +48,14 @@ class WriterLock:
                 f"(it holds {self.path.name}); a folder has one writer at a time: close() the other "
                 f"writer first, or open this one with read_only=True to read"
             ) from None
+        _HELD.add(self)
+
+    def forget(self) -> None:
+        """In a forked child: close the inherited descriptor without touching the parent's lock."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+            self.inherited = True
 
     def release(self) -> None:
         if self.fd >= 0:

@@ -26,6 +26,7 @@ __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 
 MODES = ("r", "r+", "a", "w", "w-")
 MIN_GROWTH_ROWS = 1024
+CONSISTENCY_RETRIES = 20
 
 
 @dataclass
@@ -103,6 +104,13 @@ class EpisodeStore:
             raise NotAFolderError(f"{folder} cannot be created: a part of its path is a file; choose another path") from None
         lock = WriterLock(folder / fmt.LOCK_FILE)
         try:
+            if mode != "w" and (folder / fmt.META_FILE).exists():
+                # another writer created the store between our first look and taking the lock
+                if mode == "w-":
+                    raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True to replace it")
+                meta = fmt.read_meta(folder)
+                check_matches(folder, meta, schema, capacity)
+                return cls(folder, meta, writable=True, lock=lock, durable=durable)
             if schema is None or capacity is None:
                 raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
             meta = cls._create(folder, schema, capacity, durable)
@@ -147,7 +155,23 @@ class EpisodeStore:
         except BaseException:
             self.close()
             raise
-        self._check_live_ids()
+        for attempt in range(CONSISTENCY_RETRIES):
+            try:
+                self._check_live_ids()
+                return
+            except CorruptStoreError:
+                # a writer may have committed between our read of meta.json and of the table: look again,
+                # and call it damage only if meta.json stays the same
+                try:
+                    fresh = fmt.read_meta(self.folder)
+                except CorruptStoreError:
+                    fresh = self.meta
+                if fresh.state == self.meta.state or attempt == CONSISTENCY_RETRIES - 1:
+                    self.close()
+                    raise
+                self.meta = fresh
+                for file in self.steps.values():
+                    file.rows = max(file.rows, fresh.state.rows)
 
     def _check_live_ids(self) -> None:
         state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
@@ -212,6 +236,11 @@ class EpisodeStore:
             raise ReadOnlyError(f"cannot {action}: {self.folder} is open read-only; open it with read_only=False")
         if self._closed:
             raise ReadOnlyError(f"cannot {action}: the store at {self.folder} is closed")
+        if self._lock is not None and self._lock.inherited:
+            raise ReadOnlyError(
+                f"cannot {action}: this buffer was inherited through fork() and its parent holds the writer "
+                f"lock of {self.folder}; a forked process must open the folder itself (read_only=True to read)"
+            )
         if self._lock is None:
             self._lock = WriterLock(self.folder / fmt.LOCK_FILE)
             try:

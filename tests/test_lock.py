@@ -360,3 +360,55 @@ def test_overwrite_true_wipes_the_store_and_only_the_store(folder):
     assert (folder / "notes.txt").read_text() == "mine"
     with ReplayBuffer.from_folder(folder, read_only=True) as reader:
         assert reader.num_episodes == 1 and reader.get_all_data()["number"].tolist() == [7]
+
+
+def test_forked_child_cannot_write_through_parents_buffer(tmp_path):
+    """A fork-mode DataLoader worker inherits the buffer: it must not write, nor keep the lock alive."""
+    import multiprocessing
+
+    buffer = ReplayBuffer(tmp_path / "f", max_episodes=4, max_timesteps=5, fields=dict(x="float"))
+    buffer.store_episode(x=[1.0, 2.0])
+
+    def child(queue):
+        try:
+            buffer.store_episode(x=[3.0])
+            queue.put("wrote")
+        except ReadOnlyError as error:
+            queue.put(str(error))
+        except BaseException as error:  # anything else fails the test with its message
+            queue.put(repr(error))
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    message = queue.get(timeout=60)
+    process.join(60)
+    assert "inherited through fork" in message
+    buffer.store_episode(x=[4.0])
+    buffer.close()
+    again = ReplayBuffer.from_folder(tmp_path / "f")
+    again.store_episode(x=[5.0])  # the parent's close released the lock although the child had a copy
+    assert again.num_episodes == 3
+    again.close()
+
+
+def test_creation_rechecks_after_taking_the_lock(tmp_path, monkeypatch):
+    """If another writer creates the store while we wait for the lock, we open it instead of wiping it."""
+    from memmap_replay import lock as lock_module
+
+    folder = tmp_path / "race"
+    spec = dict(max_episodes=4, max_timesteps=5, fields=dict(x="float"))
+    real = lock_module.WriterLock.__init__
+
+    def create_first(self, path):
+        monkeypatch.setattr(lock_module.WriterLock, "__init__", real)
+        other = ReplayBuffer(folder, **spec)
+        other.store_episode(x=[1.0, 2.0])
+        other.close()
+        real(self, path)
+
+    monkeypatch.setattr(lock_module.WriterLock, "__init__", create_first)
+    buffer = ReplayBuffer(folder, **spec)
+    assert buffer.num_episodes == 1
+    buffer.close()

@@ -150,3 +150,33 @@ def test_ring_property_never_exposes_overwritten_data(tmp_path_factory, max_epis
         finals = buffer.episode_store.step_array("obs")[(table.start + table.length)[table.final]]
         np.testing.assert_array_equal(finals[:, 0], -np.asarray(numbers)[table.final])
     buffer.close()
+
+
+def test_readers_open_cleanly_while_a_ring_writer_commits(tmp_path):
+    """Opening read-only races the writer's commits; it must retry, never report damage."""
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "live"
+    ReplayBuffer(folder, max_episodes=3, max_timesteps=4, fields=dict(x="float"), meta_fields=dict(n="int"),
+                 circular=True).close()
+    script = (
+        "import numpy as np, sys\n"
+        "from memmap_replay import ReplayBuffer\n"
+        f"b = ReplayBuffer.from_folder({str(folder)!r})\n"
+        "for n in range(3000):\n"
+        "    b.store_episode(x=np.full(1 + n % 4, n, np.float32), n=n)\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", script])
+    opened = 0
+    try:
+        deadline = time.monotonic() + 20
+        while writer.poll() is None and time.monotonic() < deadline:
+            reader = ReplayBuffer.from_folder(folder, read_only=True)
+            opened += 1
+            reader.close()
+    finally:
+        writer.kill()
+        writer.wait()
+    assert opened > 0
