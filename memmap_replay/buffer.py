@@ -290,10 +290,21 @@ class ReplayBuffer:
         if not data:
             raise InvalidDataError(f"update needs at least one field to write (fields: {sorted(self.fieldnames + self.meta_fieldnames)})")
         slots, lengths, starts = self._resolve_slots(indices)
+        if np.ndim(indices) == 0 and indices is not None and not isinstance(indices, slice):
+            # one episode index (the seed's form): values come without the episode axis
+            data = {name: self._with_episode_axis(name, value) for name, value in data.items()}
         writes = [self._update_writes(name, value, slots, lengths, starts) for name, value in data.items()]
         for write in writes:
             for call, position, rows in write:
                 call(position, rows)
+
+    def _with_episode_axis(self, name: str, value: Any) -> Any:
+        """For ``update(one_index, ...)``: add the episode axis to a meta value or a (T, ...) step value."""
+        spec = self.schema.fields.get(name)
+        if spec is None and name not in self.schema.meta_fields:
+            return value  # reported as unknown by _update_writes
+        array = as_array(value, f"field {name!r}")
+        return array[None] if spec is None or array.ndim > len(spec.shape) else array
 
     def _update_writes(self, name: str, value: Any, slots, lengths, starts) -> list:
         """The checked writes of one field's update, as (store method, position, contiguous rows)."""
@@ -328,8 +339,11 @@ class ReplayBuffer:
         table = self._store.live_table()
         if indices is None:
             return table.slots, table.length, table.start
-        if isinstance(indices, slice):
-            indices = np.arange(self.max_episodes)[indices]
+        if isinstance(indices, slice):  # the live episodes among the slots the slice names
+            named = np.zeros(self.max_episodes, dtype=bool)
+            named[np.arange(self.max_episodes)[indices]] = True
+            keep = named[table.slots]
+            return table.slots[keep], table.length[keep], table.start[keep]
         slots = validate_index(indices, self.max_episodes, "episode indices")
         where = np.full(self.max_episodes, -1, dtype=np.int64)
         where[table.slots] = np.arange(len(table.slots))

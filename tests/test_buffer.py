@@ -115,3 +115,17 @@ def test_public_api_is_explicit():
     exported = {name for name in dir(memmap_replay) if not name.startswith("_")}
     modules = {"buffer", "convert", "errors", "format", "lock", "schema", "store", "tensors", "writer"}
     assert exported - modules == set(memmap_replay.__all__)
+
+
+def test_update_with_one_index_and_slices_seed_style(make_buffer):
+    buffer = make_buffer(max_episodes=5)
+    for number in range(3):
+        buffer.store_episode(**episode_arrays(number, 5), task_id=number)
+    buffer.update(0, reward=np.zeros(5))  # (T,) without the episode axis
+    buffer.update(1, action=np.ones((5, 2)), task_id=9)
+    buffer.update(2, reward=0.5)
+    buffer.update(slice(None), task_id=3)  # empty slots in the slice are skipped
+    data = buffer.get_all_data()
+    assert data["reward"][0].tolist() == [0] * 5 and data["reward"][2].tolist() == [0.5] * 5
+    assert data["action"][1].tolist() == [[1, 1]] * 5
+    assert data["task_id"].tolist() == [3, 3, 3]
