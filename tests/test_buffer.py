@@ -79,7 +79,7 @@ def test_update_steps_and_meta(make_buffer):
     assert data["task_id"].tolist() == [7, 1, 8]
     buffer.update(None, reward=0.5)  # one value broadcast over every step of every episode
     assert (buffer.get_all_data()["reward"] == 0.5).all()
-    buffer.update(1, obs=[[[1.0, 2.0, 3.0]]])
+    buffer.update(1, obs=[[1.0, 2.0, 3.0]])  # one index: (T, *shape) without the episode axis
     assert buffer.get_all_data()["obs"][1, 0].tolist() == [1, 2, 3]
     with pytest.raises(InvalidDataError, match="shorter"):
         buffer.update([0], reward=np.ones((1, 6)))
