@@ -20,7 +20,7 @@ import numpy as np
 from .convert import as_array, coerce
 from .errors import InvalidDataError
 from .schema import FieldSpec, Schema
-from .store import EpisodeStore, PendingEpisode
+from .store import EpisodeStore, PendingEpisode, validate_index
 
 __all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "check_end", "coerce_meta"]
 
@@ -206,25 +206,32 @@ class VectorEpisodeWriter:
         return coerce(FieldSpec(name, np.dtype(bool)), flags, (self.num_envs,), kind="flag")
 
     def store(self, *, terminated: Any = None, truncated: Any = None, final: Mapping[str, Any] | None = None,
-              **steps: Any) -> list[int]:
-        """Append one step for every env; returns the slots of the episodes this call committed."""
+              active: Any = None, **steps: Any) -> list[int]:
+        """Append one step for every active env; returns the slots of the episodes this call committed.
+
+        ``active`` (bool per env, default all) skips envs whose step is not a real transition, e.g. the
+        reset step of gymnasium's NEXT_STEP autoreset. ``final`` values may be gymnasium's object arrays
+        with None for envs that did not end."""
         n = self.num_envs
         terminated, truncated = self._flags(terminated, "terminated"), self._flags(truncated, "truncated")
+        active = np.ones(n, dtype=bool) if active is None else self._flags(active, "active")
         for name, flags in (("terminated", terminated), ("truncated", truncated)):
             if name in self.schema.fields and name not in steps:
                 steps[name] = flags
         values = coerce_steps(self.schema, steps, (n,))
-        finals = None if final is None else coerce_steps(self.schema, final, (n,))
+        finals = None if final is None else self._finals(final)
+        envs = np.flatnonzero(active)
         lengths = self.staging.lengths
-        if (lengths >= self.staging.max_timesteps).any():
-            env = int(np.argmax(lengths >= self.staging.max_timesteps))
+        full = envs[lengths[envs] >= self.staging.max_timesteps]
+        if full.size:
             raise InvalidDataError(
-                f"env {env}'s episode must have at most max_timesteps={self.staging.max_timesteps} steps (got one more); "
-                f"pass truncated=True on an episode's last allowed step, or create the buffer with a larger max_timesteps"
+                f"env {int(full[0])}'s episode must have at most max_timesteps={self.staging.max_timesteps} steps "
+                f"(got one more); pass truncated=True on an episode's last allowed step, commit_all(envs=[...]) or "
+                f"discard(envs=[...]) it, or create the buffer with a larger max_timesteps"
             )
-        self.staging.put(values, np.arange(n), lengths)
-        lengths += 1
-        done = np.flatnonzero(terminated | truncated)
+        self.staging.put({name: value[envs] for name, value in values.items()}, envs, lengths[envs])
+        lengths[envs] += 1
+        done = envs[(terminated | truncated)[envs]]
         if done.size == 0:
             return []
         episodes = []
@@ -238,21 +245,48 @@ class VectorEpisodeWriter:
         finally:
             lengths[done] = 0
 
-    def commit_all(self, end: str | None = None) -> list[int]:
-        """Commit every env's episode in progress (empty ones are skipped); all envs start afresh."""
+    def _finals(self, final: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Final observations per env: arrays (num_envs, ...), or sequences with None where no env ended."""
+        if not isinstance(final, Mapping):
+            raise InvalidDataError(f"final must be a dict of field -> values per env (got {type(final).__name__})")
+        extra = set(final) - set(self.schema.fields)
+        if extra:
+            raise unknown(extra, self.schema.fields, "field")
+        out = {}
+        for name, value in final.items():
+            spec = self.schema.fields[name]
+            rows = value if isinstance(value, (list, tuple)) else None
+            if isinstance(value, np.ndarray) and value.dtype == object:
+                rows = list(value)
+            if rows is not None and any(row is None for row in rows):
+                if len(rows) != self.num_envs:
+                    raise InvalidDataError(f"final {name!r} must have one entry per env ({self.num_envs}) (got {len(rows)})")
+                out[name] = np.stack([spec.default_row() if row is None else coerce(spec, row) for row in rows])
+            else:
+                out[name] = coerce(spec, value, (self.num_envs,))
+        return out
+
+    def commit_all(self, end: str | None = None, *, envs: Any = None) -> list[int]:
+        """Commit the episodes in progress of ``envs`` (default: all; empty ones are skipped); they start afresh."""
         check_end(end)
-        envs = np.flatnonzero(self.staging.lengths > 0)
+        chosen = self._envs(envs)
+        ready = chosen[self.staging.lengths[chosen] > 0]
         episodes = [self.staging.pending(int(env), end=end, final=None,
                                          meta={name: value[env].copy() for name, value in self.meta.items()})
-                    for env in envs]
+                    for env in ready]
         try:
             return self.target.commit(episodes)
         finally:
-            self.staging.lengths[:] = 0
+            self.staging.lengths[chosen] = 0
 
-    def discard(self) -> None:
-        """Drop every env's episode in progress."""
-        self.staging.lengths[:] = 0
+    def _envs(self, envs: Any) -> np.ndarray:
+        if envs is None:
+            return np.arange(self.num_envs)
+        return validate_index(envs, self.num_envs, "envs")
+
+    def discard(self, *, envs: Any = None) -> None:
+        """Drop the episodes in progress of ``envs`` (default: all)."""
+        self.staging.lengths[self._envs(envs)] = 0
 
 
 def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any], *, end: str | None = None,

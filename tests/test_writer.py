@@ -163,3 +163,24 @@ def test_vector_writer_many_envs_vectorized(tmp_path, rng):
     assert buffer.num_episodes == committed
     assert buffer.num_steps + int(writer.lengths.sum()) == 200 * 64
     buffer.close()
+
+
+def test_vector_writer_gymnasium_autoreset_forms(make_buffer):
+    """NEXT_STEP autoreset: the step after a done is a reset step, skipped with active=False.
+    SAME_STEP: final observations come as an object array with None where no env ended."""
+    buffer = make_buffer()
+    writer = buffer.vector_writer(2, task_id=[1, 2])
+    final = np.array([None, np.full(3, -7.0, np.float32)], dtype=object)
+    writer.store(reward=[1.0, 2.0])
+    writer.store(reward=[1.5, 2.5], truncated=[False, True], final=dict(obs=final))
+    writer.store(reward=[1.75, 99.0], active=[True, False])  # env 1 resets: nothing stored for it
+    writer.store(reward=[1.875, 3.0], terminated=[True, False])
+    episodes = stored_episodes(buffer)
+    assert [(e[0], e[1]["reward"].tolist(), e[2]) for e in episodes] == [(2, [2.0, 2.5], 2), (1, [1.0, 1.5, 1.75, 1.875], 1)]
+    np.testing.assert_array_equal(episodes[0][3], [-7, -7, -7])
+    assert writer.lengths.tolist() == [0, 1]
+    writer.commit_all(envs=[1])
+    assert stored_episodes(buffer)[-1][1]["reward"].tolist() == [3.0]
+    writer.store(reward=[5.0, 6.0])
+    writer.discard(envs=[0])
+    assert writer.lengths.tolist() == [0, 1]
