@@ -4,8 +4,10 @@ from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .format import FORMAT_VERSION
+from .loader import BatchIndexSampler, ReplayDataLoader
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore
+from .views import NStepView, TimestepView, TrajectoryView, WindowView
 from .writer import VectorEpisodeWriter
 
 __version__ = "0.1.0"
@@ -15,6 +17,12 @@ __all__ = [
     "EpisodeMeta",
     "EpisodeStore",
     "VectorEpisodeWriter",
+    "TrajectoryView",
+    "TimestepView",
+    "WindowView",
+    "NStepView",
+    "BatchIndexSampler",
+    "ReplayDataLoader",
     "FieldSpec",
     "Schema",
     "FORMAT_VERSION",

@@ -71,20 +71,36 @@ def exact_scalar_check(spec: FieldSpec):
 
 
 class StagingBuffer:
-    """RAM rows for ``num_envs`` episodes in progress: (num_envs, max_timesteps + 1, *shape) per field.
+    """RAM rows for ``num_envs`` episodes in progress: (num_envs, rows, *shape) per field, where rows
+    grows by doubling up to max_timesteps + 1 (the final-observation row) as episodes get longer."""
 
-    ``np.empty`` reserves address space only; pages are touched as steps arrive, once, then reused."""
+    INITIAL_ROWS = 256
 
     def __init__(self, schema: Schema, num_envs: int, max_timesteps: int):
         self.schema = schema
+        self.num_envs = num_envs
         self.max_timesteps = max_timesteps
-        self.arrays = {name: np.empty((num_envs, max_timesteps + 1, *spec.shape), spec.dtype)
+        self.rows = min(max_timesteps + 1, self.INITIAL_ROWS)
+        self.arrays = {name: np.empty((num_envs, self.rows, *spec.shape), spec.dtype)
                        for name, spec in schema.fields.items()}
         self.defaults = {name: spec.default_row() for name, spec in schema.fields.items()}
         self.lengths = np.zeros(num_envs, dtype=np.int64)
 
+    def ensure(self, rows: int) -> bool:
+        """Room for ``rows`` rows per env; True if the arrays were replaced (row views must be renewed)."""
+        if rows <= self.rows:
+            return False
+        grown = min(self.max_timesteps + 1, max(rows, 2 * self.rows))
+        for name, array in self.arrays.items():
+            bigger = np.empty((self.num_envs, grown, *array.shape[2:]), array.dtype)
+            bigger[:, : self.rows] = array
+            self.arrays[name] = bigger
+        self.rows = grown
+        return True
+
     def put(self, values: Mapping[str, np.ndarray], envs, rows) -> None:
         """Write one row per env (values already coerced); fields not given take their default."""
+        self.ensure(int(np.max(rows, initial=-1)) + 1)
         for name, array in self.arrays.items():
             array[envs, rows] = values[name] if name in values else self.defaults[name]
 
@@ -113,20 +129,28 @@ class EpisodeWriter:
         self.end: str | None = None
         self.final: dict[str, np.ndarray] | None = None
         # the per-step fast path, by name: (field spec, this episode's staging rows, scalar test, default)
-        self._fast = {name: (spec, staging.arrays[name][0], exact_scalar_check(spec), staging.defaults[name])
-                      for name, spec in self.schema.fields.items()}
+        self._renew_views()
 
     @property
     def length(self) -> int:
         return self._t
 
+    def _renew_views(self) -> None:
+        staging = self.staging
+        self._fast = {name: (spec, staging.arrays[name][0], exact_scalar_check(spec), staging.defaults[name])
+                      for name, spec in self.schema.fields.items()}
+        self._room = min(staging.rows, self._max)
+
     def store(self, step: Mapping[str, Any]) -> None:
         t = self._t
-        if t >= self._max:
-            raise InvalidDataError(
-                f"the episode must have at most max_timesteps={self._max} steps (got one more); "
-                f"create the buffer with a larger max_timesteps"
-            )
+        if t >= self._room:
+            if t >= self._max:
+                raise InvalidDataError(
+                    f"the episode must have at most max_timesteps={self._max} steps (got one more); "
+                    f"create the buffer with a larger max_timesteps"
+                )
+            self.staging.ensure(t + 1)
+            self._renew_views()
         fast = self._fast
         for name, value in step.items():
             entry = fast.get(name)

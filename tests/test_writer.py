@@ -184,3 +184,15 @@ def test_vector_writer_gymnasium_autoreset_forms(make_buffer):
     writer.store(reward=[5.0, 6.0])
     writer.discard(envs=[0])
     assert writer.lengths.tolist() == [0, 1]
+
+
+def test_staging_grows_with_the_episode_not_with_capacity(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "long", max_episodes=2, max_timesteps=100_000, fields=dict(x=("uint8", (64, 64))))
+    writer = buffer.vector_writer(32)  # 32 x 100,001 x 4 KiB would be 13 GB if reserved up front
+    assert writer.staging.rows < 1000
+    with buffer.one_episode():
+        for t in range(700):  # grows past the first allocation, keeps earlier steps
+            buffer.store(x=np.full((64, 64), t % 256, np.uint8))
+    values = buffer.get_all_data()["x"][0, :, 0, 0]
+    assert values.tolist() == [t % 256 for t in range(700)]
+    buffer.close()
