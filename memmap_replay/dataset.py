@@ -86,9 +86,14 @@ class StoreView(Dataset):
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
         items = np.asarray(items, dtype=np.int64)
         size = len(self)
-        if items.ndim != 1 or (items.size and (items.min() < -size or items.max() >= size)):
-            raise IndexError(f"item indices must be a 1-d array in [0, {size}) (got {items.min()}..{items.max()})")
-        items = np.where(items < 0, items + size, items)
+        if items.ndim != 1:
+            raise IndexError(f"item indices must be a 1-d array (got shape {items.shape})")
+        if items.size:
+            low, high = items.min(), items.max()
+            if low < -size or high >= size:
+                raise IndexError(f"item indices must be in [0, {size}) (got {low}..{high})")
+            if low < 0:
+                items = np.where(items < 0, items + size, items)
         episode, t = self.positions.locate(items)
         batch = self.gather(episode, t)
         for name in self.meta_fields:
@@ -110,7 +115,8 @@ class StoreView(Dataset):
 
     def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
         """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
-        values = self.store.step_array(name)[rows]
+        source = self.store.step_array(name)
+        values = np.take(source, rows.reshape(-1), axis=0).reshape(*rows.shape, *source.shape[1:])
         if keep is not None and not keep.all():
             values[~keep] = 0
         return torch.from_numpy(values)

@@ -278,8 +278,10 @@ class NpyFile:
         if self._map is None or len(self._map) != self.rows:
             if self.rows == 0:
                 return np.empty((0, *self.spec.shape), self.spec.dtype)
-            self._map = np.memmap(self.path, dtype=self.spec.dtype, mode="r", offset=self.offset,
-                                  shape=(self.rows, *self.spec.shape))
+            mapped = np.memmap(self.path, dtype=self.spec.dtype, mode="r", offset=self.offset,
+                               shape=(self.rows, *self.spec.shape))
+            # a plain ndarray over the map (it keeps the map alive): indexing skips np.memmap's wrapper
+            self._map = mapped.view(np.ndarray)
         return self._map
 
     def grow(self, rows: int) -> None:

@@ -69,10 +69,11 @@ class Positions:
         return episode, t
 
 
-def nstep_targets(table: EpisodeTable, episode: np.ndarray, t: np.ndarray, n: int):
+def nstep_targets(table: EpisodeTable, episode: np.ndarray, t: np.ndarray, n: int, reach: np.ndarray | None = None):
     """For transitions starting at (episode, t): the actual n (clipped at the episode's reach), the t of
-    the next state, whether a stored row holds it, and whether the n steps reach a terminated end."""
-    reach = table.reach[episode]
+    the next state, whether a stored row holds it, and whether the n steps reach a terminated end.
+    ``reach`` is ``table.reach``, passed in when the caller keeps it."""
+    reach = (table.reach if reach is None else reach)[episode]
     actual = np.minimum(n, reach - t)
     next_t = t + actual
     length = table.length[episode]

@@ -24,6 +24,7 @@ from .views import NStepView, TimestepView, TrajectoryView, WindowView
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
 
 # DataLoader keywords passed through as they are
+EAGER_PERMUTATION = 1 << 20
 LOADER_KEYWORDS = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
                    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
 
@@ -43,19 +44,51 @@ class BatchIndexSampler(Sampler):
         self.epoch = 0
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        order = None
         if self.shuffle:
             seed = self.seed if self.seed is not None else int(torch.empty((), dtype=torch.int64).random_().item())
-            order = np.random.default_rng([seed, self.epoch]).permutation(self.size)
-        else:
-            order = np.arange(self.size, dtype=np.int64)
+            entropy = [seed & (2**63 - 1), self.epoch]
+            # a full permutation up to a million items; beyond, a lazy one (no O(size) work per epoch)
+            order = (np.random.default_rng(entropy).permutation(self.size) if self.size <= EAGER_PERMUTATION
+                     else LazyPermutation(self.size, entropy))
         self.epoch += 1
         stop = len(self) * self.batch_size if self.drop_last else self.size
         for begin in range(0, stop, self.batch_size):
-            yield order[begin: min(begin + self.batch_size, stop)]
+            end = min(begin + self.batch_size, stop)
+            yield np.arange(begin, end, dtype=np.int64) if order is None else order[begin:end]
 
     def __len__(self) -> int:
         full, rest = divmod(self.size, self.batch_size)
         return full if self.drop_last or rest == 0 else full + 1
+
+
+class LazyPermutation:
+    """A seeded bijection of [0, size) computed slice by slice: a 4-round Feistel network over the
+    smallest even-bit domain that holds ``size``, with cycle walking back into range."""
+
+    MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, size: int, entropy):
+        self.size = size
+        self.half = max(1, (int(size - 1).bit_length() + 1) // 2)
+        self.mask = np.uint64((1 << self.half) - 1)
+        self.keys = np.random.default_rng(entropy).integers(0, 2**63, size=4, dtype=np.uint64)
+
+    def _encrypt(self, values: np.ndarray) -> np.ndarray:
+        half, mask = np.uint64(self.half), self.mask
+        left, right = values >> half, values & mask
+        for key in self.keys:
+            mixed = ((right ^ key) * self.MULTIPLIER) >> np.uint64(64 - self.half)
+            left, right = right, left ^ (mixed & mask)
+        return (left << half) | right
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        out = self._encrypt(np.arange(where.start, where.stop, dtype=np.uint64))
+        outside = out >= self.size
+        while outside.any():
+            out[outside] = self._encrypt(out[outside])
+            outside = out >= self.size
+        return out.astype(np.int64)
 
 
 def pass_through(batch: dict) -> dict:
@@ -76,8 +109,19 @@ class ReplayDataLoader(DataLoader):
             names = tuple(name.lstrip("_") for name in to_named_tuple)
             self.batch_type = namedtuple("Batch", names)
 
+    def _batches(self):
+        if self.num_workers > 0:
+            yield from super().__iter__()
+            return
+        # in the main process the view already returns whole batches: skip torch's fetch machinery
+        for items in self.batch_sampler:
+            batch = self.dataset.__getitems__(items)
+            if self.pin_memory:
+                batch = {name: value.pin_memory() for name, value in batch.items()}
+            yield batch
+
     def __iter__(self):
-        for batch in super().__iter__():
+        for batch in self._batches():
             if self.device is not None:
                 batch = {name: value.to(self.device, non_blocking=self.non_blocking) for name, value in batch.items()}
             if self.to_named_tuple is not None:

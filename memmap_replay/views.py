@@ -152,12 +152,13 @@ class NStepView(StoreView, FrameStacking):
                 )
         self.reward_field = reward_field
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
-        self.positions = filtered(store, self.table, Positions.from_counts(self.table.reach), filter_fields)
+        self.reach = self.table.reach
+        self.positions = filtered(store, self.table, Positions.from_counts(self.reach), filter_fields)
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         table, n = self.table, self.n_steps
         first = table.start[episode]
-        actual, next_t, next_stored, terminal = nstep_targets(table, episode, t, n)
+        actual, next_t, next_stored, terminal = nstep_targets(table, episode, t, n, self.reach)
         batch = {name: self.step_rows(name, first + t, first) for name in self.current_fields}
         # a terminated episode without a final observation has no row after its last step: read the last
         # step there and zero it (its bootstrap discount is 0, so the value is never used)
@@ -171,9 +172,12 @@ class NStepView(StoreView, FrameStacking):
             batch[f"seq_{name}"] = self.rows_of(name, chunk_rows, in_chunk)
         batch["n_step_lens"] = torch.from_numpy(actual)
         if self.gamma is not None:
-            rewards = self.store.step_array(self.reward_field)[chunk_rows].astype(np.float64)
-            discounts = self.gamma ** steps
-            batch["n_step_return"] = torch.from_numpy(((rewards * in_chunk) @ discounts).astype(np.float32))
+            if self.reward_field in self.sequence_fields:  # already gathered, zero past the chunk
+                rewards = batch[f"seq_{self.reward_field}"].numpy().astype(np.float32, copy=False)
+            else:
+                rewards = self.rows_of(self.reward_field, chunk_rows, in_chunk).numpy().astype(np.float32, copy=False)
+            discounts = (self.gamma ** steps).astype(np.float32)
+            batch["n_step_return"] = torch.from_numpy(rewards @ discounts)
             bootstrap = np.where(terminal, 0.0, self.gamma ** actual)
             batch["bootstrap_discount"] = torch.from_numpy(bootstrap.astype(np.float32))
             batch["terminal"] = torch.from_numpy(terminal)

@@ -119,3 +119,23 @@ def test_reader_process_view_from_folder(filled, tmp_path):
     batch = next(iter(reader.dataloader(2, window=3, time_major=True)))
     assert batch["obs"].shape == (3, 2, 3)
     reader.close()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 1000, 100_003, (1 << 20) + 7])
+def test_lazy_permutation_is_a_seeded_bijection(size):
+    from memmap_replay.loader import LazyPermutation
+
+    values = LazyPermutation(size, [5, 0])[slice(0, size)]
+    assert np.array_equal(np.sort(values), np.arange(size))
+    assert np.array_equal(values, LazyPermutation(size, [5, 0])[slice(0, size)])
+    if size > 1000:
+        assert not np.array_equal(values, LazyPermutation(size, [6, 0])[slice(0, size)])
+        assert abs(np.corrcoef(np.arange(size), values)[0, 1]) < 0.05  # shuffled, not a near-identity
+
+
+def test_large_epochs_are_shuffled_lazily_and_cover_everything():
+    size = (1 << 20) + 123
+    sampler = BatchIndexSampler(size, 4096, shuffle=True, seed=9)
+    seen = np.concatenate(list(sampler))
+    assert np.array_equal(np.sort(seen), np.arange(size))
+    assert not np.array_equal(seen, np.concatenate(list(sampler)))  # a new order each epoch
