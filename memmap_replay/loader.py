@@ -91,6 +91,12 @@ class LazyPermutation:
         return out.astype(np.int64)
 
 
+def accelerator_available() -> bool:
+    """Pinned memory needs an accelerator (torch's own loader skips pinning without one, too)."""
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
 def pass_through(batch: dict) -> dict:
     """The collate function: a view's ``__getitems__`` already returns a whole batch."""
     return batch
@@ -116,7 +122,7 @@ class ReplayDataLoader(DataLoader):
         # in the main process the view already returns whole batches: skip torch's fetch machinery
         for items in self.batch_sampler:
             batch = self.dataset.__getitems__(items)
-            if self.pin_memory:
+            if self.pin_memory and accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}
             yield batch
 

@@ -139,3 +139,10 @@ def test_large_epochs_are_shuffled_lazily_and_cover_everything():
     seen = np.concatenate(list(sampler))
     assert np.array_equal(np.sort(seen), np.arange(size))
     assert not np.array_equal(seen, np.concatenate(list(sampler)))  # a new order each epoch
+
+
+def test_pin_memory_is_harmless_without_an_accelerator(filled):
+    batch = next(iter(filled.dataloader(4, timestep_level=True, pin_memory=True)))
+    assert batch["reward"].shape == (4,)
+    if torch.cuda.is_available():
+        assert batch["reward"].is_pinned()
