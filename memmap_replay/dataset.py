@@ -9,6 +9,7 @@ call per field; ``__getitem__`` is the same for one item.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Mapping
 
 import numpy as np
@@ -20,6 +21,42 @@ from .index import EpisodeTable, Positions
 from .store import EpisodeStore
 
 __all__ = ["StoreView", "ExplicitPositions"]
+
+
+class OutputPool:
+    """Batch output memory, reused once the batch that used it is gone.
+
+    A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed
+    the previous one back to the OS. Each output here is a view of a pooled buffer; when the last
+    reference to it (the user's tensor) dies, the buffer returns to the pool, so memory still held by
+    a user is never reused."""
+
+    KEEP = 8  # free buffers kept per size
+
+    def __init__(self) -> None:
+        self.free: dict[int, list[np.ndarray]] = {}
+
+    def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``source[rows]`` (rows of any shape) into pooled memory, with one ``np.take``."""
+        shape = (*rows.shape, *source.shape[1:])
+        nbytes = int(np.prod(shape)) * source.dtype.itemsize
+        bucket = self.free.setdefault(nbytes, [])
+        try:
+            raw = bucket.pop()
+        except IndexError:
+            raw = np.empty(max(nbytes, 1), dtype=np.uint8)
+        out = raw[:nbytes].view(source.dtype).reshape(shape)
+        weakref.finalize(out, self._give_back, bucket, raw)
+        # rows are computed in range; 'clip' skips numpy's bounds-checked copy through a buffer
+        np.take(source, rows.reshape(-1), axis=0, out=out.reshape(-1, *source.shape[1:]), mode="clip")
+        return out
+
+    def _give_back(self, bucket: list, raw: np.ndarray) -> None:
+        if len(bucket) < self.KEEP:
+            bucket.append(raw)
+
+
+OUTPUTS = OutputPool()
 
 
 class ExplicitPositions:
@@ -116,7 +153,7 @@ class StoreView(Dataset):
     def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
         """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
         source = self.store.step_array(name)
-        values = np.take(source, rows.reshape(-1), axis=0).reshape(*rows.shape, *source.shape[1:])
+        values = OUTPUTS.take(source, rows)
         if keep is not None and not keep.all():
             values[~keep] = 0
         return torch.from_numpy(values)

@@ -156,3 +156,15 @@ def test_views_are_a_snapshot_and_tensors_are_writable(three):
     batch = everything(view)
     batch["reward"] += 1  # owned memory, not a read-only map
     assert isinstance(batch["reward"], torch.Tensor)
+
+
+def test_pooled_outputs_are_never_reused_while_held(three):
+    view = TimestepView(three.episode_store)
+    held = view.__getitems__(np.arange(5))
+    expected = held["obs"].clone()
+    for _ in range(20):  # more batches of the same size, which reuse freed buffers
+        view.__getitems__(np.arange(5, 10))
+    assert torch.equal(held["obs"], expected)
+    first = view.__getitems__(np.arange(5))["obs"].data_ptr()
+    again = view.__getitems__(np.arange(5))["obs"].data_ptr()  # the first batch is gone: memory comes back
+    assert first == again
