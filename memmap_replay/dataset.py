@@ -9,6 +9,7 @@ call per field; ``__getitem__`` is the same for one item.
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any, Mapping
 
@@ -32,19 +33,21 @@ class OutputPool:
     a user is never reused."""
 
     KEEP = 8  # free buffers kept per size
+    MIN_BYTES = 1 << 17  # below this, glibc's malloc serves (and reuses) memory from its heap
 
     def __init__(self) -> None:
         self.free: dict[int, list[np.ndarray]] = {}
 
     def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``source[rows]`` (rows of any shape) into pooled memory, with one ``np.take``."""
+        """``source[rows]`` (rows of any shape) with one ``np.take``; large outputs go to pooled memory."""
         shape = (*rows.shape, *source.shape[1:])
-        nbytes = int(np.prod(shape)) * source.dtype.itemsize
-        bucket = self.free.setdefault(nbytes, [])
-        try:
-            raw = bucket.pop()
-        except IndexError:
-            raw = np.empty(max(nbytes, 1), dtype=np.uint8)
+        nbytes = math.prod(shape) * source.itemsize
+        if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
+            return np.take(source, rows.reshape(-1), axis=0).reshape(shape)
+        bucket = self.free.get(nbytes)
+        if bucket is None:
+            bucket = self.free[nbytes] = []
+        raw = bucket.pop() if bucket else np.empty(nbytes, dtype=np.uint8)
         out = raw[:nbytes].view(source.dtype).reshape(shape)
         weakref.finalize(out, self._give_back, bucket, raw)
         # rows are computed in range; 'clip' skips numpy's bounds-checked copy through a buffer
