@@ -100,6 +100,7 @@ class StoreView(Dataset):
         self.fieldname_map = dict(fieldname_map or {})
         self.return_indices = bool(return_indices)
         self._store: EpisodeStore | None = store
+        self._sources: dict[str, np.ndarray] = {}
         self.table = select_episodes(store, filter_meta)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
@@ -108,6 +109,7 @@ class StoreView(Dataset):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_store"] = None
+        state["_sources"] = {}
         return state
 
     @property
@@ -124,6 +126,10 @@ class StoreView(Dataset):
         return len(self.positions)
 
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
+        """The batch of the given item numbers (checked; negative numbers count from the end)."""
+        return self.batch(self.checked(items))
+
+    def checked(self, items: Any) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
         size = len(self)
         if items.ndim != 1:
@@ -134,6 +140,10 @@ class StoreView(Dataset):
                 raise IndexError(f"item indices must be in [0, {size}) (got {low}..{high})")
             if low < 0:
                 items = np.where(items < 0, items + size, items)
+        return items
+
+    def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler)."""
         episode, t = self.positions.locate(items)
         batch = self.gather(episode, t)
         for name in self.meta_fields:
@@ -155,7 +165,9 @@ class StoreView(Dataset):
 
     def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
         """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
-        source = self.store.step_array(name)
+        source = self._sources.get(name)
+        if source is None:  # the map as of the first read covers every row of the snapshot
+            source = self._sources[name] = self.store.step_array(name)
         values = OUTPUTS.take(source, rows)
         if keep is not None and not keep.all():
             values[~keep] = 0

@@ -53,11 +53,13 @@ class Positions:
 
     counts: np.ndarray
     cumulative: np.ndarray
+    first_item: np.ndarray  # item number of each episode's t = 0
 
     @classmethod
     def from_counts(cls, counts: np.ndarray) -> "Positions":
         counts = np.maximum(np.asarray(counts, dtype=np.int64), 0)
-        return cls(counts, np.cumsum(counts))
+        cumulative = np.cumsum(counts)
+        return cls(counts, cumulative, cumulative - counts)
 
     def __len__(self) -> int:
         return int(self.cumulative[-1]) if len(self.cumulative) else 0
@@ -65,8 +67,7 @@ class Positions:
     def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Item numbers -> (episode position in the table, t within the episode)."""
         episode = np.searchsorted(self.cumulative, items, side="right")
-        t = items - (self.cumulative[episode] - self.counts[episode])
-        return episode, t
+        return episode, items - self.first_item[episode]
 
 
 def nstep_targets(table: EpisodeTable, episode: np.ndarray, t: np.ndarray, n: int, reach: np.ndarray | None = None):

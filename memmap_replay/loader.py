@@ -120,8 +120,9 @@ class ReplayDataLoader(DataLoader):
             yield from super().__iter__()
             return
         # in the main process the view already returns whole batches: skip torch's fetch machinery
+        trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         for items in self.batch_sampler:
-            batch = self.dataset.__getitems__(items)
+            batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
             if self.pin_memory and accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}
             yield batch
