@@ -159,12 +159,21 @@ class NStepView(StoreView, FrameStacking):
         table, n = self.table, self.n_steps
         first = table.start[episode]
         actual, next_t, next_stored, terminal = nstep_targets(table, episode, t, n, self.reach)
-        batch = {name: self.step_rows(name, first + t, first) for name in self.current_fields}
+        rows = first + t
         # a terminated episode without a final observation has no row after its last step: read the last
         # step there and zero it (its bootstrap discount is 0, so the value is never used)
         next_rows = first + np.where(next_stored, next_t, next_t - 1)
+        batch = {}
+        for name in self.current_fields:
+            if name in self.next_fields and (self.frame_stack == 1 or name not in self.stack_fields):
+                # state and next state in one gather: rows (2, B), then two views of the result
+                both = self.rows_of(name, np.stack([rows, next_rows]), np.stack([np.ones_like(next_stored), next_stored]))
+                batch[name], batch[f"next_{name}"] = both[0], both[1]
+            else:
+                batch[name] = self.step_rows(name, rows, first)
         for name in self.next_fields:
-            batch[f"next_{name}"] = self.step_rows(name, next_rows, first, next_stored)
+            if f"next_{name}" not in batch:
+                batch[f"next_{name}"] = self.step_rows(name, next_rows, first, next_stored)
         steps = np.arange(n, dtype=np.int64)
         in_chunk = steps[None, :] < actual[:, None]
         chunk_rows = first[:, None] + np.minimum(t[:, None] + steps[None, :], table.length[episode][:, None] - 1)
