@@ -1,0 +1,81 @@
+"""SumTree: sums and minima against brute force, proportional draws (chi-square), edge cases."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmap_replay import InvalidDataError
+from memmap_replay.sumtree import SumTree
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(1, 3000), seed=st.integers(0, 2**32 - 1),
+       rounds=st.integers(1, 5))
+def test_matches_brute_force(capacity, seed, rounds):
+    rng = np.random.default_rng(seed)
+    tree, leaves = SumTree(capacity), np.zeros(capacity)
+    for _ in range(rounds):
+        idx = rng.integers(0, capacity, size=rng.integers(1, 300))
+        idx = np.unique(idx)  # the brute force below assumes one value per index
+        values = rng.random(len(idx)) * (rng.random(len(idx)) > 0.2)
+        tree.update(idx, values)
+        leaves[idx] = values
+        assert tree.total == pytest.approx(leaves.sum(), rel=1e-12, abs=1e-12)
+        positive = leaves[leaves > 0]
+        assert tree.min == (positive.min() if positive.size else np.inf)
+        if leaves.sum() > 0:
+            # find() returns the leaf whose prefix interval holds each value, never a zero leaf
+            probes = rng.random(200) * leaves.sum()
+            expected = np.searchsorted(np.cumsum(leaves), probes, side="right")
+            got = tree.find(probes)
+            assert (leaves[got] > 0).all()
+            np.testing.assert_array_equal(got, expected)
+
+
+def chi_square_ok(counts, expected, z=3.09):
+    """Chi-square goodness of fit at p = 0.001 (Wilson-Hilferty critical value, no scipy needed)."""
+    statistic = ((counts - expected) ** 2 / expected).sum()
+    df = len(counts) - 1
+    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+    return statistic < critical
+
+
+def test_draws_are_proportional_chi_square():
+    rng = np.random.default_rng(0)
+    priorities = rng.random(50) ** 2 + 0.01
+    priorities[[3, 17]] = 0.0
+    tree = SumTree(50)
+    tree.update(np.arange(50), priorities)
+    draws = np.concatenate([tree.sample(256, rng) for _ in range(400)])
+    counts = np.bincount(draws, minlength=50)
+    assert counts[3] == counts[17] == 0
+    nonzero = priorities > 0
+    expected = priorities[nonzero] / priorities.sum() * len(draws)
+    assert chi_square_ok(counts[nonzero], expected)
+    skewed = expected.copy()
+    skewed[:5] *= 1.3
+    skewed *= expected.sum() / skewed.sum()
+    assert not chi_square_ok(counts[nonzero], skewed)  # the test can fail
+
+
+def test_stratified_and_edge_values():
+    tree = SumTree(4)
+    tree.update([0, 1, 2, 3], [1.0, 0.0, 1.0, 1.0])
+    assert tree.find([0.0, 0.999, 1.0, 2.999, 3.0, 5.0]).tolist() == [0, 0, 2, 3, 3, 3]
+    draws = tree.sample(3, np.random.default_rng(1))
+    assert draws.tolist() == [0, 2, 3]  # one draw per equal slice of the total
+
+
+def test_load_leaves_rebuilds_and_errors():
+    tree = SumTree(100)
+    tree.load_leaves(np.arange(100, dtype=float))
+    assert tree.total == sum(range(100)) and tree.min == 1.0
+    with pytest.raises(InvalidDataError, match="every priority is 0"):
+        SumTree(5).sample(2, np.random.default_rng(0))
+    with pytest.raises(InvalidDataError, match=r"leaf indices must be in \[0, 100\)"):
+        tree.update([100], [1.0])
+    with pytest.raises(InvalidDataError, match="finite and >= 0"):
+        tree.update([1], [np.nan])
+    with pytest.raises(InvalidDataError, match="capacity must be a positive int"):
+        SumTree(0)
