@@ -35,8 +35,11 @@ class OutputPool:
     KEEP = 8  # free buffers kept per size
     MIN_BYTES = 1 << 17  # below this, glibc's malloc serves (and reuses) memory from its heap
 
+    MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept free in all, whatever the mix of batch sizes
+
     def __init__(self) -> None:
         self.free: dict[int, list[np.ndarray]] = {}
+        self.kept = 0
 
     def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``source[rows]`` (rows of any shape) with one ``np.take``; large outputs go to pooled memory."""
@@ -47,7 +50,7 @@ class OutputPool:
         bucket = self.free.get(nbytes)
         if bucket is None:
             bucket = self.free[nbytes] = []
-        raw = bucket.pop() if bucket else np.empty(nbytes, dtype=np.uint8)
+        raw = self._lend(bucket) if bucket else np.empty(nbytes, dtype=np.uint8)
         out = raw[:nbytes].view(source.dtype).reshape(shape)
         weakref.finalize(out, self._give_back, bucket, raw)
         # rows are computed in range; 'clip' skips numpy's bounds-checked copy through a buffer
@@ -55,8 +58,14 @@ class OutputPool:
         return out
 
     def _give_back(self, bucket: list, raw: np.ndarray) -> None:
-        if len(bucket) < self.KEEP:
+        if len(bucket) < self.KEEP and self.kept + raw.nbytes <= self.MAX_KEPT_BYTES:
             bucket.append(raw)
+            self.kept += raw.nbytes
+
+    def _lend(self, bucket: list) -> np.ndarray:
+        raw = bucket.pop()
+        self.kept -= raw.nbytes
+        return raw
 
 
 OUTPUTS = OutputPool()
@@ -75,9 +84,18 @@ class ExplicitPositions:
         return self.episode[items], self.t[items]
 
 
+def flag(value: Any, name: str) -> bool:
+    """A True/False option; anything else (a string, a number) is an error, never silently truthy."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidDataError(f"{name} must be True or False (got {value!r})")
+    return bool(value)
+
+
 def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
     if isinstance(names, str):
         names = (names,)
+    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
+        raise InvalidDataError(f"{what}s must be a name or a tuple of names (got {names!r})")
     names = tuple(names)
     unknown = [name for name in names if name not in known]
     if unknown:
@@ -97,14 +115,40 @@ class StoreView(Dataset):
         self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
         self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
                             else check_names(meta_fields, schema.meta_fields, "meta field"))
+        if fieldname_map is not None and not isinstance(fieldname_map, Mapping):
+            raise InvalidDataError(f"fieldname_map must be a dict of output name -> new name (got {fieldname_map!r})")
         self.fieldname_map = dict(fieldname_map or {})
-        self.return_indices = bool(return_indices)
+        for source, target in self.fieldname_map.items():
+            if not isinstance(source, str) or not isinstance(target, str) or not target:
+                raise InvalidDataError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
+        self.return_indices = flag(return_indices, "return_indices")
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
         self.table = select_episodes(store, filter_meta)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
     # ---- pickling: paths, not arrays --------------------------------------------------------------------
+
+    def output_names(self) -> list[str]:
+        """The names a batch carries before ``fieldname_map`` (subclasses add theirs)."""
+        names = list(self.fields) + list(self.meta_fields)
+        return names + (["_index", "_t"] if self.return_indices else [])
+
+    def check_outputs(self) -> None:
+        """Every output name must be distinct, after fieldname_map too: nothing silently replaces another."""
+        names = self.output_names()
+        unknown = sorted(set(self.fieldname_map) - set(names))
+        if unknown:
+            raise InvalidDataError(f"fieldname_map renames {unknown}, which this view does not output; it outputs {names}")
+        for candidates in (names, [self.fieldname_map.get(name, name) for name in names]):
+            clashes = sorted({name for name in candidates if candidates.count(name) > 1})
+            if clashes:
+                break
+        if clashes:
+            raise InvalidDataError(
+                f"this view would output {clashes} twice (its outputs: {names}); select fewer fields or rename "
+                f"one with fieldname_map"
+            )
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -185,6 +229,10 @@ def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) 
     for name in check_names(tuple(filter_meta), store.schema.meta_fields, "meta field"):
         values = store.meta_array(name)[table.slot]
         wanted = np.asarray(filter_meta[name])
+        spec = store.schema.meta_fields[name]
+        if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
+            raise InvalidDataError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
+                                   f"(got {filter_meta[name]!r})")
         equal = values == wanted
         keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
     return table.select(keep)

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from .errors import InvalidDataError
 from .store import EpisodeStore
-from .dataset import StoreView
+from .dataset import StoreView, flag
 from .views import NStepView, TimestepView, TrajectoryView, WindowView
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
@@ -33,20 +33,25 @@ class BatchIndexSampler(Sampler):
     """Batches of item numbers as int64 arrays; a fresh permutation per epoch when ``shuffle``.
 
     ``seed`` fixes the order of every epoch (epoch e uses the seed sequence (seed, e)); without it the
-    order follows torch's global RNG, as torch's own RandomSampler does."""
+    order follows ``generator`` (or torch's global RNG), as torch's own RandomSampler does."""
 
     def __init__(self, size: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
-                 seed: int | None = None):
+                 seed: int | None = None, generator: torch.Generator | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InvalidDataError(f"batch_size must be a positive int (got {batch_size!r})")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InvalidDataError(f"seed must be an int or None (got {seed!r})")
         self.size, self.batch_size = int(size), int(batch_size)
-        self.shuffle, self.drop_last, self.seed = bool(shuffle), bool(drop_last), seed
+        self.shuffle, self.drop_last, self.seed = flag(shuffle, "shuffle"), flag(drop_last, "drop_last"), seed
+        self.generator = generator
         self.epoch = 0
 
     def __iter__(self) -> Iterator[np.ndarray]:
         order = None
         if self.shuffle:
-            seed = self.seed if self.seed is not None else int(torch.empty((), dtype=torch.int64).random_().item())
+            seed = self.seed
+            if seed is None:  # torch's generator (the given one, else the global one), as torch's samplers do
+                seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
             entropy = [seed & (2**63 - 1), self.epoch]
             # a full permutation up to a million items; beyond, a lazy one (no O(size) work per epoch)
             order = (np.random.default_rng(entropy).permutation(self.size) if self.size <= EAGER_PERMUTATION
@@ -147,13 +152,18 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
                  window: int | None = None, **options: Any):
     """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
     ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors."""
+    timestep_level = flag(timestep_level, "timestep_level")
     chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
                                     ("window", window is not None)) if on]
     if len(chosen) > 1:
         raise InvalidDataError(f"choose one of n_steps, timestep_level and window (got {chosen})")
     if "include_metadata" in options:  # the seed's switch for meta fields
-        if not options.pop("include_metadata"):
+        if not flag(options.pop("include_metadata"), "include_metadata"):
+            if options.get("meta_fields"):
+                raise InvalidDataError("include_metadata=False and meta_fields contradict each other; pass one of them")
             options["meta_fields"] = ()
+    if "return_mask" in options:
+        flag(options["return_mask"], "return_mask")
     if options.get("return_mask") and (n_steps is not None or timestep_level):
         raise InvalidDataError("return_mask applies to trajectories (and windows with allow_partial): "
                                "single steps and n-step transitions have nothing to mask")
@@ -184,13 +194,26 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
                     **options: Any) -> ReplayDataLoader:
     """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
     loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
+    if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
+        raise InvalidDataError(f"dataset_kwargs must be a dict (got {dataset_kwargs!r})")
     options.update(dataset_kwargs or {})
     if dataset is None:
         dataset = make_dataset(store, **options)
     elif options:
         raise InvalidDataError(f"view options {sorted(options)} cannot be combined with dataset=")
     if to_named_tuple is not None:
-        to_named_tuple = (to_named_tuple,) if isinstance(to_named_tuple, str) else tuple(to_named_tuple)
-    sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
+        to_named_tuple = (to_named_tuple,) if isinstance(to_named_tuple, str) else to_named_tuple
+        if not isinstance(to_named_tuple, (tuple, list)) or not all(isinstance(n, str) for n in to_named_tuple):
+            raise InvalidDataError(f"to_named_tuple must be a tuple of names (got {to_named_tuple!r})")
+        to_named_tuple = tuple(to_named_tuple)
+        fields = [name.lstrip("_") for name in to_named_tuple]
+        if len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields):
+            raise InvalidDataError(f"to_named_tuple names must be distinct identifiers once leading underscores are "
+                                   f"dropped (got {to_named_tuple})")
+    workers = loader_options.get("num_workers", 0)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
+        raise InvalidDataError(f"num_workers must be an int >= 0 (got {workers!r})")
+    sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                                generator=loader_options.get("generator"))
     return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
                             **loader_options)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from einops import rearrange
 
-from .dataset import ExplicitPositions, StoreView, check_names
+from .dataset import ExplicitPositions, StoreView, check_names, flag
 from .errors import InvalidDataError
 from .index import Positions, nstep_targets, stack_rows, window_rows
 from .store import EpisodeStore
@@ -36,9 +36,11 @@ __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
 STACK_PADS = ("repeat", "zero")
 
 
-def positive(value: Any, name: str) -> int:
+def positive(value: Any, name: str, most: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise InvalidDataError(f"{name} must be a positive int (got {value!r})")
+    if most is not None and value > most:
+        raise InvalidDataError(f"{name} must be at most the store's max_timesteps={most} (got {value})")
     return int(value)
 
 
@@ -47,7 +49,11 @@ class TrajectoryView(StoreView):
 
     def __init__(self, store: EpisodeStore, *, return_mask: bool = False, **options: Any):
         super().__init__(store, **options)
-        self.return_mask = bool(return_mask)
+        self.return_mask = flag(return_mask, "return_mask")
+        self.check_outputs()
+
+    def output_names(self) -> list[str]:
+        return super().output_names() + ["_lens"] + (["_mask"] if self.return_mask else [])
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
@@ -64,7 +70,7 @@ class FrameStacking:
     """``frame_stack=k`` for ``stack_fields`` (default: every field of 2 or more dimensions)."""
 
     def setup_stacking(self, store: EpisodeStore, frame_stack: int, stack_fields: Any, stack_pad: str) -> None:
-        self.frame_stack = positive(frame_stack, "frame_stack")
+        self.frame_stack = positive(frame_stack, "frame_stack", store.capacity.max_timesteps)
         if stack_pad not in STACK_PADS:
             raise InvalidDataError(f"stack_pad must be one of {STACK_PADS} (got {stack_pad!r})")
         self.stack_pad = stack_pad
@@ -93,6 +99,7 @@ class TimestepView(StoreView, FrameStacking):
         super().__init__(store, **options)
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
         self.positions = filtered(store, self.table, Positions.from_counts(self.table.length), filter_fields)
+        self.check_outputs()
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         first = self.table.start[episode]
@@ -105,11 +112,15 @@ class WindowView(StoreView):
     def __init__(self, store: EpisodeStore, window: int, *, allow_partial: bool = False, time_major: bool = False,
                  **options: Any):
         super().__init__(store, **options)
-        self.window = positive(window, "window")
-        self.allow_partial = bool(allow_partial)
-        self.time_major = bool(time_major)
+        self.window = positive(window, "window", store.capacity.max_timesteps)
+        self.allow_partial = flag(allow_partial, "allow_partial")
+        self.time_major = flag(time_major, "time_major")
         length = self.table.length
         self.positions = Positions.from_counts(length if allow_partial else length - self.window + 1)
+        self.check_outputs()
+
+    def output_names(self) -> list[str]:
+        return super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
@@ -136,14 +147,15 @@ class NStepView(StoreView, FrameStacking):
             raise InvalidDataError("an n-step view takes current_fields, next_fields and sequence_fields, not fields")
         super().__init__(store, **options)
         schema = store.schema
-        self.n_steps = positive(n_steps, "n_steps")
+        self.n_steps = positive(n_steps, "n_steps", store.capacity.max_timesteps)
         self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields, "field")
         self.next_fields = self.fields if next_fields is None else check_names(next_fields, schema.fields, "field")
         self.sequence_fields = check_names(sequence_fields or (), schema.fields, "field")
+        if gamma is not None and (isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, (int, float, np.floating, np.integer))
+                                  or not 0.0 <= float(gamma) <= 1.0):
+            raise InvalidDataError(f"gamma must be a number in [0, 1] (got {gamma!r})")
         self.gamma = None if gamma is None else float(gamma)
         if self.gamma is not None:
-            if not 0.0 <= self.gamma <= 1.0:
-                raise InvalidDataError(f"gamma must be in [0, 1] (got {gamma!r})")
             spec = schema.fields.get(reward_field)
             if spec is None or spec.shape != ():
                 raise InvalidDataError(
@@ -154,6 +166,15 @@ class NStepView(StoreView, FrameStacking):
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
         self.reach = self.table.reach
         self.positions = filtered(store, self.table, Positions.from_counts(self.reach), filter_fields)
+        self.check_outputs()
+
+    def output_names(self) -> list[str]:
+        names = list(self.current_fields) + [f"next_{name}" for name in self.next_fields]
+        names += [f"seq_{name}" for name in self.sequence_fields] + ["n_step_lens"]
+        if self.gamma is not None:
+            names += ["n_step_return", "bootstrap_discount", "terminal"]
+        names += list(self.meta_fields)
+        return names + (["_index", "_t"] if self.return_indices else [])
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         table, n = self.table, self.n_steps
@@ -163,16 +184,17 @@ class NStepView(StoreView, FrameStacking):
         # a terminated episode without a final observation has no row after its last step: read the last
         # step there and zero it (its bootstrap discount is 0, so the value is never used)
         next_rows = first + np.where(next_stored, next_t, next_t - 1)
-        batch = {}
+        batch, fused = {}, set()
         for name in self.current_fields:
             if name in self.next_fields and (self.frame_stack == 1 or name not in self.stack_fields):
                 # state and next state in one gather: rows (2, B), then two views of the result
                 both = self.rows_of(name, np.stack([rows, next_rows]), np.stack([np.ones_like(next_stored), next_stored]))
                 batch[name], batch[f"next_{name}"] = both[0], both[1]
+                fused.add(name)
             else:
                 batch[name] = self.step_rows(name, rows, first)
         for name in self.next_fields:
-            if f"next_{name}" not in batch:
+            if name not in fused:
                 batch[f"next_{name}"] = self.step_rows(name, next_rows, first, next_stored)
         steps = np.arange(n, dtype=np.int64)
         in_chunk = steps[None, :] < actual[:, None]
@@ -203,6 +225,9 @@ def filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Ma
         shape = store.schema.fields[name].shape
         if shape != ():
             raise InvalidDataError(f"filter_fields takes scalar fields only: field {name!r} has shape {shape}")
+    for name, value in filter_fields.items():
+        if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "biufc":
+            raise InvalidDataError(f"filter_fields value for {name!r} must be one number (got {value!r})")
     items = np.arange(len(positions), dtype=np.int64)
     episode, t = positions.locate(items)
     rows = table.start[episode] + t

@@ -98,7 +98,19 @@ def test_named_tuple_device_and_field_map(filled):
     (dict(fields=("nope",)), r"unknown field \['nope'\]"),
     (dict(filter_meta=dict(nope=1)), r"unknown meta field \['nope'\]"),
     (dict(n_steps=0), "n_steps must be a positive int"),
-    (dict(window=100), "has no items"),
+    (dict(window=15), "has no items"),
+    (dict(window=100), "at most the store.s max_timesteps=20"),
+    (dict(n_steps=10**12), "at most the store.s max_timesteps=20"),
+    (dict(timestep_level="no"), "timestep_level must be True or False"),
+    (dict(return_mask="no"), "return_mask must be True or False"),
+    (dict(n_steps=2, gamma="0.9"), "gamma must be a number"),
+    (dict(fieldname_map={"rewrd": "r"}), "does not output"),
+    (dict(fieldname_map={"obs": "reward"}), "twice"),
+    (dict(fields=5), "must be a name or a tuple of names"),
+    (dict(shuffle="no"), "shuffle must be True or False"),
+    (dict(seed=1.5), "seed must be an int"),
+    (dict(num_workers=-1), "num_workers must be an int"),
+    (dict(to_named_tuple=("obs", "_obs")), "distinct"),
     (dict(timestep_level=True, stack_pad="edge", frame_stack=2, stack_fields=("obs",)), "stack_pad must be one of"),
 ])
 def test_bad_keywords_are_errors(filled, kwargs, match):
@@ -146,3 +158,10 @@ def test_pin_memory_is_harmless_without_an_accelerator(filled):
     assert batch["reward"].shape == (4,)
     if torch.cuda.is_available():
         assert batch["reward"].is_pinned()
+
+
+def test_torch_generator_orders_shuffles(filled):
+    orders = [[b["reward"].tolist() for b in filled.dataloader(4, timestep_level=True, shuffle=True,
+                                                               generator=torch.Generator().manual_seed(0))]
+              for _ in range(2)]
+    assert orders[0] == orders[1]

@@ -168,3 +168,32 @@ def test_pooled_outputs_are_never_reused_while_held(three):
     first = view.__getitems__(np.arange(5))["obs"].data_ptr()
     again = view.__getitems__(np.arange(5))["obs"].data_ptr()  # the first batch is gone: memory comes back
     assert first == again
+
+
+def test_output_names_never_silently_collide(make_buffer):
+    buffer = make_buffer(fields=dict(obs=("float", 3), next_obs=("float", 3), reward="float"),
+                         meta_fields=dict(terminal="bool"))
+    buffer.store_episode(obs=np.zeros((4, 3)), next_obs=np.ones((4, 3)), reward=np.zeros(4), end="terminated")
+    with pytest.raises(InvalidDataError, match=r"output \['next_obs'\] twice"):
+        NStepView(buffer.episode_store, 2)
+    with pytest.raises(InvalidDataError, match=r"output \['terminal'\] twice"):
+        NStepView(buffer.episode_store, 2, current_fields=("obs",), next_fields=("obs",), gamma=0.9)
+    with pytest.raises(InvalidDataError, match=r"output \['next_obs'\] twice"):  # renaming cannot tell them apart
+        NStepView(buffer.episode_store, 2, current_fields=("obs", "next_obs"), next_fields=("obs",),
+                  fieldname_map={"next_obs": "stored_next"}, meta_fields=())
+    view = NStepView(buffer.episode_store, 2, current_fields=("obs", "next_obs"), next_fields=("reward",),
+                     fieldname_map={"next_obs": "stored_next"}, meta_fields=())
+    assert view[0]["stored_next"].tolist() == [1, 1, 1]  # the stored field, renamed
+    with pytest.raises(InvalidDataError, match="does not output"):
+        TimestepView(buffer.episode_store, fieldname_map={"rewrd": "r"})
+
+
+def test_output_pool_keeps_bounded_memory():
+    from memmap_replay.dataset import OutputPool
+
+    pool = OutputPool()
+    source = np.zeros((1000, 1024), np.uint8)
+    for size in range(200, 1000, 7):  # many distinct batch sizes, each dropped at once
+        pool.take(source, np.arange(size))
+    assert pool.kept <= pool.MAX_KEPT_BYTES
+    assert sum(len(bucket) for bucket in pool.free.values()) <= len(pool.free) * pool.KEEP
