@@ -23,8 +23,8 @@ from .views import NStepView, TimestepView, TrajectoryView, WindowView
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
 
+EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
 # DataLoader keywords passed through as they are
-EAGER_PERMUTATION = 1 << 20
 LOADER_KEYWORDS = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
                    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
 
