@@ -15,11 +15,11 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import EpisodeStateError, InvalidDataError, SchemaError
+from .errors import EpisodeStateError, SchemaError
 from .format import Capacity
 from .schema import Schema
-from .store import EpisodeStore, validate_index
-from .convert import as_array, coerce
+from .store import EpisodeStore
+from .update import plan_update
 from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
 __all__ = ["ReplayBuffer", "EpisodeMeta"]
@@ -285,72 +285,11 @@ class ReplayBuffer:
         ``indices`` are episode slots (int, list, array or slice; None = all live episodes). Step fields
         take (len(indices), T, *shape) values (T up to the shortest selected episode's length), or one
         value (scalar or one row) for every step; meta fields take (len(indices), *shape) or one value.
-        Every value is checked before anything is written."""
+        With one int index (the seed package's form) values come without the episode axis. Every value
+        is checked before anything is written."""
         self._check_idle("update")
-        if not data:
-            raise InvalidDataError(f"update needs at least one field to write (fields: {sorted(self.fieldnames + self.meta_fieldnames)})")
-        slots, lengths, starts = self._resolve_slots(indices)
-        if np.ndim(indices) == 0 and indices is not None and not isinstance(indices, slice):
-            # one episode index (the seed's form): values come without the episode axis
-            data = {name: self._with_episode_axis(name, value) for name, value in data.items()}
-        writes = [self._update_writes(name, value, slots, lengths, starts) for name, value in data.items()]
-        for write in writes:
-            for call, position, rows in write:
-                call(position, rows)
-
-    def _with_episode_axis(self, name: str, value: Any) -> Any:
-        """For ``update(one_index, ...)``: add the episode axis to a meta value or a (T, ...) step value."""
-        spec = self.schema.fields.get(name)
-        if spec is None and name not in self.schema.meta_fields:
-            return value  # reported as unknown by _update_writes
-        array = as_array(value, f"field {name!r}")
-        return array[None] if spec is None or array.ndim > len(spec.shape) else array
-
-    def _update_writes(self, name: str, value: Any, slots, lengths, starts) -> list:
-        """The checked writes of one field's update, as (store method, position, contiguous rows)."""
-        n, schema = len(slots), self.schema
-        if name not in schema.fields and name not in schema.meta_fields:
-            raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(self.fieldnames)} "
-                                   f"and meta fields {sorted(self.meta_fieldnames)}")
-        is_step = name in schema.fields
-        spec = schema.fields[name] if is_step else schema.meta_fields[name]
-        array = as_array(value, f"{'field' if is_step else 'meta field'} {name!r}")
-        extra = array.ndim - len(spec.shape)
-        if not is_step:
-            rows = coerce(spec, array, (n,) if extra == 1 else (), kind="meta field")
-            rows = np.ascontiguousarray(np.broadcast_to(rows, (n, *spec.shape)))
-            write = lambda slot, row: self._store.update_meta(name, slot, row)
-            return [(write, int(slot), row[None]) for slot, row in zip(slots, rows)]
-        write = lambda start, block: self._store.update_rows(name, start, block)
-        if extra <= 0:  # one value for every step of every selected episode
-            row = coerce(spec, array)
-            return [(write, int(start), np.ascontiguousarray(np.broadcast_to(row, (int(length), *spec.shape))))
-                    for start, length in zip(starts, lengths)]
-        if extra != 2 or len(array) != n:
-            raise InvalidDataError(f"field {name!r} in update must have shape ({n}, T, *{spec.shape}) (got {array.shape})")
-        t = array.shape[1]
-        if n and t > lengths.min():
-            raise InvalidDataError(f"field {name!r} in update has T={t} steps but a selected episode is shorter "
-                                   f"(shortest: {lengths.min()} steps)")
-        blocks = coerce(spec, array, (n, t))
-        return [(write, int(start), np.ascontiguousarray(block)) for start, block in zip(starts, blocks)]
-
-    def _resolve_slots(self, indices: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        table = self._store.live_table()
-        if indices is None:
-            return table.slots, table.length, table.start
-        if isinstance(indices, slice):  # the live episodes among the slots the slice names
-            named = np.zeros(self.max_episodes, dtype=bool)
-            named[np.arange(self.max_episodes)[indices]] = True
-            keep = named[table.slots]
-            return table.slots[keep], table.length[keep], table.start[keep]
-        slots = validate_index(indices, self.max_episodes, "episode indices")
-        where = np.full(self.max_episodes, -1, dtype=np.int64)
-        where[table.slots] = np.arange(len(table.slots))
-        position = where[slots]
-        if (position < 0).any():
-            raise InvalidDataError(f"episode slot {slots[position < 0][0]} holds no live episode (live slots: {len(table.slots)} of {self.max_episodes})")
-        return slots, table.length[position], table.start[position]
+        for write, position, rows in plan_update(self._store, indices, data):
+            write(position, rows)
 
     def clear(self) -> None:
         """Remove every episode."""
