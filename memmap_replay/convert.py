@@ -16,7 +16,7 @@ import numpy as np
 from .errors import InvalidDataError
 from .schema import FieldSpec
 
-__all__ = ["as_array", "coerce"]
+__all__ = ["as_array", "coerce", "validate_index"]
 
 
 def is_tensor(value: Any) -> bool:
@@ -139,3 +139,14 @@ def coerce(spec: FieldSpec, value: Any, lead: tuple[int, ...] = (), *, kind: str
     array = as_array(value, label)
     array = fit_shape(spec, array, lead, label)
     return cast(spec, array, label)
+
+
+def validate_index(value, size: int, what: str) -> np.ndarray:
+    """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu" or array.ndim > 1:
+        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
+    array = np.atleast_1d(array).astype(np.int64)
+    if array.size and (array.min() < 0 or array.max() >= size):
+        raise InvalidDataError(f"{what} must be in [0, {size}) (got {array.min()}..{array.max()})")
+    return array

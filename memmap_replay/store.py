@@ -393,14 +393,3 @@ def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity
             f"the store at {folder} was created differently:\n  " + "\n  ".join(lines)
             + "\nopen it with ReplayBuffer.from_folder(folder), or pass overwrite=True to replace it"
         )
-
-
-def validate_index(value, size: int, what: str) -> np.ndarray:
-    """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
-    array = np.asarray(value)
-    if array.dtype.kind not in "iu" or array.ndim > 1:
-        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
-    array = np.atleast_1d(array).astype(np.int64)
-    if array.size and (array.min() < 0 or array.max() >= size):
-        raise InvalidDataError(f"{what} must be in [0, {size}) (got {array.min()}..{array.max()})")
-    return array

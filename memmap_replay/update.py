@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .convert import as_array, coerce
+from .convert import as_array, coerce, validate_index
 from .errors import InvalidDataError
-from .store import EpisodeStore, validate_index
+from .store import EpisodeStore
 
 __all__ = ["plan_update"]
 

@@ -17,10 +17,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .convert import as_array, coerce
+from .convert import as_array, coerce, validate_index
 from .errors import InvalidDataError
 from .schema import FieldSpec, Schema
-from .store import EpisodeStore, PendingEpisode, validate_index
+from .store import EpisodeStore, PendingEpisode
 
 __all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "check_end", "coerce_meta"]
 
