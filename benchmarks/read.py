@@ -68,6 +68,8 @@ from pathlib import Path
 
 import numpy as np
 
+import workload  # benchmarks/workload.py: the canonical episodes
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch  # noqa: E402
@@ -76,8 +78,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from memmap_replay import ReplayBuffer  # noqa: E402
 
 T_STEPS = 500
-FIELDS = dict(image=("uint8", (3, 64, 64)), action=("float", 6), reward="float", done="bool")
-META_FIELDS = dict(task_id="int")
+FIELDS, META_FIELDS = workload.FIELDS, workload.META_FIELDS
 SMALL_FIELDS = dict(action=("float", 6), reward="float")
 READ = ("image", "action", "reward")
 N_STEPS, GAMMA, WINDOW = 5, 0.99, 50
@@ -104,23 +105,7 @@ DESCRIPTION = {
 # ---- data and stores -------------------------------------------------------------------------------------
 
 
-class Data:
-    """Pre-generated episodes (seeded), as in benchmarks/write.py."""
-
-    def __init__(self, episodes: int, steps: int, seed: int = 0):
-        rng = np.random.default_rng(seed)
-        self.episodes, self.steps = episodes, steps
-        self.image = rng.integers(0, 256, (episodes, steps, 3, 64, 64), dtype=np.uint8)
-        self.action = rng.standard_normal((episodes, steps, 6), dtype=np.float32)
-        self.reward = rng.standard_normal((episodes, steps), dtype=np.float32)
-        self.done = np.zeros((episodes, steps), dtype=bool)
-        self.done[:, -1] = True
-        self.task_id = rng.integers(0, 10, episodes)
-        self.row_nbytes = sum(a[0, 0].nbytes for a in (self.image, self.action, self.reward, self.done))
-
-    @property
-    def nbytes(self) -> int:
-        return self.episodes * self.steps * self.row_nbytes
+Data = workload.Data  # the canonical episodes, shared with benchmarks/write.py
 
 
 def write_ours(folder: Path, data: Data) -> float:

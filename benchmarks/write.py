@@ -38,43 +38,27 @@ from pathlib import Path
 
 import numpy as np
 
+import workload  # benchmarks/workload.py: the canonical episodes
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from memmap_replay import ReplayBuffer  # noqa: E402
 
 T_STEPS = 500
-FIELDS = dict(image=("uint8", (3, 64, 64)), action=("float", 6), reward="float", done="bool")
-META_FIELDS = dict(task_id="int")
+FIELDS, META_FIELDS = workload.FIELDS, workload.META_FIELDS
 GOAL_STEPS_PER_S = 60_000
 GOAL_MEMCPY_RATIO = 0.5
 MB, GB = 1e6, 1e9
 
 
-class Data:
-    """Pre-generated episodes: arrays for store_episode, and per-step views and Python scalars."""
+class Data(workload.Data):
+    """The canonical episodes, plus what an environment loop hands to store(): Python floats and bools."""
 
     def __init__(self, episodes: int, steps: int, seed: int = 0):
-        rng = np.random.default_rng(seed)
-        self.episodes, self.steps = episodes, steps
-        self.image = rng.integers(0, 256, (episodes, steps, 3, 64, 64), dtype=np.uint8)
-        self.action = rng.standard_normal((episodes, steps, 6), dtype=np.float32)
-        self.reward = rng.standard_normal((episodes, steps), dtype=np.float32)
-        self.done = np.zeros((episodes, steps), dtype=bool)
-        self.done[:, -1] = True
-        self.task_id = rng.integers(0, 10, episodes)
-        # what an environment loop hands to store(): Python float reward, Python bool done
+        super().__init__(episodes, steps, seed)
         self.reward_list = self.reward.tolist()
         self.done_list = self.done.tolist()
         self.task_list = self.task_id.tolist()
-        self.row_nbytes = sum(a[0, 0].nbytes for a in (self.image, self.action, self.reward, self.done))
-
-    @property
-    def total_steps(self) -> int:
-        return self.episodes * self.steps
-
-    @property
-    def nbytes(self) -> int:
-        return self.total_steps * self.row_nbytes
 
 
 class Runner:

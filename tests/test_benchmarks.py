@@ -13,3 +13,11 @@ def test_write_benchmark_smoke(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "store (per step)" in result.stdout and "store_episode" in result.stdout
     assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
+
+
+def test_read_benchmark_smoke(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "read.py"), "--quick", "--no-seed", "--no-torchrl",
+                             "--no-workers", "--folder", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "same bytes: checked" in result.stdout and "x numpy" in result.stdout
+    assert list(tmp_path.iterdir()) == []
