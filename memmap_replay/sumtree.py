@@ -58,8 +58,9 @@ class SumTree:
         for _ in range(self.depth):
             node >>= 1
             left = node + node
-            sums[node] = sums[left] + sums[left + 1]
-            mins[node] = np.minimum(mins[left], mins[left + 1])
+            right = left + 1
+            sums[node] = sums[left] + sums[right]
+            mins[node] = np.minimum(mins[left], mins[right])
 
     def find(self, values) -> np.ndarray:
         """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
