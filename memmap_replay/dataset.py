@@ -191,9 +191,9 @@ class StoreView(Dataset):
         episode, t = self.positions.locate(items)
         batch = self.gather(episode, t)
         for name in self.meta_fields:
-            batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slot[episode]]))
+            batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
         if self.return_indices:
-            batch["_index"] = torch.from_numpy(self.table.slot[episode])
+            batch["_index"] = torch.from_numpy(self.table.slots[episode])
             batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))
         return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
 
@@ -220,14 +220,14 @@ class StoreView(Dataset):
 
 def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
     """The live episodes whose meta values equal every value of ``filter_meta``."""
-    table = EpisodeTable.from_live(store.live_table())
+    table = store.live_table()
     if not filter_meta:
         return table
     if not isinstance(filter_meta, Mapping):
         raise InvalidDataError(f"filter_meta must be a dict of meta field -> value (got {filter_meta!r})")
     keep = np.ones(len(table), dtype=bool)
     for name in check_names(tuple(filter_meta), store.schema.meta_fields, "meta field"):
-        values = store.meta_array(name)[table.slot]
+        values = store.meta_array(name)[table.slots]
         wanted = np.asarray(filter_meta[name])
         spec = store.schema.meta_fields[name]
         if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":

@@ -207,6 +207,16 @@ def fsync_folder(folder: Path) -> None:
 # ---- .npy files ------------------------------------------------------------------------------------
 
 
+def layout(schema: Schema, capacity: Capacity):
+    """Every .npy file of a store: (group folder, spec, path in the store, rows; None = the step rows)."""
+    for spec in schema.fields.values():
+        yield STEPS_DIR, spec, Path(STEPS_DIR, f"{spec.name}.npy"), None
+    for spec in schema.meta_fields.values():
+        yield META_DIR, spec, Path(META_DIR, f"{spec.name}.npy"), capacity.max_episodes
+    for name, dtype in TABLE.items():
+        yield EPISODES_DIR, FieldSpec(name, dtype), Path(EPISODES_DIR, f"{name}.npy"), capacity.max_episodes
+
+
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """A standard .npy header; numpy pads it so the first dimension can grow without moving data."""
     buffer = io.BytesIO()

@@ -20,18 +20,14 @@ TERMINATED = END_CODES["terminated"]
 
 @dataclass(frozen=True)
 class EpisodeTable:
-    """A snapshot of episodes (oldest first): first row, length, end code, final-row flag, slot, id."""
+    """Episodes, oldest first: ids, slots, first rows, lengths, end codes and final-row flags."""
 
+    ids: np.ndarray
+    slots: np.ndarray
     start: np.ndarray
     length: np.ndarray
     end: np.ndarray
     final: np.ndarray
-    slot: np.ndarray
-    id: np.ndarray
-
-    @classmethod
-    def from_live(cls, live) -> "EpisodeTable":
-        return cls(live.start, live.length, live.end, live.final, live.slots, live.ids)
 
     def select(self, mask: np.ndarray) -> "EpisodeTable":
         return EpisodeTable(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})

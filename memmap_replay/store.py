@@ -19,8 +19,9 @@ from . import format as fmt
 from .errors import (BufferFullError, CorruptStoreError, InvalidDataError, NotAFolderError, ReadOnlyError,
                      SchemaMismatchError, StoreNotFoundError)
 from .format import Capacity, NpyFile, StoreMeta
+from .index import EpisodeTable
 from .lock import WriterLock
-from .schema import FieldSpec, Schema
+from .schema import Schema
 
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 
@@ -42,18 +43,6 @@ class PendingEpisode:
     @property
     def num_rows(self) -> int:
         return self.length + int(self.final)
-
-
-@dataclass
-class LiveTable:
-    """The live episodes, oldest first: ids, slots, first rows, lengths, end codes and final flags."""
-
-    ids: np.ndarray
-    slots: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
-    end: np.ndarray
-    final: np.ndarray
 
 
 class EpisodeStore:
@@ -130,28 +119,18 @@ class EpisodeStore:
                 path.unlink()
         for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
             (folder / name).mkdir()
-        for spec in schema.fields.values():
-            fmt.create_npy(folder / fmt.STEPS_DIR / f"{spec.name}.npy", spec, 0)
-        for spec in schema.meta_fields.values():
-            fmt.create_npy(folder / fmt.META_DIR / f"{spec.name}.npy", spec, capacity.max_episodes)
-        for name, dtype in fmt.TABLE.items():
-            fmt.create_npy(folder / fmt.EPISODES_DIR / f"{name}.npy", FieldSpec(name, dtype), capacity.max_episodes)
+        for _, spec, path, rows in fmt.layout(schema, capacity):
+            fmt.create_npy(folder / path, spec, rows or 0)
         meta = StoreMeta.new(schema, capacity)
         fmt.write_meta(folder, meta, durable=durable)
         return meta
 
     def _open_files(self) -> None:
-        schema, capacity, writable = self.meta.schema, self.meta.capacity, self.writable
+        groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
         try:
-            for spec in schema.fields.values():
-                self.steps[spec.name] = NpyFile.open(self.folder / fmt.STEPS_DIR / f"{spec.name}.npy", spec,
-                                                     self.meta.state.rows, writable=writable)
-            for spec in schema.meta_fields.values():
-                self.metas[spec.name] = NpyFile.open(self.folder / fmt.META_DIR / f"{spec.name}.npy", spec,
-                                                     capacity.max_episodes, writable=writable)
-            for name, dtype in fmt.TABLE.items():
-                self.table[name] = NpyFile.open(self.folder / fmt.EPISODES_DIR / f"{name}.npy", FieldSpec(name, dtype),
-                                                capacity.max_episodes, writable=writable)
+            for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity):
+                groups[group][spec.name] = NpyFile.open(self.folder / path, spec, self.meta.state.rows if rows is None
+                                                        else rows, writable=self.writable)
         except BaseException:
             self.close()
             raise
@@ -169,9 +148,7 @@ class EpisodeStore:
                 if fresh.state == self.meta.state or attempt == CONSISTENCY_RETRIES - 1:
                     self.close()
                     raise
-                self.meta = fresh
-                for file in self.steps.values():
-                    file.rows = max(file.rows, fresh.state.rows)
+                self._adopt(fresh)
 
     def _check_live_ids(self) -> None:
         state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
@@ -201,12 +178,12 @@ class EpisodeStore:
     def num_episodes(self) -> int:
         return self.meta.state.next_episode - self.meta.state.first_episode
 
-    def live_table(self) -> LiveTable:
+    def live_table(self) -> EpisodeTable:
         state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
         slots = ids % max_episodes
         get = lambda name: np.asarray(self.table[name].array()[slots])
-        return LiveTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
+        return EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
 
     def step_array(self, name: str) -> np.ndarray:
         return self.steps[name].array()
@@ -214,19 +191,23 @@ class EpisodeStore:
     def meta_array(self, name: str) -> np.ndarray:
         return self.metas[name].array()
 
-    def table_array(self, name: str) -> np.ndarray:
-        return self.table[name].array()
-
     def refresh(self) -> bool:
         """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
         meta = fmt.read_meta(self.folder)
         if meta.store_id != self.meta.store_id:
             raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
         changed = meta.state != self.meta.state
+        self._adopt(meta)
+        return changed
+
+    def _adopt(self, meta: StoreMeta) -> None:
+        """Take a newer meta.json; the step files have grown to its row count before it was written."""
         self.meta = meta
         for file in self.steps.values():
             file.rows = max(file.rows, meta.state.rows)
-        return changed
+
+    def _files(self) -> tuple[NpyFile, ...]:
+        return (*self.steps.values(), *self.metas.values(), *self.table.values())
 
     # ---- writing -----------------------------------------------------------------------------------
 
@@ -249,10 +230,6 @@ class EpisodeStore:
                 self._lock.release()
                 self._lock = None
                 raise
-
-    @property
-    def holds_lock(self) -> bool:
-        return self._lock is not None
 
     def commit(self, episodes: Iterable[PendingEpisode]) -> list[int]:
         """Place, write and commit finished episodes; returns their slots. All or nothing on a full store."""
@@ -286,7 +263,7 @@ class EpisodeStore:
             slots.append(slot)
         last_start, last = plan[-1]
         if self.durable:
-            for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+            for file in self._files():
                 file.sync()
         self._write_meta(replace(self.meta.state, first_episode=first, next_episode=state.next_episode + len(plan),
                                  write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1))
@@ -363,7 +340,7 @@ class EpisodeStore:
     def sync(self) -> None:
         """fsync every data file and meta.json's folder: what is committed survives a power cut."""
         if self._lock is not None:
-            for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+            for file in self._files():
                 file.sync()
             fmt.fsync_folder(self.folder)
 
@@ -374,7 +351,7 @@ class EpisodeStore:
 
     def close(self) -> None:
         self._closed = True
-        for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+        for file in self._files():
             file.close()
         if self._lock is not None:
             self._lock.release()

@@ -96,9 +96,6 @@ class SumTree:
         values = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
         return self.find(np.minimum(values, np.nextafter(total, 0)))
 
-    def state_arrays(self) -> np.ndarray:
-        return self.leaves.copy()
-
     def load_leaves(self, leaves: np.ndarray) -> None:
         """Rebuild the whole tree from leaf priorities (e.g. read back from the store folder)."""
         leaves = np.asarray(leaves, dtype=np.float64)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from .errors import InvalidDataError
+from .index import window_rows
 from .store import EpisodeStore
 
 __all__ = ["padded_episodes", "to_tensor"]
@@ -29,14 +30,11 @@ def padded_episodes(store: EpisodeStore, fields: tuple[str, ...], meta_fields: t
     table = store.live_table()
     if len(table.slots) == 0:
         return {}
-    longest = int(table.length.max())
-    time = np.arange(longest)
-    rows = table.start[:, None] + np.minimum(time[None, :], table.length[:, None] - 1)
-    pad = time[None, :] >= table.length[:, None]
+    rows, inside = window_rows(table.start, np.zeros_like(table.start), int(table.length.max()), table.length)
     out = {}
     for name in fields:
         values = store.step_array(name)[rows]
-        values[pad] = 0
+        values[~inside] = 0
         out[name] = to_tensor(values, device)
     for name in meta_fields:
         if name == "episode_lens":
