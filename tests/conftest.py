@@ -1,3 +1,5 @@
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,17 @@ def make_buffer(tmp_path):
     yield make
     for buffer in made:
         buffer.close()
+
+
+def reap(process: subprocess.Popen, timeout: float) -> str:
+    """Wait for a child process and return its stderr (closing the pipe: no ResourceWarning)."""
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return stderr.decode(errors="replace")
 
 
 def episode_arrays(number, length):

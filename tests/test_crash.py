@@ -40,6 +40,8 @@ import pytest
 from memmap_replay import ReplayBuffer, StoreNotFoundError
 from memmap_replay.format import END_CODES, State
 
+from conftest import reap
+
 FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float", flag="bool")
 META_FIELDS = dict(ep="int")
 WAIT_LIMIT = 60.0  # seconds a child may take to reach a marker before the test gives up (not a timing assertion)
@@ -319,14 +321,7 @@ def start_child(config: dict, cwd: Path) -> subprocess.Popen:
 
 
 def finish(process: subprocess.Popen) -> str:
-    """Reap the child and return its stderr (closing the pipe: no ResourceWarning)."""
-    try:
-        _, stderr = process.communicate(timeout=WAIT_LIMIT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    return stderr.decode(errors="replace")
+    return reap(process, WAIT_LIMIT)
 
 
 def run_self_killing_child(config: dict, cwd: Path) -> ChildLog:

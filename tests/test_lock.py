@@ -18,6 +18,8 @@ from memmap_replay import (EpisodeStore, ReadOnlyError, ReplayBuffer, ReplayErro
 from memmap_replay.errors import CorruptStoreError
 from memmap_replay.writer import whole_episode
 
+from conftest import reap
+
 FIELDS = dict(x="float", action=("int", 2))
 META_FIELDS = dict(number="int")
 SPEC = dict(max_episodes=8, max_timesteps=10, fields=FIELDS, meta_fields=META_FIELDS)
@@ -119,14 +121,8 @@ def start_holder(folder: Path, control: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def reap(process: subprocess.Popen) -> str:
-    try:
-        _, stderr = process.communicate(timeout=WAIT_LIMIT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    return stderr.decode(errors="replace")
+def reap_holder(process: subprocess.Popen) -> str:
+    return reap(process, WAIT_LIMIT)
 
 
 def wait_for_marker(process: subprocess.Popen, marker: Path) -> None:
@@ -134,14 +130,14 @@ def wait_for_marker(process: subprocess.Popen, marker: Path) -> None:
     while not marker.exists():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            stderr = reap(process)
+            stderr = reap_holder(process)
             pytest.fail(f"the child never wrote {marker.name} (exit {process.returncode}):\n{stderr}")
         time.sleep(0.005)
 
 
 def kill_holder(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGKILL)
-    stderr = reap(process)
+    stderr = reap_holder(process)
     assert process.returncode == -signal.SIGKILL, stderr
 
 
