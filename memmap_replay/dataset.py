@@ -46,14 +46,15 @@ class OutputPool:
         shape = (*rows.shape, *source.shape[1:])
         nbytes = math.prod(shape) * source.itemsize
         if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
-            return np.take(source, rows.reshape(-1), axis=0).reshape(shape)
+            return np.take(source, rows.reshape(-1), axis=0, mode="clip").reshape(shape)
         bucket = self.free.get(nbytes)
         if bucket is None:
             bucket = self.free[nbytes] = []
         raw = self._lend(bucket) if bucket else np.empty(nbytes, dtype=np.uint8)
         out = raw[:nbytes].view(source.dtype).reshape(shape)
         weakref.finalize(out, self._give_back, bucket, raw)
-        # rows are computed in range; 'clip' skips numpy's bounds-checked copy through a buffer
+        # 'clip': rows past the end read the last row (callers zero them); it also skips numpy's
+        # bounds-checked copy through a buffer
         np.take(source, rows.reshape(-1), axis=0, out=out.reshape(-1, *source.shape[1:]), mode="clip")
         return out
 
@@ -209,13 +210,17 @@ class StoreView(Dataset):
 
     def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
         """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
-        source = self._sources.get(name)
-        if source is None:  # the map as of the first read covers every row of the snapshot
-            source = self._sources[name] = self.store.step_array(name)
-        values = OUTPUTS.take(source, rows)
+        values = self.values_of(name, rows)
         if keep is not None and not keep.all():
             values[~keep] = 0
         return torch.from_numpy(values)
+
+    def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
+        source = self._sources.get(name)
+        if source is None:  # the map as of the first read covers every row of the snapshot
+            source = self._sources[name] = self.store.step_array(name)
+        return OUTPUTS.take(source, rows)
 
 
 def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .format import END_CODES
 
-__all__ = ["EpisodeTable", "Positions", "nstep_targets", "stack_rows", "window_rows"]
+__all__ = ["EpisodeTable", "Positions", "NStepTargets", "stack_rows", "window_rows"]
 
 TERMINATED = END_CODES["terminated"]
 
@@ -66,17 +66,44 @@ class Positions:
         return episode, items - self.first_item[episode]
 
 
-def nstep_targets(table: EpisodeTable, episode: np.ndarray, t: np.ndarray, n: int, reach: np.ndarray | None = None):
-    """For transitions starting at (episode, t): the actual n (clipped at the episode's reach), the t of
-    the next state, whether a stored row holds it, and whether the n steps reach a terminated end.
-    ``reach`` is ``table.reach``, passed in when the caller keeps it."""
-    reach = (table.reach if reach is None else reach)[episode]
-    actual = np.minimum(n, reach - t)
-    next_t = t + actual
-    length = table.length[episode]
-    next_stored = (next_t < length) | table.final[episode]
-    terminal = (next_t == length) & (table.end[episode] == TERMINATED)
-    return actual, next_t, next_stored, terminal
+class NStepTargets:
+    """Where n-step transitions lead, by table lookup: a few whole-batch operations per batch.
+
+    For a transition at (episode, t) everything depends on the episode's kind (0: it may bootstrap;
+    1: it terminated and its final observation is stored; 2: it terminated without one) and on
+    ``c = min(reach - t, n + 1)``, the steps left to the episode's reach, capped. ``key(episode, t)``
+    numbers these (kind, c) pairs, and each per-transition quantity is a small array indexed by key:
+
+    - ``actual``: the n really taken, ``min(n, reach - t)``;
+    - ``next_offset``: rows from t to the row read as the next state (``actual``, or ``actual - 1``
+      when that state was never stored: kind 2 at its end, where the view zeroes it);
+    - ``missing``: the next state was never stored; ``terminal``: the n steps reach a terminated end;
+    - ``bootstrap``: ``gamma ** actual``, 0 where terminal (float32); ``pad``: (n,) per key, True
+      for the chunk steps past ``actual``.
+    """
+
+    def __init__(self, table: EpisodeTable, n: int, gamma: float | None = None):
+        self.n = n
+        self.start = table.start
+        self.reach = table.reach
+        terminated = table.end == TERMINATED
+        kind = np.where(terminated, np.where(table.final, 1, 2), 0)
+        self.key_base = kind.astype(np.int64) * (n + 2)
+        c = np.tile(np.arange(n + 2, dtype=np.int64), 3)
+        kind = np.repeat(np.arange(3), n + 2)
+        self.actual = np.minimum(c, n)
+        at_end = (c <= n) & (kind != 0)
+        self.terminal = at_end
+        self.missing = at_end & (kind == 2)
+        self.next_offset = self.actual - self.missing
+        self.bootstrap = np.where(at_end, 0.0, (1.0 if gamma is None else gamma) ** self.actual).astype(np.float32)
+        self.pad = np.arange(n)[None, :] >= self.actual[:, None]
+        self.short = self.actual < n
+
+    def key(self, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
+        key = np.minimum(self.reach[episode] - t, self.n + 1)
+        key += self.key_base[episode]
+        return key
 
 
 def stack_rows(first_row: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

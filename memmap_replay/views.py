@@ -28,7 +28,7 @@ from einops import rearrange
 
 from .dataset import ExplicitPositions, StoreView, check_names, flag
 from .errors import InvalidDataError
-from .index import Positions, nstep_targets, stack_rows, window_rows
+from .index import NStepTargets, Positions, stack_rows, window_rows
 from .store import EpisodeStore
 
 __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
@@ -164,8 +164,12 @@ class NStepView(StoreView, FrameStacking):
                 )
         self.reward_field = reward_field
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
-        self.reach = self.table.reach
-        self.positions = filtered(store, self.table, Positions.from_counts(self.reach), filter_fields)
+        self.targets = NStepTargets(self.table, self.n_steps, self.gamma)
+        self.positions = filtered(store, self.table, Positions.from_counts(self.targets.reach), filter_fields)
+        self.fused = frozenset(name for name in self.current_fields if name in self.next_fields
+                               and (self.frame_stack == 1 or name not in self.stack_fields))
+        self.chunk_steps = np.arange(self.n_steps, dtype=np.int64)[None, :]
+        self.discounts = ((1.0 if gamma is None else self.gamma) ** np.arange(self.n_steps)).astype(np.float32)
         self.check_outputs()
 
     def output_names(self) -> list[str]:
@@ -177,42 +181,49 @@ class NStepView(StoreView, FrameStacking):
         return names + (["_index", "_t"] if self.return_indices else [])
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        table, n = self.table, self.n_steps
-        first = table.start[episode]
-        actual, next_t, next_stored, terminal = nstep_targets(table, episode, t, n, self.reach)
+        targets, size = self.targets, len(t)
+        first = targets.start[episode]
         rows = first + t
+        key = targets.key(episode, t)
+        actual = targets.actual[key]
+        next_rows = rows + targets.next_offset[key]
         # a terminated episode without a final observation has no row after its last step: read the last
         # step there and zero it (its bootstrap discount is 0, so the value is never used)
-        next_rows = first + np.where(next_stored, next_t, next_t - 1)
-        batch, fused = {}, set()
+        missing = targets.missing[key]
+        stored = ~missing if missing.any() else None
+        batch = {}
         for name in self.current_fields:
-            if name in self.next_fields and (self.frame_stack == 1 or name not in self.stack_fields):
-                # state and next state in one gather: rows (2, B), then two views of the result
-                both = self.rows_of(name, np.stack([rows, next_rows]), np.stack([np.ones_like(next_stored), next_stored]))
-                batch[name], batch[f"next_{name}"] = both[0], both[1]
-                fused.add(name)
+            if name in self.fused:  # state and next state in one gather, then two views of the result
+                both = self.values_of(name, np.concatenate((rows, next_rows)))
+                if stored is not None:
+                    both[size:][missing] = 0
+                batch[name], batch[f"next_{name}"] = torch.from_numpy(both[:size]), torch.from_numpy(both[size:])
             else:
                 batch[name] = self.step_rows(name, rows, first)
         for name in self.next_fields:
-            if name not in fused:
-                batch[f"next_{name}"] = self.step_rows(name, next_rows, first, next_stored)
-        steps = np.arange(n, dtype=np.int64)
-        in_chunk = steps[None, :] < actual[:, None]
-        chunk_rows = first[:, None] + np.minimum(t[:, None] + steps[None, :], table.length[episode][:, None] - 1)
-        for name in self.sequence_fields:
-            batch[f"seq_{name}"] = self.rows_of(name, chunk_rows, in_chunk)
+            if name not in self.fused:
+                batch[f"next_{name}"] = self.step_rows(name, next_rows, first, stored)
+        if self.sequence_fields or self.gamma is not None:
+            # chunk steps past the episode's reach are read (from whatever row follows) and zeroed
+            chunk_rows = rows[:, None] + self.chunk_steps
+            pad = targets.pad[key] if targets.short[key].any() else None
+            chunks = {name: self.chunk_of(name, chunk_rows, pad) for name in self.sequence_fields}
+            batch.update((f"seq_{name}", torch.from_numpy(values)) for name, values in chunks.items())
         batch["n_step_lens"] = torch.from_numpy(actual)
         if self.gamma is not None:
-            if self.reward_field in self.sequence_fields:  # already gathered, zero past the chunk
-                rewards = batch[f"seq_{self.reward_field}"].numpy().astype(np.float32, copy=False)
-            else:
-                rewards = self.rows_of(self.reward_field, chunk_rows, in_chunk).numpy().astype(np.float32, copy=False)
-            discounts = (self.gamma ** steps).astype(np.float32)
-            batch["n_step_return"] = torch.from_numpy(rewards @ discounts)
-            bootstrap = np.where(terminal, 0.0, self.gamma ** actual)
-            batch["bootstrap_discount"] = torch.from_numpy(bootstrap.astype(np.float32))
-            batch["terminal"] = torch.from_numpy(terminal)
+            rewards = chunks.get(self.reward_field)
+            if rewards is None:
+                rewards = self.chunk_of(self.reward_field, chunk_rows, pad)
+            batch["n_step_return"] = torch.from_numpy(rewards.astype(np.float32, copy=False) @ self.discounts)
+            batch["bootstrap_discount"] = torch.from_numpy(targets.bootstrap[key])
+            batch["terminal"] = torch.from_numpy(targets.terminal[key])
         return batch
+
+    def chunk_of(self, name: str, chunk_rows: np.ndarray, pad: np.ndarray | None) -> np.ndarray:
+        values = self.values_of(name, chunk_rows)
+        if pad is not None:
+            values[pad] = 0
+        return values
 
 
 def filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from memmap_replay import InvalidDataError
+from memmap_replay import InvalidDataError, ReplayBuffer
 from memmap_replay.views import NStepView, TimestepView, TrajectoryView, WindowView
 
 from conftest import episode_arrays
@@ -120,6 +122,60 @@ def test_nstep_frame_stacked_next_state(three):
     assert batch["next_obs"][:, :, 0].tolist() == [[1000, 1001], [2000, 2001]]
     last = view.__getitems__([3, 6])  # A t=3 (terminal: next is zeros), B t=2 (next is the final row)
     assert last["next_obs"][:, :, 0].tolist() == [[0, 0], [2002, -2]]
+
+
+EPISODES = st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["terminated", "truncated", None]), st.booleans()),
+                    min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(episodes=EPISODES, n=st.integers(1, 5), gamma=st.sampled_from([None, 0.5, 1.0]), ring=st.booleans())
+def test_nstep_matches_a_step_by_step_reference(tmp_path_factory, episodes, n, gamma, ring):
+    """Every transition of random stores (ends, final rows, a wrapping ring) against a plain loop."""
+    folder = tmp_path_factory.mktemp("nstep")
+    buffer = ReplayBuffer(folder, 4 if ring else 10, 8, fields=dict(obs=("float", (2,)), reward="float"),
+                          circular=ring, overwrite=True)
+    stored = []
+    for number, (length, end, has_final) in enumerate(episodes, start=1):
+        arrays = episode_arrays(number, length)
+        final = dict(obs=np.full(2, -number, dtype=np.float32)) if has_final else None
+        buffer.store_episode(obs=arrays["obs"][:, :2], reward=arrays["reward"], end=end, final=final)
+        stored.append((arrays["reward"], end, has_final))
+    live = stored[len(stored) - buffer.num_episodes:]
+    expected = []
+    for rewards, end, has_final in live:
+        length = len(rewards)
+        reach = length if end == "terminated" or has_final else length - 1
+        for t in range(reach):
+            actual = min(n, reach - t)
+            at_end = t + actual == length
+            terminal = at_end and end == "terminated"
+            if at_end:
+                next_obs = -rewards[0] // 1000 if has_final else 0.0
+            else:
+                next_obs = rewards[t + actual]
+            chunk = [rewards[t + k] if k < actual else 0.0 for k in range(n)]
+            g = 1.0 if gamma is None else gamma
+            expected.append((rewards[t], next_obs, actual, chunk, sum(r * g ** k for k, r in enumerate(chunk)),
+                             0.0 if terminal else g ** actual, terminal))
+    view = NStepView(buffer.episode_store, n, current_fields=("reward",), next_fields=("obs",),
+                     sequence_fields=("reward",), gamma=gamma)
+    assert len(view) == len(expected)
+    if not expected:
+        return
+    batch = view.__getitems__(np.random.default_rng(0).permutation(len(view)))
+    order = np.argsort(np.random.default_rng(0).permutation(len(view)))
+    got = {name: value.numpy()[order] for name, value in batch.items()}
+    reward, next_obs, actual, chunk, ret, bootstrap, terminal = (np.array(column) for column in zip(*expected))
+    np.testing.assert_array_equal(got["reward"], reward)
+    np.testing.assert_array_equal(got["next_obs"][:, 0], next_obs)
+    np.testing.assert_array_equal(got["n_step_lens"], actual)
+    np.testing.assert_array_equal(got["seq_reward"], chunk)
+    if gamma is not None:
+        np.testing.assert_allclose(got["n_step_return"], ret, rtol=1e-6)
+        np.testing.assert_allclose(got["bootstrap_discount"], bootstrap, rtol=1e-6)
+        np.testing.assert_array_equal(got["terminal"], terminal)
+    buffer.close()
 
 
 def test_filters_fields_and_names(three):
