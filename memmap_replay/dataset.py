@@ -10,7 +10,7 @@ call per field; ``__getitem__`` is the same for one item.
 from __future__ import annotations
 
 import math
-import weakref
+import sys
 from typing import Any, Mapping
 
 import numpy as np
@@ -28,45 +28,40 @@ class OutputPool:
     """Batch output memory, reused once the batch that used it is gone.
 
     A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed
-    the previous one back to the OS. Each output here is a view of a pooled buffer; when the last
-    reference to it (the user's tensor) dies, the buffer returns to the pool, so memory still held by
-    a user is never reused."""
+    the previous one back to the OS. Large outputs are arrays kept here, one list per shape and dtype;
+    an array is free again when nothing but the pool refers to it (its reference count: every tensor,
+    slice or view of it holds a reference), so memory still held by a user is never reused."""
 
-    KEEP = 8  # free buffers kept per size
+    KEEP = 8  # arrays kept per shape and dtype
     MIN_BYTES = 1 << 17  # below this, glibc's malloc serves (and reuses) memory from its heap
-
-    MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept free in all, whatever the mix of batch sizes
+    MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept in all, whatever the mix of batch sizes
+    UNUSED = 3  # references to a free array while take() checks it: its list, the loop variable, the call
 
     def __init__(self) -> None:
-        self.free: dict[int, list[np.ndarray]] = {}
+        self.free: dict[tuple, list[np.ndarray]] = {}
         self.kept = 0
 
     def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``source[rows]`` (rows of any shape) with one ``np.take``; large outputs go to pooled memory."""
-        shape = (*rows.shape, *source.shape[1:])
+        """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
+        buffer) with one ``np.take``; large outputs go to pooled memory."""
+        shape = rows.shape + source.shape[1:]
         nbytes = math.prod(shape) * source.itemsize
         if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
-            return np.take(source, rows.reshape(-1), axis=0, mode="clip").reshape(shape)
-        bucket = self.free.get(nbytes)
+            return np.take(source, rows, axis=0, mode="clip")
+        key = (shape, source.dtype)
+        bucket = self.free.get(key)
         if bucket is None:
-            bucket = self.free[nbytes] = []
-        raw = self._lend(bucket) if bucket else np.empty(nbytes, dtype=np.uint8)
-        out = raw[:nbytes].view(source.dtype).reshape(shape)
-        weakref.finalize(out, self._give_back, bucket, raw)
-        # 'clip': rows past the end read the last row (callers zero them); it also skips numpy's
-        # bounds-checked copy through a buffer
-        np.take(source, rows.reshape(-1), axis=0, out=out.reshape(-1, *source.shape[1:]), mode="clip")
+            bucket = self.free[key] = []
+        for out in bucket:
+            if sys.getrefcount(out) == self.UNUSED:
+                break
+        else:
+            out = np.empty(shape, source.dtype)
+            if len(bucket) < self.KEEP and self.kept + nbytes <= self.MAX_KEPT_BYTES:
+                bucket.append(out)
+                self.kept += nbytes
+        np.take(source, rows, axis=0, out=out, mode="clip")
         return out
-
-    def _give_back(self, bucket: list, raw: np.ndarray) -> None:
-        if len(bucket) < self.KEEP and self.kept + raw.nbytes <= self.MAX_KEPT_BYTES:
-            bucket.append(raw)
-            self.kept += raw.nbytes
-
-    def _lend(self, bucket: list) -> np.ndarray:
-        raw = bucket.pop()
-        self.kept -= raw.nbytes
-        return raw
 
 
 OUTPUTS = OutputPool()

@@ -1,10 +1,13 @@
-"""A vectorized binary sum tree (and min tree) for proportional prioritized replay. Numpy only.
+"""A vectorized sum tree (and min tree) for proportional prioritized replay. Numpy only.
 
 Leaves hold priorities; every inner node holds the sum (and the minimum) of its two children, in one
-flat array (node 1 is the root, node i has children 2i and 2i + 1). A batch of updates rewrites its
-leaves and then recomputes, level by level, the parents it touched from their children (no running
-deltas, so no floating-point drift). A batch of draws descends all its values at once, one level per
-step. Each level is a handful of numpy calls on arrays of the batch's size: no Python loop per item.
+flat array (node i has children 2i and 2i + 1, leaf j is node ``size + j``). The tree stops at a flat
+top level of ``top`` nodes (nodes ``top .. 2 * top - 1``): nothing above it is stored. A draw takes the
+cumulative sum of that level (a few thousand numbers, recomputed exactly for each batch, so nothing
+drifts) and one ``searchsorted``, then descends the remaining levels; an update rewrites its leaves and
+recomputes the parents it touched, from their children, up to the top level. The two children of a node
+sit side by side, so a view of the array as complex numbers reads both with one gather. Each level is a
+handful of numpy calls on arrays of the batch's size: no Python loop per item.
 """
 
 from __future__ import annotations
@@ -15,27 +18,41 @@ from .errors import InvalidDataError
 
 __all__ = ["SumTree"]
 
+TOP = 1 << 12  # default flat top level: 4,096 nodes (a cumsum of a few microseconds)
+
 
 class SumTree:
-    """``capacity`` leaves of non-negative priority (0 = never drawn)."""
+    """``capacity`` leaves of non-negative priority (0 = never drawn). ``top``: nodes of the flat top
+    level, a power of two (fewer means a deeper descent, more a longer cumulative sum per draw)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, *, top: int | None = None):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise InvalidDataError(f"capacity must be a positive int (got {capacity!r})")
         self.capacity = int(capacity)
         self.size = 1 << max(0, (self.capacity - 1).bit_length())  # leaves, padded to a power of two
-        self.depth = self.size.bit_length() - 1
+        top = TOP if top is None else top
+        if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1 or top & (top - 1):
+            raise InvalidDataError(f"top must be a power of two (got {top!r})")
+        self.top = min(int(top), self.size)
+        self.levels = (self.size // self.top).bit_length() - 1  # levels below the top one
         self.sums = np.zeros(2 * self.size, dtype=np.float64)
         self.mins = np.full(2 * self.size, np.inf, dtype=np.float64)
+        # children pairs: pair i = (node 2i, node 2i + 1), the two children of node i
+        self._sum_pairs = self.sums.view(np.complex128)
+        self._min_pairs = self.mins.view(np.complex128)
+
+    @property
+    def _top_sums(self) -> np.ndarray:
+        return self.sums[self.top: 2 * self.top]
 
     @property
     def total(self) -> float:
-        return float(self.sums[1])
+        return float(self._top_sums.sum())
 
     @property
     def min(self) -> float:
         """The smallest positive priority (inf when every leaf is 0)."""
-        return float(self.mins[1])
+        return float(self.mins[self.top: 2 * self.top].min())
 
     @property
     def leaves(self) -> np.ndarray:
@@ -51,38 +68,42 @@ class SumTree:
             raise InvalidDataError(f"leaf indices must be in [0, {self.capacity}) (got {indices.min()}..{indices.max()})")
         if not np.isfinite(priorities).all() or (priorities < 0).any():
             raise InvalidDataError("priorities must be finite and >= 0")
-        sums, mins = self.sums, self.mins
+        sums, mins, sum_pairs, min_pairs = self.sums, self.mins, self._sum_pairs, self._min_pairs
         node = indices + self.size
         sums[node] = priorities
         mins[node] = np.where(priorities > 0, priorities, np.inf)
-        for _ in range(self.depth):
+        for _ in range(self.levels):
             node >>= 1
-            left = node + node
-            right = left + 1
-            sums[node] = sums[left] + sums[right]
-            mins[node] = np.minimum(mins[left], mins[right])
+            pair = sum_pairs[node]
+            sums[node] = pair.real + pair.imag
+            pair = min_pairs[node]
+            mins[node] = np.minimum(pair.real, pair.imag)
 
     def find(self, values) -> np.ndarray:
         """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
         Leaves of priority 0 are never returned."""
         values = np.array(values, dtype=np.float64, copy=True).reshape(-1)
-        node = np.ones(len(values), dtype=np.int64)
-        sums = self.sums
-        for _ in range(self.depth):
-            node += node
-            left = sums[node]
+        top = self._top_sums
+        cumulative = np.cumsum(top)
+        where = np.minimum(np.searchsorted(cumulative, values, side="right"), self.top - 1)
+        values -= cumulative[where] - top[where]
+        node = where + self.top
+        sum_pairs = self._sum_pairs
+        for _ in range(self.levels):
+            left = sum_pairs[node].real
             right = values >= left
             values -= left * right
+            node += node
             node += right
         node -= self.size
-        stray = np.flatnonzero((node >= self.capacity) | (sums[np.minimum(node, self.capacity - 1) + self.size] <= 0))
+        stray = np.flatnonzero((node >= self.capacity) | (self.sums[np.minimum(node, self.capacity - 1) + self.size] <= 0))
         if stray.size:  # rounding at an interval's edge landed on an empty leaf: take the nearest filled one
             node[stray] = self._nearest_filled(np.minimum(node[stray], self.capacity - 1))
         return node
 
     def _nearest_filled(self, leaves_at: np.ndarray) -> np.ndarray:
         """The closest leaf with positive priority before (else after) each given leaf; rare, so plain."""
-        filled = np.flatnonzero(self.sums[-1][: self.capacity] > 0)
+        filled = np.flatnonzero(self.leaves > 0)
         where = np.searchsorted(filled, leaves_at)
         before = filled[np.maximum(where - 1, 0)]
         after = filled[np.minimum(where, len(filled) - 1)]
@@ -109,8 +130,10 @@ class SumTree:
         self.sums[size: size + self.capacity] = leaves
         self.mins[size: size + self.capacity] = np.where(leaves > 0, leaves, np.inf)
         width = size
-        while width > 1:
+        while width > self.top:
             width //= 2
             level = slice(width, 2 * width)
-            self.sums[level] = self.sums[2 * width: 4 * width: 2] + self.sums[2 * width + 1: 4 * width: 2]
-            self.mins[level] = np.minimum(self.mins[2 * width: 4 * width: 2], self.mins[2 * width + 1: 4 * width: 2])
+            pairs = self._sum_pairs[level]
+            self.sums[level] = pairs.real + pairs.imag
+            pairs = self._min_pairs[level]
+            self.mins[level] = np.minimum(pairs.real, pairs.imag)

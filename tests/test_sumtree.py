@@ -11,10 +11,10 @@ from memmap_replay.sumtree import SumTree
 
 @settings(max_examples=60, deadline=None)
 @given(capacity=st.integers(1, 3000), seed=st.integers(0, 2**32 - 1),
-       rounds=st.integers(1, 5))
-def test_matches_brute_force(capacity, seed, rounds):
+       rounds=st.integers(1, 5), top=st.sampled_from([1, 2, 8, 64, None]))
+def test_matches_brute_force(capacity, seed, rounds, top):
     rng = np.random.default_rng(seed)
-    tree, leaves = SumTree(capacity), np.zeros(capacity)
+    tree, leaves = SumTree(capacity, top=top), np.zeros(capacity)
     for _ in range(rounds):
         idx = rng.integers(0, capacity, size=rng.integers(1, 300))
         idx = np.unique(idx)  # the brute force below assumes one value per index
@@ -45,7 +45,7 @@ def test_draws_are_proportional_chi_square():
     rng = np.random.default_rng(0)
     priorities = rng.random(50) ** 2 + 0.01
     priorities[[3, 17]] = 0.0
-    tree = SumTree(50)
+    tree = SumTree(50, top=4)
     tree.update(np.arange(50), priorities)
     draws = np.concatenate([tree.sample(256, rng) for _ in range(400)])
     counts = np.bincount(draws, minlength=50)
@@ -71,6 +71,13 @@ def test_load_leaves_rebuilds_and_errors():
     tree = SumTree(100)
     tree.load_leaves(np.arange(100, dtype=float))
     assert tree.total == sum(range(100)) and tree.min == 1.0
+    for top in (1, 4, 128):  # any flat top level gives the same tree
+        small = SumTree(100, top=top)
+        small.load_leaves(np.arange(100, dtype=float))
+        assert small.total == tree.total and small.min == 1.0
+        np.testing.assert_array_equal(small.find(np.arange(0, 4950, 7.5)), tree.find(np.arange(0, 4950, 7.5)))
+    with pytest.raises(InvalidDataError, match="top must be a power of two"):
+        SumTree(100, top=3)
     with pytest.raises(InvalidDataError, match="every priority is 0"):
         SumTree(5).sample(2, np.random.default_rng(0))
     with pytest.raises(InvalidDataError, match=r"leaf indices must be in \[0, 100\)"):

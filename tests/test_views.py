@@ -253,3 +253,11 @@ def test_output_pool_keeps_bounded_memory():
         pool.take(source, np.arange(size))
     assert pool.kept <= pool.MAX_KEPT_BYTES
     assert sum(len(bucket) for bucket in pool.free.values()) <= len(pool.free) * pool.KEEP
+    held = [pool.take(source, np.arange(200)) for _ in range(pool.KEEP + 2)]  # all held: none shared
+    assert len({array.ctypes.data for array in held}) == len(held)
+    slices = [torch.from_numpy(array)[:3] for array in held]  # a slice of a tensor holds the array too
+    del held
+    again = pool.take(source, np.arange(200))
+    assert all(again.ctypes.data != piece.data_ptr() for piece in slices)
+    del slices
+    assert pool.take(source, np.arange(200)).ctypes.data == pool.free[((200, 1024), source.dtype)][0].ctypes.data
