@@ -4,7 +4,10 @@ from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .format import FORMAT_VERSION
+from .dataset import Sample
 from .loader import BatchIndexSampler, ReplayDataLoader
+from .prioritized import PrioritizedSampler, SequenceSampler
+from .samplers import ReplaySampler, UniformSampler
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore
 from .views import NStepView, TimestepView, TrajectoryView, WindowView
@@ -22,6 +25,11 @@ __all__ = [
     "WindowView",
     "NStepView",
     "BatchIndexSampler",
+    "Sample",
+    "ReplaySampler",
+    "UniformSampler",
+    "PrioritizedSampler",
+    "SequenceSampler",
     "ReplayDataLoader",
     "FieldSpec",
     "Schema",

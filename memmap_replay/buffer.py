@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import EpisodeStateError, SchemaError
+from .errors import EpisodeStateError, InvalidDataError, SchemaError
 from .format import Capacity
 from .schema import Schema
 from .store import EpisodeStore
@@ -76,6 +76,7 @@ class ReplayBuffer:
         self._staging: StagingBuffer | None = None
         self._episode: EpisodeWriter | None = None
         self._vector: VectorEpisodeWriter | None = None
+        self._sampler = None  # buffer.sample()'s default sampler, made at its first call
 
     @staticmethod
     def _spec(max_episodes, max_timesteps, fields, meta_fields, circular, max_steps) -> tuple[Schema, Capacity]:
@@ -331,6 +332,26 @@ class ReplayBuffer:
         from .loader import make_dataloader
 
         return make_dataloader(self._store, batch_size, **options)
+
+    def sampler(self, kind: str = "uniform", **options: Any):
+        """A sampler over a view: ``kind`` is 'uniform', 'prioritized' or 'sequence' (prioritized windows;
+        needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
+        ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
+        sampler, the rest to ``dataset(...)`` (default: single timesteps)."""
+        from .sampling import make_sampler
+
+        return make_sampler(self._store, kind, **options)
+
+    def sample(self, batch_size: int, sampler: Any = None) -> dict:
+        """A batch of ``batch_size`` draws from ``sampler`` (default: uniform single timesteps with
+        replacement, every field, made at the first call), with their ``_key`` (and ``_weight``)."""
+        if sampler is None:
+            if self._sampler is None:
+                self._sampler = self.sampler("uniform")
+            sampler = self._sampler
+        if not hasattr(sampler, "batch") or not hasattr(sampler, "sample"):
+            raise InvalidDataError(f"sampler must be a sampler, e.g. buffer.sampler('prioritized') (got {sampler!r})")
+        return sampler.batch(batch_size)
 
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,
                      device: Any = None) -> dict:

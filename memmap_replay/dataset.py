@@ -17,11 +17,33 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .errors import CorruptStoreError, InvalidDataError
+from .errors import CorruptStoreError, InvalidDataError, SampleExpiredError
 from .index import EpisodeTable, Positions
 from .store import EpisodeStore
 
-__all__ = ["StoreView", "ExplicitPositions"]
+__all__ = ["StoreView", "ExplicitPositions", "Sample"]
+
+
+class Sample:
+    """What a sampler draws: ``keys`` (int64, episode id * ``key_stride`` + t; stable while the episode is
+    live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it."""
+
+    __slots__ = ("keys", "weights")
+
+    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None):
+        self.keys, self.weights = keys, weights
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getstate__(self):
+        return self.keys, self.weights
+
+    def __setstate__(self, state) -> None:
+        self.keys, self.weights = state
+
+    def __repr__(self) -> str:
+        return f"Sample({len(self.keys)} keys{', weighted' if self.weights is not None else ''})"
 
 
 class OutputPool:
@@ -120,8 +142,34 @@ class StoreView(Dataset):
         self.return_indices = flag(return_indices, "return_indices")
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
-        self.table = select_episodes(store, filter_meta)
+        self.filter_meta = filter_meta
+        self.key_stride = store.capacity.max_timesteps  # sample keys: episode id * key_stride + t
+        self._snapshot(store)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
+
+    def _snapshot(self, store: EpisodeStore) -> None:
+        state = store.meta.state
+        self.table = select_episodes(store, self.filter_meta)
+        self.state = (state.first_episode, state.next_episode)
+
+    def build(self) -> None:
+        """Set ``self.positions`` (and what else depends on ``self.table``); subclasses override."""
+        self.positions = Positions.from_counts(np.ones(len(self.table)))
+
+    def refresh(self, *, reread: bool = True) -> bool:
+        """Take in the episodes committed (and evicted) since the view was built; True if they changed.
+        ``reread`` re-reads ``meta.json`` first (a writer in another process); without it the view follows
+        the store object it shares with a writer in this process."""
+        store = self.store
+        if reread:
+            store.refresh()
+        state = store.meta.state
+        if (state.first_episode, state.next_episode) == self.state:
+            return False
+        self._snapshot(store)
+        self._sources = {}  # the files may have grown: map them again on the next read
+        self.build()
+        return True
 
     # ---- pickling: paths, not arrays --------------------------------------------------------------------
 
@@ -166,8 +214,39 @@ class StoreView(Dataset):
         return len(self.positions)
 
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
-        """The batch of the given item numbers (checked; negative numbers count from the end)."""
+        """The batch of the given item numbers (checked; negative numbers count from the end), or of a
+        sampler's ``Sample`` (then with ``_key`` and, for prioritized draws, ``_weight``)."""
+        if isinstance(items, Sample):
+            return self.sample_batch(items)
         return self.batch(self.checked(items))
+
+    def sample_batch(self, sample: "Sample") -> dict[str, torch.Tensor]:
+        """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
+        is live, whatever this view's snapshot; a view that does not know an episode yet refreshes."""
+        ids, t = np.divmod(sample.keys, self.key_stride)
+        episode = self.episodes_of(ids)
+        if episode is None:
+            self.refresh()
+            episode = self.episodes_of(ids)
+        if episode is None:
+            gone = ids[(ids < self.table.ids[0]) if len(self.table) else np.ones(len(ids), bool)]
+            raise SampleExpiredError(
+                f"the sample refers to episode {int(gone[0]) if len(gone) else int(ids[0])}, which is no longer in "
+                f"the buffer (the ring evicted it since the draw); draw again"
+            )
+        batch = self.assemble(episode, t)
+        batch["_key"] = torch.from_numpy(np.ascontiguousarray(sample.keys))
+        if sample.weights is not None:
+            batch["_weight"] = torch.from_numpy(sample.weights)
+        return batch
+
+    def episodes_of(self, ids: np.ndarray) -> np.ndarray | None:
+        """Positions in ``self.table`` of episode ids, or None if any is not in it."""
+        known = self.table.ids
+        where = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
+        if not len(known) or not np.array_equal(known[where], ids):
+            return None
+        return where
 
     def checked(self, items: Any) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
@@ -184,7 +263,10 @@ class StoreView(Dataset):
 
     def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler)."""
-        episode, t = self.positions.locate(items)
+        return self.assemble(*self.positions.locate(items))
+
+    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
         batch = self.gather(episode, t)
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))

@@ -19,6 +19,7 @@ __all__ = [
     "StoreLockedError",
     "CorruptStoreError",
     "UnsupportedFormatError",
+    "SampleExpiredError",
 ]
 
 
@@ -68,3 +69,7 @@ class CorruptStoreError(ReplayError, OSError):
 
 class UnsupportedFormatError(ReplayError, ValueError):
     """A store was written in a format (or major version) this library cannot read."""
+
+
+class SampleExpiredError(ReplayError, LookupError):
+    """A sample refers to an episode that the ring has evicted since it was drawn."""

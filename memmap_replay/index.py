@@ -13,7 +13,7 @@ import numpy as np
 
 from .format import END_CODES
 
-__all__ = ["EpisodeTable", "Positions", "NStepTargets", "stack_rows", "window_rows"]
+__all__ = ["EpisodeTable", "Positions", "NStepTargets", "position_rows", "stack_rows", "window_rows"]
 
 TERMINATED = END_CODES["terminated"]
 
@@ -64,6 +64,22 @@ class Positions:
         """Item numbers -> (episode position in the table, t within the episode)."""
         episode = np.searchsorted(self.cumulative, items, side="right")
         return episode, items - self.first_item[episode]
+
+
+def position_rows(positions, table: EpisodeTable, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The store rows (``start + t``) of every position of the chosen episodes (a bool mask over the
+    table), and the table position of each row's episode. ``positions`` counts positions per episode
+    (``Positions``) or lists them (``episode``, ``t`` arrays, after a per-step filter)."""
+    if hasattr(positions, "counts"):
+        chosen = np.flatnonzero(episodes)
+        counts = positions.counts[chosen]
+        episode = np.repeat(chosen, counts)
+        first_of_each = np.repeat(np.cumsum(counts) - counts, counts)
+        t = np.arange(len(episode), dtype=np.int64) - first_of_each
+    else:
+        keep = episodes[positions.episode]
+        episode, t = positions.episode[keep], positions.t[keep]
+    return table.start[episode] + t, episode
 
 
 class NStepTargets:

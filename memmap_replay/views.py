@@ -98,8 +98,12 @@ class TimestepView(StoreView, FrameStacking):
                  stack_fields: Any = None, stack_pad: str = "repeat", **options: Any):
         super().__init__(store, **options)
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
-        self.positions = filtered(store, self.table, Positions.from_counts(self.table.length), filter_fields)
+        self.filter_fields = filter_fields
+        self.build()
         self.check_outputs()
+
+    def build(self) -> None:
+        self.positions = filtered(self.store, self.table, Positions.from_counts(self.table.length), self.filter_fields)
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         first = self.table.start[episode]
@@ -115,9 +119,12 @@ class WindowView(StoreView):
         self.window = positive(window, "window", store.capacity.max_timesteps)
         self.allow_partial = flag(allow_partial, "allow_partial")
         self.time_major = flag(time_major, "time_major")
-        length = self.table.length
-        self.positions = Positions.from_counts(length if allow_partial else length - self.window + 1)
+        self.build()
         self.check_outputs()
+
+    def build(self) -> None:
+        length = self.table.length
+        self.positions = Positions.from_counts(length if self.allow_partial else length - self.window + 1)
 
     def output_names(self) -> list[str]:
         return super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
@@ -164,13 +171,17 @@ class NStepView(StoreView, FrameStacking):
                 )
         self.reward_field = reward_field
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
-        self.targets = NStepTargets(self.table, self.n_steps, self.gamma)
-        self.positions = filtered(store, self.table, Positions.from_counts(self.targets.reach), filter_fields)
+        self.filter_fields = filter_fields
+        self.build()
         self.fused = frozenset(name for name in self.current_fields if name in self.next_fields
                                and (self.frame_stack == 1 or name not in self.stack_fields))
         self.chunk_steps = np.arange(self.n_steps, dtype=np.int64)[None, :]
         self.discounts = ((1.0 if gamma is None else self.gamma) ** np.arange(self.n_steps)).astype(np.float32)
         self.check_outputs()
+
+    def build(self) -> None:
+        self.targets = NStepTargets(self.table, self.n_steps, self.gamma)
+        self.positions = filtered(self.store, self.table, Positions.from_counts(self.targets.reach), self.filter_fields)
 
     def output_names(self) -> list[str]:
         names = list(self.current_fields) + [f"next_{name}" for name in self.next_fields]

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import memmap_replay
 from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, EpisodeStore, InvalidDataError,
                            NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError, Schema, SchemaError,
-                           SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError)
+                           SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError, SampleExpiredError)
 from memmap_replay import errors as errors_module
 
 # ---- the store every test starts from ---------------------------------------------------------------
@@ -56,6 +56,7 @@ BUILTIN = {
     StoreLockedError: BlockingIOError,
     CorruptStoreError: OSError,
     UnsupportedFormatError: ValueError,
+    SampleExpiredError: LookupError,
 }
 
 

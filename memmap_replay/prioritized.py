@@ -1,0 +1,247 @@
+"""Prioritized replay (Schaul et al. 2015) and prioritized sequences (R2D2), over a view's positions.
+
+Each valid position of the view (a step, an n-step start, a window start) is the leaf of a sum tree at
+its row in the store (``start + t``), holding ``priority ** alpha``. Draws are stratified over the tree's
+total; importance weights are ``(N * P(i)) ** -beta / max_j (N * P(j)) ** -beta``, the maximum over every
+position in the buffer (which reduces to ``(p_i / p_min) ** (-alpha * beta)``). New positions enter at the
+largest priority seen so far. ``update_priorities`` takes the ``_key`` of a batch: a key names
+(episode id, t), so an update aimed at an episode that the ring evicted meanwhile (its slot and rows
+possibly refilled) is dropped, never applied to the newcomer.
+
+Priorities persist in the store folder (``priorities/<name>.npy``: the raw priority per row, float64;
+``priorities/<name>.owner.npy``: per episode slot, the id whose priorities the rows hold, -1 for none),
+written as they change, so a sampler opened again on the folder samples as before. They are sampler
+state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
+folder ignores any row whose episode is no longer live.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dataset import Sample, StoreView, flag
+from .errors import InvalidDataError, StoreLockedError
+from .index import EpisodeTable, position_rows
+from .lock import WriterLock
+from .samplers import ReplaySampler
+from .sumtree import SumTree
+from .views import WindowView
+
+__all__ = ["PrioritizedSampler", "SequenceSampler"]
+
+PRIORITIES = "priorities"
+
+
+def unit_interval(value: Any, name: str, *, low: float = 0.0, high: float | None = 1.0) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value < low or (high is not None and value > high):
+        bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise InvalidDataError(f"{name} must be a number {bounds} (got {value!r})")
+    return float(value)
+
+
+class PriorityFiles:
+    """``priorities/<name>.npy`` and ``.owner.npy`` in the store folder, memory-mapped for writing, under
+    a lock of their own (one sampler per name at a time)."""
+
+    def __init__(self, folder: Path, name: str, rows: int, slots: int):
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
+            raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
+        directory = Path(folder) / PRIORITIES
+        try:
+            directory.mkdir(exist_ok=True)
+            self.lock = WriterLock(directory / f"{name}.lock")
+        except StoreLockedError:
+            raise StoreLockedError(
+                f"another sampler (in this or another process) keeps the priorities {name!r} of {folder}; close it "
+                f"first, or give this one another name= (or persist=False)"
+            ) from None
+        except PermissionError as error:
+            raise PermissionError(f"cannot keep priorities in {directory} ({error.strerror}); pass persist=False "
+                                  f"to keep them in memory only") from None
+        self.values = self._open(directory / f"{name}.npy", np.float64, rows, 0.0)
+        self.owner = self._open(directory / f"{name}.owner.npy", np.int64, slots, -1)
+
+    @staticmethod
+    def _open(path: Path, dtype, length: int, fill) -> np.ndarray:
+        if path.exists():
+            try:
+                array = np.lib.format.open_memmap(path, mode="r+")
+            except (ValueError, OSError) as error:
+                raise InvalidDataError(f"{path} is not a priorities file ({error}); delete it to start afresh") from None
+            if array.dtype == dtype and array.shape == (length,):
+                return array
+            del array
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(length,))
+        if fill:
+            array[:] = fill
+        return array
+
+    def close(self) -> None:
+        for array in (self.values, self.owner):
+            array.flush()
+        self.lock.release()
+
+
+class PrioritizedSampler(ReplaySampler):
+    """Proportional prioritized draws over a view's positions.
+
+    ``alpha``: how much priorities count (0 = uniform). ``beta``: importance-weight exponent, annealed
+    linearly to ``beta_final`` over ``beta_steps`` draws (0: kept fixed). ``name``/``persist``: the
+    priorities are kept in ``priorities/<name>.npy`` of the store folder (``persist=False``: in memory)."""
+
+    endless = True
+
+    def __init__(self, view: StoreView, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
+                 beta_steps: int = 0, name: str = "default", persist: bool = True, **options: Any):
+        super().__init__(view, **options)
+        self.alpha = unit_interval(alpha, "alpha", high=None)
+        self.beta0 = unit_interval(beta, "beta")
+        self.beta_final = unit_interval(beta_final, "beta_final")
+        if isinstance(beta_steps, bool) or not isinstance(beta_steps, (int, np.integer)) or beta_steps < 0:
+            raise InvalidDataError(f"beta_steps must be an int >= 0 (got {beta_steps!r})")
+        self.beta_steps = int(beta_steps)
+        capacity = view.store.capacity
+        self.tree = SumTree(capacity.max_steps)
+        self.max_priority = 1.0
+        self.dropped = 0  # priority updates dropped because their episode had been evicted
+        self.files = PriorityFiles(view.folder, name, capacity.max_steps, capacity.max_episodes) \
+            if flag(persist, "persist") else None
+        self._load()
+
+    # ---- the tree follows the view -------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Fill the tree for every live position: stored priorities where the slot's owner is the live
+        episode, the largest stored (or 1.0) elsewhere."""
+        table = self.view.table
+        rows, episode = position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))
+        raw = np.full(len(rows), np.nan)
+        if self.files is not None:
+            owned = self.files.owner[table.slots] == table.ids
+            known = owned[episode]
+            raw[known] = self.files.values[rows[known]]
+            if known.any():
+                self.max_priority = max(float(raw[known].max()), np.finfo(np.float64).tiny)
+        self._set(rows, np.where(np.isnan(raw), self.max_priority, raw), table)
+        self._sort_starts()
+
+    def _changed(self, old_table: EpisodeTable, old_positions) -> None:
+        table = self.view.table
+        gone = ~np.isin(old_table.ids, table.ids)
+        if gone.any():
+            rows, _ = position_rows(old_positions, old_table, gone)
+            self.tree.update(rows, 0.0)
+        new = ~np.isin(table.ids, old_table.ids)
+        if new.any():
+            rows, _ = position_rows(self.view.positions, table, new)
+            self._set(rows, np.full(len(rows), self.max_priority), table.select(new))
+        self._sort_starts()
+
+    def _set(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
+        """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
+        self.tree.update(rows, raw ** self.alpha)
+        if self.files is not None:
+            self.files.values[rows] = raw
+            if owners is not None:
+                self.files.owner[owners.slots] = owners.ids
+
+    def _sort_starts(self) -> None:
+        """Episodes by first row, to find the episode of a drawn row with one searchsorted."""
+        self._by_start = np.argsort(self.view.table.start, kind="stable")
+        self._starts = self.view.table.start[self._by_start]
+
+    # ---- drawing and updating ------------------------------------------------------------------------
+
+    @property
+    def beta(self) -> float:
+        if not self.beta_steps:
+            return self.beta0
+        return self.beta0 + (self.beta_final - self.beta0) * min(1.0, self.draws / self.beta_steps)
+
+    def _draw(self, batch_size: int) -> Sample:
+        tree = self.tree
+        rows = tree.sample(batch_size, self.rng)
+        episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
+        t = rows - self.view.table.start[episode]
+        weights = (tree.leaves[rows] / tree.min) ** -self.beta
+        return Sample(self.keys_of(episode, t), weights.astype(np.float32))
+
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
+        Updates for episodes evicted since the draw are dropped; returns how many were applied."""
+        keys, raw = self._checked(keys, priorities)
+        if self.follow:
+            self.sync()
+        ids, t = np.divmod(keys, self.view.key_stride)
+        table = self.view.table
+        where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
+        live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
+        self.dropped += int((~live).sum())
+        if not live.all():
+            where, t, raw = where[live], t[live], raw[live]
+        if not len(where):
+            return 0
+        self.max_priority = max(self.max_priority, float(raw.max()))
+        rows = table.start[where] + t
+        self._set(rows, raw)
+        return len(rows)
+
+    def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+        keys = np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys)
+        if keys.dtype.kind not in "iu" or keys.ndim != 1:
+            raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
+        priorities = self._aggregate(np.asarray(priorities.detach().cpu().numpy() if hasattr(priorities, "detach")
+                                                else priorities))
+        if priorities.dtype.kind not in "biuf" or priorities.shape != keys.shape:
+            raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got {priorities.dtype} "
+                                   f"{priorities.shape})")
+        priorities = priorities.astype(np.float64)
+        if not np.isfinite(priorities).all() or (priorities < 0).any():
+            bad = priorities[~np.isfinite(priorities) | (priorities < 0)][0]
+            raise InvalidDataError(f"priorities must be finite and >= 0 (got {bad}); e.g. abs(td_error) + 1e-6")
+        return keys.astype(np.int64), priorities
+
+    def _aggregate(self, priorities: np.ndarray) -> np.ndarray:
+        return priorities
+
+    # ---- state ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(max_priority=self.max_priority, dropped=self.dropped)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.max_priority = float(state.get("max_priority", self.max_priority))
+        self.dropped = int(state.get("dropped", 0))
+
+    def close(self) -> None:
+        """Flush the priorities to the folder and let another sampler keep them."""
+        if self.files is not None:
+            self.files.close()
+            self.files = None
+
+
+class SequenceSampler(PrioritizedSampler):
+    """Prioritized windows (R2D2): a ``WindowView``'s windows drawn by priority; ``update_priorities`` takes
+    one priority per window, or per step ``(B, L)`` (e.g. ``|td_error|``), which becomes
+    ``eta * max + (1 - eta) * mean`` over the window. For uniform windows use ``UniformSampler``."""
+
+    def __init__(self, view: WindowView, *, eta: float = 0.9, **options: Any):
+        if not isinstance(view, WindowView):
+            raise InvalidDataError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
+                                   f"(got a {type(view).__name__})")
+        self.eta = unit_interval(eta, "eta")
+        super().__init__(view, **options)
+
+    def _aggregate(self, priorities: np.ndarray) -> np.ndarray:
+        if priorities.ndim == 2:
+            if priorities.shape[1] != self.view.window:
+                raise InvalidDataError(f"step priorities must be (batch, {self.view.window}) (got {priorities.shape})")
+            return self.eta * priorities.max(axis=1) + (1 - self.eta) * priorities.mean(axis=1)
+        return priorities

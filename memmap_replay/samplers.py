@@ -1,0 +1,253 @@
+"""Samplers: numpy-only draws of the positions a view may use, as ``Sample`` keys any view turns into a batch.
+
+Every sampler follows one protocol:
+
+- ``sample(batch_size) -> Sample``: keys (episode id * ``view.key_stride`` + t, stable while the episode is
+  live) and, for prioritized draws, importance weights;
+- ``batch(batch_size) -> dict``: ``view.__getitems__(sample(batch_size))``, with ``_key`` (and ``_weight``);
+- ``batches(batch_size, num_batches=None)``: a torch batch sampler (endless for draws with replacement,
+  one epoch without); ``dataloader(batch_size, ...)`` wraps it in a ``ReplayDataLoader``;
+- a seeded ``np.random.Generator`` (``seed``; each ``rank`` of a distributed job gets its own stream),
+  ``state_dict()`` / ``load_state_dict()`` (plain JSON-able values);
+- ``follow=True``: each draw first takes in the episodes committed (and evicted) since the last one by the
+  store object the sampler shares with a writer in this process; ``refresh()`` re-reads ``meta.json`` for a
+  writer in another process. Either costs O(episodes) numpy work when something changed, never a scan of
+  the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from .dataset import Sample, StoreView, flag
+from .errors import InvalidDataError
+from .index import EpisodeTable, Positions
+
+__all__ = ["ReplaySampler", "UniformSampler", "SampleBatches", "distributed_rank"]
+
+
+def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world size): as given, else torch.distributed's when it is initialized, else (0, 1)."""
+    if rank is None and world_size is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank, world_size = (0 if rank is None else rank), (1 if world_size is None else world_size)
+    for name, value, low in (("rank", rank, 0), ("world_size", world_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise InvalidDataError(f"{name} must be an int >= {low} (got {value!r})")
+    if rank >= world_size:
+        raise InvalidDataError(f"rank must be below world_size={world_size} (got {rank})")
+    return int(rank), int(world_size)
+
+
+def batch_size_of(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidDataError(f"batch_size must be a positive int (got {value!r})")
+    return int(value)
+
+
+class ReplaySampler:
+    """The protocol's common part. Subclasses implement ``_draw(batch_size) -> Sample`` and, if they keep
+    per-position state, ``_changed(old_table, old_positions)``."""
+
+    endless = True  # draws with replacement: batches() never ends unless told how many
+
+    def __init__(self, view: StoreView, *, seed: int | None = None, rank: int | None = None,
+                 world_size: int | None = None, follow: bool = True):
+        if not isinstance(view, StoreView):
+            raise InvalidDataError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise InvalidDataError(f"seed must be an int >= 0 or None (got {seed!r})")
+        self.view = view
+        self.rank, self.world_size = distributed_rank(rank, world_size)
+        self.seed = int(np.random.SeedSequence().entropy) if seed is None else int(seed)
+        # each rank its own stream: the seed sequence (seed, rank)
+        self.rng = np.random.default_rng([self.seed, self.rank])
+        self.follow = flag(follow, "follow")
+        self.draws = 0
+
+    # ---- following the store ---------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """Take in what the writer of this process committed or evicted since the last draw."""
+        return self._update(reread=False)
+
+    def refresh(self) -> bool:
+        """Re-read ``meta.json`` (a writer in another process), then take in what changed."""
+        return self._update(reread=True)
+
+    def _update(self, reread: bool) -> bool:
+        old_table, old_positions = self.view.table, self.view.positions
+        if not self.view.refresh(reread=reread):
+            return False
+        self._changed(old_table, old_positions)
+        return True
+
+    def _changed(self, old_table: EpisodeTable, old_positions: Positions) -> None:
+        """Hook: the view's table and positions were replaced."""
+
+    # ---- drawing ---------------------------------------------------------------------------------------
+
+    def sample(self, batch_size: int) -> Sample:
+        batch_size = batch_size_of(batch_size)
+        if self.follow:
+            self.sync()
+        if len(self.view) == 0:
+            raise InvalidDataError(
+                f"nothing to sample: the view has no items ({self.view.store.num_episodes} episodes in the buffer); "
+                f"store more episodes first"
+            )
+        sample = self._draw(batch_size)
+        self.draws += 1
+        return sample
+
+    def _draw(self, batch_size: int) -> Sample:
+        raise NotImplementedError
+
+    def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted)."""
+        return self.view.__getitems__(self.sample(batch_size))
+
+    def keys_of(self, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Keys of (episode position in the view's table, t)."""
+        return self.view.table.ids[episode] * self.view.key_stride + t
+
+    def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
+        """A torch batch sampler: ``num_batches`` draws (endless if None and the sampler draws with
+        replacement; one epoch of this rank's share without replacement)."""
+        return SampleBatches(self, batch_size_of(batch_size), num_batches, flag(drop_last, "drop_last"))
+
+    def dataloader(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False,
+                   **loader_options: Any):
+        """A ``ReplayDataLoader`` over the view whose batches this sampler draws (in the main process;
+        DataLoader workers only gather)."""
+        from .loader import LOADER_KEYWORDS, ReplayDataLoader
+
+        unknown = sorted(set(loader_options) - LOADER_KEYWORDS - {"device", "non_blocking"})
+        if unknown:
+            raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
+                                   f"{sorted(LOADER_KEYWORDS | {'device', 'non_blocking'})}")
+        return ReplayDataLoader(self.view, self.batches(batch_size, num_batches, drop_last=drop_last), **loader_options)
+
+    # ---- state -----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The sampler's own state (JSON-able): its generator, draws so far and subclass counters."""
+        return {"type": type(self).__name__, "seed": self.seed, "rank": self.rank,
+                "rng": self.rng.bit_generator.state, "draws": self.draws}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("type") != type(self).__name__:
+            found = state.get("type") if isinstance(state, dict) else type(state).__name__
+            raise InvalidDataError(f"this is a {type(self).__name__}'s state_dict()? it holds a {found!r}")
+        try:
+            self.rng.bit_generator.state = state["rng"]
+            self.draws = int(state["draws"])
+            self.seed = int(state["seed"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidDataError(f"a damaged sampler state_dict ({error!r}); save it again with state_dict()") from None
+
+
+class SampleBatches:
+    """The batch sampler ``sampler.batches(...)`` returns: yields ``Sample`` objects for a DataLoader."""
+
+    def __init__(self, sampler: ReplaySampler, batch_size: int, num_batches: int | None, drop_last: bool):
+        if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer))
+                                        or num_batches < 0):
+            raise InvalidDataError(f"num_batches must be an int >= 0 or None (got {num_batches!r})")
+        self.sampler, self.batch_size, self.num_batches, self.drop_last = sampler, batch_size, num_batches, drop_last
+
+    def __iter__(self) -> Iterator[Sample]:
+        sampler = self.sampler
+        if sampler.endless:
+            count = 0
+            while self.num_batches is None or count < self.num_batches:
+                yield sampler.sample(self.batch_size)
+                count += 1
+            return
+        yield from sampler.epoch(self.batch_size, self.num_batches, self.drop_last)
+
+    def __len__(self) -> int:
+        if self.num_batches is not None:
+            return self.num_batches if self.sampler.endless else min(self.num_batches, self._epoch_batches())
+        if self.sampler.endless:
+            raise TypeError("an endless batch sampler has no length; pass num_batches=")
+        return self._epoch_batches()
+
+    def _epoch_batches(self) -> int:
+        full, rest = divmod(self.sampler.share(), self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+
+class UniformSampler(ReplaySampler):
+    """Uniform over the view's valid positions (steps, window starts, n-step starts, ...) of committed
+    episodes. With ``replacement`` (the default) each draw is independent and the stream is endless;
+    without, each epoch visits every position once in a seeded order, and the ranks of a distributed job
+    get disjoint shares of it (as torch's DistributedSampler: padded by wrapping so all are equal)."""
+
+    def __init__(self, view: StoreView, *, replacement: bool = True, **options: Any):
+        super().__init__(view, **options)
+        self.replacement = flag(replacement, "replacement")
+        self.endless = self.replacement
+        self.epochs = 0
+        self._order: np.ndarray | None = None  # this rank's share of the current epoch (keys)
+        self._cursor = 0
+
+    def _draw(self, batch_size: int) -> Sample:
+        if self.replacement:
+            items = self.rng.integers(0, len(self.view), batch_size)
+            return Sample(self.keys_of(*self.view.positions.locate(items)))
+        if self._order is None or self._cursor >= len(self._order):
+            self._start_epoch()
+        keys = self._order[self._cursor: self._cursor + batch_size]
+        self._cursor += len(keys)
+        return Sample(keys)
+
+    def share(self) -> int:
+        """Positions this rank visits per epoch."""
+        return -(-len(self.view) // self.world_size)
+
+    def _start_epoch(self) -> None:
+        """This rank's share of a permutation common to all ranks (seeded by seed and epoch, not rank)."""
+        size = len(self.view)
+        order = np.random.default_rng([self.seed, self.epochs]).permutation(size)
+        share = -(-size // self.world_size)
+        if share * self.world_size > size:  # pad by wrapping, so that every rank has as many
+            order = np.resize(order, share * self.world_size)
+        mine = order[self.rank::self.world_size]
+        self._order = self.keys_of(*self.view.positions.locate(mine))
+        self._cursor = 0
+        self.epochs += 1
+
+    def epoch(self, batch_size: int, num_batches: int | None, drop_last: bool) -> Iterator[Sample]:
+        """One epoch of this rank's share, in batches."""
+        if self.follow:
+            self.sync()
+        self._start_epoch()
+        order, count = self._order, 0
+        stop = len(order) - len(order) % batch_size if drop_last else len(order)
+        for begin in range(0, stop, batch_size):
+            if num_batches is not None and count >= num_batches:
+                break
+            self._cursor = min(begin + batch_size, stop)
+            self.draws += 1
+            count += 1
+            yield Sample(order[begin: begin + batch_size])
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(replacement=self.replacement, epochs=self.epochs, cursor=self._cursor,
+                     in_epoch=self._order is not None)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.epochs, self._cursor = int(state.get("epochs", 0)), int(state.get("cursor", 0))
+        self._order = None
+        if state.get("in_epoch") and not self.replacement and self.epochs > 0:
+            self.epochs -= 1  # rebuild the epoch in progress, then carry on where it stopped
+            cursor = self._cursor
+            self._start_epoch()
+            self._cursor = cursor
