@@ -4,6 +4,7 @@ from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .format import FORMAT_VERSION
+from .her import HindsightView
 from .dataset import Sample
 from .loader import BatchIndexSampler, ReplayDataLoader
 from .prioritized import PrioritizedSampler, SequenceSampler
@@ -24,6 +25,7 @@ __all__ = [
     "TimestepView",
     "WindowView",
     "NStepView",
+    "HindsightView",
     "BatchIndexSampler",
     "Sample",
     "ReplaySampler",

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Sampler
 from .errors import InvalidDataError
 from .store import EpisodeStore
 from .dataset import StoreView, flag
+from .her import HindsightView
 from .views import NStepView, TimestepView, TrajectoryView, WindowView
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
@@ -145,7 +146,11 @@ class ReplayDataLoader(DataLoader):
 
 
 def keywords(cls) -> set[str]:
-    return {name for name, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    """The keyword-only parameters of the class's own ``__init__``."""
+    init = vars(cls).get("__init__")
+    if init is None:
+        return set()
+    return {name for name, p in inspect.signature(init).parameters.items() if p.kind is p.KEYWORD_ONLY}
 
 
 def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
@@ -168,14 +173,28 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
         raise InvalidDataError("return_mask applies to trajectories (and windows with allow_partial): "
                                "single steps and n-step transitions have nothing to mask")
     view, args = TrajectoryView, ()
-    if n_steps is not None:
+    hindsight = options.pop("hindsight", None)
+    if hindsight is not None:
+        if not isinstance(hindsight, dict):
+            raise InvalidDataError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
+                                   f"achieved_field='achieved', reward_fn=f) (got {hindsight!r})")
+        if timestep_level or window is not None:
+            raise InvalidDataError("hindsight relabels one-step transitions: drop timestep_level and window")
+        clash = sorted(set(hindsight) & set(options))
+        if clash:
+            raise InvalidDataError(f"{clash} given both in hindsight= and as keywords; pass them once")
+        options.update(hindsight)
+        if n_steps is not None:
+            options["n_steps"] = n_steps
+        view = HindsightView
+    elif n_steps is not None:
         view, args = NStepView, (n_steps,)
     elif timestep_level:
         view = TimestepView
     elif window is not None:
         view, args = WindowView, (window,)
         options.pop("return_mask", None)  # partial windows always carry their mask
-    accepted = keywords(view) | keywords(StoreView)
+    accepted = set().union(*(keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise InvalidDataError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
@@ -183,7 +202,8 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
     if len(dataset) == 0:
         raise InvalidDataError(
             f"the {view.__name__} has no items: the buffer holds {store.num_episodes} episodes and none give a "
-            f"{'transition' if n_steps else 'window' if window else 'step'} with these options; store more data"
+            f"{'transition' if n_steps or view is HindsightView else 'window' if window else 'step'} with these "
+            f"options; store more data"
         )
     return dataset
 
