@@ -79,12 +79,13 @@ class SumTree:
             pair = min_pairs[node]
             mins[node] = np.minimum(pair.real, pair.imag)
 
-    def find(self, values) -> np.ndarray:
+    def find(self, values, cumulative: np.ndarray | None = None) -> np.ndarray:
         """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
-        Leaves of priority 0 are never returned."""
+        Leaves of priority 0 are never returned. ``cumulative``: the top level's cumsum, if at hand."""
         values = np.array(values, dtype=np.float64, copy=True).reshape(-1)
         top = self._top_sums
-        cumulative = np.cumsum(top)
+        if cumulative is None:
+            cumulative = np.cumsum(top)
         where = np.minimum(np.searchsorted(cumulative, values, side="right"), self.top - 1)
         values -= cumulative[where] - top[where]
         node = where + self.top
@@ -111,11 +112,13 @@ class SumTree:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Stratified draws: one uniform value in each of ``batch_size`` equal slices of the total."""
-        total = self.total
+        cumulative = np.cumsum(self._top_sums)
+        total = cumulative[-1]
         if not total > 0:
             raise InvalidDataError("cannot sample: every priority is 0 (nothing to draw)")
         values = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        return self.find(np.minimum(values, np.nextafter(total, 0)))
+        np.minimum(values, np.nextafter(total, 0), out=values)
+        return self.find(values, cumulative)
 
     def load_leaves(self, leaves: np.ndarray) -> None:
         """Rebuild the whole tree from leaf priorities (e.g. read back from the store folder)."""
