@@ -15,6 +15,10 @@ A store is a folder::
     episodes/final.npy      bool  (max_episodes,): true when a final-observation row follows its last step
     episodes/id.npy         int64 (max_episodes,): the episode id of the slot's occupant
     writer.lock             empty; a writer holds an exclusive OS lock (flock) on it
+    priorities/             OPTIONAL sampler state, not committed data: <name>.npy float64 (max_steps,),
+                            a raw priority per row; <name>.owner.npy int64 (max_episodes,), per slot the
+                            episode id those rows' priorities belong to (-1: none); <name>.lock. A reader
+                            MUST ignore rows whose owner is not the slot's live episode.
 
 Every ``.npy`` file MUST be a standard numpy ``.npy`` file (format 1.0 or 2.0, C order, little-endian
 numeric or bool dtype, never ``object``): ``numpy.load(path, mmap_mode='r')`` reads it. Nothing in a
@@ -83,13 +87,13 @@ FORMAT_NAME = "memmap_replay"
 FORMAT_VERSION = "1.0"
 META_FILE = "meta.json"
 LOCK_FILE = "writer.lock"
-STEPS_DIR, META_DIR, EPISODES_DIR = "steps", "meta", "episodes"
+STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR = "steps", "meta", "episodes", "priorities"
 # the episode table: name -> dtype, one entry per slot
 TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtype("uint8"),
          "final": np.dtype("bool"), "id": np.dtype("int64")}
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
-OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR)  # what overwrite=True may delete
+OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR)  # what overwrite=True may delete
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import numpy as np
 
 from .dataset import Sample, StoreView, flag
 from .errors import InvalidDataError, StoreLockedError
+from .format import PRIORITIES_DIR
 from .index import EpisodeTable, position_rows
 from .lock import WriterLock
 from .samplers import ReplaySampler
@@ -31,9 +32,6 @@ from .sumtree import SumTree
 from .views import WindowView
 
 __all__ = ["PrioritizedSampler", "SequenceSampler"]
-
-PRIORITIES = "priorities"
-
 
 def unit_interval(value: Any, name: str, *, low: float = 0.0, high: float | None = 1.0) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
@@ -50,7 +48,7 @@ class PriorityFiles:
     def __init__(self, folder: Path, name: str, rows: int, slots: int):
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
             raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
-        directory = Path(folder) / PRIORITIES
+        directory = Path(folder) / PRIORITIES_DIR
         try:
             directory.mkdir(exist_ok=True)
             self.lock = WriterLock(directory / f"{name}.lock")
