@@ -26,12 +26,14 @@ __all__ = ["StoreView", "ExplicitPositions", "Sample"]
 
 class Sample:
     """What a sampler draws: ``keys`` (int64, episode id * ``key_stride`` + t; stable while the episode is
-    live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it."""
+    live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it.
+    In the sampler's own process it also carries where the keys point in the table they were drawn
+    from, so that a view holding that very table skips looking them up; a pickled Sample drops it."""
 
-    __slots__ = ("keys", "weights")
+    __slots__ = ("keys", "weights", "hint")
 
-    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None):
-        self.keys, self.weights = keys, weights
+    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None, hint: tuple | None = None):
+        self.keys, self.weights, self.hint = keys, weights, hint  # hint: (table, episode positions, t)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -40,7 +42,7 @@ class Sample:
         return self.keys, self.weights
 
     def __setstate__(self, state) -> None:
-        self.keys, self.weights = state
+        (self.keys, self.weights), self.hint = state, None
 
     def __repr__(self) -> str:
         return f"Sample({len(self.keys)} keys{', weighted' if self.weights is not None else ''})"
@@ -223,8 +225,12 @@ class StoreView(Dataset):
     def sample_batch(self, sample: "Sample") -> dict[str, torch.Tensor]:
         """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
         is live, whatever this view's snapshot; a view that does not know an episode yet refreshes."""
-        ids, t = np.divmod(sample.keys, self.key_stride)
-        episode = self.episodes_of(ids)
+        hint = sample.hint
+        if hint is not None and hint[0] is self.table:
+            episode, t = hint[1], hint[2]
+        else:
+            ids, t = np.divmod(sample.keys, self.key_stride)
+            episode = self.episodes_of(ids)
         if episode is None:
             self.refresh()
             episode = self.episodes_of(ids)
@@ -242,11 +248,7 @@ class StoreView(Dataset):
 
     def episodes_of(self, ids: np.ndarray) -> np.ndarray | None:
         """Positions in ``self.table`` of episode ids, or None if any is not in it."""
-        known = self.table.ids
-        where = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
-        if not len(known) or not np.array_equal(known[where], ids):
-            return None
-        return where
+        return self.table.positions_of(ids)
 
     def checked(self, items: Any) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)

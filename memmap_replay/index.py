@@ -35,6 +35,17 @@ class EpisodeTable:
     def __len__(self) -> int:
         return len(self.start)
 
+    def positions_of(self, ids: np.ndarray) -> np.ndarray | None:
+        """Table positions of episode ids (ascending in the table), or None if any is not in it."""
+        known = self.ids
+        if not len(known) or not len(ids):
+            return None if len(ids) else np.zeros(0, dtype=np.int64)
+        if known[-1] - known[0] + 1 == len(known):  # consecutive ids (no meta filter): arithmetic
+            where = ids - known[0]
+            return where if 0 <= where.min() and where.max() < len(known) else None
+        where = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+        return where if np.array_equal(known[where], ids) else None
+
     @property
     def reach(self) -> np.ndarray:
         """Per episode, how far transitions may look ahead: to ``length`` (the row after the last step)

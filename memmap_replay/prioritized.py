@@ -141,7 +141,7 @@ class PrioritizedSampler(ReplaySampler):
 
     def _set(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
         """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
-        self.tree.update(rows, raw ** self.alpha)
+        self.tree.set_leaves(rows, raw ** self.alpha if self.alpha != 1.0 else raw)
         if self.files is not None:
             self.files.values[rows] = raw
             if owners is not None:
@@ -166,29 +166,36 @@ class PrioritizedSampler(ReplaySampler):
         episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
         t = rows - self.view.table.start[episode]
         weights = (tree.leaves[rows] / tree.min) ** -self.beta
-        return Sample(self.keys_of(episode, t), weights.astype(np.float32))
+        return self.sample_of(episode, t, weights.astype(np.float32))
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
         Updates for episodes evicted since the draw are dropped; returns how many were applied."""
-        keys, raw = self._checked(keys, priorities)
+        keys, raw, highest = self._checked(keys, priorities)
+        if not len(keys):
+            return 0
         if self.follow:
             self.sync()
         ids, t = np.divmod(keys, self.view.key_stride)
         table = self.view.table
-        where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
-        live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
-        self.dropped += int((~live).sum())
-        if not live.all():
+        where = table.positions_of(ids)
+        if where is None:  # some episodes were evicted since the draw: drop their updates
+            where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
+            live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
+            self.dropped += int((~live).sum())
             where, t, raw = where[live], t[live], raw[live]
-        if not len(where):
-            return 0
-        self.max_priority = max(self.max_priority, float(raw.max()))
-        rows = table.start[where] + t
-        self._set(rows, raw)
-        return len(rows)
+            if not len(where):
+                return 0
+            highest = raw.max()
+        counts = getattr(self.view.positions, "counts", None)  # None: listed positions (filter_fields)
+        if counts is not None and (t >= counts[where]).any():
+            raise InvalidDataError("keys must come from this sampler's batches ('_key'): some name no position of "
+                                   "its view")
+        self.max_priority = max(self.max_priority, float(highest))
+        self._set(table.start[where] + t, raw)
+        return len(where)
 
-    def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         keys = np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys)
         if keys.dtype.kind not in "iu" or keys.ndim != 1:
             raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
@@ -198,10 +205,15 @@ class PrioritizedSampler(ReplaySampler):
             raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got {priorities.dtype} "
                                    f"{priorities.shape})")
         priorities = priorities.astype(np.float64)
-        if not np.isfinite(priorities).all() or (priorities < 0).any():
+        if not len(keys):
+            return keys.astype(np.int64), priorities, 0.0
+        lowest, highest = priorities.min(), priorities.max()  # NaN makes both NaN
+        if not (lowest >= 0 and highest < np.inf):
             bad = priorities[~np.isfinite(priorities) | (priorities < 0)][0]
             raise InvalidDataError(f"priorities must be finite and >= 0 (got {bad}); e.g. abs(td_error) + 1e-6")
-        return keys.astype(np.int64), priorities
+        if keys.min() < 0:
+            raise InvalidDataError(f"keys must be >= 0, a batch's '_key' (got {keys.min()})")
+        return keys.astype(np.int64), priorities, highest
 
     def _aggregate(self, priorities: np.ndarray) -> np.ndarray:
         return priorities

@@ -114,6 +114,11 @@ class ReplaySampler:
         """Keys of (episode position in the view's table, t)."""
         return self.view.table.ids[episode] * self.view.key_stride + t
 
+    def sample_of(self, episode: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Sample:
+        """The Sample of (episode position in the view's table, t), with the hint for this view."""
+        table = self.view.table
+        return Sample(table.ids[episode] * self.view.key_stride + t, weights, (table, episode, t))
+
     def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
         """A torch batch sampler: ``num_batches`` draws (endless if None and the sampler draws with
         replacement; one epoch of this rank's share without replacement)."""
@@ -198,7 +203,7 @@ class UniformSampler(ReplaySampler):
     def _draw(self, batch_size: int) -> Sample:
         if self.replacement:
             items = self.rng.integers(0, len(self.view), batch_size)
-            return Sample(self.keys_of(*self.view.positions.locate(items)))
+            return self.sample_of(*self.view.positions.locate(items))
         if self._order is None or self._cursor >= len(self._order):
             self._start_epoch()
         keys = self._order[self._cursor: self._cursor + batch_size]

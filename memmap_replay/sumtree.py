@@ -61,13 +61,20 @@ class SumTree:
     def update(self, indices, priorities) -> None:
         """Set the priorities of leaves ``indices`` (if an index repeats, its last value wins)."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), indices.shape)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if priorities.shape != indices.shape:
+            priorities = np.broadcast_to(priorities, indices.shape)
         if indices.size == 0:
             return
         if indices.min() < 0 or indices.max() >= self.capacity:
             raise InvalidDataError(f"leaf indices must be in [0, {self.capacity}) (got {indices.min()}..{indices.max()})")
         if not np.isfinite(priorities).all() or (priorities < 0).any():
             raise InvalidDataError("priorities must be finite and >= 0")
+        self.set_leaves(indices, priorities)
+
+    def set_leaves(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """``update`` without its checks: int64 indices in range, float64 priorities finite and >= 0,
+        of the same shape (for callers that checked them already)."""
         sums, mins, sum_pairs, min_pairs = self.sums, self.mins, self._sum_pairs, self._min_pairs
         node = indices + self.size
         sums[node] = priorities

@@ -21,3 +21,12 @@ def test_read_benchmark_smoke(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "same bytes: checked" in result.stdout and "x numpy" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_samplers_benchmark_smoke(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "samplers.py"), "--quick", "--folder", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "same bytes: checked" in result.stdout and "x numpy" in result.stdout
+    assert "Sampler figures" in result.stdout and "sum tree" in result.stdout
+    assert list(tmp_path.iterdir()) == []
