@@ -32,7 +32,7 @@ training loop does). Figures are medians of ``--repeats`` runs, the runs of the 
 ``--warm-mb`` of RAM are touched and freed before each timed run (``read.warm_ram``), and the store's pages
 are in the page cache and touched once by this process (``read.touch_pages``).
 
-    python benchmarks/samplers.py            # the canonical workload, about 1.5 minutes on 2 cores
+    python benchmarks/samplers.py            # the canonical workload, about 35 seconds on 2 cores
     python benchmarks/samplers.py --quick    # a smoke run (20 episodes, 1 repeat, a few batches, small trees)
 """
 
@@ -81,7 +81,7 @@ class SamplerCase:
         self.group, self.how, self.kind, self.batch, self.options = group, how, kind, batch, options
         self.priorities = priorities  # None (no update) or one tensor per iteration
         self.goal = goal
-        self.persist = options.get("persist", False)
+        self.persist = options.get("persist", kind != "uniform")  # the prioritized samplers' default: True
 
     def open(self, buffer: ReplayBuffer):
         if self.persist:  # every run starts from the same priorities: none stored yet
@@ -304,11 +304,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 20 episodes, 1 repeat, 5 iterations, sum trees of 10k, 100k and 1M leaves")
     parser.add_argument("--episodes", type=int, default=None, help="episodes of 500 steps (default 200)")
-    parser.add_argument("--batches", type=int, default=None, help="timed iterations per repeat (default 200)")
+    parser.add_argument("--batches", type=int, default=None, help="timed iterations per repeat (default 300)")
     parser.add_argument("--warm-batches", type=int, default=None,
                         help="untimed iterations of each fresh sampler before the timed ones (default 3)")
     parser.add_argument("--tree-calls", type=int, default=None,
-                        help="timed sample + update calls per repeat on each sum tree (default 1000)")
+                        help="timed sample + update calls per repeat on each sum tree (default 2000)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per figure; medians are printed (default 5)")
     parser.add_argument("--folder", type=Path, default=None,
                         help="where to write (a scratch folder is made inside it and removed at the end unless "
@@ -321,9 +321,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     episodes = args.episodes or (20 if args.quick else 200)
-    args.batches = args.batches or (5 if args.quick else 200)
+    args.batches = args.batches or (5 if args.quick else 300)
     args.repeats = args.repeats or (1 if args.quick else 5)
-    args.tree_calls = args.tree_calls or (20 if args.quick else 1000)
+    args.tree_calls = args.tree_calls or (20 if args.quick else 2000)
     args.warm_batches = args.warm_batches if args.warm_batches is not None else (1 if args.quick else 3)
     args.warm_bytes = args.warm_mb * 2**20
     if min(episodes, args.batches, args.repeats, args.tree_calls) < 1 or args.warm_batches < 0 or args.warm_mb < 0:
