@@ -162,10 +162,10 @@ class PrioritizedSampler(ReplaySampler):
 
     def _draw(self, batch_size: int) -> Sample:
         tree = self.tree
-        rows = tree.sample(batch_size, self.rng)
+        rows, leaves = tree.sample_with_values(batch_size, self.rng)
         episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
         t = rows - self.view.table.start[episode]
-        weights = (tree.leaves[rows] / tree.min) ** -self.beta
+        weights = (leaves / tree.min) ** -self.beta
         return self.sample_of(episode, t, weights.astype(np.float32))
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:

@@ -86,28 +86,34 @@ class SumTree:
             pair = min_pairs[node]
             mins[node] = np.minimum(pair.real, pair.imag)
 
-    def find(self, values, cumulative: np.ndarray | None = None) -> np.ndarray:
+    def find(self, values) -> np.ndarray:
         """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
-        Leaves of priority 0 are never returned. ``cumulative``: the top level's cumsum, if at hand."""
-        values = np.array(values, dtype=np.float64, copy=True).reshape(-1)
+        Leaves of priority 0 are never returned."""
+        return self._find(np.array(values, dtype=np.float64, copy=True).reshape(-1), np.cumsum(self._top_sums))[0]
+
+    def _find(self, values: np.ndarray, cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``find`` of float64 ``values`` (consumed), given the top level's cumsum; also the leaves' values."""
         top = self._top_sums
-        if cumulative is None:
-            cumulative = np.cumsum(top)
         where = np.minimum(np.searchsorted(cumulative, values, side="right"), self.top - 1)
         values -= cumulative[where] - top[where]
         node = where + self.top
         sum_pairs = self._sum_pairs
+        pair = None
         for _ in range(self.levels):
-            left = sum_pairs[node].real
+            pair = sum_pairs[node]
+            left = pair.real
             right = values >= left
             values -= left * right
             node += node
             node += right
+        # the chosen leaf's value: the last pair read holds it (padding leaves past capacity hold 0)
+        found = top[where] if pair is None else np.where(right, pair.imag, pair.real)
         node -= self.size
-        stray = np.flatnonzero((node >= self.capacity) | (self.sums[np.minimum(node, self.capacity - 1) + self.size] <= 0))
+        stray = np.flatnonzero(found <= 0)
         if stray.size:  # rounding at an interval's edge landed on an empty leaf: take the nearest filled one
             node[stray] = self._nearest_filled(np.minimum(node[stray], self.capacity - 1))
-        return node
+            found[stray] = self.leaves[node[stray]]
+        return node, found
 
     def _nearest_filled(self, leaves_at: np.ndarray) -> np.ndarray:
         """The closest leaf with positive priority before (else after) each given leaf; rare, so plain."""
@@ -119,13 +125,17 @@ class SumTree:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Stratified draws: one uniform value in each of ``batch_size`` equal slices of the total."""
+        return self.sample_with_values(batch_size, rng)[0]
+
+    def sample_with_values(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``sample``, and the drawn leaves' values."""
         cumulative = np.cumsum(self._top_sums)
         total = cumulative[-1]
         if not total > 0:
             raise InvalidDataError("cannot sample: every priority is 0 (nothing to draw)")
         values = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
         np.minimum(values, np.nextafter(total, 0), out=values)
-        return self.find(values, cumulative)
+        return self._find(values, cumulative)
 
     def load_leaves(self, leaves: np.ndarray) -> None:
         """Rebuild the whole tree from leaf priorities (e.g. read back from the store folder)."""

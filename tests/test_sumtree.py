@@ -48,6 +48,11 @@ def test_draws_are_proportional_chi_square():
     tree = SumTree(50, top=4)
     tree.update(np.arange(50), priorities)
     draws = np.concatenate([tree.sample(256, rng) for _ in range(400)])
+    for top in (1, 64):  # the values returned with the draws are the drawn leaves' priorities
+        deep = SumTree(50, top=top)
+        deep.update(np.arange(50), priorities)
+        rows, values = deep.sample_with_values(512, rng)
+        np.testing.assert_array_equal(values, priorities[rows])
     counts = np.bincount(draws, minlength=50)
     assert counts[3] == counts[17] == 0
     nonzero = priorities > 0
