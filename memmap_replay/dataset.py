@@ -225,6 +225,9 @@ class StoreView(Dataset):
     def sample_batch(self, sample: "Sample") -> dict[str, torch.Tensor]:
         """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
         is live, whatever this view's snapshot; a view that does not know an episode yet refreshes."""
+        store = self._store
+        if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
+            self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
         hint = sample.hint
         if hint is not None and hint[0] is self.table:
             episode, t = hint[1], hint[2]

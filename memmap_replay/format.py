@@ -15,8 +15,8 @@ A store is a folder::
     episodes/final.npy      bool  (max_episodes,): true when a final-observation row follows its last step
     episodes/id.npy         int64 (max_episodes,): the episode id of the slot's occupant
     writer.lock             empty; a writer holds an exclusive OS lock (flock) on it
-    priorities/             OPTIONAL sampler state, not committed data: <name>.npy float64 (max_steps,),
-                            a raw priority per row; <name>.owner.npy int64 (max_episodes,), per slot the
+    priorities/             OPTIONAL sampler state, not committed data: <name>.npy float64 (max_steps + 1,),
+                            a raw priority per row, then the largest seen; <name>.owner.npy int64 (max_episodes,), per slot the
                             episode id those rows' priorities belong to (-1: none); <name>.lock. A reader
                             MUST ignore rows whose owner is not the slot's live episode.
 

@@ -8,7 +8,8 @@ largest priority seen so far. ``update_priorities`` takes the ``_key`` of a batc
 (episode id, t), so an update aimed at an episode that the ring evicted meanwhile (its slot and rows
 possibly refilled) is dropped, never applied to the newcomer.
 
-Priorities persist in the store folder (``priorities/<name>.npy``: the raw priority per row, float64;
+Priorities persist in the store folder (``priorities/<name>.npy``: the raw priority per row, float64,
+then the largest priority seen;
 ``priorities/<name>.owner.npy``: per episode slot, the id whose priorities the rows hold, -1 for none),
 written as they change, so a sampler opened again on the folder samples as before. They are sampler
 state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
@@ -106,7 +107,7 @@ class PrioritizedSampler(ReplaySampler):
         self.tree = SumTree(capacity.max_steps)
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
-        self.files = PriorityFiles(view.folder, name, capacity.max_steps, capacity.max_episodes) \
+        self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes) \
             if flag(persist, "persist") else None
         self._load()
 
@@ -122,7 +123,10 @@ class PrioritizedSampler(ReplaySampler):
             owned = self.files.owner[table.slots] == table.ids
             known = owned[episode]
             raw[known] = self.files.values[rows[known]]
-            if known.any():
+            stored_max = float(self.files.values[-1])
+            if stored_max > 0:
+                self.max_priority = stored_max
+            elif known.any():
                 self.max_priority = max(float(raw[known].max()), np.finfo(np.float64).tiny)
         self._set(rows, np.where(np.isnan(raw), self.max_priority, raw), table)
         self._sort_starts()
@@ -148,9 +152,13 @@ class PrioritizedSampler(ReplaySampler):
                 self.files.owner[owners.slots] = owners.ids
 
     def _sort_starts(self) -> None:
-        """Episodes by first row, to find the episode of a drawn row with one searchsorted."""
+        """Episodes by first row, to find the episode of a drawn row with one searchsorted (and, for
+        listed positions, their rows in order, to check the keys of updates)."""
         self._by_start = np.argsort(self.view.table.start, kind="stable")
         self._starts = self.view.table.start[self._by_start]
+        if not hasattr(self.view.positions, "counts"):
+            table = self.view.table
+            self._listed_rows = np.sort(position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))[0])
 
     # ---- drawing and updating ------------------------------------------------------------------------
 
@@ -187,33 +195,43 @@ class PrioritizedSampler(ReplaySampler):
             if not len(where):
                 return 0
             highest = raw.max()
-        counts = getattr(self.view.positions, "counts", None)  # None: listed positions (filter_fields)
-        if counts is not None and (t >= counts[where]).any():
+        rows = table.start[where] + t
+        counts = getattr(self.view.positions, "counts", None)
+        if counts is not None:
+            valid = (t < counts[where]).all()
+        else:  # listed positions (filter_fields): the rows must be listed ones
+            found = np.minimum(np.searchsorted(self._listed_rows, rows), max(len(self._listed_rows) - 1, 0))
+            valid = len(self._listed_rows) > 0 and np.array_equal(self._listed_rows[found], rows)
+        if not valid:
             raise InvalidDataError("keys must come from this sampler's batches ('_key'): some name no position of "
                                    "its view")
-        self.max_priority = max(self.max_priority, float(highest))
-        self._set(table.start[where] + t, raw)
+        if highest > self.max_priority:
+            self.max_priority = float(highest)
+            if self.files is not None:
+                self.files.values[-1] = self.max_priority
+        self._set(rows, raw)
         return len(where)
 
     def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         keys = np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys)
         if keys.dtype.kind not in "iu" or keys.ndim != 1:
             raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
-        priorities = self._aggregate(np.asarray(priorities.detach().cpu().numpy() if hasattr(priorities, "detach")
-                                                else priorities))
-        if priorities.dtype.kind not in "biuf" or priorities.shape != keys.shape:
+        priorities = np.asarray(priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities)
+        if priorities.dtype.kind not in "biuf" or priorities.shape[:1] != keys.shape:
             raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got {priorities.dtype} "
                                    f"{priorities.shape})")
-        priorities = priorities.astype(np.float64)
         if not len(keys):
-            return keys.astype(np.int64), priorities, 0.0
+            return keys.astype(np.int64), np.zeros(0), 0.0
         lowest, highest = priorities.min(), priorities.max()  # NaN makes both NaN
         if not (lowest >= 0 and highest < np.inf):
             bad = priorities[~np.isfinite(priorities) | (priorities < 0)][0]
             raise InvalidDataError(f"priorities must be finite and >= 0 (got {bad}); e.g. abs(td_error) + 1e-6")
+        priorities = self._aggregate(priorities.astype(np.float64, copy=False))
+        if priorities.shape != keys.shape:
+            raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got shape {priorities.shape})")
         if keys.min() < 0:
             raise InvalidDataError(f"keys must be >= 0, a batch's '_key' (got {keys.min()})")
-        return keys.astype(np.int64), priorities, highest
+        return keys.astype(np.int64, copy=False), priorities, float(priorities.max())
 
     def _aggregate(self, priorities: np.ndarray) -> np.ndarray:
         return priorities
@@ -232,9 +250,15 @@ class PrioritizedSampler(ReplaySampler):
 
     def close(self) -> None:
         """Flush the priorities to the folder and let another sampler keep them."""
-        if self.files is not None:
-            self.files.close()
-            self.files = None
+        files, self.files = getattr(self, "files", None), None
+        if files is not None:
+            files.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the OS drops the lock with the process anyway
+            pass
 
 
 class SequenceSampler(PrioritizedSampler):

@@ -204,11 +204,22 @@ class UniformSampler(ReplaySampler):
         if self.replacement:
             items = self.rng.integers(0, len(self.view), batch_size)
             return self.sample_of(*self.view.positions.locate(items))
-        if self._order is None or self._cursor >= len(self._order):
-            self._start_epoch()
-        keys = self._order[self._cursor: self._cursor + batch_size]
-        self._cursor += len(keys)
-        return Sample(keys)
+        parts, wanted = [], batch_size
+        while wanted:  # a batch that reaches an epoch's end carries on into the next epoch
+            if self._order is None or self._cursor >= len(self._order):
+                self._start_epoch()
+            keys = self._order[self._cursor: self._cursor + wanted]
+            self._cursor += len(keys)
+            parts.append(keys)
+            wanted -= len(keys)
+        return Sample(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def _changed(self, old_table: EpisodeTable, old_positions) -> None:
+        """Evicted episodes leave the rest of the epoch in progress."""
+        if self._order is not None and self._cursor < len(self._order):
+            rest = self._order[self._cursor:]
+            live = np.isin(rest // self.view.key_stride, self.view.table.ids)
+            self._order, self._cursor = rest[live], 0
 
     def share(self) -> int:
         """Positions this rank visits per epoch."""
@@ -230,16 +241,20 @@ class UniformSampler(ReplaySampler):
         """One epoch of this rank's share, in batches."""
         if self.follow:
             self.sync()
-        self._start_epoch()
-        order, count = self._order, 0
-        stop = len(order) - len(order) % batch_size if drop_last else len(order)
-        for begin in range(0, stop, batch_size):
-            if num_batches is not None and count >= num_batches:
+        if self._order is None or self._cursor >= len(self._order):  # else: carry on with the epoch in progress
+            self._start_epoch()
+        count = 0
+        while self._cursor < len(self._order) and (num_batches is None or count < num_batches):
+            if self.follow:
+                self.sync()
+            keys = self._order[self._cursor: self._cursor + batch_size]
+            if drop_last and len(keys) < batch_size:
+                self._cursor = len(self._order)
                 break
-            self._cursor = min(begin + batch_size, stop)
+            self._cursor += len(keys)
             self.draws += 1
             count += 1
-            yield Sample(order[begin: begin + batch_size])
+            yield Sample(keys)
 
     def state_dict(self) -> dict:
         state = super().state_dict()
