@@ -154,6 +154,15 @@ class StoreView(Dataset):
         self.table = select_episodes(store, self.filter_meta)
         self.state = (state.first_episode, state.next_episode)
 
+    kind = "trajectories"  # names a sampler's priorities by default
+
+    def position_spec(self) -> dict:
+        """What decides this view's positions (JSON-able): priorities kept for one view fit only an
+        equal one. Subclasses add their parameters."""
+        described = lambda options: None if not options else sorted([name, repr(value)] for name, value in options.items())
+        return {"view": type(self).__name__, "filter_meta": described(self.filter_meta),
+                "filter_fields": described(getattr(self, "filter_fields", None))}
+
     def build(self) -> None:
         """Set ``self.positions`` (and what else depends on ``self.table``); subclasses override."""
         self.positions = Positions.from_counts(np.ones(len(self.table)))

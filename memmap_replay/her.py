@@ -61,7 +61,7 @@ class HindsightView(NStepView):
             raise InvalidDataError(f"reward_fn must be a function (achieved_goal, desired_goal) -> rewards (got {reward_fn!r})")
         if strategy not in STRATEGIES:
             raise InvalidDataError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
-        if isinstance(relabel_ratio, (bool, np.bool_)) or not isinstance(relabel_ratio, (int, float, np.floating)) \
+        if isinstance(relabel_ratio, (bool, np.bool_)) or not isinstance(relabel_ratio, (int, float, np.integer, np.floating)) \
                 or not 0.0 <= float(relabel_ratio) <= 1.0:
             raise InvalidDataError(f"relabel_ratio must be a number in [0, 1] (got {relabel_ratio!r})")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -109,3 +109,6 @@ class HindsightView(NStepView):
         batch[self.reward_field].numpy()[chosen] = rewards
         if "n_step_return" in batch:  # one step: the return is the reward
             batch["n_step_return"].numpy()[chosen] = rewards
+        chunk = batch.get(f"seq_{self.reward_field}")
+        if chunk is not None:
+            chunk.numpy()[chosen, 0] = rewards

@@ -18,13 +18,14 @@ folder ignores any row whose episode is no longer live.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .dataset import Sample, StoreView, flag
-from .errors import InvalidDataError, StoreLockedError
+from .errors import InvalidDataError, ReadOnlyError, StoreLockedError
 from .format import PRIORITIES_DIR
 from .index import EpisodeTable, position_rows
 from .lock import WriterLock
@@ -33,6 +34,8 @@ from .sumtree import SumTree
 from .views import WindowView
 
 __all__ = ["PrioritizedSampler", "SequenceSampler"]
+
+MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
 
 def unit_interval(value: Any, name: str, *, low: float = 0.0, high: float | None = 1.0) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
@@ -46,7 +49,7 @@ class PriorityFiles:
     """``priorities/<name>.npy`` and ``.owner.npy`` in the store folder, memory-mapped for writing, under
     a lock of their own (one sampler per name at a time)."""
 
-    def __init__(self, folder: Path, name: str, rows: int, slots: int):
+    def __init__(self, folder: Path, name: str, rows: int, slots: int, spec: dict):
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
             raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
         directory = Path(folder) / PRIORITIES_DIR
@@ -58,11 +61,35 @@ class PriorityFiles:
                 f"another sampler (in this or another process) keeps the priorities {name!r} of {folder}; close it "
                 f"first, or give this one another name= (or persist=False)"
             ) from None
-        except PermissionError as error:
-            raise PermissionError(f"cannot keep priorities in {directory} ({error.strerror}); pass persist=False "
-                                  f"to keep them in memory only") from None
-        self.values = self._open(directory / f"{name}.npy", np.float64, rows, 0.0)
-        self.owner = self._open(directory / f"{name}.owner.npy", np.int64, slots, -1)
+        except OSError as error:
+            raise ReadOnlyError(f"cannot keep priorities in {directory} ({error.strerror}); pass persist=False "
+                                f"to keep them in memory only") from None
+        try:
+            self._check_spec(directory / f"{name}.json", spec, name)
+            self.values = self._open(directory / f"{name}.npy", np.float64, rows, 0.0)
+            self.owner = self._open(directory / f"{name}.owner.npy", np.int64, slots, -1)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    @staticmethod
+    def _check_spec(path: Path, spec: dict, name: str) -> None:
+        """The priorities under a name belong to one kind of view: refuse another's."""
+        if path.exists():
+            try:
+                stored = json.loads(path.read_text())
+            except (OSError, ValueError):
+                stored = None
+            if stored == spec:
+                return
+            if stored is not None and path.with_suffix(".npy").exists():
+                raise InvalidDataError(
+                    f"the priorities {name!r} in {path.parent} belong to another view ({stored}); this sampler "
+                    f"draws from {spec}: pass another name= (or delete {path.parent}/{name}.*)"
+                )
+        for stale in (path.with_suffix(".npy"), path.with_name(f"{name}.owner.npy")):
+            stale.unlink(missing_ok=True)  # no record of their view: start afresh
+        path.write_text(json.dumps(spec))
 
     @staticmethod
     def _open(path: Path, dtype, length: int, fill) -> np.ndarray:
@@ -95,7 +122,7 @@ class PrioritizedSampler(ReplaySampler):
     endless = True
 
     def __init__(self, view: StoreView, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
-                 beta_steps: int = 0, name: str = "default", persist: bool = True, **options: Any):
+                 beta_steps: int = 0, name: str | None = None, persist: bool | None = None, **options: Any):
         super().__init__(view, **options)
         self.alpha = unit_interval(alpha, "alpha", high=None)
         self.beta0 = unit_interval(beta, "beta")
@@ -104,11 +131,17 @@ class PrioritizedSampler(ReplaySampler):
             raise InvalidDataError(f"beta_steps must be an int >= 0 (got {beta_steps!r})")
         self.beta_steps = int(beta_steps)
         capacity = view.store.capacity
-        self.tree = SumTree(capacity.max_steps)
+        self.max_steps = capacity.max_steps
+        self.tree = SumTree(min(capacity.max_steps, MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
-        self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes) \
-            if flag(persist, "persist") else None
+        persist = view.store.writable if persist is None else flag(persist, "persist")
+        if name is None:
+            name = view.kind + (f"-rank{self.rank}" if self.world_size > 1 else "")
+        self.name = name
+        spec = {"view": view.position_spec(), "key_stride": view.key_stride}
+        self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
+            if persist else None
         self._load()
 
     # ---- the tree follows the view -------------------------------------------------------------------
@@ -128,8 +161,15 @@ class PrioritizedSampler(ReplaySampler):
                 self.max_priority = stored_max
             elif known.any():
                 self.max_priority = max(float(raw[known].max()), np.finfo(np.float64).tiny)
+        self._raise_max(self.max_priority)
         self._set(rows, np.where(np.isnan(raw), self.max_priority, raw), table)
         self._sort_starts()
+
+    def _raise_max(self, priority: float) -> None:
+        """The largest priority seen (new positions enter at it), kept after the rows' priorities."""
+        self.max_priority = priority
+        if self.files is not None:
+            self.files.values[-1] = priority
 
     def _changed(self, old_table: EpisodeTable, old_positions) -> None:
         table = self.view.table
@@ -145,11 +185,22 @@ class PrioritizedSampler(ReplaySampler):
 
     def _set(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
         """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
+        if len(rows) and rows.max() >= self.tree.capacity:
+            self._grow(int(rows.max()) + 1)
         self.tree.set_leaves(rows, raw ** self.alpha if self.alpha != 1.0 else raw)
         if self.files is not None:
             self.files.values[rows] = raw
             if owners is not None:
                 self.files.owner[owners.slots] = owners.ids
+
+    def _grow(self, rows: int) -> None:
+        """A tree of at least ``rows`` leaves (doubling, at most max_steps), rebuilt from the old leaves."""
+        old = self.tree
+        tree = SumTree(min(self.max_steps, max(rows, 2 * old.capacity)))
+        leaves = np.zeros(tree.capacity)
+        leaves[: old.capacity] = old.leaves
+        tree.load_leaves(leaves)
+        self.tree = tree
 
     def _sort_starts(self) -> None:
         """Episodes by first row, to find the episode of a drawn row with one searchsorted (and, for
@@ -184,6 +235,8 @@ class PrioritizedSampler(ReplaySampler):
             return 0
         if self.follow:
             self.sync()
+        else:
+            self.reconcile()
         ids, t = np.divmod(keys, self.view.key_stride)
         table = self.view.table
         where = table.positions_of(ids)
@@ -206,9 +259,7 @@ class PrioritizedSampler(ReplaySampler):
             raise InvalidDataError("keys must come from this sampler's batches ('_key'): some name no position of "
                                    "its view")
         if highest > self.max_priority:
-            self.max_priority = float(highest)
-            if self.files is not None:
-                self.files.values[-1] = self.max_priority
+            self._raise_max(float(highest))
         self._set(rows, raw)
         return len(where)
 
@@ -216,8 +267,8 @@ class PrioritizedSampler(ReplaySampler):
         keys = np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys)
         if keys.dtype.kind not in "iu" or keys.ndim != 1:
             raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
-        priorities = np.asarray(priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities)
-        if priorities.dtype.kind not in "biuf" or priorities.shape[:1] != keys.shape:
+        priorities = as_numpy(priorities)
+        if priorities.dtype.kind not in "biuf" or priorities.shape != keys.shape:
             raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got {priorities.dtype} "
                                    f"{priorities.shape})")
         if not len(keys):
@@ -226,15 +277,10 @@ class PrioritizedSampler(ReplaySampler):
         if not (lowest >= 0 and highest < np.inf):
             bad = priorities[~np.isfinite(priorities) | (priorities < 0)][0]
             raise InvalidDataError(f"priorities must be finite and >= 0 (got {bad}); e.g. abs(td_error) + 1e-6")
-        priorities = self._aggregate(priorities.astype(np.float64, copy=False))
-        if priorities.shape != keys.shape:
-            raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got shape {priorities.shape})")
+        priorities = priorities.astype(np.float64, copy=False)
         if keys.min() < 0:
             raise InvalidDataError(f"keys must be >= 0, a batch's '_key' (got {keys.min()})")
         return keys.astype(np.int64, copy=False), priorities, float(priorities.max())
-
-    def _aggregate(self, priorities: np.ndarray) -> np.ndarray:
-        return priorities
 
     # ---- state ---------------------------------------------------------------------------------------
 
@@ -245,7 +291,7 @@ class PrioritizedSampler(ReplaySampler):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.max_priority = float(state.get("max_priority", self.max_priority))
+        self._raise_max(float(state.get("max_priority", self.max_priority)))
         self.dropped = int(state.get("dropped", 0))
 
     def close(self) -> None:
@@ -273,9 +319,40 @@ class SequenceSampler(PrioritizedSampler):
         self.eta = unit_interval(eta, "eta")
         super().__init__(view, **options)
 
-    def _aggregate(self, priorities: np.ndarray) -> np.ndarray:
-        if priorities.ndim == 2:
-            if priorities.shape[1] != self.view.window:
-                raise InvalidDataError(f"step priorities must be (batch, {self.view.window}) (got {priorities.shape})")
-            return self.eta * priorities.max(axis=1) + (1 - self.eta) * priorities.mean(axis=1)
-        return priorities
+    def update_priorities(self, keys: Any, priorities: Any, mask: Any = None) -> int:
+        """Priorities per window ``(B,)``, or per step ``(B, L)`` (``(L, B)`` from a time-major view),
+        combined as ``eta * max + (1 - eta) * mean`` over each window's steps; ``mask`` (the batch's
+        ``_mask`` of partial windows) leaves the padding steps out."""
+        priorities = as_numpy(priorities)
+        if priorities.ndim != 2:
+            if mask is not None:
+                raise InvalidDataError("mask= goes with step priorities (batch, window); these are one per window")
+            return super().update_priorities(keys, priorities)
+        window = self.view.window
+        if self.view.time_major:
+            priorities = priorities.T
+        if priorities.shape[1] != window:
+            layout = f"({window}, batch) from this time-major view" if self.view.time_major else f"(batch, {window})"
+            raise InvalidDataError(f"step priorities must be {layout} (got {priorities.shape})")
+        if priorities.dtype.kind not in "biuf":
+            raise InvalidDataError(f"step priorities must be numbers (got {priorities.dtype})")
+        if not (priorities.size == 0 or (priorities.min() >= 0 and priorities.max() < np.inf)):
+            raise InvalidDataError("step priorities must be finite and >= 0; e.g. abs(td_error) + 1e-6")
+        priorities = priorities.astype(np.float64)
+        if mask is None:
+            return super().update_priorities(keys, self.eta * priorities.max(axis=1)
+                                             + (1 - self.eta) * priorities.mean(axis=1))
+        mask = as_numpy(mask)
+        mask = mask.T if self.view.time_major and mask.shape != priorities.shape else mask
+        if mask.shape != priorities.shape or mask.dtype != bool or not mask[:, 0].all():
+            raise InvalidDataError(f"mask must be the batch's '_mask': bools of shape {priorities.shape}, True at "
+                                   f"each window's first step (got {mask.dtype} {mask.shape})")
+        steps = mask.sum(axis=1)
+        highest = np.where(mask, priorities, 0.0).max(axis=1)
+        mean = np.where(mask, priorities, 0.0).sum(axis=1) / steps
+        return super().update_priorities(keys, self.eta * highest + (1 - self.eta) * mean)
+
+
+def as_numpy(values: Any) -> np.ndarray:
+    """A numpy array of a tensor (on any device) or of anything numpy takes."""
+    return np.asarray(values.detach().cpu().numpy() if hasattr(values, "detach") else values)

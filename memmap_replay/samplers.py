@@ -67,6 +67,7 @@ class ReplaySampler:
         self.rng = np.random.default_rng([self.seed, self.rank])
         self.follow = flag(follow, "follow")
         self.draws = 0
+        self._seen = (view.table, view.positions)  # the snapshot this sampler's own state matches
 
     # ---- following the store ---------------------------------------------------------------------------
 
@@ -79,10 +80,17 @@ class ReplaySampler:
         return self._update(reread=True)
 
     def _update(self, reread: bool) -> bool:
-        old_table, old_positions = self.view.table, self.view.positions
-        if not self.view.refresh(reread=reread):
+        self.view.refresh(reread=reread)
+        return self.reconcile()
+
+    def reconcile(self) -> bool:
+        """Bring this sampler's state to the view's snapshot, whoever refreshed the view (this sampler,
+        another one sharing it, the view itself catching up while it gathers); True if it changed."""
+        table, positions = self._seen
+        if self.view.table is table:
             return False
-        self._changed(old_table, old_positions)
+        self._seen = (self.view.table, self.view.positions)
+        self._changed(table, positions)
         return True
 
     def _changed(self, old_table: EpisodeTable, old_positions: Positions) -> None:
@@ -94,6 +102,8 @@ class ReplaySampler:
         batch_size = batch_size_of(batch_size)
         if self.follow:
             self.sync()
+        else:
+            self.reconcile()
         if len(self.view) == 0:
             raise InvalidDataError(
                 f"nothing to sample: the view has no items ({self.view.store.num_episodes} episodes in the buffer); "
@@ -116,8 +126,7 @@ class ReplaySampler:
 
     def sample_of(self, episode: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Sample:
         """The Sample of (episode position in the view's table, t), with the hint for this view."""
-        table = self.view.table
-        return Sample(table.ids[episode] * self.view.key_stride + t, weights, (table, episode, t))
+        return Sample(self.keys_of(episode, t), weights, (self.view.table, episode, t))
 
     def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
         """A torch batch sampler: ``num_batches`` draws (endless if None and the sampler draws with
@@ -182,7 +191,7 @@ class SampleBatches:
         return self._epoch_batches()
 
     def _epoch_batches(self) -> int:
-        full, rest = divmod(self.sampler.share(), self.batch_size)
+        full, rest = divmod(self.sampler.remaining(), self.batch_size)
         return full if self.drop_last or rest == 0 else full + 1
 
 
@@ -190,7 +199,10 @@ class UniformSampler(ReplaySampler):
     """Uniform over the view's valid positions (steps, window starts, n-step starts, ...) of committed
     episodes. With ``replacement`` (the default) each draw is independent and the stream is endless;
     without, each epoch visits every position once in a seeded order, and the ranks of a distributed job
-    get disjoint shares of it (as torch's DistributedSampler: padded by wrapping so all are equal)."""
+    get disjoint shares of it (as torch's DistributedSampler: padded by wrapping so all are equal). A
+    position whose episode the ring evicts during an epoch is replaced by a uniform draw from the live
+    ones (seeded), so every rank still gets as many batches. An epoch resumes from ``state_dict`` exactly
+    when the store holds the same episodes as when it began; otherwise a new epoch begins."""
 
     def __init__(self, view: StoreView, *, replacement: bool = True, **options: Any):
         super().__init__(view, **options)
@@ -199,6 +211,8 @@ class UniformSampler(ReplaySampler):
         self.epochs = 0
         self._order: np.ndarray | None = None  # this rank's share of the current epoch (keys)
         self._cursor = 0
+        self._epoch_table = None  # the table the epoch's keys were made from
+        self._epoch_ids = (0, 0)  # the first and next episode id of that table
 
     def _draw(self, batch_size: int) -> Sample:
         if self.replacement:
@@ -208,22 +222,33 @@ class UniformSampler(ReplaySampler):
         while wanted:  # a batch that reaches an epoch's end carries on into the next epoch
             if self._order is None or self._cursor >= len(self._order):
                 self._start_epoch()
-            keys = self._order[self._cursor: self._cursor + wanted]
-            self._cursor += len(keys)
+            keys = self._take(wanted)
             parts.append(keys)
             wanted -= len(keys)
         return Sample(parts[0] if len(parts) == 1 else np.concatenate(parts))
 
-    def _changed(self, old_table: EpisodeTable, old_positions) -> None:
-        """Evicted episodes leave the rest of the epoch in progress."""
-        if self._order is not None and self._cursor < len(self._order):
-            rest = self._order[self._cursor:]
-            live = np.isin(rest // self.view.key_stride, self.view.table.ids)
-            self._order, self._cursor = rest[live], 0
+    def _take(self, count: int) -> np.ndarray:
+        """The next ``count`` keys of the epoch (a copy), evicted ones replaced by live ones."""
+        begin = self._cursor
+        keys = self._order[begin: begin + count].copy()
+        self._cursor += len(keys)
+        table = self.view.table
+        if table is not self._epoch_table:
+            gone = np.flatnonzero(~np.isin(keys // self.view.key_stride, table.ids))
+            if gone.size:
+                rng = np.random.default_rng([self.seed, self.epochs, self.rank, begin])
+                keys[gone] = self.keys_of(*self.view.positions.locate(rng.integers(0, len(self.view), gone.size)))
+        return keys
 
     def share(self) -> int:
         """Positions this rank visits per epoch."""
         return -(-len(self.view) // self.world_size)
+
+    def remaining(self) -> int:
+        """Positions left in the epoch in progress, else in a new epoch."""
+        if self._order is not None and self._cursor < len(self._order):
+            return len(self._order) - self._cursor
+        return self.share()
 
     def _start_epoch(self) -> None:
         """This rank's share of a permutation common to all ranks (seeded by seed and epoch, not rank)."""
@@ -235,39 +260,42 @@ class UniformSampler(ReplaySampler):
         mine = order[self.rank::self.world_size]
         self._order = self.keys_of(*self.view.positions.locate(mine))
         self._cursor = 0
+        self._epoch_table = self.view.table
+        self._epoch_ids = self.view.state
         self.epochs += 1
 
     def epoch(self, batch_size: int, num_batches: int | None, drop_last: bool) -> Iterator[Sample]:
-        """One epoch of this rank's share, in batches."""
+        """The epoch in progress (else a new one) of this rank's share, in batches."""
         if self.follow:
             self.sync()
-        if self._order is None or self._cursor >= len(self._order):  # else: carry on with the epoch in progress
+        if self._order is None or self._cursor >= len(self._order):
             self._start_epoch()
         count = 0
         while self._cursor < len(self._order) and (num_batches is None or count < num_batches):
-            if self.follow:
-                self.sync()
-            keys = self._order[self._cursor: self._cursor + batch_size]
-            if drop_last and len(keys) < batch_size:
+            if drop_last and len(self._order) - self._cursor < batch_size:
                 self._cursor = len(self._order)
                 break
-            self._cursor += len(keys)
+            if self.follow:
+                self.sync()
             self.draws += 1
             count += 1
-            yield Sample(keys)
+            yield Sample(self._take(batch_size))
 
     def state_dict(self) -> dict:
         state = super().state_dict()
         state.update(replacement=self.replacement, epochs=self.epochs, cursor=self._cursor,
-                     in_epoch=self._order is not None)
+                     in_epoch=self._order is not None and self._cursor < len(self._order),
+                     epoch_ids=list(self._epoch_ids))
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.epochs, self._cursor = int(state.get("epochs", 0)), int(state.get("cursor", 0))
-        self._order = None
-        if state.get("in_epoch") and not self.replacement and self.epochs > 0:
-            self.epochs -= 1  # rebuild the epoch in progress, then carry on where it stopped
-            cursor = self._cursor
+        self.epochs, cursor = int(state.get("epochs", 0)), int(state.get("cursor", 0))
+        self._order, self._cursor = None, 0
+        if self.follow:
+            self.sync()
+        if state.get("in_epoch") and not self.replacement and self.epochs > 0 \
+                and tuple(state.get("epoch_ids", ())) == self.view.state:
+            self.epochs -= 1  # the store holds what it held: rebuild the epoch in progress and carry on
             self._start_epoch()
             self._cursor = cursor

@@ -94,6 +94,8 @@ class FrameStacking:
 class TimestepView(StoreView, FrameStacking):
     """Single timesteps; ``filter_fields`` keeps the steps whose scalar fields equal the given values."""
 
+    kind = "steps"
+
     def __init__(self, store: EpisodeStore, *, filter_fields: Mapping[str, Any] | None = None, frame_stack: int = 1,
                  stack_fields: Any = None, stack_pad: str = "repeat", **options: Any):
         super().__init__(store, **options)
@@ -121,6 +123,13 @@ class WindowView(StoreView):
         self.time_major = flag(time_major, "time_major")
         self.build()
         self.check_outputs()
+
+    @property
+    def kind(self) -> str:
+        return f"window{self.window}" + ("-partial" if self.allow_partial else "")
+
+    def position_spec(self) -> dict:
+        return {**super().position_spec(), "window": self.window, "allow_partial": self.allow_partial}
 
     def build(self) -> None:
         length = self.table.length
@@ -178,6 +187,13 @@ class NStepView(StoreView, FrameStacking):
         self.chunk_steps = np.arange(self.n_steps, dtype=np.int64)[None, :]
         self.discounts = ((1.0 if gamma is None else self.gamma) ** np.arange(self.n_steps)).astype(np.float32)
         self.check_outputs()
+
+    @property
+    def kind(self) -> str:
+        return f"nstep{self.n_steps}"
+
+    def position_spec(self) -> dict:
+        return {**super().position_spec(), "n_steps": self.n_steps}
 
     def build(self) -> None:
         self.targets = NStepTargets(self.table, self.n_steps, self.gamma)

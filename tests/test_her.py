@@ -65,13 +65,15 @@ def test_each_strategy_draws_goals_from_the_right_steps(goals, strategy):
 
 
 def test_rewards_are_recomputed_and_the_store_is_unchanged(goals):
-    view = relabel_all(goals, "future", seed=1)
+    view = relabel_all(goals, "future", seed=1, sequence_fields=("reward",), gamma=0.9)
     stored = np.array(goals.episode_store.step_array("goal"))
     batch = view.__getitems__(np.arange(len(view)))
     relabeled = batch["_relabeled"].numpy()
     expected = reached(batch["next_achieved"].numpy(), batch["goal"].numpy())
     np.testing.assert_array_equal(batch["reward"].numpy()[relabeled], expected[relabeled])
     assert (batch["reward"].numpy()[~relabeled] == -1).all()
+    for name in ("seq_reward", "n_step_return"):  # every output that carries the reward agrees
+        np.testing.assert_array_equal(batch[name].numpy().reshape(len(relabeled), -1)[:, 0], batch["reward"].numpy())
     assert (batch["next_goal"].numpy()[relabeled] == batch["goal"].numpy()[relabeled]).all()
     np.testing.assert_array_equal(goals.episode_store.step_array("goal"), stored)  # stored data never rewritten
     assert 0 in batch["reward"].numpy()  # the goal reached at t + 1 gives reward 0

@@ -779,3 +779,100 @@ def test_an_epoch_restored_mid_way_carries_on_through_batches(uneven):
     restored = uneven.buffer.sampler("uniform", replacement=False, seed=0)
     restored.load_state_dict(state)
     assert [s.keys.tolist() for s in restored.batches(4)] == rest
+
+
+# ---- found by review, fixed ----------------------------------------------------------------------------
+
+def test_a_sampler_follows_a_view_someone_else_refreshed(make_buffer):
+    episodes = Episodes(make_buffer("shared", max_episodes=4, max_timesteps=STRIDE, circular=True))
+    for length in (4, 4, 4, 4):
+        episodes.store(length, "terminated")
+    view = episodes.buffer.dataset(timestep_level=True)
+    prioritized = PrioritizedSampler(view, seed=0, persist=False)
+    uniform = UniformSampler(view, replacement=False, seed=0)
+    uniform.sample(3)
+    for _ in range(3):
+        episodes.store(4, "terminated")  # evicts ids 0..2 and reuses their rows
+    UniformSampler(view, seed=1).sample(2)  # a third sampler refreshes the shared view
+    live = set(episodes.live())
+    for sampler in (prioritized, uniform):
+        for _ in range(5):
+            batch = sampler.batch(16)
+            assert set((batch["_key"].numpy() // STRIDE).tolist()) <= live
+            check_batch(batch, episodes)  # the values are what was written under those keys
+    assert prioritized.tree.total == len(view)  # evicted rows left the tree, new ones entered at 1.0
+
+
+def test_an_eviction_mid_epoch_keeps_the_ranks_equal(make_buffer):
+    episodes = Episodes(make_buffer("ranks", max_episodes=5, max_timesteps=STRIDE, circular=True))
+    for length in (5, 6, 7, 5, 6):
+        episodes.store(length, None)
+    view = episodes.buffer.dataset(timestep_level=True)
+    samplers = [UniformSampler(view, replacement=False, seed=3, rank=rank, world_size=2) for rank in range(2)]
+    iterators = [iter(sampler.batches(4)) for sampler in samplers]
+    [next(iterator) for iterator in iterators]
+    episodes.store(6, None)  # evicts episode 0 mid-epoch
+    counts = [1 + sum(1 for _ in iterator) for iterator in iterators]
+    assert counts[0] == counts[1] == len(samplers[0].batches(4))  # DDP needs the same number of batches
+    drawn = np.concatenate([samplers[0].sample(50).keys, samplers[1].sample(50).keys])
+    assert 0 not in set((drawn // STRIDE).tolist())
+
+
+def test_priorities_belong_to_one_kind_of_view(uneven):
+    steps_sampler = uneven.buffer.sampler("prioritized", seed=0)
+    assert steps_sampler.name == "steps"
+    steps_sampler.close()
+    with pytest.raises(InvalidDataError, match="belong to another view"):
+        uneven.buffer.sampler("prioritized", window=3, name="steps", seed=0)
+    windows_sampler = uneven.buffer.sampler("sequence", window=3, seed=0)  # its own default name
+    assert windows_sampler.name == "window3"
+    windows_sampler.close()
+    ranks = [uneven.buffer.sampler("prioritized", rank=rank, world_size=2, seed=0) for rank in range(2)]
+    assert [sampler.name for sampler in ranks] == ["steps-rank0", "steps-rank1"]
+    for sampler in ranks:
+        sampler.close()
+
+
+def test_the_largest_priority_survives_a_reopen_even_when_small(uneven):
+    sampler = uneven.buffer.sampler("prioritized", seed=0, name="small")
+    keys = sampler.sample(4).keys
+    sampler.update_priorities(keys, np.full(4, 0.1))
+    sampler.close()
+    again = uneven.buffer.sampler("prioritized", seed=0, name="small")
+    assert again.max_priority == 1.0  # 0.1 never beat the initial 1.0
+    again.close()
+
+
+def test_time_major_and_partial_windows_take_step_priorities(uneven):
+    major = uneven.buffer.sampler("sequence", window=3, time_major=True, seed=0, persist=False)
+    batch = major.batch(4)
+    assert major.update_priorities(batch["_key"], torch.ones(3, 4)) == 4  # (L, B), as the batch is laid out
+    partial = uneven.buffer.sampler("sequence", window=6, allow_partial=True, eta=0.5, seed=0, persist=False)
+    batch = partial.batch(64)
+    mask = batch["_mask"].numpy()
+    assert (~mask).any()  # some windows run past their episode's end
+    partial.update_priorities(batch["_key"], np.where(mask, 2.0, 0.0), mask=batch["_mask"])
+    ids, t = np.divmod(batch["_key"].numpy(), STRIDE)
+    rows = partial.view.table.start[partial.view.table.positions_of(ids)] + t
+    # every real step had priority 2 and the padding is left out: max 2 and mean 2, whatever the length
+    np.testing.assert_allclose(partial.tree.leaves[rows] ** (1 / partial.alpha), 2.0)
+    with pytest.raises(InvalidDataError, match="mask must be the batch's '_mask'"):
+        partial.update_priorities(batch["_key"], np.ones((64, 6)), mask=np.ones((64, 5), bool))
+
+
+def test_a_read_only_buffer_keeps_priorities_in_memory(uneven):
+    folder = uneven.buffer.folder
+    uneven.buffer.close()
+    reader = ReplayBuffer.from_folder(folder, read_only=True)
+    sampler = reader.sampler("prioritized", seed=0)
+    sampler.update_priorities(sampler.sample(4).keys, np.full(4, 3.0))
+    assert sampler.files is None and not (folder / "priorities").exists()
+    reader.close()
+
+
+def test_the_tree_grows_with_the_rows_in_use(make_buffer):
+    buffer = make_buffer("big", max_episodes=100_000, max_timesteps=100, max_steps=10_000_000)
+    buffer.store_episode(**episode_arrays(1, 50), task_id=1)
+    sampler = buffer.sampler("prioritized", seed=0, persist=False)
+    assert sampler.tree.capacity < 1_000_000  # not 10 M leaves for 50 stored steps
+    sampler.close()
