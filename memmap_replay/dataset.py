@@ -247,11 +247,21 @@ class StoreView(Dataset):
             self.refresh()
             episode = self.episodes_of(ids)
         if episode is None:
-            gone = ids[(ids < self.table.ids[0]) if len(self.table) else np.ones(len(ids), bool)]
+            first = self.store.meta.state.first_episode
+            gone = ids[ids < first]
+            if not len(gone):
+                raise InvalidDataError(f"the sample names episodes {sorted(set(ids.tolist()) - set(self.table.ids.tolist()))} "
+                                       f"that this view does not hold (its filter_meta leaves them out); draw from "
+                                       f"a sampler over this view")
             raise SampleExpiredError(
-                f"the sample refers to episode {int(gone[0]) if len(gone) else int(ids[0])}, which is no longer in "
-                f"the buffer (the ring evicted it since the draw); draw again"
+                f"the sample refers to episode {int(gone[0])}, which is no longer in the buffer (the ring evicted "
+                f"it since the draw); draw again"
             )
+        if hint is None or hint[0] is not self.table:
+            counts = getattr(self.positions, "counts", None)
+            if (t < 0).any() or (counts is not None and (t >= counts[episode]).any()):
+                raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
+                                       "kind of view?); draw from a sampler over this view")
         batch = self.assemble(episode, t)
         batch["_key"] = torch.from_numpy(np.ascontiguousarray(sample.keys))
         if sample.weights is not None:

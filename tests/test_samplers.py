@@ -876,3 +876,14 @@ def test_the_tree_grows_with_the_rows_in_use(make_buffer):
     sampler = buffer.sampler("prioritized", seed=0, persist=False)
     assert sampler.tree.capacity < 1_000_000  # not 10 M leaves for 50 stored steps
     sampler.close()
+
+
+def test_a_view_refuses_keys_it_cannot_hold(uneven):
+    steps_sample = uneven.buffer.sampler("uniform", seed=0).sample(64)
+    windows = uneven.buffer.dataset(window=4)
+    foreign = Sample(pickle.loads(pickle.dumps(steps_sample)).keys)  # steps past the last window start
+    with pytest.raises(InvalidDataError, match="no positions of this view"):
+        windows.__getitems__(foreign)
+    filtered = uneven.buffer.dataset(timestep_level=True, filter_meta=dict(task_id=2))
+    with pytest.raises(InvalidDataError, match="does not hold"):
+        filtered.__getitems__(Sample(np.array([0 * STRIDE + 1])))  # episode 0 is task 1
