@@ -150,6 +150,7 @@ class StoreView(Dataset):
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
     def _snapshot(self, store: EpisodeStore) -> None:
+        self._stamp = store.meta_stamp() if store.capacity.circular else None  # before the state it goes with
         state = store.meta.state
         self.table = select_episodes(store, self.filter_meta)
         self.state = (state.first_episode, state.next_episode)
@@ -268,6 +269,27 @@ class StoreView(Dataset):
             batch["_weight"] = torch.from_numpy(sample.weights)
         return batch
 
+    def _check_not_evicted(self, episode: np.ndarray) -> None:
+        """After a gather from a ring: raise if the writer (another process or thread) evicted any of the
+        batch's episodes since the snapshot, for their rows may have been overwritten during the read. A
+        writer commits an eviction in meta.json before it overwrites a row, so a meta.json unchanged after
+        the read means the rows read were intact (a seqlock); a changed one is read again and its first
+        live id decides. The writer's own store object always holds the newest state."""
+        store = self.store
+        if not store.is_writer:
+            stamp = store.meta_stamp()
+            if stamp == self._stamp:
+                return
+            self._stamp = stamp
+            store.refresh()
+        oldest = self.table.ids[episode.min()]  # table ids ascend
+        first = store.meta.state.first_episode
+        if oldest < first:
+            raise SampleExpiredError(
+                f"episode {int(oldest)} was evicted by the ring writer while this batch was read (the oldest live "
+                f"episode is now {first}); draw again (a sampler's batch() does), or refresh() the view"
+            )
+
     def episodes_of(self, ids: np.ndarray) -> np.ndarray | None:
         """Positions in ``self.table`` of episode ids, or None if any is not in it."""
         return self.table.positions_of(ids)
@@ -292,6 +314,8 @@ class StoreView(Dataset):
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
         batch = self.gather(episode, t)
+        if self._stamp is not None and len(episode):
+            self._check_not_evicted(episode)
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
         if self.return_indices:

@@ -23,10 +23,12 @@ import numpy as np
 import torch
 
 from .dataset import Sample, StoreView, flag
-from .errors import InvalidDataError
+from .errors import InvalidDataError, SampleExpiredError
 from .index import EpisodeTable, Positions
 
 __all__ = ["ReplaySampler", "UniformSampler", "SampleBatches", "distributed_rank"]
+
+REDRAWS = 3  # batch(): draws again this many times when a ring writer evicts what was drawn
 
 
 def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -117,7 +119,13 @@ class ReplaySampler:
         raise NotImplementedError
 
     def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted)."""
+        """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted).
+        A draw whose episode a ring writer evicts before or while it is read is drawn again."""
+        for _ in range(REDRAWS):
+            try:
+                return self.view.__getitems__(self.sample(batch_size))
+            except SampleExpiredError:
+                self.refresh()
         return self.view.__getitems__(self.sample(batch_size))
 
     def keys_of(self, episode: np.ndarray, t: np.ndarray) -> np.ndarray:

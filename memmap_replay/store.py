@@ -8,6 +8,7 @@ samplers index with one gather per field.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -177,6 +178,16 @@ class EpisodeStore:
     @property
     def num_episodes(self) -> int:
         return self.meta.state.next_episode - self.meta.state.first_episode
+
+    @property
+    def is_writer(self) -> bool:
+        """This object holds the folder's writer lock: its in-memory state is the newest committed one."""
+        return self._lock is not None and not self._lock.inherited
+
+    def meta_stamp(self) -> tuple:
+        """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction)."""
+        info = os.stat(self.folder / fmt.META_FILE)
+        return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
 
     def live_table(self) -> EpisodeTable:
         state, max_episodes = self.meta.state, self.meta.capacity.max_episodes

@@ -887,3 +887,25 @@ def test_a_view_refuses_keys_it_cannot_hold(uneven):
     filtered = uneven.buffer.dataset(timestep_level=True, filter_meta=dict(task_id=2))
     with pytest.raises(InvalidDataError, match="does not hold"):
         filtered.__getitems__(Sample(np.array([0 * STRIDE + 1])))  # episode 0 is task 1
+
+
+# ---- readers against a ring writer ---------------------------------------------------------------------
+
+def test_a_reader_never_returns_rows_the_ring_overwrote(make_buffer):
+    """The reader has its own store object, as another process has; the writer evicts and overwrites."""
+    episodes = Episodes(make_buffer("ring", max_episodes=3, max_timesteps=STRIDE, max_steps=3 * STRIDE, circular=True))
+    for _ in range(3):
+        episodes.store(STRIDE, "terminated")
+    reader = ReplayBuffer.from_folder(episodes.buffer.folder, read_only=True)
+    view = reader.dataset(timestep_level=True)
+    items = np.arange(len(view))
+    assert check_batch(view.__getitems__(UniformSampler(view, seed=0).sample(8)), episodes) is not None
+    episodes.store(STRIDE, "terminated")  # evicts episode 0 and overwrites its rows
+    with pytest.raises(SampleExpiredError, match="evicted by the ring writer"):
+        view.__getitems__(items)  # the snapshot still lists episode 0: its rows now hold episode 3
+    sampler = UniformSampler(reader.dataset(timestep_level=True), seed=0, follow=False)
+    episodes.store(STRIDE, "terminated")  # the sampler's snapshot is stale again
+    for _ in range(5):
+        check_batch(sampler.batch(16), episodes)  # batch() draws again after a refresh: the values are right
+    assert set((sampler.batch(64)["_key"].numpy() // STRIDE).tolist()) <= set(episodes.live())
+    reader.close()
