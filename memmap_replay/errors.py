@@ -20,6 +20,7 @@ __all__ = [
     "CorruptStoreError",
     "UnsupportedFormatError",
     "SampleExpiredError",
+    "DiskFullError",
 ]
 
 
@@ -73,3 +74,7 @@ class UnsupportedFormatError(ReplayError, ValueError):
 
 class SampleExpiredError(ReplayError, LookupError):
     """A sample refers to an episode that the ring has evicted since it was drawn."""
+
+
+class DiskFullError(ReplayError, OSError):
+    """The device ran out of space (or quota) during a write; nothing half-written was committed."""

@@ -191,11 +191,17 @@ def write_meta(folder: Path, meta: StoreMeta, *, durable: bool = False) -> None:
     payload = json.dumps(meta.to_json(), indent=1).encode("utf-8")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+        try:
+            written = 0
+            while written < len(payload):
+                written += os.write(fd, payload[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)  # e.g. a full disk: meta.json itself is untouched
+        raise
     if durable:
         fsync_folder(folder)
 

@@ -19,13 +19,14 @@ folder ignores any row whose episode is no longer live.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .dataset import Sample, StoreView, flag
-from .errors import InvalidDataError, ReadOnlyError, StoreLockedError
+from .errors import DiskFullError, InvalidDataError, ReadOnlyError, StoreLockedError
 from .format import PRIORITIES_DIR
 from .index import EpisodeTable, position_rows
 from .lock import WriterLock
@@ -102,6 +103,13 @@ class PriorityFiles:
                 return array
             del array
         array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(length,))
+        try:  # blocks reserved now: a full disk fails here, never as a SIGBUS on a later write to the map
+            with open(path, "r+b") as file:
+                os.posix_fallocate(file.fileno(), 0, os.fstat(file.fileno()).st_size)
+        except OSError as error:
+            path.unlink(missing_ok=True)
+            raise DiskFullError(f"no space left for the priorities file {path} ({error.strerror}); free some space, "
+                                f"or pass persist=False to keep priorities in memory") from None
         if fill:
             array[:] = fill
         return array

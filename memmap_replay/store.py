@@ -8,6 +8,7 @@ samplers index with one gather per field.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import dataclass, field, replace
@@ -17,8 +18,8 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from . import format as fmt
-from .errors import (BufferFullError, CorruptStoreError, InvalidDataError, NotAFolderError, ReadOnlyError,
-                     SchemaMismatchError, StoreNotFoundError)
+from .errors import (BufferFullError, CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError,
+                     ReadOnlyError, SchemaMismatchError, StoreNotFoundError)
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
@@ -29,6 +30,7 @@ __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 MODES = ("r", "r+", "a", "w", "w-")
 MIN_GROWTH_ROWS = 1024
 CONSISTENCY_RETRIES = 20
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # what a write raises when the device or the quota is full
 
 
 @dataclass
@@ -243,11 +245,24 @@ class EpisodeStore:
                 raise
 
     def commit(self, episodes: Iterable[PendingEpisode]) -> list[int]:
-        """Place, write and commit finished episodes; returns their slots. All or nothing on a full store."""
+        """Place, write and commit finished episodes; returns their slots. All or nothing on a full store
+        (or a full disk: then none of them is committed, and every episode committed before is intact)."""
         episodes = list(episodes)
         self.require_writable("store episodes")
         if not episodes:
             return []
+        try:
+            return self._commit(episodes)
+        except OSError as error:
+            if not isinstance(error, DiskFullError) and error.errno not in DISK_FULL:
+                raise
+            raise DiskFullError(
+                f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
+                f"committed, and every episode committed before is intact; free some space (or raise the quota) "
+                f"and store them again"
+            ) from None
+
+    def _commit(self, episodes: list[PendingEpisode]) -> list[int]:
         state = self.meta.state
         first, plan = self._plan(episodes)
         # phase 1: evictions are committed before any row is overwritten (episodes of this very commit
@@ -331,7 +346,13 @@ class EpisodeStore:
 
     def _write_meta(self, state: fmt.State) -> None:
         meta = StoreMeta(self.meta.schema, self.meta.capacity, state, self.meta.store_id)
-        fmt.write_meta(self.folder, meta, durable=self.durable)
+        try:
+            fmt.write_meta(self.folder, meta, durable=self.durable)
+        except OSError as error:
+            if error.errno not in DISK_FULL:
+                raise
+            raise DiskFullError(f"no space left for {self.folder} to write meta.json ({error.strerror}): the store "
+                                f"is as it was; free some space (or raise the quota) and try again") from None
         self.meta = meta
 
     def clear(self) -> None:

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 import memmap_replay
 from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, EpisodeStore, InvalidDataError,
                            NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError, Schema, SchemaError,
-                           SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError, SampleExpiredError)
+                           SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError, SampleExpiredError,
+                           DiskFullError)
 from memmap_replay import errors as errors_module
 
 # ---- the store every test starts from ---------------------------------------------------------------
@@ -57,6 +58,7 @@ BUILTIN = {
     CorruptStoreError: OSError,
     UnsupportedFormatError: ValueError,
     SampleExpiredError: LookupError,
+    DiskFullError: OSError,
 }
 
 
