@@ -9,8 +9,10 @@ from .dataset import Sample
 from .loader import BatchIndexSampler, ReplayDataLoader
 from .prioritized import PrioritizedSampler, SequenceSampler
 from .samplers import ReplaySampler, UniformSampler
+from .shards import ConcatView, ShardedSampler, ShardSet, shard_folder
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore
+from .verify import VerifyReport, verify
 from .views import NStepView, TimestepView, TrajectoryView, WindowView
 from .writer import VectorEpisodeWriter
 
@@ -32,9 +34,15 @@ __all__ = [
     "UniformSampler",
     "PrioritizedSampler",
     "SequenceSampler",
+    "ShardSet",
+    "ShardedSampler",
+    "ConcatView",
+    "shard_folder",
     "ReplayDataLoader",
     "FieldSpec",
     "Schema",
     "FORMAT_VERSION",
+    "verify",
+    "VerifyReport",
     *errors.__all__,
 ]

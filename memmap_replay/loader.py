@@ -154,7 +154,7 @@ def keywords(cls) -> set[str]:
 
 
 def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
-                 window: int | None = None, **options: Any):
+                 window: int | None = None, allow_empty: bool = False, **options: Any):
     """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
     ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors."""
     timestep_level = flag(timestep_level, "timestep_level")
@@ -199,7 +199,7 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
     if unknown:
         raise InvalidDataError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
     dataset = view(store, *args, **options)
-    if len(dataset) == 0:
+    if len(dataset) == 0 and not allow_empty:
         raise InvalidDataError(
             f"the {view.__name__} has no items: the buffer holds {store.num_episodes} episodes and none give a "
             f"{'transition' if n_steps or view is HindsightView else 'window' if window else 'step'} with these "

@@ -17,7 +17,7 @@ SAMPLERS = {"uniform": UniformSampler, "prioritized": PrioritizedSampler, "seque
 
 
 def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView | None = None,
-                 **options: Any) -> ReplaySampler:
+                 allow_empty: bool = False, **options: Any) -> ReplaySampler:
     """A ``kind`` sampler over ``view``, else over ``make_dataset(store, **view options)`` (single timesteps
     by default; a 'sequence' sampler needs ``window=``)."""
     cls = SAMPLERS.get(kind) if isinstance(kind, str) else None
@@ -30,7 +30,7 @@ def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView 
             raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
         if not {"n_steps", "window", "timestep_level", "hindsight"} & set(options):
             options["timestep_level"] = True
-        view = make_dataset(store, **options)
+        view = make_dataset(store, allow_empty=allow_empty, **options)
     elif options:
         raise InvalidDataError(f"view options {sorted(options)} cannot be combined with view= (sampler options: "
                                f"{sorted(accepted)})")
