@@ -10,9 +10,10 @@ Every sampler follows one protocol:
 - a seeded ``np.random.Generator`` (``seed``; each ``rank`` of a distributed job gets its own stream),
   ``state_dict()`` / ``load_state_dict()`` (plain JSON-able values);
 - ``follow=True``: each draw first takes in the episodes committed (and evicted) since the last one by the
-  store object the sampler shares with a writer in this process; ``refresh()`` re-reads ``meta.json`` for a
-  writer in another process. Either costs O(episodes) numpy work when something changed, never a scan of
-  the steps.
+  store object the sampler shares with a writer in this process; ``follow="disk"``: also by a writer in
+  another process (each draw ``stat``s ``meta.json`` and reads it again only when it changed);
+  ``refresh()`` re-reads ``meta.json`` once. Following costs O(episodes) numpy work when something
+  changed, never a scan of the steps.
 """
 
 from __future__ import annotations
@@ -67,14 +68,23 @@ class ReplaySampler:
         self.seed = int(np.random.SeedSequence().entropy) if seed is None else int(seed)
         # each rank its own stream: the seed sequence (seed, rank)
         self.rng = np.random.default_rng([self.seed, self.rank])
-        self.follow = flag(follow, "follow")
+        if follow not in (True, False, "disk") or isinstance(follow, (int, float)) and not isinstance(follow, bool):
+            raise InvalidDataError(f"follow must be True, False or 'disk' (got {follow!r})")
+        self.follow = follow
+        self._stamp = view.store.meta_stamp() if follow == "disk" else None
         self.draws = 0
         self._seen = (view.table, view.positions)  # the snapshot this sampler's own state matches
 
     # ---- following the store ---------------------------------------------------------------------------
 
     def sync(self) -> bool:
-        """Take in what the writer of this process committed or evicted since the last draw."""
+        """Take in what the writer of this process (with ``follow="disk"``: of any process) committed or
+        evicted since the last draw."""
+        if self.follow == "disk":
+            stamp = self.view.store.meta_stamp()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                return self._update(reread=True)
         return self._update(reread=False)
 
     def refresh(self) -> bool:

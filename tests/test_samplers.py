@@ -909,3 +909,19 @@ def test_a_reader_never_returns_rows_the_ring_overwrote(make_buffer):
         check_batch(sampler.batch(16), episodes)  # batch() draws again after a refresh: the values are right
     assert set((sampler.batch(64)["_key"].numpy() // STRIDE).tolist()) <= set(episodes.live())
     reader.close()
+
+
+def test_follow_disk_picks_up_a_writer_in_another_process(make_buffer):
+    episodes = Episodes(make_buffer("disk", max_episodes=10, max_timesteps=STRIDE))
+    episodes.store(4, "terminated")
+    reader = ReplayBuffer.from_folder(episodes.buffer.folder, read_only=True)  # its own store object
+    sampler = reader.sampler("uniform", seed=0, follow="disk")
+    still = reader.sampler("uniform", seed=0)
+    assert set((sampler.sample(32).keys // STRIDE).tolist()) == {0}
+    episodes.store(6, "terminated")
+    drawn = np.concatenate([sampler.sample(32).keys for _ in range(4)])
+    assert set((drawn // STRIDE).tolist()) == {0, 1}  # the new episode, without a refresh() call
+    assert set((np.concatenate([still.sample(32).keys for _ in range(4)]) // STRIDE).tolist()) == {0}
+    with pytest.raises(InvalidDataError, match="follow must be True, False or 'disk'"):
+        reader.sampler("uniform", follow="always")
+    reader.close()
