@@ -916,7 +916,8 @@ def test_follow_disk_picks_up_a_writer_in_another_process(make_buffer):
     episodes.store(4, "terminated")
     reader = ReplayBuffer.from_folder(episodes.buffer.folder, read_only=True)  # its own store object
     sampler = reader.sampler("uniform", seed=0, follow="disk")
-    still = reader.sampler("uniform", seed=0)
+    other = ReplayBuffer.from_folder(episodes.buffer.folder, read_only=True)  # a third process, say
+    still = other.sampler("uniform", seed=0)
     assert set((sampler.sample(32).keys // STRIDE).tolist()) == {0}
     episodes.store(6, "terminated")
     drawn = np.concatenate([sampler.sample(32).keys for _ in range(4)])
@@ -925,3 +926,4 @@ def test_follow_disk_picks_up_a_writer_in_another_process(make_buffer):
     with pytest.raises(InvalidDataError, match="follow must be True, False or 'disk'"):
         reader.sampler("uniform", follow="always")
     reader.close()
+    other.close()
