@@ -19,7 +19,7 @@ import numpy as np
 
 from . import format as fmt
 from .errors import (BufferFullError, CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError,
-                     ReadOnlyError, SchemaMismatchError, StoreNotFoundError)
+                     ReadOnlyError, SchemaMismatchError, StoreNotFoundError, UnsupportedFormatError)
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
@@ -70,6 +70,20 @@ class EpisodeStore:
     @classmethod
     def open(cls, folder, mode: str = "r", *, schema: Schema | None = None, capacity: Capacity | None = None,
              durable: bool = False) -> "EpisodeStore":
+        # a damaged folder gets the library's error naming the file, and where to get the full list
+        hint = f"; `python -m memmap_replay verify {folder}` lists every problem of the folder"
+        try:
+            return cls._open(folder, mode, schema=schema, capacity=capacity, durable=durable)
+        except (CorruptStoreError, UnsupportedFormatError) as error:
+            raise type(error)(f"{error}{hint}") from None
+        except (UnicodeDecodeError, RecursionError) as error:  # meta.json not text, or nested too deep
+            raise CorruptStoreError(f"{Path(folder) / fmt.META_FILE} is not valid JSON ({error}){hint}") from None
+        except IsADirectoryError as error:
+            raise CorruptStoreError(f"{error.filename} is a folder where the store must have a file{hint}") from None
+
+    @classmethod
+    def _open(cls, folder, mode: str, *, schema: Schema | None, capacity: Capacity | None,
+              durable: bool) -> "EpisodeStore":
         if mode not in MODES:
             raise InvalidDataError(f"mode must be one of {MODES} (got {mode!r})")
         folder = Path(folder)
@@ -78,6 +92,11 @@ class EpisodeStore:
         exists = (folder / fmt.META_FILE).exists()
         if mode in ("r", "r+") and not exists:
             what = "does not exist" if not folder.exists() else "holds no meta.json"
+            if any((folder / name).is_dir() for name in (fmt.STEPS_DIR, fmt.EPISODES_DIR)):
+                raise StoreNotFoundError(
+                    f"no store at {folder}: the folder {what}, only a store's other files (meta.json was lost, or "
+                    f"creating the store was interrupted); restore meta.json from a copy, or create a new store "
+                    f"with mode 'w'; `python -m memmap_replay verify {folder}` lists what is there")
             raise StoreNotFoundError(f"no store at {folder}: the folder {what}; create one with mode 'a' or 'w'")
         if mode == "w-" and exists:
             raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True (mode 'w') to replace it")
@@ -132,8 +151,13 @@ class EpisodeStore:
         groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
         try:
             for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity):
-                groups[group][spec.name] = NpyFile.open(self.folder / path, spec, self.meta.state.rows if rows is None
-                                                        else rows, writable=self.writable)
+                file = groups[group][spec.name] = NpyFile.open(self.folder / path, spec, self.meta.state.rows
+                                                               if rows is None else rows, writable=self.writable)
+                # a reader maps every row the header declares: they must all be on disk
+                needed, size = file.offset + file.rows * spec.row_nbytes, os.stat(file.path).st_size
+                if size < needed:
+                    raise CorruptStoreError(f"{file.path} is truncated: its header declares {file.rows} rows "
+                                            f"({needed} bytes) (got {size} bytes on disk)")
         except BaseException:
             self.close()
             raise
@@ -154,18 +178,47 @@ class EpisodeStore:
                 self._adopt(fresh)
 
     def _check_live_ids(self) -> None:
-        state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
+        """The live slots of the episode table agree with meta.json: O(episodes), no step data read."""
+        state, max_timesteps = self.meta.state, self.meta.capacity.max_timesteps
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
-        stored = self.table["id"].array()[ids % max_episodes]
+        stored = self.table["id"].array()[ids % self.meta.capacity.max_episodes]
         if not np.array_equal(stored, ids):
+            i = int(np.argmax(stored != ids))
             raise CorruptStoreError(
                 f"{self.folder}: episodes/id.npy does not match meta.json's live episodes "
-                f"{state.first_episode}..{state.next_episode - 1}; the episode table is damaged"
+                f"{state.first_episode}..{state.next_episode - 1}; the episode table is damaged "
+                f"(slot {ids[i] % self.meta.capacity.max_episodes} must hold episode {ids[i]}, got {stored[i]})"
             )
+        if not len(ids):
+            return
         table = self.live_table()
-        ends = table.start + table.length + table.final
-        if len(ids) and (ends.max() > state.rows or (table.length < 1).any() or (table.start < 0).any()):
-            raise CorruptStoreError(f"{self.folder}: the episode table points outside the {state.rows} stored rows")
+        where = lambda i, files: f"{self.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"
+        bad = (table.start < 0) | (table.start > state.rows) | (table.length < 1) | (table.length > max_timesteps)
+        ends = table.start + table.length + table.final  # may wrap only where start or length is bad already
+        bad |= ends > state.rows
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise CorruptStoreError(
+                f"{where(i, 'episodes/start.npy, episodes/length.npy')} has start {table.start[i]}, length "
+                f"{table.length[i]}: the episode table points outside the {state.rows} stored rows (expected a "
+                f"length of 1..{max_timesteps} within them)"
+            )
+        if (table.end > max(fmt.END_NAMES)).any():
+            i = int(np.argmax(table.end > max(fmt.END_NAMES)))
+            raise CorruptStoreError(f"{where(i, 'episodes/end.npy')} has end code {table.end[i]} (expected 0 "
+                                    f"unspecified, 1 terminated or 2 truncated)")
+        # live episodes never share a row; ids run in at most two ascending runs of starts (a ring wraps
+        # once), which a stable sort (timsort) merges in linear time
+        order = np.argsort(table.start, kind="stable")
+        reach = np.maximum.accumulate(ends[order])
+        clash = np.flatnonzero(table.start[order][1:] < reach[:-1])
+        if clash.size:
+            i = int(order[clash[0] + 1])
+            raise CorruptStoreError(f"{where(i, 'episodes/start.npy, episodes/length.npy')} has rows "
+                                    f"{table.start[i]}..{ends[i] - 1}, which another live episode also holds")
+        if state.write_head not in (0, ends[-1]):
+            raise CorruptStoreError(f"{self.folder}: meta.json's state.write_head is {state.write_head} (expected "
+                                    f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
 
     # ---- reading -----------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import ReplayBuffer, StoreNotFoundError
+from memmap_replay import ReplayBuffer, StoreNotFoundError, verify
 from memmap_replay.format import END_CODES, State
 
 from conftest import reap
@@ -412,7 +412,10 @@ def check_store(buffer: ReplayBuffer, history: History) -> dict:
 
 def reopen_and_check(folder: Path, history: History, candidates, *, lengths=(1, 12), more=3) -> dict:
     """Reopen writable and read-only, check both, then write more (the dead child's writer lock must be
-    gone) and check again, through the writer, the refreshed reader and a fresh read-only open."""
+    gone) and check again, through the writer, the refreshed reader and a fresh read-only open. verify()
+    finds no problem before or after (a crash leaves at most warnings: a meta.json.tmp, a grown file)."""
+    report = verify(folder)
+    assert report.ok, report
     with ReplayBuffer.from_folder(folder) as writer, ReplayBuffer.from_folder(folder, read_only=True) as reader:
         state = check_store(writer, history)
         assert check_store(reader, history) == state
@@ -434,6 +437,8 @@ def reopen_and_check(folder: Path, history: History, candidates, *, lengths=(1, 
         assert check_store(reader, history) == after
     with ReplayBuffer.from_folder(folder, read_only=True) as reader:
         assert check_store(reader, history) == after
+    report = verify(folder)
+    assert report.ok and not any(line.startswith("meta.json.tmp") for line in report.warnings), report
     return state
 
 

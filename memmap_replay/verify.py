@@ -1,0 +1,408 @@
+"""verify(folder): check a store folder against the on-disk spec (``format``) without trusting it.
+
+The checks read ``meta.json``, every ``.npy`` header and the live slots of the episode table; never the
+step data, so they take about as long as opening the store. Each finding names the file, what is
+wrong, what was expected and what was found. A *problem* is damage: a reader refuses the store, or
+plain numpy cannot read a file. A *warning* is something readers ignore or a sampler rebuilds: a stray
+file, the ``meta.json.tmp`` a crash leaves behind, a damaged ``priorities/`` file (sampler state, not
+data). ``python -m memmap_replay verify FOLDER`` prints the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import format as fmt
+from .errors import NotAFolderError, SchemaError, StoreNotFoundError
+from .format import Capacity, State
+from .schema import Schema
+
+__all__ = ["VerifyReport", "verify"]
+
+MAX_LISTED = 5  # findings listed per kind of episode-table damage; the rest are counted
+STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
+TEMP_FILE = fmt.META_FILE + ".tmp"
+PRIORITY_NOTE = "; priorities are sampler state, not data: delete the file and a prioritized sampler starts them afresh"
+END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
+CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
+                 "live_rows": "live row", "priority_files": "priorities file"}
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` found: ``ok`` (no problems), ``problems`` and ``warnings`` (plain-words lines, each
+    starting with the file concerned), ``checked`` (what was checked, counted) and ``is_store`` (False
+    when the folder holds none of a store's files)."""
+
+    folder: Path
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKED_WORDS, 0))
+    is_store: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        return {"folder": str(self.folder), "ok": self.ok, "is_store": self.is_store,
+                "problems": list(self.problems), "warnings": list(self.warnings), "checked": dict(self.checked)}
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else f"DAMAGED: {plural(len(self.problems), 'problem')}"
+        lines = [f"{self.folder}: {verdict}, {plural(len(self.warnings), 'warning')}",
+                 "checked: " + ", ".join(("meta.json" if n else "meta.json (unreadable)") if key == "meta_json"
+                                         else plural(n, CHECKED_WORDS[key]) for key, n in self.checked.items())]
+        for title, found in (("problems", self.problems), ("warnings", self.warnings)):
+            if found:
+                lines += [f"{title}:"] + [f"  - {line}" for line in found]
+        return "\n".join(lines)
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def verify(folder: str | os.PathLike) -> VerifyReport:
+    """Check the store at ``folder``; never raises for damage (it is reported), only for a path that
+    does not exist (StoreNotFoundError) or is not a folder (NotAFolderError)."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise StoreNotFoundError(f"no store at {folder}: the folder does not exist")
+    if not folder.is_dir():
+        raise NotAFolderError(f"{folder} must be a folder (got a file); pass the folder that holds meta.json")
+    report = VerifyReport(folder)
+    StoreChecker(folder, report).run()
+    return report
+
+
+class StoreChecker:
+    """The checks, in order; each one skips what an earlier finding makes meaningless."""
+
+    def __init__(self, folder: Path, report: VerifyReport):
+        self.folder, self.report = folder, report
+        self.schema: Schema | None = None
+        self.capacity: Capacity | None = None
+        self.state: State | None = None
+        self.table: dict[str, np.ndarray] = {}  # episode table files whose headers and sizes are good
+
+    def problem(self, where: str, what: str) -> None:
+        self.report.problems.append(f"{where}: {what}")
+
+    def warn(self, where: str, what: str) -> None:
+        self.report.warnings.append(f"{where}: {what}")
+
+    def run(self) -> None:
+        for check in (self.check_meta, self.check_files, self.check_table, self.check_priorities, self.check_strays):
+            try:
+                check()
+            except Exception as error:  # noqa: BLE001 - damage nobody foresaw is reported, never raised
+                self.problem(check.__name__.removeprefix("check_"), f"could not be checked ({error!r})")
+
+    # ---- meta.json ---------------------------------------------------------------------------------
+
+    def check_meta(self) -> None:
+        data = self.read_meta()
+        if data is None:
+            return
+        self.report.checked["meta_json"] = 1
+        if data.get("format") != fmt.FORMAT_NAME:
+            self.problem("meta.json", f"'format' must be {fmt.FORMAT_NAME!r} (found {data.get('format')!r}); "
+                                      f"this is not a memmap_replay store, or its meta.json was overwritten")
+            return
+        if not self.check_version(data.get("version")):
+            return
+        store_id = data.get("store_id")
+        if "store_id" not in data:
+            self.problem("meta.json", "'store_id' is missing (expected the store's id, a string)")
+        elif not isinstance(store_id, str) or not store_id:
+            self.problem("meta.json", f"'store_id' must be a non-empty string (found {store_id!r})")
+        self.schema = self.parse_schema(data.get("schema"))
+        self.capacity = self.numbers("capacity", data.get("capacity"), Capacity)
+        self.state = self.numbers("state", data.get("state"), State)
+        self.check_counters()
+
+    def read_meta(self) -> dict | None:
+        path = self.folder / fmt.META_FILE
+        if not path.exists():
+            self.report.is_store = any((self.folder / name).is_dir() for name in STORE_DIRS)
+            self.problem("meta.json", "missing (expected the store's metadata, its commit point); " + (
+                "the folder holds a store's files without it: restore meta.json from a copy"
+                if self.report.is_store else "this folder is not a memmap_replay store"))
+            return None
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as error:
+            self.problem("meta.json", f"not UTF-8 text (expected JSON; found byte {error.object[error.start]:#04x} "
+                                      f"at offset {error.start})")
+            return None
+        except OSError as error:
+            self.problem("meta.json", f"cannot be read (expected a JSON file; {error.strerror or error})")
+            return None
+        if not text.strip():
+            self.problem("meta.json", f"empty (expected a JSON object; found {len(text)} bytes, all blank)")
+            return None
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            self.problem("meta.json", f"not valid JSON (expected a JSON object; {error})")
+            return None
+        if not isinstance(data, dict):
+            self.problem("meta.json", f"must hold a JSON object (found a JSON {type(data).__name__})")
+            return None
+        return data
+
+    def check_version(self, version: Any) -> bool:
+        ours = fmt.FORMAT_VERSION.split(".")[0]
+        if version is None:
+            self.problem("meta.json", f"'version' is missing (expected \"MAJOR.MINOR\" such as {fmt.FORMAT_VERSION!r})")
+            return False
+        if str(version).split(".")[0] != ours:
+            self.problem("meta.json", f"format version {version!r} is not readable by this memmap_replay "
+                                      f"(it reads major version {ours}); upgrade memmap_replay")
+            return False
+        if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
+            self.warn("meta.json", f"'version' should be a string \"MAJOR.MINOR\" (found {version!r})")
+        return True
+
+    def parse_schema(self, data: Any) -> Schema | None:
+        if data is None:
+            self.problem("meta.json", "'schema' is missing (expected {\"fields\": {...}, \"meta_fields\": {...}})")
+            return None
+        try:
+            return Schema.from_json(data)
+        except (SchemaError, TypeError, ValueError, KeyError, AttributeError) as error:
+            self.problem("meta.json", f"'schema' is malformed: {error}")
+            return None
+
+    def numbers(self, section: str, data: Any, kind: type) -> Any:
+        names = list(kind.__dataclass_fields__)
+        if not isinstance(data, dict):
+            self.problem("meta.json", f"'{section}' must be a JSON object with {names} (found {data!r})")
+            return None
+        good = True
+        for key in names:
+            value = data.get(key)
+            if key not in data:
+                self.problem("meta.json", f"'{section}.{key}' is missing")
+            elif key == "circular" and not isinstance(value, bool):
+                self.problem("meta.json", f"'{section}.{key}' must be true or false (found {value!r})")
+            elif key != "circular" and (type(value) is not int or not 0 <= value < 2**62):
+                self.problem("meta.json", f"'{section}.{key}' must be an integer in 0 .. 2**62 - 1 (found {value!r})")
+            else:
+                continue
+            good = False
+        return kind(**{key: data[key] for key in names}) if good else None
+
+    def check_counters(self) -> None:
+        capacity, state, count = self.capacity, self.state, len(self.report.problems)
+        if capacity is not None:
+            if capacity.max_episodes < 1 or capacity.max_timesteps < 1:
+                self.problem("meta.json", f"capacity.max_episodes and capacity.max_timesteps must be >= 1 (found "
+                                          f"{capacity.max_episodes} and {capacity.max_timesteps})")
+            elif capacity.max_steps < capacity.max_timesteps + 1:
+                self.problem("meta.json", f"capacity.max_steps must be >= max_timesteps + 1 = {capacity.max_timesteps + 1}"
+                                          f" (found {capacity.max_steps})")
+            if len(self.report.problems) > count:
+                self.capacity = capacity = None
+        if state is None:
+            return
+        if state.first_episode > state.next_episode:
+            self.problem("meta.json", f"state.first_episode must be <= state.next_episode (found "
+                                      f"{state.first_episode} > {state.next_episode})")
+        elif capacity is not None and state.next_episode - state.first_episode > capacity.max_episodes:
+            self.problem("meta.json", f"state has {state.next_episode - state.first_episode} live episodes "
+                                      f"(next_episode - first_episode) (expected at most capacity.max_episodes = "
+                                      f"{capacity.max_episodes})")
+        if capacity is not None and state.write_head > capacity.max_steps:
+            self.problem("meta.json", f"state.write_head must be <= capacity.max_steps = {capacity.max_steps} "
+                                      f"(found {state.write_head})")
+        if capacity is not None and state.rows > capacity.max_steps:
+            self.warn("meta.json", f"state.rows is {state.rows}, more than capacity.max_steps = {capacity.max_steps} "
+                                   f"(no writer grows the files that far; harmless)")
+        if len(self.report.problems) > count:
+            self.state = None
+
+    # ---- .npy files ----------------------------------------------------------------------------------
+
+    def check_files(self) -> None:
+        if self.capacity is None:
+            return
+        rows = self.state.rows if self.state is not None else 0
+        for group, spec, path, fixed in fmt.layout(self.schema or Schema({}, {}), self.capacity):
+            why = "state.rows in meta.json" if fixed is None else "capacity.max_episodes in meta.json"
+            array = self.check_npy(path.as_posix(), spec.dtype, spec.shape, rows if fixed is None else fixed,
+                                   why, exact=fixed is not None)
+            if group == fmt.EPISODES_DIR and array is not None:
+                self.table[spec.name] = array
+
+    def check_npy(self, rel: str, dtype: np.dtype, shape: tuple, need: int, why: str, *, exact: bool,
+                  note: str = "") -> np.ndarray | None:
+        """Check one .npy file; a read-only map of its first ``need`` rows if they are all there."""
+        report = self.warn if note else self.problem
+        path, expected = self.folder / rel, f"{dtype} rows of shape {shape}"
+        if not path.is_file():
+            report(rel, f"{'missing' if not path.exists() else 'not a file'} (expected a .npy file of {expected}){note}")
+            return None
+        try:
+            with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                version = np.lib.format.read_magic(file)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"format version {version[0]}.{version[1]}, not 1.0 or 2.0")
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                found_shape, fortran, found = read(file)
+                offset = file.tell()
+        except (OSError, ValueError, SyntaxError, EOFError) as error:
+            report(rel, f"not a readable .npy file (expected a standard .npy header of {expected}; {error}){note}")
+            return None
+        self.report.checked["npy_files"] += 1
+        if found.hasobject:
+            report(rel, f"holds Python objects (dtype {found}) that only unpickling could read; a store never "
+                        f"pickles (expected {expected}){note}")
+            return None
+        wrong = [f"{found.str if found.byteorder == '>' else found} rows of shape {tuple(found_shape[1:])}"] \
+            if found != dtype or tuple(found_shape[1:]) != shape else []
+        wrong += ["a single value with no rows (shape ())"] if not found_shape else []
+        wrong += ["in Fortran order (expected C order)"] if fortran else []
+        if wrong:
+            report(rel, f"holds {', '.join(wrong)} (expected {expected}){note}")
+            return None
+        rows, row_bytes = found_shape[0], found.itemsize * math.prod(shape)
+        declared = offset + rows * row_bytes
+        if rows < need:
+            report(rel, f"too short: its header declares {rows} rows (expected at least {need}, {why}){note}")
+        elif exact and rows > need:
+            self.warn(rel, f"its header declares {rows} rows (expected {need}, {why}); the rows past {need} are ignored")
+        if size < declared:
+            whole = max(size - offset, 0) // row_bytes if row_bytes else rows
+            report(rel, f"truncated: {size} bytes on disk (expected {declared} for the {rows} rows its header "
+                        f"declares; found {whole} whole rows){note}")
+        elif size > declared:
+            self.warn(rel, f"{size - declared} bytes past the {rows} rows its header declares (an interrupted "
+                           f"grow leaves this; harmless)")
+        if rows < need or size < offset + need * row_bytes or need == 0:
+            return None
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(need, *shape))
+
+    # ---- the episode table -----------------------------------------------------------------------------
+
+    def check_table(self) -> None:
+        if self.capacity is None or self.state is None or set(self.table) != set(fmt.TABLE):
+            return  # what makes the table unreadable is reported already
+        capacity, state = self.capacity, self.state
+        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
+        slots = ids % capacity.max_episodes
+        table = {name: np.asarray(array[slots]) for name, array in self.table.items()}
+        self.table.clear()
+        self.report.checked["live_episodes"] = len(ids)
+        start, length, end, final = table["start"], table["length"], table["end"], table["final"].view(np.uint8)
+        episode = lambda i: f"live episode {ids[i]} (slot {slots[i]})"
+        self.listed("episodes/id.npy", table["id"] != ids, lambda i: f"slot {slots[i]} must hold live episode "
+                    f"{ids[i]} (found {table['id'][i]}); the table and meta.json disagree")
+        self.listed("episodes/length.npy", (length < 1) | (length > capacity.max_timesteps), lambda i: f"{episode(i)} "
+                    f"has length {length[i]} (expected 1 .. {capacity.max_timesteps}, capacity.max_timesteps)")
+        self.listed("episodes/start.npy", (start < 0) | (start > state.rows), lambda i: f"{episode(i)} starts at row "
+                    f"{start[i]} (expected a row in 0 .. {state.rows - 1}, state.rows = {state.rows})")
+        self.listed("episodes/end.npy", end > max(fmt.END_NAMES), lambda i: f"{episode(i)} has end code {end[i]} "
+                    f"(expected {END_CODES_TEXT})")
+        self.listed("episodes/final.npy", final > 1, lambda i: f"{episode(i)} has byte {final[i]} (expected 0 or 1; "
+                    f"numpy reads it as true)", warn=True)
+        sane = (start >= 0) & (start <= state.rows) & (length >= 1) & (length <= capacity.max_timesteps)
+        stop = np.where(sane, start + length + (final > 0), 0)
+        beyond = sane & (stop > state.rows)
+        self.listed("episodes/start.npy and episodes/length.npy", beyond, lambda i: f"{episode(i)} covers rows "
+                    f"{start[i]} .. {stop[i] - 1} (expected rows below state.rows = {state.rows} in meta.json)")
+        inside = sane & ~beyond
+        self.check_overlaps(ids[inside], start[inside], stop[inside])
+        if len(ids) and inside[-1] and state.write_head not in (0, stop[-1]):
+            self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[-1]}, the row after "
+                                      f"the newest live episode {ids[-1]}, or 0); a writer would overwrite live rows")
+        self.report.checked["live_rows"] = int((stop - start)[inside].sum())
+
+    def listed(self, where: str, mask: np.ndarray, describe: Callable[[int], str], *, warn: bool = False) -> None:
+        add, hits = (self.warn if warn else self.problem), np.flatnonzero(mask)
+        for i in hits[:MAX_LISTED]:
+            add(where, describe(int(i)))
+        if len(hits) > MAX_LISTED:
+            add(where, f"and {len(hits) - MAX_LISTED} more live episodes like these")
+
+    def check_overlaps(self, ids: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
+        order = np.argsort(start, kind="stable")
+        ids, start, stop = ids[order], start[order], stop[order]
+        reach = np.maximum.accumulate(stop)  # the furthest row any episode starting earlier covers
+        clashes = np.flatnonzero(start[1:] < reach[:-1]) + 1
+        where = "episodes/start.npy and episodes/length.npy"
+        for k in clashes[:MAX_LISTED]:
+            j = int(np.argmax(stop[:k] > start[k]))  # an earlier episode that reaches into episode k
+            self.problem(where, f"live episodes {ids[j]} (rows {start[j]} .. {stop[j] - 1}) and {ids[k]} (rows "
+                                f"{start[k]} .. {stop[k] - 1}) overlap (expected each on rows of its own)")
+        if len(clashes) > MAX_LISTED:
+            self.problem(where, f"and {len(clashes) - MAX_LISTED} more overlapping live episodes")
+
+    # ---- priorities/ and stray files ------------------------------------------------------------------
+
+    def check_priorities(self) -> None:
+        directory, capacity = self.folder / fmt.PRIORITIES_DIR, self.capacity
+        if not directory.exists() or capacity is None:
+            return
+        if not directory.is_dir():
+            self.warn(fmt.PRIORITIES_DIR, "not a folder (expected the optional folder of sampler priorities); "
+                                          "a persisting prioritized sampler cannot open")
+            return
+        for path in sorted(directory.iterdir()):
+            rel, name = f"{fmt.PRIORITIES_DIR}/{path.name}", path.name
+            if name.endswith(".owner.npy"):
+                self.report.checked["priority_files"] += 1
+                self.check_npy(rel, np.dtype(np.int64), (), capacity.max_episodes, "capacity.max_episodes",
+                               exact=True, note=PRIORITY_NOTE)
+            elif name.endswith(".npy"):
+                self.report.checked["priority_files"] += 1
+                values = self.check_npy(rel, np.dtype(np.float64), (), capacity.max_steps + 1,
+                                        "capacity.max_steps + 1", exact=True, note=PRIORITY_NOTE)
+                largest = float(values[-1]) if values is not None else 0.0
+                if not (np.isfinite(largest) and largest >= 0):
+                    self.warn(rel, f"the largest priority (its last entry) is {largest} (expected a finite number "
+                                   f">= 0){PRIORITY_NOTE}")
+                if not (directory / (name[:-4] + ".owner.npy")).exists():
+                    self.warn(rel, f"has no {name[:-4]}.owner.npy beside it (expected one){PRIORITY_NOTE}")
+            elif name.endswith(".json"):
+                self.check_view_spec(path, rel)
+            elif not name.endswith(".lock"):
+                self.warn(rel, "not a priorities file (expected <name>.npy, .owner.npy, .json, .lock); samplers ignore it")
+
+    def check_view_spec(self, path: Path, rel: str) -> None:
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as error:
+            spec = error
+        if not isinstance(spec, dict):
+            self.warn(rel, f"not a JSON object naming the view of these priorities (found {spec!r}){PRIORITY_NOTE}")
+
+    def check_strays(self) -> None:
+        if not self.report.is_store:
+            return
+        known = {fmt.META_FILE, fmt.LOCK_FILE, *STORE_DIRS, fmt.PRIORITIES_DIR}
+        for path in sorted(self.folder.iterdir()):
+            if path.name == TEMP_FILE:
+                self.warn(TEMP_FILE, "left by a commit that was interrupted (a crash or kill); readers ignore it and "
+                                     "the next commit replaces it; you may delete it")
+            elif path.name not in known:
+                self.warn(path.name, "not part of the store (readers ignore it)")
+        if self.schema is None:
+            return
+        expected = {fmt.STEPS_DIR: self.schema.fields, fmt.META_DIR: self.schema.meta_fields, fmt.EPISODES_DIR: fmt.TABLE}
+        for group, names in expected.items():
+            if (self.folder / group).is_dir():
+                for path in sorted((self.folder / group).iterdir()):
+                    if path.suffix != ".npy" or path.stem not in names:
+                        self.warn(f"{group}/{path.name}", f"not part of the store (meta.json names no such "
+                                                          f"file in {group}/); readers ignore it")

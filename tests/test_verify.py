@@ -1,0 +1,449 @@
+"""verify() and ``python -m memmap_replay verify``: every kind of damage is reported in plain words, and
+opening the damaged folder gives the library's error (or, for damage outside the live data, opens fine).
+
+Each damage kind is a function of the folder of a closed store (``folder``: three episodes, a final
+row, a meta field, persisted priorities). For each one: ``verify()`` reports it naming the file;
+``ReplayBuffer.from_folder(folder, read_only=True)`` raises the expected library error (message naming
+the file, pointing at the verify command) or opens with the committed episodes intact; the command
+line exits 1 (0 for warnings only) and prints the file's name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memmap_replay
+from memmap_replay import (CorruptStoreError, NotAFolderError, ReplayBuffer, ReplayError, StoreNotFoundError,
+                           UnsupportedFormatError, VerifyReport, verify)
+from memmap_replay.cli import main
+
+from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
+
+LENGTHS = (3, 4, 5)  # episode e has LENGTHS[e] steps; episode 1 also stores a final observation row
+MAX_EPISODES, MAX_TIMESTEPS = 6, 10
+HINT = r"python -m memmap_replay verify"
+
+
+def make_store(folder: Path) -> Path:
+    """A closed store: episodes 0..2 (rows 0-2, 3-7 with a final row, 8-12), priorities persisted."""
+    with ReplayBuffer(folder, max_episodes=MAX_EPISODES, max_timesteps=MAX_TIMESTEPS, fields=SMALL_FIELDS,
+                      meta_fields=SMALL_META) as buffer:
+        for number, length in enumerate(LENGTHS):
+            final = dict(obs=np.full(3, -1.0, np.float32)) if number == 1 else None
+            buffer.store_episode(**episode_arrays(number, length), task_id=number,
+                                 end="terminated" if number == 1 else "truncated", final=final)
+        sampler = buffer.sampler("prioritized", seed=0)
+        batch = sampler.batch(4)
+        sampler.update_priorities(batch["_key"], np.arange(1.0, 5.0))
+        sampler.close()
+    return folder
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return make_store(tmp_path / "store")
+
+
+def assert_intact(buffer: ReplayBuffer, count: int = len(LENGTHS)) -> None:
+    """The first ``count`` committed episodes read back as written."""
+    assert buffer.num_episodes == count
+    data = buffer.get_all_data()
+    for number in range(count):
+        length = LENGTHS[number]
+        assert int(data["episode_lens"][number]) == length
+        for name, values in episode_arrays(number, length).items():
+            np.testing.assert_array_equal(data[name][number, :length].numpy(), values, err_msg=name)
+
+
+# ---- damage kinds ------------------------------------------------------------------------------------
+
+
+def edit_meta(change):
+    def mutate(folder):
+        data = json.loads((folder / "meta.json").read_text())
+        change(data)
+        (folder / "meta.json").write_text(json.dumps(data))
+    return mutate
+
+
+def write(name, data: bytes):
+    return lambda folder: (folder / name).write_bytes(data)
+
+
+def truncate(name, by):
+    return lambda folder: os.truncate(folder / name, (folder / name).stat().st_size - by)
+
+
+def remove(name):
+    return lambda folder: (folder / name).unlink()
+
+
+def rows_of(folder) -> int:
+    return json.loads((folder / "meta.json").read_text())["state"]["rows"]
+
+
+def replace_npy(name, make_array, **save):
+    return lambda folder: np.save(folder / name, make_array(rows_of(folder)), **save)
+
+
+def poke(name, slot, value):
+    def mutate(folder):
+        array = np.load(folder / name, mmap_mode="r+")
+        array.view(np.uint8 if array.dtype == bool else array.dtype)[slot] = value
+        array.flush()
+        del array
+    return mutate
+
+
+def set_state(**values):
+    return edit_meta(lambda data: data["state"].update(values))
+
+
+def meta_is_a_folder(folder):
+    (folder / "meta.json").unlink()
+    (folder / "meta.json").mkdir()
+
+
+# (mutate, the file the report names, the open error and its message; None: opens with every episode)
+DAMAGE = [
+    # data and table files
+    pytest.param(truncate("steps/obs.npy", 1), "steps/obs.npy", CorruptStoreError, r"steps/obs\.npy is truncated", id="step-file-truncated"),
+    pytest.param(truncate("episodes/length.npy", 1), "episodes/length.npy", CorruptStoreError, r"episodes/length\.npy is truncated", id="table-file-truncated"),
+    pytest.param(truncate("meta/task_id.npy", 3), "meta/task_id.npy", CorruptStoreError, r"meta/task_id\.npy is truncated", id="meta-file-truncated"),
+    pytest.param(replace_npy("steps/obs.npy", lambda rows: np.zeros((rows, 3), np.float64)), "steps/obs.npy", CorruptStoreError,
+                 r"steps/obs\.npy must hold float32 rows of shape \(3,\) as meta\.json says \(got float64", id="header-wrong-dtype"),
+    pytest.param(replace_npy("steps/action.npy", lambda rows: np.zeros((rows, 3), np.int32)), "steps/action.npy", CorruptStoreError,
+                 r"steps/action\.npy must hold int32 rows of shape \(2,\) .*\(got int32 of shape \(3,\)\)", id="header-wrong-shape"),
+    pytest.param(replace_npy("steps/reward.npy", lambda rows: np.zeros(2, np.float32)), "steps/reward.npy", CorruptStoreError,
+                 r"steps/reward\.npy is truncated: it must hold at least \d+ rows", id="header-too-few-rows"),
+    pytest.param(replace_npy("episodes/start.npy", lambda rows: np.array([None] * MAX_EPISODES), allow_pickle=True), "episodes/start.npy",
+                 CorruptStoreError, r"episodes/start\.npy must hold int64 rows .*\(got object", id="pickled-objects"),
+    pytest.param(write("steps/reward.npy", b"not an npy file" * 10), "steps/reward.npy", CorruptStoreError,
+                 r"steps/reward\.npy is not a readable \.npy file", id="npy-garbage"),
+    pytest.param(remove("steps/obs.npy"), "steps/obs.npy", CorruptStoreError, r"steps/obs\.npy is missing", id="missing-step-file"),
+    pytest.param(remove("meta/task_id.npy"), "meta/task_id.npy", CorruptStoreError, r"meta/task_id\.npy is missing", id="missing-meta-file"),
+    pytest.param(remove("episodes/id.npy"), "episodes/id.npy", CorruptStoreError, r"episodes/id\.npy is missing", id="missing-table-file"),
+    # meta.json
+    pytest.param(remove("meta.json"), "meta.json", StoreNotFoundError, r"holds no meta\.json, only a store's other files", id="meta-missing"),
+    pytest.param(write("meta.json", b"{not json"), "meta.json", CorruptStoreError, r"meta\.json is not valid JSON", id="meta-garbage"),
+    pytest.param(write("meta.json", b""), "meta.json", CorruptStoreError, r"meta\.json is not valid JSON", id="meta-empty"),
+    pytest.param(write("meta.json", b"\xff\xfe\x00\x01"), "meta.json", CorruptStoreError, r"meta\.json is not valid JSON", id="meta-binary"),
+    pytest.param(write("meta.json", b"[" * 100_000), "meta.json", CorruptStoreError, r"meta\.json is not valid JSON", id="meta-nested-too-deep"),
+    pytest.param(meta_is_a_folder, "meta.json", CorruptStoreError, r"meta\.json is a folder where the store must have a file", id="meta-is-a-folder"),
+    pytest.param(write("meta.json", b"[1, 2]"), "meta.json", UnsupportedFormatError, r"must declare format 'memmap_replay'", id="meta-json-list"),
+    pytest.param(edit_meta(lambda d: d.update(format="zarr")), "meta.json", UnsupportedFormatError, r"got 'zarr'", id="meta-wrong-format"),
+    pytest.param(edit_meta(lambda d: d.update(version="2.0")), "meta.json", UnsupportedFormatError, r"major version 1 only", id="meta-version-2"),
+    pytest.param(edit_meta(lambda d: d.pop("schema")), "meta.json", CorruptStoreError, r"meta\.json is missing or has malformed entries", id="meta-no-schema"),
+    pytest.param(edit_meta(lambda d: d["state"].pop("rows")), "meta.json", CorruptStoreError, r"malformed entries.*'rows'", id="meta-no-state-rows"),
+    pytest.param(edit_meta(lambda d: d.pop("store_id")), "meta.json", CorruptStoreError, r"malformed entries.*'store_id'", id="meta-no-store-id"),
+    pytest.param(edit_meta(lambda d: d["schema"]["fields"]["obs"].update(dtype="object")), "meta.json", CorruptStoreError,
+                 r"malformed entries.*'obs'", id="meta-field-dtype-object"),
+    pytest.param(edit_meta(lambda d: d["capacity"].update(max_episodes="6")), "meta.json", CorruptStoreError,
+                 r"must hold non-negative integers", id="meta-capacity-string"),
+    pytest.param(edit_meta(lambda d: d["capacity"].update(circular="no")), "meta.json", CorruptStoreError,
+                 r"must hold non-negative integers", id="meta-circular-string"),
+    pytest.param(set_state(commits=2.5), "meta.json", CorruptStoreError, r"must hold non-negative integers", id="meta-commits-float"),
+    pytest.param(edit_meta(lambda d: d["capacity"].update(max_timesteps=0)), "meta.json", CorruptStoreError,
+                 r"impossible capacity", id="meta-capacity-impossible"),
+    pytest.param(set_state(first_episode=3, next_episode=2), "meta.json", CorruptStoreError, r"inconsistent counters", id="first-after-next"),
+    pytest.param(set_state(write_head=4), "meta.json", CorruptStoreError,
+                 r"meta\.json's state\.write_head is 4 \(expected 13, the row after the newest live episode 2, or 0\)", id="write-head-inside-live-rows"),
+    # the live episode table
+    pytest.param(poke("episodes/id.npy", 1, 7), "episodes/id.npy", CorruptStoreError,
+                 r"episodes/id\.npy does not match meta\.json's live episodes 0\.\.2.*slot 1 must hold episode 1, got 7", id="slot-id-wrong"),
+    pytest.param(poke("episodes/start.npy", 1, 2), "episodes/start.npy", CorruptStoreError,
+                 r"episodes/start\.npy, episodes/length\.npy: episode \d \(slot \d\) has rows .*another live episode also holds", id="episodes-overlap"),
+    pytest.param(lambda folder: poke("episodes/start.npy", 2, rows_of(folder) - 2)(folder), "episodes/start.npy", CorruptStoreError,
+                 r"episode 2 \(slot 2\) has start \d+, length 5: the episode table points outside the \d+ stored rows", id="start-plus-length-beyond-rows"),
+    pytest.param(poke("episodes/start.npy", 0, 2**62), "episodes/start.npy", CorruptStoreError,
+                 r"episode 0 .*points outside", id="start-huge"),
+    pytest.param(poke("episodes/start.npy", 0, -1), "episodes/start.npy", CorruptStoreError,
+                 r"episode 0 \(slot 0\) has start -1, .*points outside", id="start-negative"),
+    pytest.param(poke("episodes/length.npy", 0, 0), "episodes/length.npy", CorruptStoreError,
+                 r"episode 0 \(slot 0\) has start 0, length 0: .*expected a length of 1\.\.10", id="length-zero"),
+    pytest.param(poke("episodes/length.npy", 2, MAX_TIMESTEPS + 1), "episodes/length.npy", CorruptStoreError,
+                 r"episode 2 \(slot 2\) has start 8, length 11: .*expected a length of 1\.\.10", id="length-beyond-max-timesteps"),
+    pytest.param(poke("episodes/end.npy", 2, 7), "episodes/end.npy", CorruptStoreError,
+                 r"episodes/end\.npy: episode 2 \(slot 2\) has end code 7 \(expected 0 unspecified, 1 terminated or 2 truncated\)", id="end-code-out-of-range"),
+    # damage outside the live data: reported, and the store opens
+    pytest.param(truncate("priorities/steps.npy", 8), "priorities/steps.npy", None, None, id="priorities-truncated"),
+    pytest.param(write("priorities/steps.npy", b"garbage" * 9), "priorities/steps.npy", None, None, id="priorities-garbage"),
+    pytest.param(lambda folder: np.save(folder / "priorities/steps.owner.npy", np.zeros(3, np.float32)), "priorities/steps.owner.npy",
+                 None, None, id="priorities-owner-wrong-header"),
+    pytest.param(write("priorities/steps.json", b"{oops"), "priorities/steps.json", None, None, id="priorities-view-spec-garbage"),
+    pytest.param(poke("episodes/length.npy", 5, -3), None, None, None, id="free-slot-garbage"),
+]
+WARNED = {"priorities-truncated", "priorities-garbage", "priorities-owner-wrong-header", "priorities-view-spec-garbage"}
+CLEAN = {"free-slot-garbage"}  # a slot no live episode uses: a reader ignores it, and so does verify
+
+
+@pytest.mark.parametrize("mutate, named, error, match", DAMAGE)
+def test_damage_is_reported_and_refused(folder, mutate, named, error, match, request):
+    mutate(folder)
+    report = verify(folder)
+    kind = request.node.callspec.id
+    if kind in WARNED:
+        assert report.ok and not report.problems, report
+        assert any(line.startswith(named) and "sampler" in line for line in report.warnings), report
+    elif kind in CLEAN:
+        assert report.ok and not report.warnings, report
+    else:
+        assert not report.ok, f"verify missed it:\n{report}"
+        assert any(named in line for line in report.problems), report
+    if error is None:
+        with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+            assert_intact(buffer)
+        return
+    for read_only in (True, False):
+        with pytest.raises(error, match=match) as info:
+            ReplayBuffer.from_folder(folder, read_only=read_only)
+        assert isinstance(info.value, ReplayError)
+        assert HINT in str(info.value) and str(folder) in str(info.value)
+
+
+def test_damaged_priorities_are_started_afresh_or_refused_clearly(folder):
+    write("priorities/steps.npy", b"garbage" * 9)(folder)
+    with ReplayBuffer.from_folder(folder) as buffer:
+        with pytest.raises(memmap_replay.InvalidDataError, match=r"priorities/steps\.npy is not a priorities file"):
+            buffer.sampler("prioritized")
+        (folder / "priorities/steps.npy").unlink()
+        buffer.sampler("prioritized", seed=1).close()
+    assert verify(folder).ok and not verify(folder).warnings
+
+
+def test_healthy_store_report(folder):
+    report = verify(folder)
+    assert isinstance(report, VerifyReport)
+    assert report.ok and report.problems == [] and report.warnings == [] and report.is_store
+    assert report.checked == {"meta_json": 1, "npy_files": 11, "live_episodes": 3, "live_rows": 13, "priority_files": 2}
+    text = str(report)
+    assert text.splitlines()[0] == f"{folder}: OK, 0 warnings"
+    assert "3 live episodes" in text and "13 live rows" in text and "11 .npy headers" in text
+    assert json.loads(json.dumps(report.to_json())) == {
+        "folder": str(folder), "ok": True, "is_store": True, "problems": [], "warnings": [], "checked": report.checked}
+
+
+def test_a_ring_that_wrapped_many_times_is_healthy(tmp_path):
+    """No false alarm on a valid store: a ring of mixed lengths (some with final rows) after many wraps."""
+    rng = np.random.default_rng(3)
+    with ReplayBuffer(tmp_path / "ring", max_episodes=7, max_timesteps=9, max_steps=40, circular=True,
+                      fields=dict(x="float")) as buffer:
+        for number in range(120):
+            length = int(rng.integers(1, 10))
+            final = dict(x=np.float32(-1)) if rng.random() < 0.3 and length < 9 else None
+            buffer.store_episode(x=np.full(length, number, np.float32), final=final)
+            if number % 10 == 9:
+                report = verify(buffer.folder)
+                assert report.ok and not report.warnings, report
+                assert report.checked["live_episodes"] == buffer.num_episodes
+                assert report.checked["live_rows"] == buffer.num_steps + int(buffer.episode_store.live_table().final.sum())
+
+
+def test_every_problem_is_listed_not_only_the_first(folder):
+    truncate("steps/obs.npy", 1)(folder)
+    remove("meta/task_id.npy")(folder)
+    poke("episodes/end.npy", 0, 9)(folder)
+    (folder / "meta.json.tmp").write_text("{")
+    report = verify(folder)
+    assert [line.split(":")[0] for line in report.problems] == ["steps/obs.npy", "meta/task_id.npy", "episodes/end.npy"]
+    assert "expected" in report.problems[0] and "found" in report.problems[0]
+    assert report.warnings[0].startswith("meta.json.tmp: left by a commit that was interrupted")
+    text = str(report)
+    assert "DAMAGED: 3 problems, 1 warning" in text and "  - steps/obs.npy: truncated" in text
+
+
+def test_many_bad_slots_are_counted_past_the_first_few(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=20, max_timesteps=4, fields=dict(x="float")) as buffer:
+        for _ in range(12):
+            buffer.store_episode(x=np.zeros(2, np.float32))
+    ends = np.load(tmp_path / "s/episodes/end.npy", mmap_mode="r+")
+    ends[:12] = 5
+    ends.flush()
+    del ends
+    problems = verify(tmp_path / "s").problems
+    assert len(problems) == 6 and problems[-1] == "episodes/end.npy: and 7 more live episodes like these"
+
+
+def test_stray_files_and_extra_bytes_are_warnings(folder):
+    (folder / "meta.json.tmp").write_text('{"format": "memmap_replay"')
+    (folder / "notes.txt").write_text("mine")
+    np.save(folder / "steps/old_field.npy", np.zeros(3))
+    with open(folder / "steps/obs.npy", "ab") as file:
+        file.write(b"\0" * 12)  # an interrupted grow: the size went first, the header did not follow
+    report = verify(folder)
+    assert report.ok, report
+    assert [line.split(":")[0] for line in report.warnings] == ["steps/obs.npy", "meta.json.tmp", "notes.txt",
+                                                                "steps/old_field.npy"]
+    assert "12 bytes past the" in report.warnings[0]
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        assert_intact(buffer)
+
+
+def test_truncation_past_the_live_rows_is_refused_too(folder):
+    # the header declares more rows than the committed state.rows, and the file is cut in those rows: no
+    # live row is missing, but neither plain numpy nor a reader (which maps every declared row) can map it
+    rows = rows_of(folder)
+    header_rows = rows + 100
+    path = folder / "steps/reward.npy"
+    with open(path, "r+b") as file:
+        header = memmap_replay.format.npy_header(np.dtype(np.float32), (header_rows,))
+        file.write(header)
+        file.truncate(len(header) + (rows + 10) * 4)
+    report = verify(folder)
+    assert report.problems == [f"steps/reward.npy: truncated: {len(header) + (rows + 10) * 4} bytes on disk (expected "
+                               f"{len(header) + header_rows * 4} for the {header_rows} rows its header declares; "
+                               f"found {rows + 10} whole rows)"]
+    with pytest.raises(CorruptStoreError, match=rf"steps/reward\.npy is truncated: its header declares {header_rows} "
+                                                rf"rows .*{HINT}"):
+        ReplayBuffer.from_folder(folder, read_only=True)
+
+
+def test_folders_that_are_not_stores(tmp_path):
+    with pytest.raises(StoreNotFoundError, match=r"no store at .*nowhere: the folder does not exist"):
+        verify(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotAFolderError, match=r"file must be a folder \(got a file\)"):
+        verify(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    report = verify(tmp_path / "empty")
+    assert not report.ok and not report.is_store
+    assert report.problems == ["meta.json: missing (expected the store's metadata, its commit point); this folder is "
+                               "not a memmap_replay store"]
+
+
+# ---- a crash's uncommitted tail -----------------------------------------------------------------------
+
+
+def test_uncommitted_tail_is_ignored_and_reclaimed(folder):
+    """A writer killed mid-commit leaves rows past write_head, a table slot for the next id and a
+    meta.json.tmp; readers see only the committed episodes, and the next writer overwrites the tail."""
+    meta = json.loads((folder / "meta.json").read_text())
+    state = meta["state"]
+    head, next_id = state["write_head"], state["next_episode"]
+    rng = np.random.default_rng(7)
+    for name in ("obs", "action", "reward"):
+        array = np.load(folder / f"steps/{name}.npy", mmap_mode="r+")
+        array[head: head + 6] = rng.integers(100, 200, size=array[head: head + 6].shape)
+        array.flush()
+        del array
+    for name, value in dict(start=head, length=6, end=1, id=next_id).items():
+        poke(f"episodes/{name}.npy", next_id % MAX_EPISODES, value)(folder)
+    tmp = folder / "meta.json.tmp"
+    tmp.write_text(json.dumps({**meta, "state": {**state, "next_episode": next_id + 1, "write_head": head + 6}}))
+
+    report = verify(folder)
+    assert report.ok and len(report.warnings) == 1 and report.warnings[0].startswith("meta.json.tmp")
+    with ReplayBuffer.from_folder(folder, read_only=True) as reader:
+        assert_intact(reader)
+    with ReplayBuffer.from_folder(folder) as writer:
+        assert_intact(writer)
+        writer.store_episode(**episode_arrays(3, 4), task_id=3)
+        assert writer.episode_store.live_table().start[-1] == head  # the tail's rows were reclaimed
+    assert not tmp.exists()  # the commit wrote its own meta.json.tmp and renamed it
+    with ReplayBuffer.from_folder(folder, read_only=True) as reader:
+        data = reader.get_all_data()
+        assert reader.num_episodes == 4 and data["task_id"].tolist() == [0, 1, 2, 3]
+        for name, values in episode_arrays(3, 4).items():
+            np.testing.assert_array_equal(data[name][3, :4].numpy(), values, err_msg=name)
+    assert verify(folder).ok and not verify(folder).warnings
+
+
+# ---- the command line ----------------------------------------------------------------------------------
+
+
+def run_cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memmap_replay", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_cli_on_a_healthy_store(folder):
+    done = run_cli("verify", folder)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{folder}: OK, 0 warnings") and done.stderr == ""
+    done = run_cli("verify", folder, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout) == verify(folder).to_json()
+
+
+def test_cli_json_on_a_damaged_store(folder):
+    poke("episodes/end.npy", 2, 7)(folder)
+    done = run_cli("verify", "--json", folder)
+    assert done.returncode == 1 and done.stderr == ""
+    report = json.loads(done.stdout)
+    assert report["ok"] is False and report["is_store"] is True and report["checked"]["live_episodes"] == 3
+    assert report["problems"] == ["episodes/end.npy: live episode 2 (slot 2) has end code 7 (expected 0 unspecified, "
+                                  "1 terminated, 2 truncated)"]
+
+
+def test_cli_on_every_damage_kind(tmp_path):
+    """Every damage kind through the command line, as a user runs it (four processes at a time)."""
+    cases = []
+    for index, case in enumerate(DAMAGE):
+        mutate, named, _, _ = case.values
+        target = make_store(tmp_path / f"s{index}")
+        mutate(target)
+        cases.append((case.id, named, target))
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda case: run_cli("verify", case[2]), cases))
+    wrong = []
+    for (kind, named, target), done in zip(cases, runs):
+        expected = 0 if kind in WARNED | CLEAN else 1
+        first = f"{target}: OK" if expected == 0 else f"{target}: DAMAGED"
+        if done.returncode != expected or not done.stdout.startswith(first) or (named and named not in done.stdout) \
+                or done.stderr:
+            wrong.append(f"{kind}: exit {done.returncode}, expected {expected}:\n{done.stdout}{done.stderr}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("args, match", [
+    pytest.param(["verify", "{tmp}/nowhere"], r"error: no store at .*nowhere: the folder does not exist", id="no-such-path"),
+    pytest.param(["verify", "{tmp}/file"], r"error: .*file must be a folder \(got a file\)", id="a-file"),
+    pytest.param(["verify", "{tmp}/empty"], r"error: .*empty is not a memmap_replay store", id="empty-folder"),
+    pytest.param(["verify"], r"the following arguments are required: FOLDER", id="no-folder"),
+    pytest.param(["verify", "{tmp}/empty", "--bogus"], r"unrecognized arguments: --bogus", id="unknown-option"),
+    pytest.param(["check", "{tmp}"], r"invalid choice: 'check'", id="unknown-command"),
+    pytest.param([], r"usage: python -m memmap_replay .*COMMAND", id="no-command"),
+])
+def test_cli_usage_errors_and_paths_that_are_not_stores(tmp_path, args, match):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    done = run_cli(*[arg.format(tmp=tmp_path) for arg in args])
+    assert done.returncode == 2
+    assert re.search(match, done.stderr, re.S), done.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_cli_json_for_a_path_that_is_not_a_store(tmp_path):
+    done = run_cli("verify", "--json", tmp_path / "nowhere")
+    assert done.returncode == 2
+    assert json.loads(done.stdout) == {"folder": str(tmp_path / "nowhere"), "ok": False, "is_store": False,
+                                       "error": f"no store at {tmp_path / 'nowhere'}: the folder does not exist"}
+
+
+def test_cli_help_teaches(capsys):
+    for args in (["--help"], ["verify", "--help"]):
+        with pytest.raises(SystemExit, match="0"):
+            main(args, prog="memmap-replay")
+    text = capsys.readouterr().out
+    for words in ("verify", "exit codes:", "0  the folder is a healthy store", "1  problems found",
+                  "2  usage error", "--json", "meta.json.tmp", "priorities/", "memmap-replay verify replay_data"):
+        assert words in text, words
+    done = run_cli("--help")
+    assert done.returncode == 0 and "python -m memmap_replay" in done.stdout
+
+
+def test_console_script_points_at_the_cli(capsys):
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    module, function = pyproject["project"]["scripts"]["memmap-replay"].split(":")
+    assert module == "memmap_replay.cli" and function == "main"
+    assert main([]) == 2  # no command: the help on stderr, the usage exit code
+    assert "verify" in capsys.readouterr().err
