@@ -178,10 +178,16 @@ def read_meta(folder: Path) -> StoreMeta:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CorruptStoreError(f"{path} is missing: the folder is not a committed store") from None
+    except IsADirectoryError:
+        raise CorruptStoreError(f"{path} is a folder where the store must have a file; the store's metadata is "
+                                f"damaged") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CorruptStoreError(f"{path} is not valid JSON: it cannot be read as text ({error}); the store's "
+                                f"metadata is damaged") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CorruptStoreError(f"{path} is not valid JSON ({error}); the store's metadata is damaged") from None
+    except (ValueError, RecursionError) as error:  # bad JSON, absurd numbers, absurd nesting
+        raise CorruptStoreError(f"{path} is not valid JSON ({str(error)[:200]}); the store's metadata is damaged") from None
     return StoreMeta.from_json(data, str(path))
 
 

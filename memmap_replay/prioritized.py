@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from .dataset import Sample, StoreView, flag
-from .errors import DiskFullError, InvalidDataError, ReadOnlyError, StoreLockedError
-from .format import PRIORITIES_DIR
+from .errors import CorruptStoreError, DiskFullError, InvalidDataError, ReadOnlyError, StoreLockedError
+from .format import PRIORITIES_DIR, read_npy_header
 from .index import EpisodeTable, position_rows
 from .lock import WriterLock
 from .samplers import ReplaySampler
@@ -67,8 +67,11 @@ class PriorityFiles:
                                 f"to keep them in memory only") from None
         try:
             self._check_spec(directory / f"{name}.json", spec, name)
-            self.values = self._open(directory / f"{name}.npy", np.float64, rows, 0.0)
-            self.owner = self._open(directory / f"{name}.owner.npy", np.int64, slots, -1)
+            values_path, owner_path = directory / f"{name}.npy", directory / f"{name}.owner.npy"
+            self.values, fresh = self._open(values_path, np.float64, rows, 0.0)
+            if fresh:  # new (or replaced after damage): no slot owns any priority any more
+                owner_path.unlink(missing_ok=True)
+            self.owner, _ = self._open(owner_path, np.int64, slots, -1)
         except BaseException:
             self.lock.release()
             raise
@@ -93,15 +96,17 @@ class PriorityFiles:
         path.write_text(json.dumps(spec))
 
     @staticmethod
-    def _open(path: Path, dtype, length: int, fill) -> np.ndarray:
+    def _open(path: Path, dtype, length: int, fill) -> tuple[np.ndarray, bool]:
+        """The file's map, and whether it was made afresh."""
         if path.exists():
             try:
-                array = np.lib.format.open_memmap(path, mode="r+")
-            except (ValueError, OSError) as error:
-                raise InvalidDataError(f"{path} is not a priorities file ({error}); delete it to start afresh") from None
-            if array.dtype == dtype and array.shape == (length,):
-                return array
-            del array
+                offset, found, shape, size = read_npy_header(path)
+                whole = found == dtype and shape == (length,) and size >= offset + length * found.itemsize
+            except CorruptStoreError:
+                whole = False
+            if whole:  # (numpy would silently pad a truncated file with zeros: priority 0, never drawn)
+                return np.lib.format.open_memmap(path, mode="r+"), False
+            path.unlink()  # damaged or of another size: start this file afresh
         array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(length,))
         try:  # blocks reserved now: a full disk fails here, never as a SIGBUS on a later write to the map
             with open(path, "r+b") as file:
@@ -112,7 +117,7 @@ class PriorityFiles:
                                 f"or pass persist=False to keep priorities in memory") from None
         if fill:
             array[:] = fill
-        return array
+        return array, True
 
     def close(self) -> None:
         for array in (self.values, self.owner):

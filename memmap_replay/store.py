@@ -76,9 +76,7 @@ class EpisodeStore:
             return cls._open(folder, mode, schema=schema, capacity=capacity, durable=durable)
         except (CorruptStoreError, UnsupportedFormatError) as error:
             raise type(error)(f"{error}{hint}") from None
-        except (UnicodeDecodeError, RecursionError) as error:  # meta.json not text, or nested too deep
-            raise CorruptStoreError(f"{Path(folder) / fmt.META_FILE} is not valid JSON ({error}){hint}") from None
-        except IsADirectoryError as error:
+        except IsADirectoryError as error:  # a folder where the layout has a file
             raise CorruptStoreError(f"{error.filename} is a folder where the store must have a file{hint}") from None
 
     @classmethod
@@ -124,6 +122,11 @@ class EpisodeStore:
                 return cls(folder, meta, writable=True, lock=lock, durable=durable)
             if schema is None or capacity is None:
                 raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
+            if mode != "w" and holds_episodes(folder):
+                raise CorruptStoreError(
+                    f"{folder} holds a store's episode table with episodes in it but no meta.json (it was lost or "
+                    f"deleted): creating a store here would delete them; restore meta.json from a copy, or pass "
+                    f"overwrite=True to start afresh; `python -m memmap_replay verify {folder}` lists what is there")
             meta = cls._create(folder, schema, capacity, durable)
             return cls(folder, meta, writable=True, lock=lock, durable=durable)
         except BaseException:
@@ -441,6 +444,17 @@ class EpisodeStore:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def holds_episodes(folder: Path) -> bool:
+    """A folder without meta.json whose episode table records episodes (its metadata was lost), as
+    opposed to an empty table left by an interrupted creation, which may be created again."""
+    path = folder / fmt.EPISODES_DIR / "length.npy"
+    try:
+        lengths = np.load(path, mmap_mode="r")
+        return bool(lengths.size) and bool(np.any(lengths))
+    except (OSError, ValueError):  # missing or half-written: nothing was ever committed with it
+        return False
 
 
 def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: Capacity | None) -> None:

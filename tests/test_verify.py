@@ -211,13 +211,18 @@ def test_damage_is_reported_and_refused(folder, mutate, named, error, match, req
 
 
 def test_damaged_priorities_are_started_afresh_or_refused_clearly(folder):
-    write("priorities/steps.npy", b"garbage" * 9)(folder)
-    with ReplayBuffer.from_folder(folder) as buffer:
-        with pytest.raises(memmap_replay.InvalidDataError, match=r"priorities/steps\.npy is not a priorities file"):
-            buffer.sampler("prioritized")
-        (folder / "priorities/steps.npy").unlink()
-        buffer.sampler("prioritized", seed=1).close()
-    assert verify(folder).ok and not verify(folder).warnings
+    for damage in (b"garbage" * 9, None):  # garbage, then a priorities file cut short
+        if damage is None:
+            path = folder / "priorities/steps.npy"
+            path.write_bytes(path.read_bytes()[:-64])
+        else:
+            write("priorities/steps.npy", damage)(folder)
+        assert verify(folder).ok and verify(folder).warnings  # sampler state, not data: a warning
+        with ReplayBuffer.from_folder(folder) as buffer:
+            sampler = buffer.sampler("prioritized", seed=1)  # started afresh: every position at priority 1
+            assert sampler.tree.total == len(sampler.view) and sampler.tree.min == 1.0
+            sampler.close()
+        assert verify(folder).ok and not verify(folder).warnings
 
 
 def test_healthy_store_report(folder):
