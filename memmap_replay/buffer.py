@@ -37,9 +37,18 @@ class EpisodeMeta(dict):
         self._writer.set_end(end, final)
 
 
+def bool_option(value: Any, name: str) -> bool:
+    """A True/False option of the buffer: anything else (e.g. 'no', 1) is an error, never truthy."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise SchemaError(f"{name} must be True or False (got {value!r})")
+    return bool(value)
+
+
 def positive_int(value: Any, name: str) -> int:
     if type(value) is not int or value < 1:
         raise SchemaError(f"{name} must be a positive int (got {value!r})")
+    if value >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
+        raise SchemaError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
     return value
 
 
@@ -61,6 +70,8 @@ class ReplayBuffer:
                  fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
                  circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
                  max_steps: int | None = None, durable: bool = False, _store: EpisodeStore | None = None):
+        for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable)):
+            bool_option(value, name)
         if _store is None:
             if read_only and overwrite:
                 raise SchemaError("read_only=True and overwrite=True contradict each other; pass one of them")
@@ -89,13 +100,14 @@ class ReplayBuffer:
             max_steps = max_episodes * (max_timesteps + 1)
         if positive_int(max_steps, "max_steps") < max_timesteps + 1:
             raise SchemaError(f"max_steps must be at least max_timesteps + 1 = {max_timesteps + 1} (got {max_steps})")
-        if not isinstance(circular, bool):
-            raise SchemaError(f"circular must be True or False (got {circular!r})")
+        circular = bool_option(circular, "circular")
         return Schema.parse(fields, meta_fields), Capacity(max_episodes, max_timesteps, max_steps, circular)
 
     @classmethod
     def from_folder(cls, folder: str | Path, read_only: bool = False, *, durable: bool = False) -> "ReplayBuffer":
         """Open an existing store; read-only opens never take the writer lock."""
+        for name, value in (("read_only", read_only), ("durable", durable)):
+            bool_option(value, name)
         return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable))
 
     # ---- description ---------------------------------------------------------------------------------
