@@ -84,10 +84,19 @@ class EpisodeStore:
               durable: bool) -> "EpisodeStore":
         if mode not in MODES:
             raise InvalidDataError(f"mode must be one of {MODES} (got {mode!r})")
+        if isinstance(folder, (str, bytes)) and not folder:
+            raise InvalidDataError("folder must be a path (got an empty one, which would mean the current directory); "
+                                   "pass e.g. 'replay_data'")
         folder = Path(folder)
-        if folder.exists() and not folder.is_dir():
+        if "\x00" in str(folder):
+            raise InvalidDataError(f"folder must not contain a NUL byte (got {str(folder)!r})")
+        try:
+            a_file = folder.exists() and not folder.is_dir()
+            exists = (folder / fmt.META_FILE).exists()
+        except OSError as error:  # e.g. a name too long for the file system
+            raise NotAFolderError(f"{folder} cannot be a store folder ({error.strerror}); choose another path") from None
+        if a_file:
             raise NotAFolderError(f"{folder} must be a folder (got a file); choose another path")
-        exists = (folder / fmt.META_FILE).exists()
         if mode in ("r", "r+") and not exists:
             what = "does not exist" if not folder.exists() else "holds no meta.json"
             if any((folder / name).is_dir() for name in (fmt.STEPS_DIR, fmt.EPISODES_DIR)):
@@ -111,6 +120,10 @@ class EpisodeStore:
             folder.mkdir(parents=True, exist_ok=True)
         except (NotADirectoryError, FileExistsError):
             raise NotAFolderError(f"{folder} cannot be created: a part of its path is a file; choose another path") from None
+        except PermissionError as error:
+            raise ReadOnlyError(f"{folder} cannot be created ({error.strerror}); choose a folder you may write") from None
+        except OSError as error:
+            raise NotAFolderError(f"{folder} cannot be created ({error.strerror}); choose another path") from None
         lock = WriterLock(folder / fmt.LOCK_FILE)
         try:
             if mode != "w" and (folder / fmt.META_FILE).exists():
