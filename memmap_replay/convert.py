@@ -95,6 +95,11 @@ def check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
         )
 
 
+def component_size(dtype: np.dtype) -> int:
+    """Bytes of one real number of the dtype (a complex number has two)."""
+    return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
+
 def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
     source, target = array.dtype, spec.dtype
     if source == target:
@@ -104,15 +109,16 @@ def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
             raise InvalidDataError(f"{label} has dtype {target} and cannot hold complex values (got {source})")
         with np.errstate(over="ignore"):
             result = array.astype(target)
-        if source.kind in "iu" and not np.can_cast(source, target, "safe"):
+        if source.kind in "iu" and source.itemsize * 8 > np.finfo(target).nmant + 1:  # e.g. 2**53 + 1 into float64
             with np.errstate(invalid="ignore", over="ignore"):
-                inexact = ~np.isfinite(result) | (result.astype(source) != array)  # 16777217 has no float32
+                real = result.real if result.dtype.kind == "c" else result
+                inexact = ~np.isfinite(real) | (real.astype(source) != array)  # 16777217 has no float32
             if inexact.any():
                 raise InvalidDataError(
                     f"{label} has dtype {target} and cannot hold {array[inexact].flat[0]} exactly (got {source}); "
                     f"choose a wider float dtype or convert it yourself"
                 )
-        if source.kind in "fc" and source.itemsize > target.itemsize:
+        if source.kind in "fc" and component_size(source) > component_size(target):
             overflow = np.isinf(result) & np.isfinite(array)
             if overflow.any():
                 raise InvalidDataError(

@@ -150,7 +150,9 @@ class StoreView(Dataset):
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
     def _snapshot(self, store: EpisodeStore) -> None:
-        self._stamp = store.meta_stamp() if store.capacity.circular else None  # before the state it goes with
+        # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
+        # first check after a gather then reads meta.json again, once)
+        self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
         state = store.meta.state
         self.table = select_episodes(store, self.filter_meta)
         self.state = (state.first_episode, state.next_episode)
@@ -276,12 +278,9 @@ class StoreView(Dataset):
         the read means the rows read were intact (a seqlock); a changed one is read again and its first
         live id decides. The writer's own store object always holds the newest state."""
         store = self.store
-        if not store.is_writer:
-            stamp = store.meta_stamp()
-            if stamp == self._stamp:
-                return
-            self._stamp = stamp
+        if not store.is_writer and store.meta_stamp() != self._stamp:
             store.refresh()
+            self._stamp = store.read_stamp
         oldest = self.table.ids[episode.min()]  # table ids ascend
         first = store.meta.state.first_episode
         if oldest < first:
@@ -295,7 +294,12 @@ class StoreView(Dataset):
         return self.table.positions_of(ids)
 
     def checked(self, items: Any) -> np.ndarray:
-        items = np.asarray(items, dtype=np.int64)
+        raw = np.asarray(items)
+        if raw.size and raw.dtype.kind not in "iu":  # 0.5 or True must not quietly name an item
+            raise IndexError(f"item indices must be ints (got {raw.dtype}: {raw.flat[0]!r})")
+        if raw.dtype.kind == "u" and raw.size and raw.max() > np.iinfo(np.int64).max:
+            raise IndexError(f"item indices must be below 2**63 (got {raw.max()})")
+        items = raw.astype(np.int64)
         size = len(self)
         if items.ndim != 1:
             raise IndexError(f"item indices must be a 1-d array (got shape {items.shape})")
@@ -314,10 +318,10 @@ class StoreView(Dataset):
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
         batch = self.gather(episode, t)
-        if self._stamp is not None and len(episode):
-            self._check_not_evicted(episode)
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
+        if self._stamp is not None and len(episode):  # after every read of the batch's rows and slots
+            self._check_not_evicted(episode)
         if self.return_indices:
             batch["_index"] = torch.from_numpy(self.table.slots[episode])
             batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))

@@ -26,11 +26,11 @@ import torch
 from torch.utils.data import Dataset
 
 from .dataset import Sample, flag
-from .errors import InvalidDataError, StoreNotFoundError
+from .errors import InvalidDataError, SampleExpiredError, StoreNotFoundError
 from .format import META_FILE
 from .loader import BatchIndexSampler, ReplayDataLoader, make_dataset
 from .prioritized import PrioritizedSampler
-from .samplers import ReplaySampler, batch_size_of
+from .samplers import REDRAWS, ReplaySampler, batch_size_of
 from .sampling import make_sampler
 from .store import EpisodeStore
 
@@ -254,6 +254,14 @@ class ShardedSampler:
         return ShardSample(parts, weights)
 
     def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A batch across the shards; drawn again if a ring writer evicts what was drawn (as a sampler does)."""
+        for _ in range(REDRAWS):
+            try:
+                return self.view.__getitems__(self.sample(batch_size))
+            except SampleExpiredError:
+                self.sync()
+                for sampler in self.samplers:
+                    sampler.refresh()
         return self.view.__getitems__(self.sample(batch_size))
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:

@@ -30,6 +30,7 @@ __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 MODES = ("r", "r+", "a", "w", "w-")
 MIN_GROWTH_ROWS = 1024
 CONSISTENCY_RETRIES = 20
+REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # what a write raises when the device or the quota is full
 
 
@@ -56,6 +57,8 @@ class EpisodeStore:
     def __init__(self, folder: Path, meta: StoreMeta, *, writable: bool, lock: WriterLock | None, durable: bool):
         self.folder = folder
         self.meta = meta
+        # meta_stamp() taken before ``meta`` was read, when known (a refresh); None: not known
+        self.read_stamp: tuple | None = None
         self.writable = writable
         self.durable = durable
         self._lock = lock
@@ -135,7 +138,7 @@ class EpisodeStore:
                 return cls(folder, meta, writable=True, lock=lock, durable=durable)
             if schema is None or capacity is None:
                 raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
-            if mode != "w" and holds_episodes(folder):
+            if mode != "w" and not (folder / REPLACING).exists() and holds_episodes(folder):
                 raise CorruptStoreError(
                     f"{folder} holds a store's episode table with episodes in it but no meta.json (it was lost or "
                     f"deleted): creating a store here would delete them; restore meta.json from a copy, or pass "
@@ -148,7 +151,11 @@ class EpisodeStore:
 
     @staticmethod
     def _create(folder: Path, schema: Schema, capacity: Capacity, durable: bool) -> StoreMeta:
-        """Remove only the files the format owns, write fresh ones, then commit meta.json last."""
+        """Remove only the files the format owns, write fresh ones, then commit meta.json last. An old
+        meta.json is first renamed to a marker, so that a creation killed half-way is known for one (and
+        never mistaken for a store whose meta.json was lost)."""
+        if (folder / fmt.META_FILE).exists():
+            os.replace(folder / fmt.META_FILE, folder / REPLACING)
         for name in fmt.OWNED:
             path = folder / name
             if path.is_dir():
@@ -161,6 +168,7 @@ class EpisodeStore:
             fmt.create_npy(folder / path, spec, rows or 0)
         meta = StoreMeta.new(schema, capacity)
         fmt.write_meta(folder, meta, durable=durable)
+        (folder / REPLACING).unlink(missing_ok=True)
         return meta
 
     def _open_files(self) -> None:
@@ -275,7 +283,9 @@ class EpisodeStore:
 
     def refresh(self) -> bool:
         """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
+        stamp = self.meta_stamp()  # before the read: a commit after it makes the next stamp differ
         meta = fmt.read_meta(self.folder)
+        self.read_stamp = stamp
         if meta.store_id != self.meta.store_id:
             raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
         changed = meta.state != self.meta.state

@@ -28,8 +28,14 @@ def padded_episodes(store: EpisodeStore, fields: tuple[str, ...], meta_fields: t
             if name not in known:
                 raise InvalidDataError(f"unknown {kind} {name!r}: the store's {kind}s are {sorted(known)}")
     table = store.live_table()
-    if len(table.slots) == 0:
-        return {}
+    if len(table.slots) == 0:  # no episode: empty tensors of the right dtypes and shapes
+        empty = {name: np.zeros((0, 0, *store.schema.fields[name].shape), store.schema.fields[name].dtype)
+                 for name in fields}
+        empty.update({name: np.zeros((0, *store.schema.meta_fields[name].shape), store.schema.meta_fields[name].dtype)
+                      for name in meta_fields if name != "episode_lens"})
+        if "episode_lens" in meta_fields:
+            empty["episode_lens"] = np.zeros(0, np.int64)
+        return {name: to_tensor(value, device) for name, value in empty.items()}
     rows, inside = window_rows(table.start, np.zeros_like(table.start), int(table.length.max()), table.length)
     out = {}
     for name in fields:

@@ -30,3 +30,13 @@ def test_samplers_benchmark_smoke(tmp_path):
     assert "same bytes: checked" in result.stdout and "x numpy" in result.stdout
     assert "Sampler figures" in result.stdout and "sum tree" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stress_benchmark_smoke(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "stress.py"), "--quick", "--folder", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "Stress figures" in result.stdout and "reopened with every committed episode intact" in result.stdout
+    assert "4 actors / 0 actors" in result.stdout
+    assert "\nPASS: " in result.stdout or "\nFAIL: " in result.stdout  # the verdict is test_live.py's to assert
+    assert list(tmp_path.iterdir()) == []

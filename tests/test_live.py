@@ -1,0 +1,773 @@
+"""Readers in other processes while ring writers overwrite, and writers killed while readers read.
+
+Every value written is a pure function of (writer, episode id, t) (``step_values``), and every row carries
+a checksum of its other fields (``check``). So a reader verifies each row it is handed against the
+(episode id, t) its batch says the row is (``_key`` of a sampler's batch, or the view's own table for a
+plain view); each row is one of:
+
+- *good*: every field equals ``step_values`` of that (episode, t), t is inside the episode, and the meta
+  field ``tag`` names the same episode;
+- *stale*: a whole row (its checksum and its ``eid``/``t`` fields agree) of another (episode, t) than the
+  batch says: rows of an evicted episode that a newer one overwrote;
+- *torn*: fields of two different writes in one row (they disagree with each other);
+- *wrong meta*: the step fields are right but ``tag`` belongs to another episode (its slot was reused).
+
+A reader must see only good rows. Workers are forked from a helper process (``Workers``) that imported
+memmap_replay once, so the many short-lived writers of the kill test start in milliseconds rather than
+the 1.6 s an import of torch takes. Every wait has a time limit, every worker has a lifetime limit, and
+every process is reaped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memmap_replay import ReplayBuffer, SampleExpiredError, ShardSet, shard_folder
+from memmap_replay.loader import BatchIndexSampler
+from memmap_replay.shards import SHARD_STRIDE
+
+from conftest import reap
+
+MAX_T = 16  # max_timesteps: the key stride (key = episode id * MAX_T + t)
+RING = dict(max_episodes=8, max_timesteps=MAX_T, max_steps=64, circular=True)  # ~6 episodes of 2..16 steps
+FIELDS = dict(obs=("float", (2, 3)), frame=("uint8", (4, 4)), action=("int", 2), eid="int64", t="int32",
+              check="int64")
+META = dict(tag="int64")
+CHECKED = ("obs", "frame", "action", "eid", "t")  # the fields the checksum covers
+SHARD_BITS = 20  # a writer's global episode number: shard << SHARD_BITS | episode id
+WAIT = 60.0  # seconds any wait may take before the test gives up (a hang guard, not a timing assertion)
+
+
+# ---- what a writer writes: a pure function of (global episode number, t) --------------------------------
+
+
+def episode_length(gid):
+    """Deterministic length in [2, MAX_T] of global episode number gid."""
+    return 2 + (int(gid) * 2654435761 + 97) % (MAX_T - 1)
+
+
+def mix(values):
+    """A deterministic scramble of int64 keys into [0, 2**23) (exact in float32)."""
+    values = np.asarray(values, dtype=np.int64)
+    return ((values * 2654435761 + 12345) ^ (values >> 7)) % (1 << 23)
+
+
+CHECK_WEIGHTS = np.random.default_rng(20240601).integers(1, 1 << 20, size=256, dtype=np.int64)
+
+
+def checksum(rows):
+    """Per row, a weighted sum of every byte of the CHECKED fields (rows: dict of (B, ...) arrays)."""
+    count = len(rows["eid"])
+    data = np.concatenate([np.ascontiguousarray(rows[name]).reshape(count, -1).view(np.uint8) for name in CHECKED],
+                          axis=1).astype(np.int64)
+    return (data * CHECK_WEIGHTS[:data.shape[1]]).sum(axis=1)
+
+
+def step_values(gid, t):
+    """Every field of rows (gid, t) (arrays of the same shape (B,)), as they are written."""
+    gid, t = np.asarray(gid, dtype=np.int64), np.asarray(t, dtype=np.int64)
+    h = mix(gid * MAX_T + t)
+    rows = dict(
+        obs=((h[:, None, None] + np.arange(6).reshape(2, 3) * 977) % (1 << 23)).astype(np.float32),
+        frame=(((h[:, None, None] >> 3) + np.arange(16).reshape(4, 4) * 13) % 256).astype(np.uint8),
+        action=np.stack([h, -gid], axis=1).astype(np.int32),
+        eid=gid.copy(),
+        t=t.astype(np.int32),
+    )
+    rows["check"] = checksum(rows)
+    return rows
+
+
+def episode_rows(gid):
+    length = episode_length(gid)
+    return step_values(np.full(length, gid), np.arange(length))
+
+
+
+# ---- checking what a reader got ----------------------------------------------------------------------------
+
+KINDS = ("good", "stale", "torn", "wrong_meta")
+
+
+def classify(got, gid, t, tag):
+    """Per row, an index into KINDS. got: dict of (B, ...) numpy arrays; gid, t, tag: (B,) the global
+    episode and step the batch says each row is, and the meta field the batch carries for it."""
+    want = step_values(gid, t)
+    right = np.ones(len(gid), dtype=bool)
+    for name in FIELDS:
+        right &= (got[name] == want[name]).reshape(len(gid), -1).all(axis=1)
+    right &= t < np.array([episode_length(g) for g in gid], dtype=np.int64)
+    own = step_values(got["eid"], got["t"])  # what the row says it is
+    whole = np.ones(len(gid), dtype=bool)
+    for name in FIELDS:
+        whole &= (got[name] == own[name]).reshape(len(gid), -1).all(axis=1)
+    kind = np.where(right, np.where(tag == gid, 0, 3), np.where(whole, 1, 2))
+    return kind
+
+
+class Tally:
+    """A reader's counts, saved as JSON for the test process."""
+
+    def __init__(self):
+        self.batches = self.rows = 0
+        self.stale = self.torn = self.wrong_meta = 0
+        self.expired = 0  # SampleExpiredError raised by a view
+        self.redrawn = 0  # batches drawn again (or views built again) after it
+        self.failed = 0  # sampler.batch() calls that raised it after all their redraws
+        self.first_ids = None  # per store: the oldest live episode id when reading began
+        self.last_ids = None  # ... and when it ended: the evictions in between happened while reading
+        self.examples = []
+
+    def add(self, got, gid, t, tag):
+        kind = classify(got, gid, t, tag)
+        self.batches += 1
+        self.rows += len(kind)
+        self.stale += int((kind == 1).sum())
+        self.torn += int((kind == 2).sum())
+        self.wrong_meta += int((kind == 3).sum())
+        for i in np.flatnonzero(kind)[:max(0, 4 - len(self.examples))]:
+            self.examples.append(dict(kind=KINDS[kind[i]], episode=int(gid[i]), t=int(t[i]), row_eid=int(got["eid"][i]),
+                                      row_t=int(got["t"][i]), tag=int(tag[i])))
+
+    @property
+    def wrong(self):
+        return self.stale + self.torn + self.wrong_meta
+
+    def save(self, path):
+        Path(path).write_text(json.dumps(vars(self)))
+
+    @classmethod
+    def load(cls, path):
+        tally = cls()
+        vars(tally).update(json.loads(Path(path).read_text()))
+        return tally
+
+    def __repr__(self):
+        return (f"{self.batches} batches, {self.rows} rows: {self.stale} stale, {self.torn} torn, {self.wrong_meta} "
+                f"wrong meta; {self.expired} SampleExpiredError, {self.redrawn} redrawn, {self.failed} failed; "
+                f"oldest id {self.first_ids} -> {self.last_ids}; e.g. {self.examples}")
+
+
+def numpy_batch(batch, window=None):
+    """A batch's fields and ``tag`` as numpy; windows (B, L, ...) flattened to rows (B * L, ...)."""
+    got = {name: batch[name].numpy() for name in (*FIELDS, "tag")}
+    if window is not None:
+        got = {name: value.reshape(-1, *value.shape[2:]) for name, value in got.items()}
+        got["tag"] = np.repeat(batch["tag"].numpy(), window)
+    return got
+
+
+def check_store(folder, logs=None, shard=0, exited=False):
+    """Reopen ``folder`` read-only: every live episode is exactly what was written for its id, and every
+    id a writer logged as committed is live unless evicted; after a writer that ``exited`` cleanly (so it
+    logged every commit) the store holds no id it did not log. Returns (first, next) live ids."""
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        store = buffer.episode_store
+        state = store.meta.state
+        table = store.live_table()
+        assert table.ids.tolist() == list(range(state.first_episode, state.next_episode))
+        tags = store.meta_array("tag")
+        for episode_id, slot, start, length in zip(table.ids, table.slots, table.start, table.length):
+            gid = shard << SHARD_BITS | int(episode_id)
+            want = episode_rows(gid)
+            assert int(length) == len(want["eid"]), f"episode {episode_id}: length {length}"
+            assert int(tags[slot]) == gid, f"episode {episode_id}: tag {tags[slot]}"
+            for name, values in want.items():
+                np.testing.assert_array_equal(store.step_array(name)[start:start + length], values,
+                                              err_msg=f"episode {episode_id}, field {name!r}")
+        for log in logs or ():
+            opened, done = read_log(log)
+            assert done == list(range(opened, opened + len(done))), f"{log}: ids committed out of order"
+            if done:
+                assert state.next_episode > done[-1], f"{log}: committed episode {done[-1]} is not in the store"
+            if exited:
+                assert state.next_episode == opened + len(done), f"{log}: the store holds ids the writer did not log"
+        return state.first_episode, state.next_episode
+
+
+# ---- workers (forked from the Workers helper process) -------------------------------------------------------
+
+LIFETIME = 120.0  # no worker outlives this, whatever happens to the test process
+
+
+def stopped(stop_file, deadline):
+    return os.path.exists(stop_file) or time.monotonic() > deadline
+
+
+def writer_main(folder, stop_file, log_path, shard=0, create=False):
+    """Write episodes (whole, and step by step) into a ring as fast as it can until ``stop_file`` appears;
+    log each committed episode id after its commit returned (one unbuffered write per line)."""
+    deadline = time.monotonic() + LIFETIME
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    if create:
+        buffer = ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING)
+    else:
+        buffer = ReplayBuffer.from_folder(folder)
+    store = buffer.episode_store
+    os.write(log, b"open %d\n" % store.meta.state.next_episode)
+    while not stopped(stop_file, deadline):
+        episode_id = store.meta.state.next_episode
+        gid = shard << SHARD_BITS | episode_id
+        rows = episode_rows(gid)
+        if episode_id % 3:
+            buffer.store_episode(end="terminated", tag=gid, **rows)
+        else:
+            with buffer.one_episode(tag=gid):
+                for t in range(len(rows["eid"])):
+                    buffer.store(**{name: value[t] for name, value in rows.items()})
+        if store.meta.state.next_episode != episode_id + 1:
+            raise AssertionError(f"episode {episode_id} did not get that id")
+        os.write(log, b"done %d\n" % episode_id)
+    buffer.close()
+
+
+def read_log(path):
+    """(the next id when the writer opened the store, the ids it committed in order); a line cut short by
+    a kill is ignored."""
+    opened, done = None, []
+    text = Path(path).read_text() if Path(path).exists() else ""
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break
+        kind, value = line.split()
+        if kind == "open":
+            opened = int(value)
+        else:
+            done.append(int(value))
+    return opened, done
+
+
+def counting(view, tally):
+    """Count every SampleExpiredError the view raises (a sampler's batch() redraws after it)."""
+    getitems = view.__getitems__
+
+    def wrapped(items):
+        try:
+            return getitems(items)
+        except SampleExpiredError:
+            tally.expired += 1
+            raise
+
+    view.__getitems__ = wrapped
+
+
+def ready(result):
+    """Mark that a reader checked its first batch: the test counts its reading time from then."""
+    Path(f"{result}.ready").touch()
+
+
+def wait_for_readers(workers, pids, results):
+    deadline = time.monotonic() + WAIT
+    while not all(Path(f"{result}.ready").exists() for result in results):
+        if time.monotonic() > deadline:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail("the readers did not read a batch in time:\n" + "\n".join(workers.stderr(pid) for pid in pids))
+        time.sleep(0.001)
+
+
+def wait_for_episodes(buffer, deadline):
+    while buffer.num_episodes == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no writer committed an episode")
+        time.sleep(0.001)
+        buffer.refresh()
+
+
+def sampler_reader(folder, stop_file, result, seed, batch_size=64):
+    """A uniform sampler with refresh() before each draw; every batch checked."""
+    deadline = time.monotonic() + LIFETIME
+    tally = Tally()
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        wait_for_episodes(buffer, deadline)
+        tally.first_ids = [buffer.episode_store.meta.state.first_episode]
+        sampler = buffer.sampler("uniform", seed=seed)
+        counting(sampler.view, tally)
+        while not stopped(stop_file, deadline):
+            sampler.refresh()
+            before = tally.expired
+            try:
+                batch = sampler.batch(batch_size)
+            except SampleExpiredError:  # every redraw expired too: counted, and no row was returned
+                tally.failed += 1
+                continue
+            tally.redrawn += tally.expired > before
+            ids, t = np.divmod(batch["_key"].numpy(), MAX_T)
+            tally.add(numpy_batch(batch), ids, t, batch["tag"].numpy())
+            if tally.batches == 1:
+                ready(result)
+        buffer.refresh()
+        tally.last_ids = [buffer.episode_store.meta.state.first_episode]
+    tally.save(result)
+
+
+def view_reader(folder, stop_file, result, seed, batch_size=32, window=3):
+    """A plain window view read through a BatchIndexSampler; on SampleExpiredError, refresh and build the
+    view again (what the README tells a DataLoader user to do)."""
+    deadline = time.monotonic() + LIFETIME
+    tally = Tally()
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        wait_for_episodes(buffer, deadline)
+        tally.first_ids = [buffer.episode_store.meta.state.first_episode]
+        epoch = 0
+        while not stopped(stop_file, deadline):
+            buffer.refresh()
+            view = buffer.dataset(window=window)
+            epoch += 1
+            for items in BatchIndexSampler(len(view), batch_size, shuffle=True, seed=seed * 100_000 + epoch):
+                if stopped(stop_file, deadline):
+                    break
+                try:
+                    batch = view.__getitems__(items)
+                except SampleExpiredError:
+                    tally.expired += 1
+                    tally.redrawn += 1
+                    break
+                episode, start = view.positions.locate(items)
+                ids = np.repeat(view.table.ids[episode], window)
+                t = (start[:, None] + np.arange(window)).reshape(-1)
+                tally.add(numpy_batch(batch, window), ids, t, np.repeat(batch["tag"].numpy(), window))
+                if tally.batches == 1:
+                    ready(result)
+        buffer.refresh()
+        tally.last_ids = [buffer.episode_store.meta.state.first_episode]
+    tally.save(result)
+
+
+def shard_reader(root, shards, stop_file, result, seed, batch_size=64):
+    """A ShardSet's uniform sampler across ``shards`` ring shards while their writers write."""
+    deadline = time.monotonic() + LIFETIME
+    tally = Tally()
+    while sum((shard_folder(root, k) / "meta.json").exists() for k in range(shards)) < shards:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the shard writers did not create their shards")
+        time.sleep(0.001)
+    shard_set = ShardSet(root)
+    while min(store.num_episodes for store in shard_set.stores) == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("a shard writer committed no episode")
+        time.sleep(0.001)
+        shard_set.refresh()
+    tally.first_ids = [store.meta.state.first_episode for store in shard_set.stores]
+    sampler = shard_set.sampler("uniform", seed=seed)
+    for sub in sampler.samplers:
+        counting(sub.view, tally)
+    while not stopped(stop_file, deadline):
+        before = tally.expired
+        try:
+            batch = sampler.batch(batch_size)
+        except SampleExpiredError:  # batch() draws again a few times; if all of them expired, so do we
+            tally.failed += 1
+            tally.redrawn += 1
+            continue
+        tally.redrawn += tally.expired > before
+        keys = batch["_key"].numpy()
+        shard, (ids, t) = keys % SHARD_STRIDE, np.divmod(keys // SHARD_STRIDE, MAX_T)
+        tally.add(numpy_batch(batch), shard << SHARD_BITS | ids, t, batch["tag"].numpy())
+        if tally.batches == 1:
+            ready(result)
+    shard_set.refresh()
+    tally.last_ids = [store.meta.state.first_episode for store in shard_set.stores]
+    shard_set.close()
+    tally.save(result)
+
+
+# ---- the helper process that forks the workers -------------------------------------------------------------
+
+ZYGOTE = r"""
+import json, os, signal, sys, time, traceback
+sys.path.insert(0, sys.argv[1])
+import test_live  # memmap_replay, numpy and torch imported once; every worker is a fork of this process
+
+children = set()
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "start":
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 0)
+                os.dup2(null, 1)
+                os.dup2(os.open(request["error"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+                getattr(test_live, request["target"])(*request["args"])
+            except BaseException:
+                os.write(2, traceback.format_exc().encode())
+                code = 1
+            os._exit(code)
+        children.add(pid)
+        reply = pid
+    else:  # wait for a child, at most request["timeout"] seconds
+        deadline = time.monotonic() + request["timeout"]
+        reply = None
+        while reply is None and time.monotonic() < deadline:
+            pid, status = os.waitpid(request["pid"], os.WNOHANG)
+            if pid:
+                children.discard(pid)
+                reply = os.waitstatus_to_exitcode(status)
+            else:
+                time.sleep(0.001)
+    print(json.dumps(reply), flush=True)
+for pid in children:  # stdin closed: the test is over, take no child along
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+"""
+
+
+class Workers:
+    """Starts worker functions of this module in processes forked from one helper process."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.helper = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(Path(__file__).parent)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.errors: dict[int, Path] = {}
+        self.count = 0
+
+    def _ask(self, request: dict, timeout: float):
+        self.helper.stdin.write((json.dumps(request) + "\n").encode())
+        self.helper.stdin.flush()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.helper.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                raise TimeoutError(f"the helper process did not answer {request} within {timeout} s")
+        line = self.helper.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the helper process died: {reap(self.helper, 10)}")
+        return json.loads(line.decode())
+
+    def start(self, target, *args) -> int:
+        self.count += 1
+        error = self.tmp / f"worker-{self.count}.error"
+        pid = self._ask(dict(op="start", target=target.__name__, args=[str(a) if isinstance(a, Path) else a for a in args],
+                             error=str(error)), WAIT)
+        self.errors[pid] = error
+        return pid
+
+    def wait(self, pid: int, timeout: float = WAIT) -> int:
+        """The worker's exit code (negative: killed by that signal); fails the test if it takes too long."""
+        code = self._ask(dict(op="wait", pid=pid, timeout=timeout), timeout + WAIT)
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            self._ask(dict(op="wait", pid=pid, timeout=WAIT), 2 * WAIT)
+            pytest.fail(f"worker {pid} did not finish within {timeout} s")
+        return code
+
+    def stderr(self, pid: int) -> str:
+        error = self.errors[pid]
+        return error.read_text() if error.exists() else ""
+
+    def finish(self, pid: int, timeout: float = WAIT) -> None:
+        """Wait for a worker that must end cleanly."""
+        code = self.wait(pid, timeout)
+        assert code == 0, f"worker {pid} exited with {code}:\n{self.stderr(pid)}"
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL a worker; it must die of it (not have ended on its own)."""
+        os.kill(pid, signal.SIGKILL)
+        code = self.wait(pid)
+        assert code == -signal.SIGKILL, f"worker {pid} ended on its own ({code}):\n{self.stderr(pid)}"
+
+    def close(self) -> None:
+        stderr = reap(self.helper, WAIT)  # closes its stdin: it kills and reaps any worker still running, then exits
+        assert self.helper.returncode == 0, stderr
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    helper = Workers(tmp_path_factory.mktemp("workers"))
+    yield helper
+    helper.close()
+
+
+# ---- the known bugs ---------------------------------------------------------------------------------------------
+
+
+class WrongRows(AssertionError):
+    """A reader was handed rows that are not what its batch says they are."""
+
+
+def expect_only_good_rows(**tallies):
+    """The last check of a live test: raise WrongRows if any reader got a wrong row."""
+    wrong = {name: tally for name, tally in tallies.items() if tally.wrong}
+    if wrong:
+        raise WrongRows("readers got wrong rows: " + "; ".join(f"{name}: {tally}" for name, tally in wrong.items()))
+
+
+# ---- a: readers against one ring writer ---------------------------------------------------------------------
+
+READ_SECONDS = 3.0  # how long the readers read while the writers write (not a timing assertion)
+WRAPS = 10  # the ring must have wrapped at least this many times while the readers read
+
+
+def wait_for_commits(workers, pid, log, count=1):
+    deadline = time.monotonic() + WAIT
+    while len(read_log(log)[1]) < count:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            workers.wait(pid)
+            pytest.fail(f"the writer committed fewer than {count} episodes in {WAIT} s:\n{workers.stderr(pid)}")
+        time.sleep(0.001)
+
+
+def check_readers_exercised(tallies):
+    """Each reader read while the ring wrapped many times, and met SampleExpiredError at least once."""
+    for name, tally in tallies.items():
+        assert tally.batches > 0, f"{name}: {tally}"
+        evicted = [last - first for first, last in zip(tally.first_ids, tally.last_ids)]
+        assert min(evicted) >= WRAPS * RING["max_episodes"], f"{name}: too few evictions while it read: {tally}"
+        assert tally.expired > 0 and tally.redrawn > 0, f"{name}: the seqlock check never fired: {tally}"
+
+
+def test_readers_in_other_processes_while_a_ring_writer_overwrites(tmp_path, workers):
+    folder, stop, log = tmp_path / "ring", tmp_path / "stop", tmp_path / "writer.log"
+    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
+    writer = workers.start(writer_main, folder, stop, log)
+    results = {"sampler": tmp_path / "sampler.json", "view": tmp_path / "view.json"}
+    readers = [workers.start(sampler_reader, folder, stop, results["sampler"], 1),
+               workers.start(view_reader, folder, stop, results["view"], 2)]
+    wait_for_readers(workers, readers, results.values())
+    time.sleep(READ_SECONDS)
+    stop.touch()
+    for pid in readers + [writer]:
+        workers.finish(pid)
+    tallies = {name: Tally.load(path) for name, path in results.items()}
+    check_readers_exercised(tallies)
+    check_store(folder, [log], exited=True)  # what the writer logged is what the store holds
+    expect_only_good_rows(**tallies)
+
+
+# ---- b: several ring writers into shards, one reader across them ------------------------------------------------
+
+SHARDS = 3
+
+
+def test_a_shard_set_reader_while_several_ring_writers_overwrite(tmp_path, workers):
+    root, stop = tmp_path / "shards", tmp_path / "stop"
+    logs = [tmp_path / f"writer{k}.log" for k in range(SHARDS)]
+    writers = [workers.start(writer_main, shard_folder(root, k), stop, logs[k], k, True) for k in range(SHARDS)]
+    result = tmp_path / "reader.json"
+    reader = workers.start(shard_reader, root, SHARDS, stop, result, 3)
+    wait_for_readers(workers, [reader], [result])
+    time.sleep(READ_SECONDS)
+    stop.touch()
+    for pid in [reader] + writers:
+        workers.finish(pid)
+    tally = Tally.load(result)
+    check_readers_exercised({"shard reader": tally})
+    for k in range(SHARDS):
+        check_store(shard_folder(root, k), [logs[k]], shard=k, exited=True)
+    expect_only_good_rows(shard_reader=tally)
+
+
+# ---- c: a ring writer killed at random instants while readers read --------------------------------------------
+
+KILLS = 24
+
+
+def test_sigkill_a_ring_writer_at_random_instants_while_readers_read(tmp_path, workers):
+    """Kill a writer after a random number of commits plus a random fraction of a commit; after each kill the
+    folder reopens with every committed episode intact, and the next writer carries on from it."""
+    rng = np.random.default_rng(2024)
+    folder, stop = tmp_path / "ring", tmp_path / "stop"
+    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
+    results = {"sampler": tmp_path / "sampler.json", "view": tmp_path / "view.json"}
+    readers = [workers.start(sampler_reader, folder, stop, results["sampler"], 4),
+               workers.start(view_reader, folder, stop, results["view"], 5)]
+    next_id = 0
+    for trial in range(KILLS):
+        log = tmp_path / f"writer{trial}.log"
+        writer = workers.start(writer_main, folder, tmp_path / "never", log)
+        wait_for_commits(workers, writer, log, int(rng.integers(0, 40)))
+        time.sleep(float(rng.uniform(0, 0.002)))
+        workers.kill(writer)
+        opened, done = read_log(log)
+        assert opened in (None, next_id), f"trial {trial}: the writer opened at {opened}, after {next_id}"
+        logged = next_id if opened is None else opened + len(done)  # the next id by the writer's log
+        first, next_id = check_store(folder, [log] if opened is not None else [])
+        # the kill may land after a commit and before its log line, never later
+        assert next_id in ((logged,) if opened is None else (logged, logged + 1)), \
+            f"trial {trial}: the store's next id is {next_id}, the writer logged up to {logged - 1}"
+    with ReplayBuffer.from_folder(folder) as buffer:  # the last writer's lock is gone: write once more
+        rows = episode_rows(next_id)
+        buffer.store_episode(end="terminated", tag=next_id, **rows)
+    assert check_store(folder)[1] == next_id + 1
+    assert next_id - first >= 0 and first > 10 * RING["max_episodes"], "the ring must have wrapped"
+    stop.touch()
+    for pid in readers:
+        workers.finish(pid)
+    tallies = {name: Tally.load(path) for name, path in results.items()}
+    for name, tally in tallies.items():
+        assert tally.batches > 0, f"{name}: {tally}"
+    expect_only_good_rows(**tallies)
+
+
+# ---- deterministic reproductions (one process; a hook runs the writer at the instant that matters) -----------
+
+
+def write_episodes(buffer, count, shard=0):
+    """Commit ``count`` more episodes (ids continue from the store's)."""
+    for _ in range(count):
+        gid = shard << SHARD_BITS | buffer.episode_store.meta.state.next_episode
+        buffer.store_episode(end="terminated", tag=gid, **episode_rows(gid))
+
+
+def only_good(batch, shard_keys=False):
+    keys = batch["_key"].numpy()
+    shard = keys % SHARD_STRIDE if shard_keys else 0
+    ids, t = np.divmod(keys // SHARD_STRIDE if shard_keys else keys, MAX_T)
+    kind = classify(numpy_batch(batch), shard << SHARD_BITS | ids, t, batch["tag"].numpy())
+    return [KINDS[k] for k in kind if k]
+
+
+@pytest.fixture
+def ring(tmp_path):
+    """A ring writer holding 8 committed episodes, and a reader of the same folder."""
+    with ReplayBuffer(tmp_path / "ring", fields=FIELDS, meta_fields=META, **RING) as writer, \
+            ReplayBuffer.from_folder(tmp_path / "ring", read_only=True) as reader:
+        write_episodes(writer, 8)
+        reader.refresh()
+        yield writer, reader
+
+
+def test_a_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_again(ring):
+    """The seqlock check, deterministically: the writer evicts everything the reader drew while it gathers;
+    the view raises SampleExpiredError and the sampler's batch() draws again from the live episodes."""
+    writer, reader = ring
+    sampler = reader.sampler("uniform", seed=0)
+    view = sampler.view
+    gather, calls = view.gather, []
+
+    def gather_while_the_writer_evicts(episode, t):
+        batch = gather(episode, t)
+        calls.append(len(episode))
+        if len(calls) == 1:
+            write_episodes(writer, 12)
+        return batch
+
+    view.gather = gather_while_the_writer_evicts
+    batch = sampler.batch(64)
+    assert len(calls) == 2 and only_good(batch) == []
+    assert batch["_key"].numpy().min() // MAX_T >= reader.episode_store.meta.state.first_episode
+    view.gather = gather
+    write_episodes(writer, 12)
+    with pytest.raises(SampleExpiredError, match="evicted by the ring writer"):
+        view.__getitems__(np.arange(len(view)))  # a stale view over a plain index batch raises
+
+
+def test_a_commit_between_reading_meta_json_and_stamping_it_is_caught(ring):
+    """sampler.refresh(): the store reads meta.json, then the view stats it for its stamp. A writer that
+    commits evictions in between must not make the check pass on rows it overwrote."""
+    writer, reader = ring
+    sampler = reader.sampler("uniform", seed=0)
+    store = reader.episode_store
+    real_stamp, commits = store.meta_stamp, []
+
+    def stamp_after_a_commit():
+        if not commits:
+            commits.append(1)
+            write_episodes(writer, 12)  # lands between store.refresh() reading meta.json and the stamp
+        return real_stamp()
+
+    write_episodes(writer, 1)  # something new to refresh to
+    store.meta_stamp = stamp_after_a_commit
+    sampler.refresh()
+    assert commits
+    try:
+        batch = sampler.view.__getitems__(sampler.sample(256))
+    except SampleExpiredError:
+        return  # caught: fine
+    assert only_good(batch) == []
+
+
+def test_a_view_built_after_the_writer_moved_on_never_returns_overwritten_rows(ring):
+    """No hook at all: a reader opened (or refreshed) earlier builds a view after the writer evicted and
+    overwrote what the reader's meta.json said was live. Raising SampleExpiredError is fine; wrong rows are not."""
+    writer, reader = ring
+    write_episodes(writer, 12)
+    view = reader.dataset(timestep_level=True)
+    try:
+        batch = view.__getitems__(np.arange(len(view)))
+    except SampleExpiredError:
+        return
+    episode, t = view.positions.locate(np.arange(len(view)))
+    kind = classify(numpy_batch(batch), view.table.ids[episode], t, batch["tag"].numpy())
+    assert [KINDS[k] for k in kind if k] == []
+
+
+def test_a_check_that_learned_of_evictions_keeps_refusing_the_evicted_episodes(ring):
+    """No hook: a view over episodes the writer then evicts. A first batch of a live episode passes the check
+    (which notices meta.json changed and re-reads it); a second batch over the evicted, overwritten oldest
+    episode must raise SampleExpiredError, not return its rows because meta.json did not change again."""
+    writer, reader = ring
+    view = reader.dataset(timestep_level=True)
+    oldest = (view.table.start[0], view.table.start[0] + view.table.length[0])
+    while True:  # until a new episode overwrote rows of the view's oldest episode
+        write_episodes(writer, 1)
+        live = writer.episode_store.live_table()
+        if live.start[-1] < oldest[1] and oldest[0] < live.start[-1] + live.length[-1]:
+            break
+    assert view.table.ids[-1] in live.ids and view.table.ids[0] not in live.ids
+    episode, t = view.positions.locate(np.arange(len(view)))
+    newest = np.flatnonzero(episode == len(view.table) - 1)
+    batch = view.__getitems__(newest)  # live: passes, and the check has now read the new meta.json
+    assert classify(numpy_batch(batch), view.table.ids[episode[newest]], t[newest], batch["tag"].numpy()).max() == 0
+    first = np.flatnonzero(episode == 0)
+    try:
+        batch = view.__getitems__(first)
+    except SampleExpiredError:
+        return
+    kind = classify(numpy_batch(batch), view.table.ids[episode[first]], t[first], batch["tag"].numpy())
+    assert [KINDS[k] for k in kind if k] == []
+
+
+def test_meta_fields_are_read_before_the_eviction_check(ring):
+    writer, reader = ring
+    sampler = reader.sampler("uniform", seed=0)
+    view = sampler.view
+    check, commits = view._check_not_evicted, []
+
+    def evict_just_after_the_check(episode):
+        check(episode)
+        if not commits:
+            commits.append(1)
+            write_episodes(writer, 12)  # every slot the batch read now holds a newer episode
+
+    view._check_not_evicted = evict_just_after_the_check
+    batch = sampler.batch(64)
+    assert commits and only_good(batch) == []
+
+
+def test_a_sharded_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_again(tmp_path):
+    root = tmp_path / "shards"
+    with ReplayBuffer(shard_folder(root, 0), fields=FIELDS, meta_fields=META, **RING) as writer:
+        write_episodes(writer, 8)
+        shards = ShardSet(root)
+        sampler = shards.sampler("uniform", seed=0)
+        view = sampler.samplers[0].view
+        gather, calls = view.gather, []
+
+        def gather_while_the_writer_evicts(episode, t):
+            batch = gather(episode, t)
+            calls.append(len(episode))
+            if len(calls) == 1:
+                write_episodes(writer, 12)
+            return batch
+
+        view.gather = gather_while_the_writer_evicts
+        try:
+            batch = sampler.batch(64)  # as UniformSampler.batch: refresh and draw again
+            assert only_good(batch, shard_keys=True) == []
+        finally:
+            shards.close()
