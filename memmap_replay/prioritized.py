@@ -277,7 +277,7 @@ class PrioritizedSampler(ReplaySampler):
         return len(where)
 
     def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
-        keys = np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys)
+        keys = as_numpy(keys)
         if keys.dtype.kind not in "iu" or keys.ndim != 1:
             raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
         priorities = as_numpy(priorities)

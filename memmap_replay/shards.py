@@ -29,7 +29,7 @@ from .dataset import Sample, flag
 from .errors import InvalidDataError, SampleExpiredError, StoreNotFoundError
 from .format import META_FILE
 from .loader import BatchIndexSampler, ReplayDataLoader, make_dataset
-from .prioritized import PrioritizedSampler
+from .prioritized import PrioritizedSampler, as_numpy
 from .samplers import REDRAWS, ReplaySampler, batch_size_of
 from .sampling import make_sampler
 from .store import EpisodeStore
@@ -266,8 +266,7 @@ class ShardedSampler:
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Priorities for a sharded batch's ``_key`` (each shard's part goes to its sampler)."""
-        keys = np.asarray(keys.numpy() if hasattr(keys, "numpy") else keys)
-        priorities = np.asarray(priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities)
+        keys, priorities = as_numpy(keys), as_numpy(priorities)
         if keys.dtype.kind not in "iu" or keys.ndim != 1 or priorities.shape[:1] != keys.shape:
             raise InvalidDataError(f"keys must be a batch's '_key' and priorities one per key (got {keys.shape}, "
                                    f"{priorities.shape})")

@@ -7,36 +7,33 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 
-def test_write_benchmark_smoke(tmp_path):
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "write.py"), "--quick", "--no-seed", "--episodes", "3",
-                             "--folder", str(tmp_path)], capture_output=True, text=True, timeout=300)
+def smoke(tmp_path, script: str, *options: str, timeout: int = 600) -> str:
+    """Run a benchmark in its quick form with its scratch folder in tmp_path; its output, once it is removed."""
+    result = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick", *options, "--folder", str(tmp_path)],
+                            capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stderr
-    assert "store (per step)" in result.stdout and "store_episode" in result.stdout
     assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
+    return result.stdout
+
+
+def test_write_benchmark_smoke(tmp_path):
+    out = smoke(tmp_path, "write.py", "--no-seed", "--episodes", "3", timeout=300)
+    assert "store (per step)" in out and "store_episode" in out
 
 
 def test_read_benchmark_smoke(tmp_path):
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "read.py"), "--quick", "--no-seed", "--no-torchrl",
-                             "--no-workers", "--folder", str(tmp_path)], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert "same bytes: checked" in result.stdout and "x numpy" in result.stdout
-    assert list(tmp_path.iterdir()) == []
+    out = smoke(tmp_path, "read.py", "--no-seed", "--no-torchrl", "--no-workers")
+    assert "same bytes: checked" in out and "x numpy" in out
 
 
 def test_samplers_benchmark_smoke(tmp_path):
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "samplers.py"), "--quick", "--folder", str(tmp_path)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "same bytes: checked" in result.stdout and "x numpy" in result.stdout
-    assert "Sampler figures" in result.stdout and "sum tree" in result.stdout
-    assert list(tmp_path.iterdir()) == []
+    out = smoke(tmp_path, "samplers.py", timeout=300)
+    assert "same bytes: checked" in out and "x numpy" in out
+    assert "Sampler figures" in out and "sum tree" in out
 
 
 def test_stress_benchmark_smoke(tmp_path):
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "stress.py"), "--quick", "--folder", str(tmp_path)],
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert "Stress figures" in result.stdout and "reopened with every committed episode intact" in result.stdout
-    assert "4 actors / 0 actors" in result.stdout
-    assert "\nPASS: " in result.stdout or "\nFAIL: " in result.stdout  # the verdict is test_live.py's to assert
-    assert list(tmp_path.iterdir()) == []
+    out = smoke(tmp_path, "stress.py")
+    assert "Stress figures" in out and "reopened with every committed episode intact" in out
+    assert "4 actors / 0 actors" in out
+    assert "\nPASS: " in out or "\nFAIL: " in out  # the verdict is test_live.py's to assert

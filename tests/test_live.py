@@ -641,12 +641,8 @@ def ring(tmp_path):
         yield writer, reader
 
 
-def test_a_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_again(ring):
-    """The seqlock check, deterministically: the writer evicts everything the reader drew while it gathers;
-    the view raises SampleExpiredError and the sampler's batch() draws again from the live episodes."""
-    writer, reader = ring
-    sampler = reader.sampler("uniform", seed=0)
-    view = sampler.view
+def evict_during_the_first_gather(view, writer) -> list:
+    """Make the writer evict everything while ``view`` gathers its next batch; the sizes of the gathers made."""
     gather, calls = view.gather, []
 
     def gather_while_the_writer_evicts(episode, t):
@@ -657,6 +653,16 @@ def test_a_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_again(rin
         return batch
 
     view.gather = gather_while_the_writer_evicts
+    return calls
+
+
+def test_a_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_again(ring):
+    """The seqlock check, deterministically: the writer evicts everything the reader drew while it gathers;
+    the view raises SampleExpiredError and the sampler's batch() draws again from the live episodes."""
+    writer, reader = ring
+    sampler = reader.sampler("uniform", seed=0)
+    view = sampler.view
+    gather, calls = view.gather, evict_during_the_first_gather(view, writer)
     batch = sampler.batch(64)
     assert len(calls) == 2 and only_good(batch) == []
     assert batch["_key"].numpy().min() // MAX_T >= reader.episode_store.meta.state.first_episode
@@ -755,17 +761,7 @@ def test_a_sharded_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_a
         write_episodes(writer, 8)
         shards = ShardSet(root)
         sampler = shards.sampler("uniform", seed=0)
-        view = sampler.samplers[0].view
-        gather, calls = view.gather, []
-
-        def gather_while_the_writer_evicts(episode, t):
-            batch = gather(episode, t)
-            calls.append(len(episode))
-            if len(calls) == 1:
-                write_episodes(writer, 12)
-            return batch
-
-        view.gather = gather_while_the_writer_evicts
+        evict_during_the_first_gather(sampler.samplers[0].view, writer)
         try:
             batch = sampler.batch(64)  # as UniformSampler.batch: refresh and draw again
             assert only_good(batch, shard_keys=True) == []
