@@ -19,6 +19,7 @@ from .errors import EpisodeStateError, InvalidDataError, SchemaError
 from .format import Capacity
 from .schema import Schema
 from .store import EpisodeStore
+from .options import flag, integer
 from .update import plan_update
 from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
@@ -39,14 +40,11 @@ class EpisodeMeta(dict):
 
 def bool_option(value: Any, name: str) -> bool:
     """A True/False option of the buffer: anything else (e.g. 'no', 1) is an error, never truthy."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise SchemaError(f"{name} must be True or False (got {value!r})")
-    return bool(value)
+    return flag(value, name, error=SchemaError)
 
 
 def positive_int(value: Any, name: str) -> int:
-    if type(value) is not int or value < 1:
-        raise SchemaError(f"{name} must be a positive int (got {value!r})")
+    value = integer(value, name, low=1, error=SchemaError)
     if value >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
         raise SchemaError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
     return value

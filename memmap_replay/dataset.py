@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 from .errors import CorruptStoreError, InvalidDataError, SampleExpiredError
 from .index import EpisodeTable, Positions
 from .store import EpisodeStore
+from .options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 
 __all__ = ["StoreView", "ExplicitPositions", "Sample"]
 
@@ -102,13 +103,6 @@ class ExplicitPositions:
 
     def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.episode[items], self.t[items]
-
-
-def flag(value: Any, name: str) -> bool:
-    """A True/False option; anything else (a string, a number) is an error, never silently truthy."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidDataError(f"{name} must be True or False (got {value!r})")
-    return bool(value)
 
 
 def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:

@@ -113,7 +113,7 @@ def test_public_api_is_explicit():
     for name in memmap_replay.__all__:
         assert getattr(memmap_replay, name) is not None
     exported = {name for name in dir(memmap_replay) if not name.startswith("_")}
-    modules = {"buffer", "convert", "dataset", "errors", "format", "index", "loader", "lock", "schema", "store", "sumtree", "update", "samplers", "prioritized", "sampling", "her", "shards",
+    modules = {"buffer", "convert", "dataset", "errors", "format", "index", "loader", "lock", "schema", "store", "sumtree", "update", "samplers", "prioritized", "sampling", "her", "shards", "options",
                "tensors", "views", "writer", "verify", "cli"}
     # verify is a module and the function it exports (the function wins the package attribute)
     assert exported - (modules - set(memmap_replay.__all__)) == set(memmap_replay.__all__)
