@@ -1,0 +1,75 @@
+"""The command line: ``python -m memmap_replay COMMAND ...``, or the ``memmap-replay`` console script.
+
+Each command is a module of this package with a function ``add(subparsers)`` that declares its
+arguments and sets ``run``, a function of the parsed arguments returning the exit code;
+``COMMAND_MODULES`` lists them, so a new command is one more module and one more entry. Shared here:
+the exit codes and ``not_a_store`` (the message and exit code for a path that holds no store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from .. import __version__
+from ..format import FORMAT_VERSION
+
+__all__ = ["main", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "not_a_store"]
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}  the folder is a healthy store (warnings may be printed)
+  {EXIT_PROBLEMS}  problems found: the store is damaged
+  {EXIT_USAGE}  usage error, or the path is not a store (does not exist, is a file, holds no store files)"""
+
+
+def not_a_store(args: argparse.Namespace, message: str) -> int:
+    if args.json:
+        print(json.dumps({"folder": args.folder, "ok": False, "is_store": False, "error": message}, indent=2))
+    print(f"{args.prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+# one module per command, each with ``add(commands)``; the parser lists them in this order
+COMMAND_MODULES = ("info", "stats", "verify", "card", "checksum", "pack", "unpack", "import_", "export", "frames")
+
+
+def commands() -> list:
+    adders = []
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:  # a command still being written
+            if error.name != f"{__name__}.{name}":
+                raise
+            continue
+        adders.append(module.add)
+    return adders
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "memmap-replay",
+        description="Tools for memmap_replay store folders (a store is a folder of .npy files and meta.json).",
+        epilog=f"Run '%(prog)s COMMAND --help' for a command's options.\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (format {FORMAT_VERSION})")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for add in commands():
+        add(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run a command; returns the exit code (argparse itself exits with 2 on a usage error)."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args.prog = f"{parser.prog} {args.run.__name__.removeprefix('run_')}"
+    return args.run(args)

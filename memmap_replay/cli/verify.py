@@ -1,0 +1,51 @@
+"""``verify FOLDER``: check a store folder for damage (see ``memmap_replay.verify``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import NotAFolderError, StoreNotFoundError
+from ..verify import verify
+from . import EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, not_a_store
+
+VERIFY_HELP = f"""\
+Check a store folder against its meta.json and the on-disk format, without trusting either.
+
+What is checked: meta.json (present, valid JSON, format name and major version, schema, capacity and
+counters); every file of the layout (steps/, meta/, episodes/) is present, is a plain .npy (no
+pickled objects) with the dtype, row shape and row count meta.json says, and is as long as its
+header declares; the live episode table (each live slot holds its episode id, start, length, end
+code and final flag in range, rows within the stored rows, no two live episodes on the same row,
+write_head after the newest episode); the optional priorities/ files. Step data is not read.
+
+A problem is damage (readers refuse the store, or plain numpy cannot read a file). A warning is
+harmless: a stray file, a meta.json.tmp left by a crash, a damaged priorities/ file (sampler state,
+which a prioritized sampler starts afresh).
+
+{EXIT_CODES}
+
+examples:
+  %(prog)s replay_data
+  %(prog)s replay_data --json | jq .problems"""
+
+
+def add(commands) -> None:
+    parser = commands.add_parser("verify", help="check a store folder for damage", description=VERIFY_HELP,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the report as JSON: folder, ok, is_store, problems, warnings, checked")
+    parser.set_defaults(run=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    try:
+        report = verify(args.folder)
+    except (StoreNotFoundError, NotAFolderError) as error:
+        return not_a_store(args, str(error))
+    if not report.is_store:
+        return not_a_store(args, f"{args.folder} is not a memmap_replay store: it holds no meta.json, steps/, "
+                                 f"meta/ or episodes/")
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
