@@ -19,6 +19,7 @@ __all__ = [
     "StoreLockedError",
     "CorruptStoreError",
     "UnsupportedFormatError",
+    "MissingExtraError",
     "SampleExpiredError",
     "DiskFullError",
 ]
@@ -78,3 +79,7 @@ class SampleExpiredError(ReplayError, LookupError):
 
 class DiskFullError(ReplayError, OSError):
     """The device ran out of space (or quota) during a write; nothing half-written was committed."""
+
+
+class MissingExtraError(ReplayError, ImportError):
+    """An optional package a call needs is not installed; the message names the pip extra to install."""

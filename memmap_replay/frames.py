@@ -1,0 +1,462 @@
+"""Look at the episodes of an image field: a contact sheet (PNG) or a video (mp4 or GIF).
+
+``contact_sheet(folder, "obs", out="sheet.png")`` draws a grid of frames, one episode per row (a long
+episode wraps onto more rows), each frame labelled with its episode and step. ``write_video(folder,
+"obs", "episode.mp4", episode=-1)`` writes one episode as a video, reading it in chunks of about
+16 MB (bounded memory). Both take a folder, a ``ReplayBuffer`` or an ``EpisodeStore``; a folder is
+opened read-only (no writer lock, so this works while a writer appends).
+
+Episodes are numbered as ``get_all_data()`` returns them: 0 is the oldest live episode, -1 the newest.
+
+Images (``image_layout``): a step field of shape (H, W), (H, W, C) or (C, H, W) with C in 1, 3, 4, or a
+frame stack: (k, H, W), (k, H, W, C), (k, C, H, W), or (H, W, k) given as ``layout='HWK'``. From the
+shape alone: a last axis of 1, 3 or 4 is channels (HWC); else a first axis of 1 or 3 is channels (CHW);
+else the first axis is a stack of frames (so an Atari stack (4, 84, 84) is four frames, not RGBA).
+``layout=`` overrides the guess. A stack shows its last (newest) frame, or with ``stack='tile'`` all k
+frames side by side, oldest first. Alpha is dropped; grayscale is shown as gray.
+
+Values: uint8 as they are; bool as 0 / 255; floats as [0, 1] when every value shown is at most 1, else
+as [0, 255]; other integers as [0, 255]; ``value_range=(low, high)`` maps low..high to 0..255.
+Values outside are clipped and NaN shows as 0.
+
+Pillow writes PNG and GIF, imageio-ffmpeg writes mp4: ``pip install 'memmap-replay[video]'``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import format as fmt
+from .buffer import ReplayBuffer
+from .errors import InvalidDataError, MissingExtraError, SampleExpiredError
+from .options import choice, flag, integer, number
+from .store import EpisodeStore
+
+__all__ = ["contact_sheet", "write_video", "image_layout", "FramesWritten", "MissingExtraError", "LAYOUTS"]
+
+LAYOUTS = ("HW", "HWC", "CHW", "KHW", "HWK", "KHWC", "KCHW")
+STACK_MODES = ("last", "tile")
+VIDEO_SUFFIXES = (".mp4", ".gif")
+SHEET_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
+SHEET_EPISODES = 16            # episodes=None shows at most this many, spread from the oldest to the newest
+MAX_SHEET_PIXELS = 50_000_000  # below pillow's decompression-bomb limit (89 M pixels)
+MIN_SIDE = 64                  # scale=None enlarges frames (by whole pixels) to at least this
+MAX_SCALE = 16
+CHUNK_BYTES = 16 << 20         # a video reads (and converts) about this much memory's worth of rows at a time
+GAP, LABEL_HEIGHT = 2, 12
+BACKGROUND, LABEL_COLOUR = 24, (235, 235, 235)
+EXTRA = "pip install 'memmap-replay[video]'"
+
+
+def need(module: str, package: str, what: str):
+    """Import an optional package, or say which extra brings it."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        raise MissingExtraError(f"{what} needs the package {package}, which is not installed: {EXTRA}") from None
+
+
+@dataclass
+class FramesWritten:
+    """What ``contact_sheet`` or ``write_video`` made. ``tiles`` (sheets): one row per frame shown,
+    (episode, step, x, y) with (x, y) the top-left pixel of the frame itself (below its label)."""
+
+    path: Path | None
+    frames: int
+    width: int
+    height: int
+    episodes: tuple[int, ...]
+    fps: float | None = None
+    tiles: np.ndarray | None = field(default=None, repr=False)
+    image: np.ndarray | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict:
+        return {"path": None if self.path is None else str(self.path), "frames": self.frames, "width": self.width,
+                "height": self.height, "episodes": list(self.episodes), "fps": self.fps}
+
+
+# ---- images: layout, values, pixels ------------------------------------------------------------------
+
+
+def image_layout(shape: tuple[int, ...], layout: str | None = None, *, field: str = "field") -> str:
+    """The layout of a field of this shape per row (one of ``LAYOUTS``): ``layout`` checked, or guessed."""
+    shape = tuple(shape)
+    what = f"field {field!r} has shape {shape}"
+    if layout is not None:
+        choice(layout, "layout", LAYOUTS)
+        channels = shape[layout.index("C")] if "C" in layout and len(shape) == len(layout) else 1
+        if len(shape) != len(layout) or channels not in (1, 3, 4) or 0 in shape:
+            raise InvalidDataError(f"layout {layout!r} does not fit: {what}; {layout!r} needs {len(layout)} "
+                                   f"axes{', C in 1, 3, 4' if 'C' in layout else ''}, none of them 0")
+        return layout
+    guess, rgb = None, (1, 3, 4)
+    if 0 not in shape and len(shape) == 2:
+        guess = "HW"
+    elif 0 not in shape and len(shape) == 3:
+        guess = "HWC" if shape[2] in rgb else "CHW" if shape[0] in (1, 3) else "KHW"
+    elif 0 not in shape and len(shape) == 4:
+        guess = "KHWC" if shape[3] in rgb else "KCHW" if shape[1] in rgb else None
+    if guess is None:
+        raise InvalidDataError(
+            f"{what}, which is not an image: an image field has shape (H, W), (H, W, C) or (C, H, W) with C in "
+            f"1, 3, 4, or is a frame stack (k, H, W), (k, H, W, C) or (k, C, H, W); choose an image field, or "
+            f"pass layout= (one of {', '.join(LAYOUTS)})")
+    return guess
+
+
+@dataclass(frozen=True)
+class FrameFormat:
+    """How rows of one field become RGB frames (n, height, width, 3) of uint8."""
+
+    layout: str
+    stack: str
+    scale: int
+    height: int
+    width: int
+
+    @classmethod
+    def of(cls, spec, layout: str | None, stack: str, scale: int | None) -> "FrameFormat":
+        if spec.dtype.kind not in "biuf":
+            raise InvalidDataError(f"field {spec.name!r} has dtype {spec.dtype}, which is not an image: an image "
+                                   f"field is uint8, bool, an integer or a float")
+        layout = image_layout(spec.shape, layout, field=spec.name)
+        stack = choice(stack, "stack", STACK_MODES)
+        sizes = dict(zip(layout, spec.shape))
+        height, width = sizes["H"], sizes["W"] * (sizes.get("K", 1) if stack == "tile" else 1)
+        if scale is None:
+            scale = min(MAX_SCALE, max(1, math.ceil(MIN_SIDE / min(sizes["H"], sizes["W"]))))
+        scale = integer(scale, "scale", low=1, high=MAX_SCALE)
+        return cls(layout, stack, scale, height * scale, width * scale)
+
+    def pixels(self, rows: np.ndarray, value_range: tuple[float, float] | None) -> np.ndarray:
+        """Rows (n, *field_shape) as RGB frames (n, height, width, 3) uint8."""
+        frames = channels_last(rows, self.layout)
+        if frames.ndim == 5:  # a stack (n, k, H, W, C)
+            if self.stack == "last":
+                frames = frames[:, -1]
+            else:
+                n, k, h, w, c = frames.shape
+                frames = frames.transpose(0, 2, 1, 3, 4).reshape(n, h, k * w, c)
+        frames = to_uint8(frames[..., :3], value_range)  # alpha dropped
+        if frames.shape[-1] == 1:
+            frames = np.repeat(frames, 3, axis=-1)
+        if self.scale > 1:
+            frames = frames.repeat(self.scale, axis=1).repeat(self.scale, axis=2)
+        return np.ascontiguousarray(frames)
+
+
+def channels_last(rows: np.ndarray, layout: str) -> np.ndarray:
+    """(n, H, W, C) for a single frame, (n, k, H, W, C) for a stack: views, no copy."""
+    if layout in ("HW", "KHW"):
+        return rows[..., None]
+    if layout == "CHW":
+        return np.moveaxis(rows, 1, -1)
+    if layout == "HWK":
+        return np.moveaxis(rows, -1, 1)[..., None]
+    if layout == "KCHW":
+        return np.moveaxis(rows, 2, -1)
+    return rows  # HWC, KHWC
+
+
+def to_uint8(values: np.ndarray, value_range: tuple[float, float] | None) -> np.ndarray:
+    if value_range is None and values.dtype == np.uint8:
+        return values
+    if value_range is None and values.dtype == np.bool_:
+        return values.astype(np.uint8) * np.uint8(255)
+    low, high = value_range if value_range is not None else (0.0, 255.0)
+    scaled = (values.astype(np.float32) - np.float32(low)) * np.float32(255.0 / (high - low))
+    np.nan_to_num(scaled, copy=False, nan=0.0, posinf=255.0, neginf=0.0)
+    return np.rint(np.clip(scaled, 0.0, 255.0, out=scaled)).astype(np.uint8)
+
+
+def peak(rows: np.ndarray) -> float:
+    """The largest finite value (0 when there is none)."""
+    finite = rows[np.isfinite(rows)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+def resolve_range(dtype: np.dtype, value_range: Any, largest) -> tuple[float, float] | None:
+    """The value range shown as 0..255; ``largest()`` is asked only for float fields without one."""
+    if value_range is not None:
+        if not isinstance(value_range, (tuple, list)) or len(value_range) != 2:
+            raise InvalidDataError(f"value_range must be a pair (low, high) (got {value_range!r})")
+        low, high = number(value_range[0], "value_range low"), number(value_range[1], "value_range high")
+        if high <= low:
+            raise InvalidDataError(f"value_range must have high > low (got {value_range!r})")
+        return low, high
+    if dtype.kind == "f":
+        return (0.0, 1.0) if largest() <= 1.0 else (0.0, 255.0)
+    return None
+
+
+# ---- the store: opening, episodes, output paths ------------------------------------------------------
+
+
+@contextmanager
+def opened(source: Any) -> Iterator[EpisodeStore]:
+    """The store of a folder (opened read-only, closed after), a ReplayBuffer or an EpisodeStore."""
+    if isinstance(source, (ReplayBuffer, EpisodeStore)):
+        yield source.episode_store if isinstance(source, ReplayBuffer) else source
+    else:
+        store = EpisodeStore.open(source, "r")
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def image_field(store: EpisodeStore, name: Any):
+    fields = store.schema.fields
+    if not isinstance(name, str) or name not in fields:
+        meta = " (it is a per-episode meta field)" if name in store.schema.meta_fields else ""
+        raise InvalidDataError(f"field must be a step field of the store at {store.folder}{meta}: its step fields "
+                               f"are {sorted(fields)} (got {name!r})")
+    return fields[name]
+
+
+def pick_episodes(store: EpisodeStore, episodes: Any) -> list[int]:
+    """Positions in the live table (oldest first) of an int, a slice, or a sequence of ints and slices."""
+    count = store.num_episodes
+    if count == 0:
+        raise InvalidDataError(f"the store at {store.folder} holds no episodes: nothing to show")
+    if episodes is None:
+        if count <= SHEET_EPISODES:
+            return list(range(count))
+        return sorted(set(np.linspace(0, count - 1, SHEET_EPISODES).round().astype(int).tolist()))
+    items = episodes if isinstance(episodes, (list, tuple, range, np.ndarray)) else [episodes]
+    picked = []
+    for item in items:
+        if isinstance(item, slice):
+            picked.extend(range(count)[item])
+            continue
+        number = integer(item, "an episode", low=None)
+        if not -count <= number < count:
+            raise InvalidDataError(f"episode {number} is out of range: the store at {store.folder} holds {count} "
+                                   f"episodes, 0 (the oldest) to {count - 1}, or -1 (the newest) to {-count}")
+        picked.append(number % count)
+    if not picked:
+        raise InvalidDataError(f"episodes selects no episode (got {episodes!r}); the store holds {count}")
+    return picked
+
+
+def output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
+    """``out`` checked before anything is read: a known suffix, in an existing folder we may write."""
+    if not isinstance(out, (str, os.PathLike)) or not str(out):
+        raise InvalidDataError(f"out must be a file path ending in {', '.join(suffixes)} (got {out!r})")
+    path = Path(out)
+    if path.suffix.lower() not in suffixes:
+        raise InvalidDataError(f"{what} must be written to a file ending in {', '.join(suffixes)} (got {str(path)!r})")
+    parent = path.parent
+    if path.is_dir():
+        problem = "is a folder"
+    elif not parent.is_dir():
+        problem = f"is in {parent}, which {'is not a folder' if parent.exists() else 'does not exist'}"
+    elif not os.access(parent, os.W_OK):
+        problem = f"is in {parent}, which this user may not write"
+    else:
+        return path
+    raise InvalidDataError(f"cannot write {what} to {path}: the path {problem}; choose another output path")
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` (same suffix) that replaces it on success, else is removed."""
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def check_still_live(store: EpisodeStore, ids: np.ndarray) -> None:
+    """A ring writer may evict episodes while they are read: refuse frames read from an evicted one."""
+    if store.capacity.circular and len(ids) and fmt.read_meta(store.folder).state.first_episode > ids.min():
+        raise SampleExpiredError(f"episode id {int(ids.min())} was evicted by the ring writer of {store.folder} "
+                                 f"while its frames were read; run again to show live episodes")
+
+
+def progress_bar(total: int, unit: str, enabled: bool):
+    from tqdm.auto import tqdm
+    return tqdm(total=total, unit=unit, disable=not enabled, file=sys.stderr, leave=False)
+
+
+# ---- contact sheets ----------------------------------------------------------------------------------
+
+
+def contact_sheet(source: Any, field: str, *, episodes: Any = None, every: int | None = None, columns: int = 8,
+                  out: str | os.PathLike | None = None, layout: str | None = None, stack: str = "last",
+                  scale: int | None = None, value_range: Any = None, labels: bool = True,
+                  progress: bool = False) -> FramesWritten:
+    """A grid of frames of an image field: each episode starts a row, showing steps 0, every, 2 every, ...
+    (``every=None``: spaced so one episode fills one row of ``columns``), wrapping after ``columns``.
+
+    ``episodes``: an index, a slice, or a list of indices and slices (0 the oldest, -1 the newest);
+    None: all, or 16 spread from the oldest to the newest when there are more. ``out``: a file path
+    (.png, or another image suffix pillow writes), written atomically; None: only ``image``, the pixels
+    (height, width, 3) uint8, is returned. ``labels`` draws 'ep E t T' above each frame (pillow).
+    """
+    columns = integer(columns, "columns", low=1, high=1000)
+    every = None if every is None else integer(every, "every", low=1)
+    path = None if out is None else output_path(out, tuple(SHEET_FORMATS), "a contact sheet")
+    if flag(labels, "labels") or path is not None:
+        need("PIL.Image", "pillow", "a contact sheet")  # said before anything is read
+    with opened(source) as store:
+        spec = image_field(store, field)
+        form = FrameFormat.of(spec, layout, stack, scale)
+        table = store.live_table()
+        picked = pick_episodes(store, episodes)
+        steps = [np.arange(0, table.length[p], every or max(1, math.ceil(table.length[p] / columns)))
+                 for p in picked]
+        label_height = LABEL_HEIGHT if labels else 0
+        tiles = sheet_tiles(picked, steps, columns, form, label_height)
+        width, height = sheet_size(tiles, min(columns, max(map(len, steps))), form, label_height)
+        array, raw = store.step_array(spec.name), []
+        with progress_bar(len(steps), "episode", progress) as bar:
+            for start, t in zip(table.start[picked], steps):  # one gather per episode
+                raw.append(array[start + t])
+                bar.update(1)
+        check_still_live(store, table.ids[picked])
+    value_range = resolve_range(spec.dtype, value_range, lambda: max(peak(rows) for rows in raw))
+    canvas = np.full((height, width, 3), BACKGROUND, np.uint8)
+    placed = 0
+    for rows in raw:  # one episode at a time: its pixels, then into the canvas
+        for frame, (episode, t, x, y) in zip(form.pixels(rows, value_range), tiles[placed:placed + len(rows)]):
+            canvas[y:y + form.height, x:x + form.width] = frame
+            if labels:
+                canvas[y - LABEL_HEIGHT:y, x:x + form.width] = label_strip(f"ep {episode}  t {t}", form.width)
+        placed += len(rows)
+    if path is not None:
+        save_image(canvas, path)
+    return FramesWritten(path, len(tiles), width, height, tuple(picked), tiles=tiles, image=canvas)
+
+
+def sheet_tiles(picked: list[int], steps: list[np.ndarray], columns: int, form: FrameFormat,
+                label_height: int) -> np.ndarray:
+    """(episode, t, x, y) per frame: each episode starts a new row of the grid."""
+    counts = [len(s) for s in steps]
+    first_row = np.cumsum([0] + [max(1, math.ceil(n / columns)) for n in counts[:-1]])
+    episode, t = np.repeat(picked, counts), np.concatenate(steps)
+    order = np.concatenate([np.arange(n) for n in counts])
+    row = np.repeat(first_row, counts) + order // columns
+    x = GAP + (order % columns) * (form.width + GAP)
+    y = GAP + row * (form.height + label_height + GAP) + label_height
+    return np.stack([episode, t, x, y], axis=1).astype(np.int64)
+
+
+def sheet_size(tiles: np.ndarray, columns: int, form: FrameFormat, label_height: int) -> tuple[int, int]:
+    """(width, height) of a sheet ``columns`` frames wide; refused when it would be too large."""
+    if not len(tiles):
+        raise InvalidDataError("the episodes chosen have no steps: nothing to show")
+    width = GAP + columns * (form.width + GAP)
+    height = int(tiles[:, 3].max()) + form.height + GAP
+    if width * height > MAX_SHEET_PIXELS:
+        raise InvalidDataError(
+            f"the contact sheet would be {width} x {height} pixels ({len(tiles)} frames), more than "
+            f"{MAX_SHEET_PIXELS:,}; choose fewer episodes, a larger every, or a smaller scale")
+    return width, height
+
+
+def label_strip(text: str, width: int) -> np.ndarray:
+    image = need("PIL.Image", "pillow", "labels")
+    draw = need("PIL.ImageDraw", "pillow", "labels")
+    strip = image.new("RGB", (width, LABEL_HEIGHT), (BACKGROUND,) * 3)
+    draw.Draw(strip).text((1, 0), text, fill=LABEL_COLOUR)
+    return np.asarray(strip)
+
+
+def save_image(pixels: np.ndarray, path: Path) -> None:
+    image = need("PIL.Image", "pillow", "a contact sheet")
+    with replacing(path) as temporary:
+        image.fromarray(pixels).save(temporary, format=SHEET_FORMATS[path.suffix.lower()])
+
+
+# ---- videos ------------------------------------------------------------------------------------------
+
+
+def write_video(source: Any, field: str, out: str | os.PathLike, *, episode: int = 0, fps: float = 30,
+                layout: str | None = None, stack: str = "last", scale: int | None = None,
+                value_range: Any = None, progress: bool = False) -> FramesWritten:
+    """One episode of an image field as a video: ``out`` ending in .mp4 (H.264, imageio-ffmpeg; odd sizes
+    are padded by one black pixel) or .gif (pillow; a looping GIF whose delays are whole hundredths of a
+    second, identical consecutive frames merged into one longer frame). ``episode``: 0 the oldest, -1
+    the newest. The episode is read and encoded in chunks; a GIF keeps its frames in memory as palette
+    images (one byte a pixel) until it is written. The file is replaced atomically when it is complete."""
+    path = output_path(out, VIDEO_SUFFIXES, "a video")
+    fps = number(fps, "fps", low=0, high=1000, low_open=True)
+    encode = video_encoder(path)  # a missing package is said before anything is read
+    with opened(source) as store:
+        spec = image_field(store, field)
+        form = FrameFormat.of(spec, layout, stack, scale)
+        table = store.live_table()
+        position = pick_episodes(store, [episode])[0]
+        start, stop = int(table.start[position]), int(table.start[position] + table.length[position])
+        if stop <= start:
+            raise InvalidDataError(f"episode {position} of the store at {store.folder} has no steps: nothing to show")
+        array = store.step_array(spec.name)
+        chunk = chunk_rows(spec, form)
+        value_range = resolve_range(spec.dtype, value_range,
+                                    lambda: max(peak(array[at:min(at + chunk, stop)]) for at in range(start, stop, chunk)))
+
+        def frames() -> Iterator[np.ndarray]:
+            with progress_bar(stop - start, "frame", progress) as bar:
+                for at in range(start, stop, chunk):
+                    rows = array[at:min(at + chunk, stop)]
+                    yield form.pixels(rows, value_range)
+                    bar.update(len(rows))
+
+        with replacing(path) as temporary:
+            width, height = encode(temporary, frames(), fps, (form.width, form.height))
+            check_still_live(store, table.ids[[position]])
+    return FramesWritten(path, stop - start, width, height, (position,), fps=fps)
+
+
+def chunk_rows(spec, form: FrameFormat) -> int:
+    """Rows a video reads at a time: about CHUNK_BYTES of memory for a row's stored bytes, its float32
+    copy while converted and its enlarged RGB pixels (twice: ``repeat`` makes one copy per axis)."""
+    return max(1, CHUNK_BYTES // (spec.row_nbytes + 4 * math.prod(spec.shape) + 6 * form.height * form.width))
+
+
+def video_encoder(path: Path):
+    """The function writing ``path``'s kind of video, once the packages it needs are known to be there."""
+    if path.suffix.lower() == ".gif":
+        need("PIL.Image", "pillow", "writing a GIF")
+        return write_gif
+    need("imageio_ffmpeg", "imageio-ffmpeg", "writing an mp4")
+    return write_mp4
+
+
+def write_mp4(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> tuple[int, int]:
+    """Send each chunk of frames to ffmpeg in one write; returns the video's (width, height)."""
+    ffmpeg = need("imageio_ffmpeg", "imageio-ffmpeg", "writing an mp4")
+    width, height = size[0] + size[0] % 2, size[1] + size[1] % 2  # H.264 in yuv420p needs even sizes
+    pad = ((0, 0), (0, height - size[1]), (0, width - size[0]), (0, 0))
+    writer = ffmpeg.write_frames(str(path), (width, height), fps=fps, codec="libx264", pix_fmt_out="yuv420p",
+                                 macro_block_size=1, ffmpeg_log_level="error")
+    writer.send(None)
+    try:
+        for frames in chunks:
+            writer.send(np.ascontiguousarray(np.pad(frames, pad)) if (width, height) != size else frames)
+    finally:
+        writer.close()
+    return width, height
+
+
+def write_gif(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> tuple[int, int]:
+    image = need("PIL.Image", "pillow", "writing a GIF")
+    # a palette per frame by fast octree: 40 times faster than pillow's default median cut, as exact
+    # (up to 256 colours a frame are kept exactly)
+    pictures = (image.fromarray(frame).quantize(256, method=image.Quantize.FASTOCTREE, dither=image.Dither.NONE)
+                for frames in chunks for frame in frames)
+    first = next(pictures)
+    first.save(path, format="GIF", save_all=True, append_images=pictures, duration=max(10, round(1000 / fps)),
+               loop=0)
+    return size
