@@ -366,9 +366,11 @@ class ReplayBuffer:
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,
                      device: Any = None) -> dict:
         """Every live episode as torch tensors, padded to the longest: step fields (N, T_max, ...), meta
-        fields (N, ...), and ``episode_lens`` (N,). Oldest episode first."""
+        fields (N, ...), and ``episode_lens`` (N,). Oldest episode first. ``fields`` and ``meta_fields`` take
+        a name or a tuple of names; with only one of them given, the other selects nothing."""
         from .tensors import padded_episodes
 
         if fields is None and meta_fields is None:
             fields, meta_fields = self.fieldnames, self.meta_fieldnames + ("episode_lens",)
-        return padded_episodes(self._store, tuple(fields or ()), tuple(meta_fields or ()), device)
+        return padded_episodes(self._store, () if fields is None else fields, () if meta_fields is None else meta_fields,
+                               device)

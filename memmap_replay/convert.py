@@ -149,10 +149,15 @@ def coerce(spec: FieldSpec, value: Any, lead: tuple[int, ...] = (), *, kind: str
 
 def validate_index(value, size: int, what: str) -> np.ndarray:
     """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
+        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
     if array.dtype.kind not in "iu" or array.ndim > 1:
         raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
-    array = np.atleast_1d(array).astype(np.int64)
-    if array.size and (array.min() < 0 or array.max() >= size):
-        raise InvalidDataError(f"{what} must be in [0, {size}) (got {array.min()}..{array.max()})")
-    return array
+    array = np.atleast_1d(array)
+    if array.size:
+        low, high = array.min(), array.max()  # in the given dtype: a uint64 beyond int64 must not wrap
+        if low < 0 or high >= size:
+            raise InvalidDataError(f"{what} must be in [0, {size}) (got {low}..{high})")
+    return array.astype(np.int64)

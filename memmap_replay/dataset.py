@@ -21,6 +21,7 @@ from .errors import CorruptStoreError, InvalidDataError, SampleExpiredError
 from .index import EpisodeTable, Positions
 from .store import EpisodeStore
 from .options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
+from .options import names as option_names, short
 
 __all__ = ["StoreView", "ExplicitPositions", "Sample"]
 
@@ -106,15 +107,33 @@ class ExplicitPositions:
 
 
 def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
-    if isinstance(names, str):
-        names = (names,)
-    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
-        raise InvalidDataError(f"{what}s must be a name or a tuple of names (got {names!r})")
-    names = tuple(names)
+    names = option_names(names, f"{what}s")
     unknown = [name for name in names if name not in known]
     if unknown:
         raise InvalidDataError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
     return names
+
+
+def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
+    """A ``filter_meta`` / ``filter_fields`` dict of known names (None: no filter); True if it filters."""
+    if filters is None:
+        return False
+    if not isinstance(filters, Mapping):  # never 0, '' or [] as 'no filter', never an array's truth value
+        raise InvalidDataError(f"{option} must be a dict of {what} -> value, e.g. {{'name': 1}} (got {short(filters)})")
+    for name in filters:
+        if not isinstance(name, str):
+            raise InvalidDataError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
+    unknown = [name for name in filters if name not in known]
+    if unknown:
+        raise InvalidDataError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+    return bool(filters)
+
+
+def describe(value: Any) -> str:
+    """An array by its dtype and shape, anything else by its (short) repr."""
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return short(value)
 
 
 class StoreView(Dataset):
@@ -123,6 +142,10 @@ class StoreView(Dataset):
     def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
                  filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
                  return_indices: bool = False):
+        if not isinstance(store, EpisodeStore):
+            fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
+                   else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
+            raise InvalidDataError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
         self.folder = store.folder
         self.store_id = store.meta.store_id
         schema = store.schema
@@ -231,6 +254,15 @@ class StoreView(Dataset):
     def sample_batch(self, sample: "Sample") -> dict[str, torch.Tensor]:
         """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
         is live, whatever this view's snapshot; a view that does not know an episode yet refreshes."""
+        keys, weights = sample.keys, sample.weights
+        # what a sampler draws: cheap checks (one dtype / shape check each, one min below)
+        if not isinstance(keys, np.ndarray) or keys.dtype.kind != "i" or keys.ndim != 1:
+            raise InvalidDataError(f"a Sample's keys must be a 1-d int64 array, as samplers draw them (got "
+                                   f"{describe(keys)}); draw from a sampler over this view")
+        if weights is not None and (not isinstance(weights, np.ndarray) or weights.dtype.kind != "f"
+                                    or weights.shape != keys.shape):
+            raise InvalidDataError(f"a Sample's weights must be None or a float array of one weight per key, shape "
+                                   f"{keys.shape} (got {describe(weights)})")
         store = self._store
         if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
             self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
@@ -238,32 +270,45 @@ class StoreView(Dataset):
         if hint is not None and hint[0] is self.table:
             episode, t = hint[1], hint[2]
         else:
-            ids, t = np.divmod(sample.keys, self.key_stride)
+            if len(keys) and keys.min() < 0:
+                raise InvalidDataError(f"a Sample's keys must be >= 0 (episode id * {self.key_stride} + t) (got "
+                                       f"{int(keys.min())}); draw from a sampler over this view")
+            ids, t = np.divmod(keys, self.key_stride)
             episode = self.episodes_of(ids)
         if episode is None:
             self.refresh()
             episode = self.episodes_of(ids)
         if episode is None:
-            first = self.store.meta.state.first_episode
-            gone = ids[ids < first]
-            if not len(gone):
-                raise InvalidDataError(f"the sample names episodes {sorted(set(ids.tolist()) - set(self.table.ids.tolist()))} "
-                                       f"that this view does not hold (its filter_meta leaves them out); draw from "
-                                       f"a sampler over this view")
+            self._missing_episodes(ids)
+        if hint is None or hint[0] is not self.table:
+            counts = getattr(self.positions, "counts", None)
+            if counts is not None and (t >= counts[episode]).any():
+                raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
+                                       "kind of view?); draw from a sampler over this view")
+        batch = self.assemble(episode, t)
+        batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
+        if weights is not None:
+            batch["_weight"] = torch.from_numpy(weights)
+        return batch
+
+    def _missing_episodes(self, ids: np.ndarray) -> None:
+        """Raise for a sample's episode ids that this view (refreshed) does not hold: why, and what to do."""
+        state = self.store.meta.state
+        never = ids[ids >= state.next_episode]
+        if len(never):
+            raise InvalidDataError(
+                f"the sample names episode {int(never[0])}, which was never in the buffer (its episode ids so far are "
+                f"below {state.next_episode}): keys of another store? draw from a sampler over this view"
+            )
+        gone = ids[ids < state.first_episode]
+        if len(gone):
             raise SampleExpiredError(
                 f"the sample refers to episode {int(gone[0])}, which is no longer in the buffer (the ring evicted "
                 f"it since the draw); draw again"
             )
-        if hint is None or hint[0] is not self.table:
-            counts = getattr(self.positions, "counts", None)
-            if (t < 0).any() or (counts is not None and (t >= counts[episode]).any()):
-                raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
-                                       "kind of view?); draw from a sampler over this view")
-        batch = self.assemble(episode, t)
-        batch["_key"] = torch.from_numpy(np.ascontiguousarray(sample.keys))
-        if sample.weights is not None:
-            batch["_weight"] = torch.from_numpy(sample.weights)
-        return batch
+        raise InvalidDataError(f"the sample names episodes {sorted(set(ids.tolist()) - set(self.table.ids.tolist()))} "
+                               f"that this view does not hold (its filter_meta leaves them out); draw from a sampler "
+                               f"over this view")
 
     def _check_not_evicted(self, episode: np.ndarray) -> None:
         """After a gather from a ring: raise if the writer (another process or thread) evicted any of the
@@ -288,21 +333,27 @@ class StoreView(Dataset):
         return self.table.positions_of(ids)
 
     def checked(self, items: Any) -> np.ndarray:
-        raw = np.asarray(items)
-        if raw.size and raw.dtype.kind not in "iu":  # 0.5 or True must not quietly name an item
-            raise IndexError(f"item indices must be ints (got {raw.dtype}: {raw.flat[0]!r})")
-        if raw.dtype.kind == "u" and raw.size and raw.max() > np.iinfo(np.int64).max:
-            raise IndexError(f"item indices must be below 2**63 (got {raw.max()})")
-        items = raw.astype(np.int64)
+        """Item numbers as a 1-d int64 array in [0, len) (negative ones count from the end): a dtype check
+        and one min/max."""
+        try:
+            raw = items if isinstance(items, np.ndarray) else np.asarray(items)
+        except (ValueError, TypeError, OverflowError):  # ragged lists, ...
+            raise IndexError(f"item indices must be a 1-d array of ints (got {short(items)})") from None
         size = len(self)
-        if items.ndim != 1:
-            raise IndexError(f"item indices must be a 1-d array (got shape {items.shape})")
-        if items.size:
-            low, high = items.min(), items.max()
-            if low < -size or high >= size:
-                raise IndexError(f"item indices must be in [0, {size}) (got {low}..{high})")
-            if low < 0:
-                items = np.where(items < 0, items + size, items)
+        if raw.size and raw.dtype.kind not in "iu":  # 0.5 or True must not quietly name an item
+            if raw.dtype.kind == "O" and all(type(item) is int for item in raw.flat):  # ints beyond 64 bits
+                raise IndexError(f"item indices must be in [0, {size}) (got {min(raw.flat)}..{max(raw.flat)})")
+            raise IndexError(f"item indices must be ints (got {raw.dtype}: {short(raw.flat[0])})")
+        if raw.ndim != 1:
+            raise IndexError(f"item indices must be a 1-d array (got shape {raw.shape})")
+        if not raw.size:
+            return np.zeros(0, dtype=np.int64)
+        low, high = raw.min(), raw.max()
+        if low < -size or high >= size:  # before the cast: uint64 values >= 2**63 must not wrap
+            raise IndexError(f"item indices must be in [0, {size}) (got {low}..{high})")
+        items = raw.astype(np.int64)
+        if low < 0:
+            items = np.where(items < 0, items + size, items)
         return items
 
     def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
@@ -322,9 +373,12 @@ class StoreView(Dataset):
         return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        if not isinstance(item, (int, np.integer)):
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
             raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
-        return {name: value[0] for name, value in self.__getitems__([int(item)]).items()}
+        item, size = int(item), len(self)
+        if not -size <= item < size:  # here, in Python ints: 2**63 and beyond must not overflow numpy
+            raise IndexError(f"item indices must be in [0, {size}) (got {item})")
+        return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         raise NotImplementedError
@@ -348,19 +402,20 @@ class StoreView(Dataset):
 
 def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
     """The live episodes whose meta values equal every value of ``filter_meta``."""
+    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
+        return store.live_table()
     table = store.live_table()
-    if not filter_meta:
-        return table
-    if not isinstance(filter_meta, Mapping):
-        raise InvalidDataError(f"filter_meta must be a dict of meta field -> value (got {filter_meta!r})")
     keep = np.ones(len(table), dtype=bool)
-    for name in check_names(tuple(filter_meta), store.schema.meta_fields, "meta field"):
-        values = store.meta_array(name)[table.slots]
-        wanted = np.asarray(filter_meta[name])
+    for name in filter_meta:
         spec = store.schema.meta_fields[name]
+        try:
+            wanted = np.asarray(filter_meta[name])
+        except (ValueError, TypeError):  # a ragged list, ...
+            wanted = np.asarray(None)
         if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
             raise InvalidDataError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
-                                   f"(got {filter_meta[name]!r})")
+                                   f"(got {short(filter_meta[name])})")
+        values = store.meta_array(name)[table.slots]
         equal = values == wanted
         keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
     return table.select(keep)

@@ -28,26 +28,40 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .convert import as_array, cast, is_tensor
 from .errors import InvalidDataError
+from .options import choice, seed_option, short
+from .samplers import bounded
 from .views import NStepView
 
 __all__ = ["HindsightView", "STRATEGIES"]
 
 STRATEGIES = ("future", "final", "episode")
+NEEDED = "; hindsight needs goal_field=, achieved_field= and reward_fn=, e.g. dict(goal_field='goal', " \
+         "achieved_field='achieved', reward_fn=f)"
 
 
 class HindsightView(NStepView):
     """One-step transitions with hindsight goal relabelling (see the module docstring)."""
 
-    def __init__(self, store, *, goal_field: str, achieved_field: str, reward_fn: Callable[[np.ndarray, np.ndarray], Any],
-                 strategy: str = "future", relabel_ratio: float = 0.8, seed: int = 0, n_steps: int = 1, **options: Any):
-        if n_steps != 1:
-            raise InvalidDataError(f"hindsight relabelling works on one-step transitions: n_steps must be 1 (got {n_steps!r})")
+    def __init__(self, store, *, goal_field: str | None = None, achieved_field: str | None = None,
+                 reward_fn: Callable[[np.ndarray, np.ndarray], Any] | None = None, strategy: str = "future",
+                 relabel_ratio: float = 0.8, seed: int = 0, n_steps: int = 1, **options: Any):
+        if isinstance(n_steps, (bool, np.bool_)) or not isinstance(n_steps, (int, np.integer)) or n_steps != 1:
+            raise InvalidDataError(f"hindsight relabelling works on one-step transitions: n_steps must be 1 "
+                                   f"(got {short(n_steps)})")
+        if not callable(reward_fn):
+            raise InvalidDataError(f"reward_fn must be a function (achieved_goal, desired_goal) -> rewards "
+                                   f"(got {short(reward_fn)}){NEEDED if reward_fn is None else ''}")
+        strategy = choice(strategy, "strategy", STRATEGIES)
+        relabel_ratio = bounded(relabel_ratio, "relabel_ratio", 0, 1)
+        seed = seed_option(seed, optional=False)
         super().__init__(store, 1, **options)
         fields = store.schema.fields
         for name, value in (("goal_field", goal_field), ("achieved_field", achieved_field)):
-            if value not in fields:
-                raise InvalidDataError(f"{name}={value!r} is not a step field; the fields are {sorted(fields)}")
+            if not isinstance(value, str) or value not in fields:
+                raise InvalidDataError(f"{name}={short(value)} is not a step field; the fields are {sorted(fields)}"
+                                       f"{NEEDED if value is None else ''}")
         if fields[goal_field].shape != fields[achieved_field].shape:
             raise InvalidDataError(f"goal_field {goal_field!r} {fields[goal_field].shape} and achieved_field "
                                    f"{achieved_field!r} {fields[achieved_field].shape} must have the same shape")
@@ -57,17 +71,8 @@ class HindsightView(NStepView):
         if missing:
             raise InvalidDataError(f"hindsight relabelling needs the {', '.join(missing)} in the batch; add it to "
                                    f"current_fields / next_fields (or leave them unset: all fields)")
-        if not callable(reward_fn):
-            raise InvalidDataError(f"reward_fn must be a function (achieved_goal, desired_goal) -> rewards (got {reward_fn!r})")
-        if strategy not in STRATEGIES:
-            raise InvalidDataError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
-        if isinstance(relabel_ratio, (bool, np.bool_)) or not isinstance(relabel_ratio, (int, float, np.integer, np.floating)) \
-                or not 0.0 <= float(relabel_ratio) <= 1.0:
-            raise InvalidDataError(f"relabel_ratio must be a number in [0, 1] (got {relabel_ratio!r})")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise InvalidDataError(f"seed must be an int >= 0 (got {seed!r})")
         self.goal_field, self.achieved_field, self.reward_fn = goal_field, achieved_field, reward_fn
-        self.strategy, self.relabel_ratio, self.seed = strategy, float(relabel_ratio), int(seed)
+        self.strategy, self.relabel_ratio, self.seed = strategy, relabel_ratio, seed
         self.check_outputs()
 
     def output_names(self) -> list[str]:
@@ -102,13 +107,27 @@ class HindsightView(NStepView):
         if next_goal is not None:
             next_goal.numpy()[chosen] = goal
         achieved = batch[f"next_{self.achieved_field}"].numpy()[chosen]
-        rewards = np.asarray(self.reward_fn(achieved, goal))
-        if rewards.shape != (len(chosen),) or rewards.dtype.kind not in "biuf":
-            raise InvalidDataError(f"reward_fn must return {len(chosen)} numbers, one per row, for a batch of "
-                                   f"{len(chosen)} goals (got {rewards.dtype} {rewards.shape})")
+        rewards = self._rewards(self.reward_fn(achieved, goal), len(chosen))
         batch[self.reward_field].numpy()[chosen] = rewards
         if "n_step_return" in batch:  # one step: the return is the reward
             batch["n_step_return"].numpy()[chosen] = rewards
         chunk = batch.get(f"seq_{self.reward_field}")
         if chunk is not None:
             chunk.numpy()[chosen, 0] = rewards
+
+    def _rewards(self, result: Any, count: int) -> np.ndarray:
+        """``reward_fn``'s result as ``count`` values of the reward field's dtype, or InvalidDataError: a
+        tensor (with or without grad, on any device) or anything numpy takes, cast only without loss."""
+        label = f"the reward_fn result for field {self.reward_field!r}"
+        wanted = f"reward_fn must return {count} numbers, one per row, for a batch of {count} goals"
+        if is_tensor(result):  # with or without grad, on any device (bfloat16 refused with a hint)
+            rewards = as_array(result, label)
+        else:
+            try:
+                rewards = np.asarray(result)
+            except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
+                raise InvalidDataError(f"{wanted} (got a {type(result).__name__} numpy cannot read as an array: "
+                                       f"{error})") from None
+        if rewards.shape != (count,) or rewards.dtype.kind not in "biuf":
+            raise InvalidDataError(f"{wanted} (got {rewards.dtype} {rewards.shape})")
+        return cast(self.store.schema.fields[self.reward_field], rewards, label)

@@ -9,17 +9,20 @@ under every start method.
 from __future__ import annotations
 
 import inspect
+import keyword
 from collections import namedtuple
 from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .errors import InvalidDataError
 from .store import EpisodeStore
 from .dataset import StoreView, flag
 from .her import HindsightView
+from .options import INT64_MAX, integer, short
+from .tensors import device_option
 from .views import NStepView, TimestepView, TrajectoryView, WindowView
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
@@ -38,13 +41,14 @@ class BatchIndexSampler(Sampler):
 
     def __init__(self, size: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
                  seed: int | None = None, generator: torch.Generator | None = None):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise InvalidDataError(f"batch_size must be a positive int (got {batch_size!r})")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise InvalidDataError(f"seed must be an int or None (got {seed!r})")
-        self.size, self.batch_size = int(size), int(batch_size)
-        self.shuffle, self.drop_last, self.seed = flag(shuffle, "shuffle"), flag(drop_last, "drop_last"), seed
-        self.generator = generator
+        self.shuffle, self.drop_last = flag(shuffle, "shuffle"), flag(drop_last, "drop_last")
+        # any int: its low 63 bits seed the permutations
+        if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
+            raise InvalidDataError(f"seed must be an int or None (got {short(seed)})")
+        self.seed = None if seed is None else int(seed)
+        self.generator = generator_option(generator)
+        self.batch_size = integer(batch_size, "batch_size", low=1)
+        self.size = item_count(size, "size")
         self.epoch = 0
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -97,6 +101,35 @@ class LazyPermutation:
         return out.astype(np.int64)
 
 
+def item_count(value: Any, name: str) -> int:
+    """A number of items: an int in [0, 2**63 - 1] (so that ``len()`` of a sampler over them works)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value > INT64_MAX:
+        raise InvalidDataError(f"{name} must be an int in [0, {INT64_MAX}] (got {value})")
+    return integer(value, name, low=0)
+
+
+def generator_option(value: Any) -> torch.Generator | None:
+    if value is not None and not isinstance(value, torch.Generator):
+        raise InvalidDataError(f"generator must be a torch.Generator or None (got {short(value)})")
+    return value
+
+
+def named_tuple_option(value: Any) -> tuple[str, ...] | None:
+    """``to_named_tuple``: batch names (leading underscores are dropped in the tuple's field names)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
+        raise InvalidDataError(f"to_named_tuple must be a tuple of names (got {short(value)})")
+    names = tuple(names)
+    fields = [name.lstrip("_") for name in names]
+    if (len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields)
+            or any(keyword.iskeyword(name) for name in fields)):
+        raise InvalidDataError(f"to_named_tuple names must be distinct identifiers, not Python keywords, once leading "
+                               f"underscores are dropped (got {names}); rename an output with fieldname_map")
+    return names
+
+
 def accelerator_available() -> bool:
     """Pinned memory needs an accelerator (torch's own loader skips pinning without one, too)."""
     accelerator = getattr(torch, "accelerator", None)
@@ -113,8 +146,11 @@ class ReplayDataLoader(DataLoader):
 
     def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
                  device: Any = None, non_blocking: bool = True, **loader_options: Any):
+        device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
+        to_named_tuple = named_tuple_option(to_named_tuple)
+        generator_option(loader_options.get("generator"))
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=pass_through, **loader_options)
-        self.device = None if device is None else torch.device(device)
+        self.device = device
         self.non_blocking = non_blocking
         self.to_named_tuple = to_named_tuple
         if to_named_tuple is not None:
@@ -214,25 +250,20 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
                     **options: Any) -> ReplayDataLoader:
     """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
     loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
+    # the loader's own options first: a refused call builds no view
+    to_named_tuple = named_tuple_option(to_named_tuple)
+    device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
+    integer(loader_options.get("num_workers", 0), "num_workers", low=0)
     if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
-        raise InvalidDataError(f"dataset_kwargs must be a dict (got {dataset_kwargs!r})")
+        raise InvalidDataError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
     options.update(dataset_kwargs or {})
     if dataset is None:
         dataset = make_dataset(store, **options)
     elif options:
         raise InvalidDataError(f"view options {sorted(options)} cannot be combined with dataset=")
-    if to_named_tuple is not None:
-        to_named_tuple = (to_named_tuple,) if isinstance(to_named_tuple, str) else to_named_tuple
-        if not isinstance(to_named_tuple, (tuple, list)) or not all(isinstance(n, str) for n in to_named_tuple):
-            raise InvalidDataError(f"to_named_tuple must be a tuple of names (got {to_named_tuple!r})")
-        to_named_tuple = tuple(to_named_tuple)
-        fields = [name.lstrip("_") for name in to_named_tuple]
-        if len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields):
-            raise InvalidDataError(f"to_named_tuple names must be distinct identifiers once leading underscores are "
-                                   f"dropped (got {to_named_tuple})")
-    workers = loader_options.get("num_workers", 0)
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
-        raise InvalidDataError(f"num_workers must be an int >= 0 (got {workers!r})")
+    elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
+        raise InvalidDataError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
+                               f"__getitems__) (got {short(dataset)})")
     sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 generator=loader_options.get("generator"))
     return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,

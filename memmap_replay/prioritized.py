@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +31,23 @@ from .errors import CorruptStoreError, DiskFullError, InvalidDataError, ReadOnly
 from .format import PRIORITIES_DIR, read_npy_header
 from .index import EpisodeTable, position_rows
 from .lock import WriterLock
-from .samplers import ReplaySampler
+from .options import INT64_MAX, integer, number
+from .samplers import ReplaySampler, bounded, optional
 from .sumtree import SumTree
 from .views import WindowView
 
 __all__ = ["PrioritizedSampler", "SequenceSampler"]
 
 MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
+FLOAT_MAX = float(np.finfo(np.float64).max)
 
-def unit_interval(value: Any, name: str, *, low: float = 0.0, high: float | None = 1.0) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value < low or (high is not None and value > high):
-        bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise InvalidDataError(f"{name} must be a number {bounds} (got {value!r})")
-    return float(value)
+
+def priorities_name(name: Any) -> str:
+    """A name of files under priorities/: ASCII letters, digits, '_' and '-' (not only those two), at most 64
+    (non-ASCII letters take up to 4 bytes each: 64 of them would not fit a file system's 255-byte names)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
+        raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
+    return name
 
 
 class PriorityFiles:
@@ -51,8 +55,6 @@ class PriorityFiles:
     a lock of their own (one sampler per name at a time)."""
 
     def __init__(self, folder: Path, name: str, rows: int, slots: int, spec: dict):
-        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
-            raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
         directory = Path(folder) / PRIORITIES_DIR
         try:
             directory.mkdir(exist_ok=True)
@@ -137,21 +139,24 @@ class PrioritizedSampler(ReplaySampler):
     def __init__(self, view: StoreView, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
                  beta_steps: int = 0, name: str | None = None, persist: bool | None = None, **options: Any):
         super().__init__(view, **options)
-        self.alpha = unit_interval(alpha, "alpha", high=None)
-        self.beta0 = unit_interval(beta, "beta")
-        self.beta_final = unit_interval(beta_final, "beta_final")
-        if isinstance(beta_steps, bool) or not isinstance(beta_steps, (int, np.integer)) or beta_steps < 0:
-            raise InvalidDataError(f"beta_steps must be an int >= 0 (got {beta_steps!r})")
-        self.beta_steps = int(beta_steps)
+        self.alpha = bounded(alpha, "alpha", 0.0, None)
+        self.beta0 = bounded(beta, "beta", 0.0, 1.0)
+        self.beta_final = bounded(beta_final, "beta_final", 0.0, 1.0)
+        self.beta_steps = integer(beta_steps, "beta_steps", low=0)
         capacity = view.store.capacity
         self.max_steps = capacity.max_steps
+        # the largest priority: the tree's total (of up to max_steps leaves, each priority ** alpha) stays finite
+        try:
+            self.max_raw = (FLOAT_MAX / (2 * self.max_steps)) ** (1.0 / self.alpha) if self.alpha > 0 else FLOAT_MAX
+        except OverflowError:
+            self.max_raw = FLOAT_MAX
         self.tree = SumTree(min(capacity.max_steps, MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
         persist = view.store.writable if persist is None else flag(persist, "persist")
         if name is None:
             name = view.kind + (f"-rank{self.rank}" if self.world_size > 1 else "")
-        self.name = name
+        self.name = priorities_name(name)
         spec = {"view": view.position_spec(), "key_stride": view.key_stride}
         self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
             if persist else None
@@ -237,19 +242,22 @@ class PrioritizedSampler(ReplaySampler):
         rows, leaves = tree.sample_with_values(batch_size, self.rng)
         episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
         t = rows - self.view.table.start[episode]
-        weights = (leaves / tree.min) ** -self.beta
+        weights = (tree.min / leaves) ** self.beta  # = (leaves / min) ** -beta, which could overflow
         return self.sample_of(episode, t, weights.astype(np.float32))
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
         Updates for episodes evicted since the draw are dropped; returns how many were applied."""
-        keys, raw, highest = self._checked(keys, priorities)
+        keys, raw, highest, top = self._checked(keys, priorities)
         if not len(keys):
             return 0
         if self.follow:
             self.sync()
         else:
             self.reconcile()
+        if top // self.view.key_stride >= self.view.state[1]:
+            raise InvalidDataError(f"keys must come from this sampler's batches ('_key'): key {top} names episode "
+                                   f"{top // self.view.key_stride}, which was never committed to this buffer")
         ids, t = np.divmod(keys, self.view.key_stride)
         table = self.view.table
         where = table.positions_of(ids)
@@ -276,7 +284,8 @@ class PrioritizedSampler(ReplaySampler):
         self._set(rows, raw)
         return len(where)
 
-    def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float, int]:
+        """int64 keys, float64 priorities, the largest priority and the largest key; or InvalidDataError."""
         keys = as_numpy(keys)
         if keys.dtype.kind not in "iu" or keys.ndim != 1:
             raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
@@ -285,15 +294,24 @@ class PrioritizedSampler(ReplaySampler):
             raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got {priorities.dtype} "
                                    f"{priorities.shape})")
         if not len(keys):
-            return keys.astype(np.int64), np.zeros(0), 0.0
+            return keys.astype(np.int64), np.zeros(0), 0.0, 0
         lowest, highest = priorities.min(), priorities.max()  # NaN makes both NaN
         if not (lowest >= 0 and highest < np.inf):
             bad = priorities[~np.isfinite(priorities) | (priorities < 0)][0]
             raise InvalidDataError(f"priorities must be finite and >= 0 (got {bad}); e.g. abs(td_error) + 1e-6")
-        priorities = priorities.astype(np.float64, copy=False)
-        if keys.min() < 0:
-            raise InvalidDataError(f"keys must be >= 0, a batch's '_key' (got {keys.min()})")
-        return keys.astype(np.int64, copy=False), priorities, float(priorities.max())
+        highest = float(highest)  # (a float16 scalar compared with a large Python float would overflow)
+        if highest > self.max_raw:
+            raise InvalidDataError(self._too_large(highest, self.max_raw))
+        low, top = int(keys.min()), int(keys.max())
+        if low < 0:
+            raise InvalidDataError(f"keys must be >= 0, a batch's '_key' (got {low})")
+        if top > INT64_MAX:  # uint64 keys that int64 cannot hold
+            raise InvalidDataError(f"keys must be a batch's '_key', at most {INT64_MAX} (got {top})")
+        return keys.astype(np.int64, copy=False), priorities.astype(np.float64, copy=False), highest, top
+
+    def _too_large(self, priority: Any, limit: float) -> str:
+        return (f"priorities must be at most {limit:.6g} (got {priority}): the sum of priority ** alpha "
+                f"(alpha={self.alpha}) over up to {self.max_steps} positions must stay a finite float64; scale them down")
 
     # ---- state ---------------------------------------------------------------------------------------
 
@@ -302,10 +320,17 @@ class PrioritizedSampler(ReplaySampler):
         state.update(max_priority=self.max_priority, dropped=self.dropped)
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self._raise_max(float(state.get("max_priority", self.max_priority)))
-        self.dropped = int(state.get("dropped", 0))
+    def _checked_state(self, state: dict) -> dict:
+        values = super()._checked_state(state)
+        values["max_priority"] = optional(state, "max_priority", self.max_priority, number, low=0.0, low_open=True,
+                                          high=self.max_raw)
+        values["dropped"] = optional(state, "dropped", 0, integer, low=0)
+        return values
+
+    def _apply_state(self, values: dict) -> None:
+        super()._apply_state(values)
+        self._raise_max(values["max_priority"])
+        self.dropped = values["dropped"]
 
     def close(self) -> None:
         """Flush the priorities to the folder and let another sampler keep them."""
@@ -329,7 +354,7 @@ class SequenceSampler(PrioritizedSampler):
         if not isinstance(view, WindowView):
             raise InvalidDataError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
                                    f"(got a {type(view).__name__})")
-        self.eta = unit_interval(eta, "eta")
+        self.eta = bounded(eta, "eta", 0.0, 1.0)
         super().__init__(view, **options)
 
     def update_priorities(self, keys: Any, priorities: Any, mask: Any = None) -> int:
@@ -349,8 +374,13 @@ class SequenceSampler(PrioritizedSampler):
             raise InvalidDataError(f"step priorities must be {layout} (got {priorities.shape})")
         if priorities.dtype.kind not in "biuf":
             raise InvalidDataError(f"step priorities must be numbers (got {priorities.dtype})")
-        if not (priorities.size == 0 or (priorities.min() >= 0 and priorities.max() < np.inf)):
-            raise InvalidDataError("step priorities must be finite and >= 0; e.g. abs(td_error) + 1e-6")
+        if priorities.size:
+            highest = float(priorities.max())
+            if not (priorities.min() >= 0 and highest < np.inf):
+                raise InvalidDataError("step priorities must be finite and >= 0; e.g. abs(td_error) + 1e-6")
+            limit = min(self.max_raw, FLOAT_MAX / (2 * window))  # (a window's mean sums its steps)
+            if highest > limit:
+                raise InvalidDataError("step " + self._too_large(highest, limit))
         priorities = priorities.astype(np.float64)
         if mask is None:
             return super().update_priorities(keys, self.eta * priorities.max(axis=1)

@@ -26,6 +26,7 @@ import torch
 from .dataset import Sample, StoreView, flag
 from .errors import InvalidDataError, SampleExpiredError
 from .index import EpisodeTable, Positions
+from .options import INT64_MAX, integer, number, seed_option, short
 
 __all__ = ["ReplaySampler", "UniformSampler", "SampleBatches", "distributed_rank"]
 
@@ -36,19 +37,50 @@ def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int
     """(rank, world size): as given, else torch.distributed's when it is initialized, else (0, 1)."""
     if rank is None and world_size is None and torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    rank, world_size = (0 if rank is None else rank), (1 if world_size is None else world_size)
-    for name, value, low in (("rank", rank, 0), ("world_size", world_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise InvalidDataError(f"{name} must be an int >= {low} (got {value!r})")
+    rank = integer(0 if rank is None else rank, "rank", low=0)
+    world_size = integer(1 if world_size is None else world_size, "world_size", low=None)
+    if world_size < 1:  # (options.integer would word it "a positive int")
+        raise InvalidDataError(f"world_size must be an int >= 1 (got {world_size})")
     if rank >= world_size:
         raise InvalidDataError(f"rank must be below world_size={world_size} (got {rank})")
-    return int(rank), int(world_size)
+    return rank, world_size
 
 
 def batch_size_of(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidDataError(f"batch_size must be a positive int (got {value!r})")
-    return int(value)
+    return integer(value, "batch_size", low=1)
+
+
+def bounded(value: Any, name: str, low: float, high: float | None) -> float:
+    """``options.number`` in [low, high] (``high=None``: open above), worded "a number in [low, high]" /
+    "a number >= low", as the samplers' and hindsight's messages have always been; a Python int beyond
+    int64 is refused too, as everywhere else (numpy holds no such int; it is never a meant float)."""
+    where = f"in [{low}, {high}]" if high is not None else f">= {low}"
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise InvalidDataError(f"{name} must be a number {where} (got {short(value)}, an int beyond int64)")
+    try:
+        return number(value, name, low=low, high=high)
+    except InvalidDataError:
+        raise InvalidDataError(f"{name} must be a number {where} (got {short(value)})") from None
+
+
+def follow_option(value: Any) -> bool | str:
+    """True, False (Python or numpy bools) or 'disk'."""
+    if isinstance(value, str) and value == "disk":
+        return "disk"
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidDataError(f"follow must be True, False or 'disk' (got {short(value)})")
+    return bool(value)
+
+
+def damaged(error: Exception) -> InvalidDataError:
+    """The error of a state_dict that cannot be loaded (the library's own reason, or a builtin's repr)."""
+    reason = str(error) if isinstance(error, InvalidDataError) else repr(error)
+    return InvalidDataError(f"a damaged sampler state_dict ({reason}); save it again with state_dict()")
+
+
+def optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
+    """``check(state[key], key, **options)``, or ``default`` when the state has no such key."""
+    return check(state[key], key, **options) if key in state else default
 
 
 class ReplaySampler:
@@ -61,16 +93,13 @@ class ReplaySampler:
                  world_size: int | None = None, follow: bool = True):
         if not isinstance(view, StoreView):
             raise InvalidDataError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise InvalidDataError(f"seed must be an int >= 0 or None (got {seed!r})")
+        seed = seed_option(seed)
         self.view = view
         self.rank, self.world_size = distributed_rank(rank, world_size)
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else int(seed)
+        self.follow = follow_option(follow)
+        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
         # each rank its own stream: the seed sequence (seed, rank)
         self.rng = np.random.default_rng([self.seed, self.rank])
-        if follow not in (True, False, "disk") or isinstance(follow, (int, float)) and not isinstance(follow, bool):
-            raise InvalidDataError(f"follow must be True, False or 'disk' (got {follow!r})")
-        self.follow = follow
         self._stamp = view.store.meta_stamp() if follow == "disk" else None
         self.draws = 0
         self._seen = (view.table, view.positions)  # the snapshot this sampler's own state matches
@@ -161,6 +190,8 @@ class ReplaySampler:
         if unknown:
             raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
                                    f"{sorted(LOADER_KEYWORDS | {'device', 'non_blocking'})}")
+        if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
+            loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
         return ReplayDataLoader(self.view, self.batches(batch_size, num_batches, drop_last=drop_last), **loader_options)
 
     # ---- state -----------------------------------------------------------------------------------------
@@ -171,15 +202,27 @@ class ReplaySampler:
                 "rng": self.rng.bit_generator.state, "draws": self.draws}
 
     def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict()``: every value is checked first, so a refused state changes nothing."""
         if not isinstance(state, dict) or state.get("type") != type(self).__name__:
             found = state.get("type") if isinstance(state, dict) else type(state).__name__
             raise InvalidDataError(f"this is a {type(self).__name__}'s state_dict()? it holds a {found!r}")
         try:
-            self.rng.bit_generator.state = state["rng"]
-            self.draws = int(state["draws"])
-            self.seed = int(state["seed"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise InvalidDataError(f"a damaged sampler state_dict ({error!r}); save it again with state_dict()") from None
+            values = self._checked_state(state)
+        except (KeyError, TypeError, ValueError, OverflowError) as error:  # (InvalidDataError is a ValueError)
+            raise damaged(error) from None
+        self._apply_state(values)
+
+    def _checked_state(self, state: dict) -> dict:
+        """The values of ``state`` to load, checked (raises KeyError, ..., InvalidDataError); subclasses add theirs."""
+        generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
+        generator.state = state["rng"]
+        return {"rng": generator.state, "draws": integer(state["draws"], "draws", low=0),
+                "seed": seed_option(state["seed"], optional=False)}
+
+    def _apply_state(self, values: dict) -> None:
+        """Load checked values (cannot fail)."""
+        self.rng.bit_generator.state = values["rng"]
+        self.draws, self.seed = values["draws"], values["seed"]
 
 
 class SampleBatches:
@@ -306,14 +349,24 @@ class UniformSampler(ReplaySampler):
                      epoch_ids=list(self._epoch_ids))
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.epochs, cursor = int(state.get("epochs", 0)), int(state.get("cursor", 0))
+    def _checked_state(self, state: dict) -> dict:
+        values = super()._checked_state(state)
+        values["epochs"] = optional(state, "epochs", 0, integer, low=0)
+        values["cursor"] = optional(state, "cursor", 0, integer, low=0)
+        values["in_epoch"] = optional(state, "in_epoch", False, flag)
+        epoch_ids = state.get("epoch_ids", ()) if values["in_epoch"] else ()
+        if not isinstance(epoch_ids, (list, tuple)) or len(epoch_ids) not in (0, 2):
+            raise InvalidDataError(f"epoch_ids must be a list of 2 episode ids (got {short(epoch_ids)})")
+        values["epoch_ids"] = tuple(integer(value, "epoch_ids", low=0) for value in epoch_ids)
+        return values
+
+    def _apply_state(self, values: dict) -> None:
+        super()._apply_state(values)
+        self.epochs = values["epochs"]
         self._order, self._cursor = None, 0
         if self.follow:
             self.sync()
-        if state.get("in_epoch") and not self.replacement and self.epochs > 0 \
-                and tuple(state.get("epoch_ids", ())) == self.view.state:
+        if values["in_epoch"] and not self.replacement and self.epochs > 0 and values["epoch_ids"] == self.view.state:
             self.epochs -= 1  # the store holds what it held: rebuild the epoch in progress and carry on
             self._start_epoch()
-            self._cursor = cursor
+            self._cursor = values["cursor"]

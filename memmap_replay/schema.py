@@ -17,6 +17,7 @@ from __future__ import annotations
 import keyword
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -33,6 +34,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # keyword arguments of the write API, and a key that get_all_data adds
 RESERVED_NAMES = frozenset({"end", "final", "episode_lens"})
 MAX_ROW_BYTES = 1 << 31
+MAX_FLOAT_BYTES = {"f": 8, "c": 16}  # float128 / complex256 (long double) have no torch dtype
 
 
 def check_name(name: Any, kind: str) -> str:
@@ -54,8 +56,10 @@ def parse_dtype(name: str, dtype: Any) -> np.dtype:
     if isinstance(dtype, str) and dtype in SHORT_DTYPES:
         dtype = SHORT_DTYPES[dtype]
     try:
-        parsed = np.dtype(dtype)
-    except TypeError as error:
+        with warnings.catch_warnings():  # a deprecated alias (e.g. 'a') is refused, not let through
+            warnings.simplefilter("error")
+            parsed = np.dtype(dtype)
+    except (TypeError, ValueError, SyntaxError, Warning) as error:  # numpy's parser raises all of these
         raise SchemaError(
             f"field {name!r} must have a numeric dtype such as 'float', 'int', 'bool', 'uint8' or "
             f"'float16' (got {dtype!r}: {error})"
@@ -64,6 +68,11 @@ def parse_dtype(name: str, dtype: Any) -> np.dtype:
         raise SchemaError(
             f"field {name!r} must have a numeric or bool dtype (got {parsed}); strings, objects and "
             f"structured dtypes cannot be stored"
+        )
+    if parsed.kind in "fc" and parsed.itemsize > MAX_FLOAT_BYTES[parsed.kind]:
+        raise SchemaError(
+            f"field {name!r} must have a numeric dtype of at most 64-bit floats (128-bit complex) "
+            f"(got {parsed}, numpy's long double, which torch cannot read); use 'float64' or 'complex128'"
         )
     if not parsed.isnative:
         parsed = parsed.newbyteorder("=")
@@ -134,6 +143,11 @@ class FieldSpec:
         return {"dtype": self.dtype.name, "shape": list(self.shape), "default": default}
 
 
+def is_json_complex(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(part, (int, float)) and not isinstance(part, bool) for part in value))
+
+
 def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
     """Parse one field description (shorthand, JSON dict or FieldSpec) into a FieldSpec."""
     check_name(name, kind)
@@ -146,8 +160,8 @@ def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
                 f"(got keys {sorted(map(str, info))})"
             )
         default = info.get("default")
-        if isinstance(default, list) and len(default) == 2:
-            default = complex(*default)
+        if is_json_complex(default) and parse_dtype(name, info["dtype"]).kind == "c":
+            default = complex(*default)  # meta.json's form of a complex default: [real, imag]
         info = (info["dtype"], info.get("shape", ()), default)
     if isinstance(info, (str, np.dtype, type)):
         info = (info,)

@@ -29,8 +29,9 @@ from .dataset import Sample, flag
 from .errors import InvalidDataError, SampleExpiredError, StoreNotFoundError
 from .format import META_FILE
 from .loader import BatchIndexSampler, ReplayDataLoader, make_dataset
+from .options import integer, seed_option
 from .prioritized import PrioritizedSampler, as_numpy
-from .samplers import REDRAWS, ReplaySampler, batch_size_of
+from .samplers import REDRAWS, ReplaySampler, batch_size_of, damaged
 from .sampling import make_sampler
 from .store import EpisodeStore
 
@@ -41,9 +42,8 @@ SHARD_STRIDE = 1 << 16  # keys of a sharded draw: shard key * SHARD_STRIDE + sha
 
 def shard_folder(root: str | Path, index: int) -> Path:
     """The folder of writer ``index``'s shard under ``root``: give each actor process its own."""
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < 10**6:
-        raise InvalidDataError(f"a shard index must be an int in [0, 1000000) (got {index!r})")
-    return Path(root) / f"shard-{int(index):06d}"
+    index = integer(index, "a shard index", low=0, high=10**6 - 1)
+    return Path(root) / f"shard-{index:06d}"
 
 
 class ShardSet:
@@ -108,6 +108,8 @@ class ShardSet:
         from .loader import LOADER_KEYWORDS
 
         loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
+        if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
+            loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
         view = self.dataset(**options)
         sampler = BatchIndexSampler(len(view), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
         return ReplayDataLoader(view, sampler, **loader_options)
@@ -192,14 +194,13 @@ class ShardedSampler:
 
     def __init__(self, shards: ShardSet, kind: str = "uniform", *, seed: int | None = None, follow: bool = True,
                  **options: Any):
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise InvalidDataError(f"seed must be an int >= 0 or None (got {seed!r})")
+        seed = seed_option(seed)
         if options.get("replacement") is False:
             raise InvalidDataError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
         self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
         if kind == "uniform":
             self.options.pop("persist")
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else int(seed)
+        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
         self.rng = np.random.default_rng([self.seed, 1 << 20])
         self.follow = flag(follow, "follow")
         self.draws = 0
@@ -285,9 +286,26 @@ class ShardedSampler:
                 "shards": [sampler.state_dict() for sampler in self.samplers]}
 
     def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict()`` (the shards' states in order; shards opened since keep theirs). Every value is
+        checked first, so a refused state changes nothing."""
         if not isinstance(state, dict) or state.get("type") != "ShardedSampler":
-            raise InvalidDataError("this is not a ShardedSampler's state_dict()")
-        self.rng.bit_generator.state = state["rng"]
-        self.draws = int(state.get("draws", 0))
-        for sampler, shard_state in zip(self.samplers, state["shards"]):
-            sampler.load_state_dict(shard_state)
+            found = state.get("type") if isinstance(state, dict) else type(state).__name__
+            raise InvalidDataError(f"this is a ShardedSampler's state_dict()? it holds a {found!r}")
+        try:
+            generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
+            generator.state = state["rng"]
+            draws = integer(state.get("draws", 0), "draws", low=0)
+            shards = state["shards"]
+            if not isinstance(shards, list) or len(shards) > len(self.samplers):
+                raise InvalidDataError(f"shards must be a list of at most {len(self.samplers)} shard states (one per "
+                                       f"shard of this sampler)")
+            for sampler, shard_state in zip(self.samplers, shards):
+                if not isinstance(shard_state, dict) or shard_state.get("type") != type(sampler).__name__:
+                    raise InvalidDataError(f"each shard's state must be a {type(sampler).__name__}'s state_dict()")
+            values = [sampler._checked_state(shard_state) for sampler, shard_state in zip(self.samplers, shards)]
+        except (KeyError, TypeError, ValueError, OverflowError) as error:  # (InvalidDataError is a ValueError)
+            raise damaged(error) from None
+        self.rng.bit_generator.state = generator.state
+        self.draws = draws
+        for sampler, shard_values in zip(self.samplers, values):
+            sampler._apply_state(shard_values)

@@ -18,16 +18,16 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from . import format as fmt
-from .errors import (BufferFullError, CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError,
-                     ReadOnlyError, SchemaMismatchError, StoreNotFoundError, UnsupportedFormatError)
+from .errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
+                     StoreNotFoundError, UnsupportedFormatError)
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
+from .opening import MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder
 from .schema import Schema
 
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 
-MODES = ("r", "r+", "a", "w", "w-")
 MIN_GROWTH_ROWS = 1024
 CONSISTENCY_RETRIES = 20
 REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
@@ -85,31 +85,7 @@ class EpisodeStore:
     @classmethod
     def _open(cls, folder, mode: str, *, schema: Schema | None, capacity: Capacity | None,
               durable: bool) -> "EpisodeStore":
-        if mode not in MODES:
-            raise InvalidDataError(f"mode must be one of {MODES} (got {mode!r})")
-        if isinstance(folder, (str, bytes)) and not folder:
-            raise InvalidDataError("folder must be a path (got an empty one, which would mean the current directory); "
-                                   "pass e.g. 'replay_data'")
-        folder = Path(folder)
-        if "\x00" in str(folder):
-            raise InvalidDataError(f"folder must not contain a NUL byte (got {str(folder)!r})")
-        try:
-            a_file = folder.exists() and not folder.is_dir()
-            exists = (folder / fmt.META_FILE).exists()
-        except OSError as error:  # e.g. a name too long for the file system
-            raise NotAFolderError(f"{folder} cannot be a store folder ({error.strerror}); choose another path") from None
-        if a_file:
-            raise NotAFolderError(f"{folder} must be a folder (got a file); choose another path")
-        if mode in ("r", "r+") and not exists:
-            what = "does not exist" if not folder.exists() else "holds no meta.json"
-            if any((folder / name).is_dir() for name in (fmt.STEPS_DIR, fmt.EPISODES_DIR)):
-                raise StoreNotFoundError(
-                    f"no store at {folder}: the folder {what}, only a store's other files (meta.json was lost, or "
-                    f"creating the store was interrupted); restore meta.json from a copy, or create a new store "
-                    f"with mode 'w'; `python -m memmap_replay verify {folder}` lists what is there")
-            raise StoreNotFoundError(f"no store at {folder}: the folder {what}; create one with mode 'a' or 'w'")
-        if mode == "w-" and exists:
-            raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True (mode 'w') to replace it")
+        folder, exists = locate(folder, mode)
         if mode == "r":
             return cls(folder, fmt.read_meta(folder), writable=False, lock=None, durable=durable)
         if exists and mode in ("r+", "a"):
@@ -119,14 +95,8 @@ class EpisodeStore:
             meta = fmt.read_meta(folder)
             check_matches(folder, meta, schema, capacity)
             return cls(folder, meta, writable=True, lock=None, durable=durable)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except (NotADirectoryError, FileExistsError):
-            raise NotAFolderError(f"{folder} cannot be created: a part of its path is a file; choose another path") from None
-        except PermissionError as error:
-            raise ReadOnlyError(f"{folder} cannot be created ({error.strerror}); choose a folder you may write") from None
-        except OSError as error:
-            raise NotAFolderError(f"{folder} cannot be created ({error.strerror}); choose another path") from None
+        check_replaceable(folder)  # before any file is made: another program's files are never touched
+        make_folder(folder)
         lock = WriterLock(folder / fmt.LOCK_FILE)
         try:
             if mode != "w" and (folder / fmt.META_FILE).exists():
@@ -187,7 +157,7 @@ class EpisodeStore:
             raise
         for attempt in range(CONSISTENCY_RETRIES):
             try:
-                self._check_live_ids()
+                check_live_ids(self)
                 return
             except CorruptStoreError:
                 # a writer may have committed between our read of meta.json and of the table: look again,
@@ -200,49 +170,6 @@ class EpisodeStore:
                     self.close()
                     raise
                 self._adopt(fresh)
-
-    def _check_live_ids(self) -> None:
-        """The live slots of the episode table agree with meta.json: O(episodes), no step data read."""
-        state, max_timesteps = self.meta.state, self.meta.capacity.max_timesteps
-        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
-        stored = self.table["id"].array()[ids % self.meta.capacity.max_episodes]
-        if not np.array_equal(stored, ids):
-            i = int(np.argmax(stored != ids))
-            raise CorruptStoreError(
-                f"{self.folder}: episodes/id.npy does not match meta.json's live episodes "
-                f"{state.first_episode}..{state.next_episode - 1}; the episode table is damaged "
-                f"(slot {ids[i] % self.meta.capacity.max_episodes} must hold episode {ids[i]}, got {stored[i]})"
-            )
-        if not len(ids):
-            return
-        table = self.live_table()
-        where = lambda i, files: f"{self.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"
-        bad = (table.start < 0) | (table.start > state.rows) | (table.length < 1) | (table.length > max_timesteps)
-        ends = table.start + table.length + table.final  # may wrap only where start or length is bad already
-        bad |= ends > state.rows
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise CorruptStoreError(
-                f"{where(i, 'episodes/start.npy, episodes/length.npy')} has start {table.start[i]}, length "
-                f"{table.length[i]}: the episode table points outside the {state.rows} stored rows (expected a "
-                f"length of 1..{max_timesteps} within them)"
-            )
-        if (table.end > max(fmt.END_NAMES)).any():
-            i = int(np.argmax(table.end > max(fmt.END_NAMES)))
-            raise CorruptStoreError(f"{where(i, 'episodes/end.npy')} has end code {table.end[i]} (expected 0 "
-                                    f"unspecified, 1 terminated or 2 truncated)")
-        # live episodes never share a row; ids run in at most two ascending runs of starts (a ring wraps
-        # once), which a stable sort (timsort) merges in linear time
-        order = np.argsort(table.start, kind="stable")
-        reach = np.maximum.accumulate(ends[order])
-        clash = np.flatnonzero(table.start[order][1:] < reach[:-1])
-        if clash.size:
-            i = int(order[clash[0] + 1])
-            raise CorruptStoreError(f"{where(i, 'episodes/start.npy, episodes/length.npy')} has rows "
-                                    f"{table.start[i]}..{ends[i] - 1}, which another live episode also holds")
-        if state.write_head not in (0, ends[-1]):
-            raise CorruptStoreError(f"{self.folder}: meta.json's state.write_head is {state.write_head} (expected "
-                                    f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
 
     # ---- reading -----------------------------------------------------------------------------------
 
@@ -468,27 +395,3 @@ class EpisodeStore:
             self._lock.release()
             self._lock = None
 
-
-def holds_episodes(folder: Path) -> bool:
-    """A folder without meta.json whose episode table records episodes (its metadata was lost), as
-    opposed to an empty table left by an interrupted creation, which may be created again."""
-    path = folder / fmt.EPISODES_DIR / "length.npy"
-    try:
-        lengths = np.load(path, mmap_mode="r")
-        return bool(lengths.size) and bool(np.any(lengths))
-    except (OSError, ValueError):  # missing or half-written: nothing was ever committed with it
-        return False
-
-
-def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: Capacity | None) -> None:
-    """Reopening with a schema or capacity that differs from the stored one is an error, never a wipe."""
-    lines = meta.schema.differences(schema) if schema is not None else []
-    if capacity is not None and capacity != meta.capacity:
-        for key, stored in vars(meta.capacity).items():
-            if getattr(capacity, key) != stored:
-                lines.append(f"{key}: stored {stored!r}, asked for {getattr(capacity, key)!r}")
-    if lines:
-        raise SchemaMismatchError(
-            f"the store at {folder} was created differently:\n  " + "\n  ".join(lines)
-            + "\nopen it with ReplayBuffer.from_folder(folder), or pass overwrite=True to replace it"
-        )

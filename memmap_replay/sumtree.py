@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InvalidDataError
+from .options import integer, short
 
 __all__ = ["SumTree"]
 
@@ -26,13 +27,11 @@ class SumTree:
     level, a power of two (fewer means a deeper descent, more a longer cumulative sum per draw)."""
 
     def __init__(self, capacity: int, *, top: int | None = None):
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise InvalidDataError(f"capacity must be a positive int (got {capacity!r})")
-        self.capacity = int(capacity)
+        self.capacity = integer(capacity, "capacity", low=1)
         self.size = 1 << max(0, (self.capacity - 1).bit_length())  # leaves, padded to a power of two
         top = TOP if top is None else top
-        if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1 or top & (top - 1):
-            raise InvalidDataError(f"top must be a power of two (got {top!r})")
+        if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)) or top < 1 or top & (top - 1):
+            raise InvalidDataError(f"top must be a power of two (got {short(top)})")
         self.top = min(int(top), self.size)
         self.levels = (self.size // self.top).bit_length() - 1  # levels below the top one
         self.sums = np.zeros(2 * self.size, dtype=np.float64)

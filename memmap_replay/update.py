@@ -9,6 +9,7 @@ import numpy as np
 
 from .convert import as_array, coerce, validate_index
 from .errors import InvalidDataError
+from .options import integer, short
 from .store import EpisodeStore
 
 __all__ = ["plan_update"]
@@ -77,10 +78,14 @@ def resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.nda
         return table.slots, table.length, table.start
     if isinstance(indices, slice):  # the live episodes among the slots the slice names
         named = np.zeros(max_episodes, dtype=bool)
-        named[np.arange(max_episodes)[indices]] = True
+        named[np.arange(*slice_bounds(indices, max_episodes))] = True
         keep = named[table.slots]
         return table.slots[keep], table.length[keep], table.start[keep]
-    slots = validate_index(indices, max_episodes, "episode indices")
+    empty = isinstance(indices, (list, tuple)) and not indices  # np.asarray([]) is float64: say what it is
+    slots = None if empty else validate_index(indices, max_episodes, "episode indices")
+    if empty or not slots.size:
+        raise InvalidDataError(f"episode indices are empty (got {short(indices)}): update needs at least one "
+                               f"episode; pass None to update every live episode")
     where = np.full(max_episodes, -1, dtype=np.int64)
     where[table.slots] = np.arange(len(table.slots))
     position = where[slots]
@@ -88,3 +93,13 @@ def resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.nda
         raise InvalidDataError(f"episode slot {slots[position < 0][0]} holds no live episode "
                                f"(live slots: {len(table.slots)} of {max_episodes})")
     return slots, table.length[position], table.start[position]
+
+
+def slice_bounds(indices: slice, size: int) -> tuple[int, int, int]:
+    """start, stop, step of a slice over ``size`` slots; its bounds must be ints or None, its step not 0."""
+    for what in ("start", "stop", "step"):
+        if getattr(indices, what) is not None:
+            integer(getattr(indices, what), f"episode indices as a slice: its {what}", low=None)  # or None
+    if indices.step == 0:
+        raise InvalidDataError(f"episode indices as a slice must have a non-zero step (got {short(indices)})")
+    return indices.indices(size)

@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from einops import rearrange
 
-from .dataset import ExplicitPositions, StoreView, check_names, flag
+from .dataset import ExplicitPositions, StoreView, check_filter, check_names, flag
 from .errors import InvalidDataError
 from .index import NStepTargets, Positions, stack_rows, window_rows
+from .options import choice, integer, name as name_option, number, short
 from .store import EpisodeStore
 
 __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
@@ -37,11 +38,11 @@ STACK_PADS = ("repeat", "zero")
 
 
 def positive(value: Any, name: str, most: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidDataError(f"{name} must be a positive int (got {value!r})")
-    if most is not None and value > most:
+    """A positive int, at most the store's max_timesteps (``most``) when given."""
+    if (most is not None and isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+            and value > most):
         raise InvalidDataError(f"{name} must be at most the store's max_timesteps={most} (got {value})")
-    return int(value)
+    return integer(value, name, low=1)
 
 
 class TrajectoryView(StoreView):
@@ -71,9 +72,7 @@ class FrameStacking:
 
     def setup_stacking(self, store: EpisodeStore, frame_stack: int, stack_fields: Any, stack_pad: str) -> None:
         self.frame_stack = positive(frame_stack, "frame_stack", store.capacity.max_timesteps)
-        if stack_pad not in STACK_PADS:
-            raise InvalidDataError(f"stack_pad must be one of {STACK_PADS} (got {stack_pad!r})")
-        self.stack_pad = stack_pad
+        self.stack_pad = choice(stack_pad, "stack_pad", STACK_PADS)
         if stack_fields is None:
             stack_fields = [name for name, spec in store.schema.fields.items() if len(spec.shape) >= 2]
         self.stack_fields = frozenset(check_names(stack_fields, store.schema.fields, "field"))
@@ -166,18 +165,20 @@ class NStepView(StoreView, FrameStacking):
         self.n_steps = positive(n_steps, "n_steps", store.capacity.max_timesteps)
         self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields, "field")
         self.next_fields = self.fields if next_fields is None else check_names(next_fields, schema.fields, "field")
-        self.sequence_fields = check_names(sequence_fields or (), schema.fields, "field")
-        if gamma is not None and (isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, (int, float, np.floating, np.integer))
-                                  or not 0.0 <= float(gamma) <= 1.0):
-            raise InvalidDataError(f"gamma must be a number in [0, 1] (got {gamma!r})")
-        self.gamma = None if gamma is None else float(gamma)
+        self.sequence_fields = check_names(() if sequence_fields is None else sequence_fields, schema.fields, "field")
+        try:
+            self.gamma = None if gamma is None else number(gamma, "gamma", low=0.0, high=1.0)
+        except InvalidDataError:
+            raise InvalidDataError(f"gamma must be a number in [0, 1] (got {short(gamma)})") from None
         if self.gamma is not None:
-            spec = schema.fields.get(reward_field)
+            spec = schema.fields.get(reward_field) if isinstance(reward_field, str) else None
             if spec is None or spec.shape != ():
                 raise InvalidDataError(
-                    f"gamma needs a scalar reward field: reward_field={reward_field!r} is "
+                    f"gamma needs a scalar reward field: reward_field={short(reward_field)} is "
                     f"{'not a field' if spec is None else f'of shape {spec.shape}'} (fields: {sorted(schema.fields)})"
                 )
+        else:
+            name_option(reward_field, "reward_field")
         self.reward_field = reward_field
         self.setup_stacking(store, frame_stack, stack_fields, stack_pad)
         self.filter_fields = filter_fields
@@ -255,17 +256,19 @@ class NStepView(StoreView, FrameStacking):
 
 def filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):
     """Keep only the positions whose scalar step fields equal ``filter_fields`` (reads those fields)."""
-    if not filter_fields:
+    if not check_filter(filter_fields, store.schema.fields, "filter_fields", "field"):
         return positions
-    if not isinstance(filter_fields, Mapping):
-        raise InvalidDataError(f"filter_fields must be a dict of field -> value (got {filter_fields!r})")
-    for name in check_names(tuple(filter_fields), store.schema.fields, "field"):
+    for name in filter_fields:
         shape = store.schema.fields[name].shape
         if shape != ():
             raise InvalidDataError(f"filter_fields takes scalar fields only: field {name!r} has shape {shape}")
     for name, value in filter_fields.items():
-        if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "biufc":
-            raise InvalidDataError(f"filter_fields value for {name!r} must be one number (got {value!r})")
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError):  # a ragged list, ...
+            array = np.asarray(None)
+        if array.ndim != 0 or array.dtype.kind not in "biufc":
+            raise InvalidDataError(f"filter_fields value for {name!r} must be one number (got {short(value)})")
     items = np.arange(len(positions), dtype=np.int64)
     episode, t = positions.locate(items)
     rows = table.start[episode] + t

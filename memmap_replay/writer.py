@@ -13,12 +13,14 @@ mid-episode leaves the store exactly as it was. Each staging row buffer is reuse
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Mapping
 
 import numpy as np
 
 from .convert import as_array, coerce, validate_index
 from .errors import InvalidDataError
+from .options import integer, short
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore, PendingEpisode
 
@@ -32,9 +34,19 @@ def unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataErro
 
 
 def check_end(end: Any) -> str | None:
-    if end is not None and end not in ENDS:
-        raise InvalidDataError(f"end must be 'terminated', 'truncated' or None (got {end!r})")
-    return end
+    if end is None:
+        return None
+    if not isinstance(end, str) or end not in ENDS:  # an array is refused, never compared elementwise
+        raise InvalidDataError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
+    return str(end)
+
+
+def check_final(final: Any) -> Mapping[str, Any] | None:
+    """A final observation: None, or a dict of field -> value (one row)."""
+    if final is not None and not isinstance(final, Mapping):
+        raise InvalidDataError(f"final must be a dict of field -> value, e.g. final=dict(obs=next_obs) "
+                               f"(got {type(final).__name__}: {short(final)})")
+    return final
 
 
 def coerce_meta(schema: Schema, meta: Mapping[str, Any], lead: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
@@ -68,6 +80,22 @@ def exact_scalar_check(spec: FieldSpec):
         low, high = int(info.min), int(info.max)
         return lambda value: (type(value) is int and low <= value <= high) or type(value) is bool
     return lambda value: type(value) is bool
+
+
+def check_staging_memory(schema: Schema, num_envs: int, max_timesteps: int) -> None:
+    """Refuse a number of envs whose staging rows (and per-env meta) cannot fit in this machine's RAM."""
+    rows = min(max_timesteps + 1, StagingBuffer.INITIAL_ROWS)
+    per_env = rows * sum(spec.row_nbytes for spec in schema.fields.values()) + 8 \
+        + sum(spec.row_nbytes for spec in schema.meta_fields.values())
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # the OS does not say: numpy's allocation decides
+        return
+    if num_envs * per_env > ram:
+        raise InvalidDataError(
+            f"num_envs must be at most {max(1, ram // per_env)} on this machine (got {num_envs}): each env stages "
+            f"{per_env} bytes in RAM ({rows} rows of every field), {num_envs * per_env} bytes in all, more than "
+            f"its {ram} bytes of memory; use fewer environments per writer")
 
 
 class StagingBuffer:
@@ -170,7 +198,7 @@ class EpisodeWriter:
         self._t = t + 1
 
     def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
-        end = check_end(end)
+        end, final = check_end(end), check_final(final)
         final = None if final is None else coerce_steps(self.schema, final, ())
         self.end, self.final = end, final  # both checked before either changes
 
@@ -196,12 +224,16 @@ class VectorEpisodeWriter:
     """
 
     def __init__(self, store: EpisodeStore, num_envs: int, max_timesteps: int, **meta: Any):
-        if type(num_envs) is not int or num_envs < 1:
-            raise InvalidDataError(f"num_envs must be a positive int (got {num_envs!r})")
+        num_envs = integer(num_envs, "num_envs", low=1)
+        check_staging_memory(store.schema, num_envs, max_timesteps)
         self.target = store
         self.schema = store.schema
         self.num_envs = num_envs
-        self.staging = StagingBuffer(self.schema, num_envs, max_timesteps)
+        try:
+            self.staging = StagingBuffer(self.schema, num_envs, max_timesteps)
+        except (MemoryError, ValueError) as error:  # numpy's 'array is too big' is a ValueError
+            raise InvalidDataError(f"num_envs={num_envs} needs more staging memory than this process can get "
+                                   f"({error}); use fewer environments per writer") from None
         self.meta = {name: spec.default_row()[None].repeat(num_envs, 0) for name, spec in self.schema.meta_fields.items()}
         self.set_meta(**meta)
 
@@ -235,7 +267,8 @@ class VectorEpisodeWriter:
 
         ``active`` (bool per env, default all) skips envs whose step is not a real transition, e.g. the
         reset step of gymnasium's NEXT_STEP autoreset. ``final`` values may be gymnasium's object arrays
-        with None for envs that did not end."""
+        with None for envs that did not end; an env that ended with None in every field of ``final``
+        commits without a final observation."""
         n = self.num_envs
         terminated, truncated = self._flags(terminated, "terminated"), self._flags(truncated, "truncated")
         active = np.ones(n, dtype=bool) if active is None else self._flags(active, "active")
@@ -243,8 +276,9 @@ class VectorEpisodeWriter:
             if name in self.schema.fields and name not in steps:
                 steps[name] = flags
         values = coerce_steps(self.schema, steps, (n,))
-        finals = None if final is None else self._finals(final)
         envs = np.flatnonzero(active)
+        done = envs[(terminated | truncated)[envs]]
+        finals, given = (None, None) if final is None else self._finals(final, done)
         lengths = self.staging.lengths
         full = envs[lengths[envs] >= self.staging.max_timesteps]
         if full.size:
@@ -255,13 +289,12 @@ class VectorEpisodeWriter:
             )
         self.staging.put({name: value[envs] for name, value in values.items()}, envs, lengths[envs])
         lengths[envs] += 1
-        done = envs[(terminated | truncated)[envs]]
         if done.size == 0:
             return []
         episodes = []
         for env in done:
             end = "terminated" if terminated[env] else "truncated"
-            row = None if finals is None else {name: value[env] for name, value in finals.items()}
+            row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
             meta = {name: value[env].copy() for name, value in self.meta.items()}
             episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
         try:
@@ -269,14 +302,15 @@ class VectorEpisodeWriter:
         finally:
             lengths[done] = 0
 
-    def _finals(self, final: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Final observations per env: arrays (num_envs, ...), or sequences with None where no env ended."""
+    def _finals(self, final: Mapping[str, Any], done: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Final observations per env: arrays (num_envs, ...), or sequences with None where no env ended;
+        and per env whether it has one. An env that ended with None in every field commits without one."""
         if not isinstance(final, Mapping):
             raise InvalidDataError(f"final must be a dict of field -> values per env (got {type(final).__name__})")
         extra = set(final) - set(self.schema.fields)
         if extra:
             raise unknown(extra, self.schema.fields, "field")
-        out = {}
+        out, nones = {}, {}
         for name, value in final.items():
             spec = self.schema.fields[name]
             rows = value if isinstance(value, (list, tuple)) else None
@@ -286,13 +320,26 @@ class VectorEpisodeWriter:
                 if len(rows) != self.num_envs:
                     raise InvalidDataError(f"final {name!r} must have one entry per env ({self.num_envs}) (got {len(rows)})")
                 out[name] = np.stack([spec.default_row() if row is None else coerce(spec, row) for row in rows])
+                nones[name] = np.array([row is None for row in rows])
             else:
                 out[name] = coerce(spec, value, (self.num_envs,))
-        return out
+        if not nones:
+            return out, np.ones(self.num_envs, dtype=bool)
+        none = np.array([nones.get(name, np.zeros(self.num_envs, dtype=bool)) for name in out])  # (fields, envs)
+        mixed = done[(none.any(0) & ~none.all(0))[done]]
+        if mixed.size:  # a partial final observation: refused, never completed with defaults
+            env, names = int(mixed[0]), list(out)
+            missing = [name for i, name in enumerate(names) if none[i, env]]
+            present = [name for i, name in enumerate(names) if not none[i, env]]
+            raise InvalidDataError(
+                f"final {missing[0]!r} is None for env {env}, which ended, while final {present[0]!r} holds its "
+                f"final observation: give every field of final for an env that ended, or None in all of them "
+                f"(it then commits without a final observation)")
+        return out, ~none.all(0)
 
     def commit_all(self, end: str | None = None, *, envs: Any = None) -> list[int]:
         """Commit the episodes in progress of ``envs`` (default: all; empty ones are skipped); they start afresh."""
-        check_end(end)
+        end = check_end(end)
         chosen = self._envs(envs)
         ready = chosen[self.staging.lengths[chosen] > 0]
         episodes = [self.staging.pending(int(env), end=end, final=None,
@@ -316,7 +363,7 @@ class VectorEpisodeWriter:
 def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any], *, end: str | None = None,
                   final: Mapping[str, Any] | None = None) -> PendingEpisode:
     """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside."""
-    check_end(end)
+    end, final = check_end(end), check_final(final)
     extra = set(arrays) - set(schema.fields) - set(schema.meta_fields)
     if extra:
         raise InvalidDataError(f"unknown field {sorted(extra)}: the store's fields are {sorted(schema.fields)} "

@@ -27,7 +27,7 @@ import memmap_replay
 from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, EpisodeStore, InvalidDataError,
                            NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError, Schema, SchemaError,
                            SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError, SampleExpiredError,
-                           DiskFullError)
+                           DiskFullError, MissingExtraError)
 from memmap_replay import errors as errors_module
 
 # ---- the store every test starts from ---------------------------------------------------------------
@@ -59,6 +59,7 @@ BUILTIN = {
     UnsupportedFormatError: ValueError,
     SampleExpiredError: LookupError,
     DiskFullError: OSError,
+    MissingExtraError: ImportError,
 }
 
 

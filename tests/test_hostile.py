@@ -13,12 +13,11 @@ Expected errors are checked for their class, the ``ReplayError`` base and the ma
 database), so runs are deterministic whatever ``--hypothesis-seed``.
 
 Malformed values are generated with hypothesis where a space of them makes sense (names, dtypes, shapes,
-defaults, arrays of any dtype and shape, options of any type, JSON states); known library bugs are kept
-as ``xfail(strict=True, reason="BUG: ...")`` cases, each a minimal reproduction (see ``BUG`` below and
-the ``*_BUGS`` lists). ``tests/test_errors.py`` holds the earlier fixed-list battery; the kinds here are
+defaults, arrays of any dtype and shape, options of any type, JSON states); cases that once
+found a library bug are kept as minimal reproductions (the ``*_CASES`` lists). ``tests/test_errors.py`` holds the earlier fixed-list battery; the kinds here are
 the ones it does not cover (or covers with a few fixed values, where this file generates them).
 
-Kinds of malformed input covered (84; "BUG" marks kinds the library mishandles today, kept as strict xfails):
+Kinds of malformed input covered (84; "fixed" marks kinds the library once mishandled):
 
 Construction and opening
  1. field and meta field names of arbitrary text: path tricks (``../x``, ``a/b``, ``.``, ``..``, ``''``, ``/abs``,
@@ -30,59 +29,59 @@ Construction and opening
  5. dtype specs of arbitrary text (generated)
  6. dtype specs of arbitrary objects: numpy, python and torch types, structured, subarray, datetime, str,
     object and void dtypes, non-native byte order, bare / tuple / dict spec forms (generated)
- 7. dtype strings numpy rejects with a ValueError, SyntaxError or DeprecationWarning (BUG)
- 8. dtypes numpy stores but torch cannot read: longdouble, clongdouble (BUG)
+ 7. dtype strings numpy rejects with a ValueError, SyntaxError or DeprecationWarning (fixed)
+ 8. dtypes numpy stores but torch cannot read: longdouble, clongdouble (fixed)
  9. shape specs of arbitrary objects: negative, zero, huge, floats, bools, strings, None, arrays, ranges,
     40 dimensions (generated)
 10. defaults of arbitrary objects: NaN, inf, huge ints, complex, strings, lists, arrays, tensors, against
     every numeric dtype (generated)
-11. a 2-list default in a dict spec (BUG: read as a complex number, misleading message)
+11. a 2-list default in a dict spec (fixed: read as a complex number, misleading message)
 12. ``fields`` / ``meta_fields`` containers that are not dicts (generated)
 13. capacities (max_episodes, max_timesteps, max_steps) of any non-int or non-positive value (generated)
-14. capacities the format cannot hold, >= 2**62 (BUG: bare OverflowError and stray files, or an unopenable store)
+14. capacities the format cannot hold, >= 2**62 (fixed: bare OverflowError and stray files, or an unopenable store)
 15. ``circular`` given anything but a bool (generated)
-16. ``overwrite`` / ``read_only`` / ``durable`` given strings or ints (BUG: overwrite='no' wipes the store)
+16. ``overwrite`` / ``read_only`` / ``durable`` given strings or ints (fixed: overwrite='no' wipes the store)
 17. folder paths of the wrong type (int, None, float, list, bytes, dict)
-18. folder paths with a NUL byte, a too-long component, an uncreatable parent (BUG: bare errors), and the
-    empty path (BUG: silently the current directory, whose own meta/ and steps/ are then deleted)
+18. folder paths with a NUL byte, a too-long component, an uncreatable parent (fixed: bare errors), and the
+    empty path (fixed: silently the current directory, whose own meta/ and steps/ are then deleted)
 19. folder paths that are special files: a FIFO, a character device, a symlink to a file, a dangling symlink
 20. ``from_folder`` on another program's folder (unrelated files, no ``meta.json``)
 21. a folder whose ``meta.json`` is arbitrary JSON or arbitrary bytes (generated)
 22. a ``meta.json`` holding an integer too long for Python's int parser (found here; fixed meanwhile)
 23. creating a store in another program's folder that has ``meta/`` and ``steps/`` of its own, and
-    ``overwrite=True`` on another program's ``meta.json`` (BUG: data loss)
+    ``overwrite=True`` on another program's ``meta.json`` (fixed: data loss)
 
 Writing
 24. ``store`` values: arrays of any dtype (every numeric dtype, bool, datetime, timedelta, str, bytes, object,
     void, structured), any shape, any values (NaN, inf, extremes): stored exactly or refused (generated)
 25. ``store_batch`` / vector writer values of any dtype and shape (generated)
-26. integers float64 / complex128 cannot hold exactly, e.g. 2**53 + 1 (BUG: rounded silently)
-27. float64 values that overflow a complex64 field (BUG: stored as inf)
+26. integers float64 / complex128 cannot hold exactly, e.g. 2**53 + 1 (fixed: rounded silently)
+27. float64 values that overflow a complex64 field (fixed: stored as inf)
 28. ``store_episode`` with a time axis of 10**9 steps (a broadcast view: must not allocate)
 29. ``store_episode`` with ragged time axes across fields (generated)
 30. ``store_episode`` with one NaN / inf / fraction / out-of-range value at a random (t, ...) position (generated)
 31. ``end=`` of any other value at every entry point: store_episode, set_episode_end, EpisodeMeta.set_end,
     end_episode, advance_episode, commit_all (generated)
-32. ``end=`` given as a numpy array (BUG: bare TypeError)
-33. ``final=`` that is not a mapping: int, str, list, array (BUG)
+32. ``end=`` given as a numpy array (fixed: bare TypeError)
+33. ``final=`` that is not a mapping: int, str, list, array (fixed)
 34. ``final=`` rows of the wrong shape (generated)
 35. meta values of any type and shape for one_episode / begin_episode / batched_episode (generated)
 36. vector writer ``terminated`` / ``truncated`` / ``active`` of any dtype, shape and value (generated)
 37. vector writer gymnasium ``final`` object arrays with wrong counts, strings, wrong shapes, meta fields
-38. vector writer ``final`` holding None for an env that did end (BUG: a zero final observation is stored)
-39. a huge ``num_envs`` (BUG: bare MemoryError / ValueError)
+38. vector writer ``final`` holding None for an env that did end (fixed: a zero final observation is stored)
+39. a huge ``num_envs`` (fixed: bare MemoryError / ValueError)
 40. ``commit_all`` / ``discard`` ``envs=`` of any value (generated)
 41. vector writer ``set_meta`` values of any type and shape (generated)
 
 update / get_all_data
 42. ``update`` indices of every kind: negative, out of range, not live, floats, NaN, bools, strings, complex,
     None inside lists, sets, dicts, 2-d, ints beyond int64 (generated)
-43. ``update`` with a slice of step 0 or with non-int bounds (BUG: bare errors)
-44. ``update`` with uint64 indices >= 2**63, or an empty list (BUG: misleading messages)
+43. ``update`` with a slice of step 0 or with non-int bounds (fixed: bare errors)
+44. ``update`` with uint64 indices >= 2**63, or an empty list (fixed: misleading messages)
 45. ``update`` values of any shape for step and meta fields (generated)
 46. ``get_all_data`` with unknown names of any type (generated)
-47. ``get_all_data`` with one name as a str, or a non-iterable (BUG: "unknown field 'o'")
-48. ``get_all_data(device=...)`` with a dtype, a float, an unknown string, an absent accelerator (BUG)
+47. ``get_all_data`` with one name as a str, or a non-iterable (fixed: "unknown field 'o'")
+48. ``get_all_data(device=...)`` with a dtype, a float, an unknown string, an absent accelerator (fixed)
 
 Views and loaders
 49. every ``dataset()`` option given a value of the wrong type or range (generated, 20 options)
@@ -90,54 +89,54 @@ Views and loaders
 51. ``filter_meta`` / ``filter_fields`` that are not dicts, name unknown or non-scalar fields, hold
     non-numeric values, or match nothing (generated)
 52. filters given as arrays, falsy non-dicts or with int keys; ``stack_pad`` arrays; an unhashable
-    ``reward_field`` (BUG)
+    ``reward_field`` (fixed)
 53. ``fieldname_map`` that is not a dict, renames nothing, maps to empty or clashing names (generated)
 54. ``dataloader()`` options: batch_size, shuffle, drop_last, seed, num_workers, to_named_tuple,
     dataset_kwargs (generated)
-55. ``to_named_tuple`` with Python keywords (BUG: bare ValueError)
+55. ``to_named_tuple`` with Python keywords (fixed: bare ValueError)
 56. ``dataloader(dataset=...)`` that is not a view, ``device=`` garbage, ``non_blocking=`` non-bool,
-    ``generator=`` non-generator (BUG)
+    ``generator=`` non-generator (fixed)
 57. torch DataLoader options passed through with bad values (timeout, prefetch_factor, persistent_workers,
     multiprocessing_context): torch's own ValueError naming the option
-58. public view classes built from a ReplayBuffer, a path or None instead of an EpisodeStore (BUG)
+58. public view classes built from a ReplayBuffer, a path or None instead of an EpisodeStore (fixed)
 59. ``BatchIndexSampler`` batch_size / shuffle / seed of any value (generated), and sizes that are
-    negative, str, float, None or beyond an index (BUG)
+    negative, str, float, None or beyond an index (fixed)
 60. view ``__getitems__`` with out-of-range ints, 2-d arrays and scalars (generated, 5 kinds of view)
-61. view ``__getitems__`` with floats, bools, numeric strings (BUG: silently read other items)
-62. view ``__getitems__`` with None, slices, complex, NaN, ints beyond int64, uint64 (BUG: bare or
+61. view ``__getitems__`` with floats, bools, numeric strings (fixed: silently read other items)
+62. view ``__getitems__`` with None, slices, complex, NaN, ints beyond int64, uint64 (fixed: bare or
     misleading errors)
 63. view ``__getitem__`` with anything but an int (generated)
 64. view ``__getitem__`` out of range on either side (generated)
-65. view ``__getitem__`` with ints beyond int64 (BUG: OverflowError)
+65. view ``__getitem__`` with ints beyond int64 (fixed: OverflowError)
 66. ``Sample`` objects with negative, float, str, uint64, 2-d, bool or never-existing keys, or weights of
-    the wrong length or type (BUG)
+    the wrong length or type (fixed)
 
 Samplers
 67. ``buffer.sampler(kind)`` with any kind (generated)
 68. every sampler option (seed, replacement, follow, rank, world_size, alpha, beta, beta_final,
     beta_steps, persist, eta) given a value of the wrong type or range (generated)
-69. sampler numbers beyond int64, and ``follow`` given arrays or tensors (BUG)
+69. sampler numbers beyond int64, and ``follow`` given arrays or tensors (fixed)
 70. prioritized ``name=`` of any ASCII text: refused, or files only ``priorities/<name>.*`` (generated)
-71. a non-ASCII ``name=`` too long for the file system (BUG: blamed on read-only, stray folder)
+71. a non-ASCII ``name=`` too long for the file system (fixed: blamed on read-only, stray folder)
 72. ``sample`` / ``batch`` / ``batches`` / ``dataloader`` / ``buffer.sample`` sizes, ``num_batches`` and
     ``drop_last`` of any value (generated)
-73. ``sampler.dataloader(num_workers=-1)`` (BUG: torch's error, not the library's)
+73. ``sampler.dataloader(num_workers=-1)`` (fixed: torch's error, not the library's)
 74. ``update_priorities`` priorities of any dtype and shape, NaN, inf, negative (generated)
 75. ``update_priorities`` keys of the wrong dtype, shape or sign (generated)
 76. SequenceSampler step priorities and masks of the wrong shape, dtype or first step (generated)
 77. ``update_priorities`` with keys of episodes that never existed, uint64 keys, and huge finite
-    priorities that overflow the sum tree (BUG)
+    priorities that overflow the sum tree (fixed)
 78. ``load_state_dict`` with damaged states: non-dicts, wrong types, damaged or missing rng, missing keys,
     JSON garbage at every level (generated)
-79. ``load_state_dict`` damage the library lets through, raises bare, or half-applies (BUG)
+79. ``load_state_dict`` damage the library lets through, raises bare, or half-applies (fixed)
 
 Hindsight
 80. every ``hindsight=`` option (strategy, relabel_ratio, seed, reward_fn, goal_field, achieved_field,
     n_steps) given a value of the wrong type (generated)
-81. ``hindsight=`` dicts missing keys, with unhashable field names, or arrays for strategy / n_steps (BUG)
+81. ``hindsight=`` dicts missing keys, with unhashable field names, or arrays for strategy / n_steps (fixed)
 82. a ``reward_fn`` returning the wrong shape or dtype (generated)
-83. a ``reward_fn`` returning a tensor that requires grad, bfloat16, a ragged list, or 1e300 (BUG)
-84. a ``reward_fn`` returning values the reward field cannot hold: 0.5, 300, NaN into int8 (BUG)
+83. a ``reward_fn`` returning a tensor that requires grad, bfloat16, a ragged list, or 1e300 (fixed)
+84. a ``reward_fn`` returning values the reward field cannot hold: 0.5, 300, NaN into int8 (fixed)
 """
 
 from __future__ import annotations
@@ -174,29 +173,6 @@ def fast(examples: int):
     return settings(max_examples=examples, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.filter_too_much, HealthCheck.data_too_large])
-
-
-def BUG(reason: str):
-    return pytest.mark.xfail(strict=True, reason=f"BUG: {reason}")
-
-
-# pytest formats a report for every xfailed test, and formatting a frame of this (long) file costs an AST
-# walk of all of it. In a test marked xfail (unless run with --runxfail) this module's frames are left out
-# of that report: the library's own frames, where the bugs are, stay. A callable __tracebackhide__ in a
-# module's globals is pytest's documented way to decide per frame.
-_HIDE_OWN_FRAMES = [False]
-
-
-def __tracebackhide__(excinfo) -> bool:
-    return _HIDE_OWN_FRAMES[0]
-
-
-@pytest.fixture(autouse=True)
-def _cheap_xfail_reports(request):
-    _HIDE_OWN_FRAMES[0] = (request.node.get_closest_marker("xfail") is not None
-                           and not request.config.getoption("runxfail", False))
-    yield
-    _HIDE_OWN_FRAMES[0] = False
 
 
 # ---- the store ---------------------------------------------------------------------------------------
@@ -332,7 +308,7 @@ def live_lengths(folder: Path) -> list[int]:
 @contextmanager
 def unchanged(buf: ReplayBuffer):
     """The block must leave the store exactly as it was, and readable."""
-    __tracebackhide__ = True  # helpers stay out of tracebacks (and keep xfail reports cheap)
+    __tracebackhide__ = True  # helpers stay out of tracebacks
     before = fingerprint(buf.folder)
     yield
     after = fingerprint(buf.folder)
@@ -346,7 +322,7 @@ def unchanged(buf: ReplayBuffer):
 @contextmanager
 def unchanged_folder(folder: Path):
     """``unchanged`` for a closed store: the fingerprint, then a fresh read-only open reads it all."""
-    __tracebackhide__ = True  # helpers stay out of tracebacks (and keep xfail reports cheap)
+    __tracebackhide__ = True  # helpers stay out of tracebacks
     before = fingerprint(folder)
     yield
     after = fingerprint(folder)
@@ -365,7 +341,7 @@ def files_under(path: Path) -> list[str]:
 @contextmanager
 def raises(error, match: str):
     """``pytest.raises`` that also checks the exact class, ReplayError and the matching builtin."""
-    __tracebackhide__ = True  # helpers stay out of tracebacks (and keep xfail reports cheap)
+    __tracebackhide__ = True  # helpers stay out of tracebacks
     with pytest.raises(error, match=match) as info:
         yield info
     errors = error if isinstance(error, tuple) else (error,)
@@ -378,7 +354,7 @@ def raises(error, match: str):
 @contextmanager
 def discarded(buf: ReplayBuffer):
     """An open episode (one_episode) that is discarded, never committed, whatever happens inside."""
-    __tracebackhide__ = True  # helpers stay out of tracebacks (and keep xfail reports cheap)
+    __tracebackhide__ = True  # helpers stay out of tracebacks
 
     class Discard(Exception):
         pass
@@ -393,7 +369,7 @@ def discarded(buf: ReplayBuffer):
 
 @contextmanager
 def discarded_batch(buf: ReplayBuffer, n: int = 2):
-    __tracebackhide__ = True  # helpers stay out of tracebacks (and keep xfail reports cheap)
+    __tracebackhide__ = True  # helpers stay out of tracebacks
     class Discard(Exception):
         pass
 
@@ -530,7 +506,7 @@ def numpy_parse(spec):
 
 
 def handled_dtype_spec(spec) -> bool:
-    """Specs the library handles today (the others are the BUG cases below)."""
+    """Specs the library handles today (the others are the cases below)."""
     if isinstance(spec, str) and spec in ("float", "int", "bool", "uint8"):
         return True
     outcome, dtype = numpy_parse(spec)
@@ -574,17 +550,15 @@ def test_any_dtype_spec_is_refused_up_front_or_works_end_to_end(new_folder, spec
         assert not data["x"].numpy().any()
 
 
-DTYPE_BUGS = [
-    pytest.param(",", id="comma-SyntaxError", marks=BUG("dtype ',' raises a bare SyntaxError from np.dtype")),
-    pytest.param("(-1,)i4", id="negative-subarray-ValueError",
-                 marks=BUG("dtype '(-1,)i4' raises a bare ValueError ('format number 1 ... not recognized')")),
-    pytest.param("0\x7f", id="digit-junk-ValueError", marks=BUG("dtype '0\\x7f' raises a bare ValueError")),
-    pytest.param("a", id="deprecated-alias", marks=BUG("dtype 'a' lets numpy's DeprecationWarning escape "
-                                                       "(an error under -W error) instead of a SchemaError")),
+DTYPE_CASES = [
+    pytest.param(",", id="comma-SyntaxError"),
+    pytest.param("(-1,)i4", id="negative-subarray-ValueError"),
+    pytest.param("0\x7f", id="digit-junk-ValueError"),
+    pytest.param("a", id="deprecated-alias"),
 ]
 
 
-@pytest.mark.parametrize("spec", DTYPE_BUGS)
+@pytest.mark.parametrize("spec", DTYPE_CASES)
 def test_dtype_strings_numpy_rejects_oddly_are_refused_with_schema_error(new_folder, spec):
     folder = new_folder()
     with warnings.catch_warnings():
@@ -598,8 +572,6 @@ def test_dtype_strings_numpy_rejects_oddly_are_refused_with_schema_error(new_fol
     pytest.param("float128", id="float128"), pytest.param("complex256", id="complex256"),
     pytest.param("g", id="g-longdouble"), pytest.param(np.longdouble, id="np.longdouble"),
 ])
-@BUG("a longdouble/clongdouble field is accepted, but get_all_data then raises a bare TypeError from torch "
-     "(\"can't convert np.ndarray of type numpy.longdouble\")")
 def test_dtypes_torch_cannot_read_are_refused_up_front(new_folder, spec):
     folder = new_folder()
     try:
@@ -712,9 +684,6 @@ def test_any_default_is_held_exactly_or_refused(new_folder, dtype, default):
             assert int(stored) == value
 
 
-@BUG("a 2-list default in a dict spec is read as the JSON form of a complex number: "
-     "dict(x={'dtype': 'float', 'default': [1, 2]}) is refused with 'cannot have a complex default (got (1+2j))', "
-     "a value the user never gave")
 def test_list_default_in_a_dict_spec_is_refused_as_a_list(new_folder):
     folder = new_folder()
     with raises(SchemaError, match=r"field 'x' must have a scalar default or None \(got \[1, 2\]\)"):
@@ -830,7 +799,7 @@ def test_folder_of_the_wrong_type(tmp_path, monkeypatch, kind, opener):
     assert files_under(tmp_path) == []
 
 
-PATH_BUGS = [
+PATH_CASES = [
     pytest.param(lambda base: str(base) + "/a\x00b", id="NUL-byte"),
     pytest.param(lambda base: "", id="empty-path"),
     pytest.param(lambda base: base / ("x" * 300), id="component-too-long"),
@@ -838,7 +807,7 @@ PATH_BUGS = [
 ]
 
 
-@pytest.mark.parametrize("path", PATH_BUGS)
+@pytest.mark.parametrize("path", PATH_CASES)
 def test_folder_that_cannot_be_a_store_gets_a_library_error(new_folder, path, monkeypatch):
     base = new_folder().parent
     monkeypatch.chdir(base)  # '' must not reach the directory the tests run in
@@ -941,12 +910,8 @@ def test_meta_json_with_an_integer_too_long_to_parse(new_folder):
 
 
 @pytest.mark.parametrize("overwrite", [
-    pytest.param(False, id="no-overwrite", marks=BUG(
-        "ReplayBuffer(folder, ...) on a folder without meta.json deletes the folder's own meta/ and steps/ "
-        "subfolders (with everything in them) before creating the store, even without overwrite=True")),
-    pytest.param(True, id="overwrite", marks=BUG(
-        "overwrite=True deletes another program's meta/ and steps/ folders: README says only the store's own "
-        "files are removed")),
+    pytest.param(False, id="no-overwrite"),
+    pytest.param(True, id="overwrite"),
 ])
 def test_creating_a_store_in_another_programs_folder_deletes_nothing(new_folder, overwrite):
     folder = new_folder()
@@ -962,8 +927,6 @@ def test_creating_a_store_in_another_programs_folder_deletes_nothing(new_folder,
     assert (folder / "steps" / "notes.txt").read_text() == "precious"
 
 
-@BUG("overwrite=True on a folder whose meta.json belongs to another program replaces that meta.json "
-     "(README: only the store's own files are removed)")
 def test_overwrite_never_replaces_another_programs_meta_json(new_folder):
     folder = new_folder()
     folder.mkdir()
@@ -1040,7 +1003,7 @@ def fitted(spec_shape: tuple, value: np.ndarray) -> np.ndarray:
 
 
 def wide_float_rounds(target: np.dtype, value: np.ndarray) -> bool:
-    """An integer numpy deems 'safe' to cast to float64/complex128 that does not survive it (see the BUG)."""
+    """An integer numpy deems 'safe' to cast to float64/complex128 that does not survive it (see the cases below)."""
     if value.dtype.kind not in "iu" or target.kind not in "fc" or not np.can_cast(value.dtype, target, "safe"):
         return False
     with np.errstate(all="ignore"):
@@ -1132,7 +1095,7 @@ def test_one_bad_value_anywhere_in_an_episode_refuses_all_of_it(store, data, nam
                             "commit_all"]))
 def test_end_of_any_other_value_at_every_entry_point(store, end, how):
     assume(end is not None and not (isinstance(end, str) and end in ("terminated", "truncated")))
-    assume(not isinstance(end, (np.ndarray, torch.Tensor)))  # arrays: see END_BUGS
+    assume(not isinstance(end, (np.ndarray, torch.Tensor)))  # arrays: see END_CASES
     match = r"^end must be 'terminated', 'truncated' or None \(got "
     with unchanged(store):
         if how == "store_episode":
@@ -1155,32 +1118,25 @@ def test_end_of_any_other_value_at_every_entry_point(store, end, how):
                 store.store(**step(6, 1))  # still open
 
 
-END_BUGS = [
-    pytest.param(lambda b: b.store_episode(**episode(6, 2), end=np.array("terminated")), id="store_episode-0d-array",
-                 marks=BUG("end=np.array('terminated') raises a bare TypeError (unhashable type: 'numpy.ndarray')")),
-    pytest.param(lambda b: b.store_episode(**episode(6, 2), end=np.array(["terminated"])), id="store_episode-1d-array",
-                 marks=BUG("end=np.array(['terminated']) raises a bare TypeError")),
-    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final=3), id="final-int",
-                 marks=BUG("store_episode(final=3) raises a bare TypeError ('int' object is not iterable)")),
-    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final=["obs"]), id="final-list",
-                 marks=BUG("store_episode(final=['obs']) raises a bare AttributeError ('list' object has no "
-                           "attribute 'items')")),
-    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final="obs"), id="final-str",
-                 marks=BUG("store_episode(final='obs') says \"unknown field ['b', 'o', 's']\": misleading")),
-    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final=np.zeros(3)), id="final-array",
-                 marks=BUG("store_episode(final=np.zeros(3)) says 'unknown field [np.float64(0.0)]': misleading")),
+END_CASES = [
+    pytest.param(lambda b: b.store_episode(**episode(6, 2), end=np.array("terminated")), id="store_episode-0d-array"),
+    pytest.param(lambda b: b.store_episode(**episode(6, 2), end=np.array(["terminated"])), id="store_episode-1d-array"),
+    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final=3), id="final-int"),
+    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final=["obs"]), id="final-list"),
+    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final="obs"), id="final-str"),
+    pytest.param(lambda b: b.store_episode(**episode(6, 2), end="truncated", final=np.zeros(3)), id="final-array"),
 ]
 
 
-@pytest.mark.parametrize("call", END_BUGS)
+@pytest.mark.parametrize("call", END_CASES)
 def test_end_and_final_of_the_wrong_type(store, call):
     with unchanged(store), raises(InvalidDataError, match=r"^(end must be|final must be a dict)"):
         call(store)
 
 
 @pytest.mark.parametrize("final", [
-    pytest.param(3, id="int", marks=BUG("set_end(final=3) raises a bare TypeError ('int' object is not iterable)")),
-    pytest.param("obs", id="str", marks=BUG("set_end(final='obs') says \"unknown field ['b', 'o', 's']\"")),
+    pytest.param(3, id="int"),
+    pytest.param("obs", id="str"),
 ])
 @pytest.mark.parametrize("how", ["set_episode_end", "episode.set_end", "end_episode"])
 def test_final_that_is_not_a_dict_inside_an_episode(store, final, how):
@@ -1320,8 +1276,6 @@ def test_vector_writer_gymnasium_finals_of_the_wrong_form(store, final, match):
     writer.discard()
 
 
-@BUG("a gymnasium final object array with None for an env that DID end (truncated) commits that env's episode "
-     "with final=True and a zero final observation: the n-step view then bootstraps from zeros")
 def test_vector_writer_none_final_for_an_env_that_ended(fresh):
     writer = fresh.vector_writer(2)
     writer.store(**batch_step([6, 7], 0))
@@ -1336,8 +1290,8 @@ def test_vector_writer_none_final_for_an_env_that_ended(fresh):
 
 
 @pytest.mark.parametrize("n", [
-    pytest.param(2**48, id="2**48", marks=BUG("vector_writer(2**48) raises a bare MemoryError (Unable to allocate ... PiB)")),
-    pytest.param(2**62, id="2**62", marks=BUG("vector_writer(2**62) raises numpy's bare ValueError 'array is too big'")),
+    pytest.param(2**48, id="2**48"),
+    pytest.param(2**62, id="2**62"),
 ])
 @pytest.mark.parametrize("how", ["vector_writer", "batched_episode"])
 def test_huge_num_envs(store, n, how):
@@ -1413,29 +1367,23 @@ def legal_indices(indices, live) -> bool:
 def test_update_indices_of_every_kind(store, indices):
     live = set(store.live_episodes.tolist())
     assume(not legal_indices(indices, live))
-    assume(not (isinstance(indices, list) and indices and type(indices[0]) is int and indices[0] >= 2**63))  # BUG below
+    assume(not (isinstance(indices, list) and indices and type(indices[0]) is int and indices[0] >= 2**63))  # a case below
     with unchanged(store), raises(InvalidDataError, match=r"^episode (indices must be (an int or a 1-d array of ints|in \[0, 8\))"
                                                           r"|slot \d+ holds no live episode)"):
         store.update(indices, reward=99.0)
 
 
-UPDATE_BUGS = [
-    pytest.param(slice(None, None, 0), r"episode indices.*slice", id="slice-step-0",
-                 marks=BUG("update(slice(None, None, 0)) raises Python's bare ValueError 'slice step cannot be zero'")),
-    pytest.param(slice("a"), r"episode indices.*slice", id="slice-str-bound",
-                 marks=BUG("update(slice('a')) raises a bare TypeError 'slice indices must be integers'")),
+UPDATE_CASES = [
+    pytest.param(slice(None, None, 0), r"episode indices.*slice", id="slice-step-0"),
+    pytest.param(slice("a"), r"episode indices.*slice", id="slice-str-bound"),
     pytest.param(np.array([2**63], np.uint64), r"episode indices must be in \[0, 8\) \(got 9223372036854775808",
-                 id="uint64-2**63", marks=BUG("update(np.array([2**63], np.uint64)) reports '(got "
-                                                 "-9223372036854775808..-9223372036854775808)': the index wrapped")),
-    pytest.param([2**63], r"episode indices must be in \[0, 8\) \(got 9223372036854775808", id="int-2**63",
-                 marks=BUG("update([2**63]) reports the index as -9223372036854775808")),
-    pytest.param([], r"update needs at least one episode|episode indices .*empty", id="empty-list",
-                 marks=BUG("update([], ...) says 'episode indices must be an int or a 1-d array of ints (got float64 "
-                           "of shape (0,))': an empty list is neither float nor wrong in kind")),
+                 id="uint64-2**63"),
+    pytest.param([2**63], r"episode indices must be in \[0, 8\) \(got 9223372036854775808", id="int-2**63"),
+    pytest.param([], r"update needs at least one episode|episode indices .*empty", id="empty-list"),
 ]
 
 
-@pytest.mark.parametrize("indices, match", UPDATE_BUGS)
+@pytest.mark.parametrize("indices, match", UPDATE_CASES)
 def test_update_indices_the_library_mishandles(store, indices, match):
     with unchanged(store), raises(InvalidDataError, match=match):
         store.update(indices, reward=99.0)
@@ -1470,14 +1418,10 @@ def test_get_all_data_with_unknown_names(store, names, where):
 
 
 @pytest.mark.parametrize("kwargs", [
-    pytest.param(dict(fields="obs"), id="fields-one-str", marks=BUG(
-        "get_all_data(fields='obs') iterates the string: \"unknown field 'o'\" (views take one name as a str)")),
-    pytest.param(dict(meta_fields="task"), id="meta_fields-one-str",
-                 marks=BUG("get_all_data(meta_fields='task') says \"unknown meta field 't'\"")),
-    pytest.param(dict(fields=3), id="fields-int", marks=BUG(
-        "get_all_data(fields=3) raises a bare TypeError ('int' object is not iterable)")),
-    pytest.param(dict(meta_fields=5.0), id="meta_fields-float",
-                 marks=BUG("get_all_data(meta_fields=5.0) raises a bare TypeError")),
+    pytest.param(dict(fields="obs"), id="fields-one-str"),
+    pytest.param(dict(meta_fields="task"), id="meta_fields-one-str"),
+    pytest.param(dict(fields=3), id="fields-int"),
+    pytest.param(dict(meta_fields=5.0), id="meta_fields-float"),
 ])
 def test_get_all_data_names_given_in_the_wrong_form(store, kwargs):
     with unchanged(store):
@@ -1491,13 +1435,10 @@ def test_get_all_data_names_given_in_the_wrong_form(store, kwargs):
 
 
 @pytest.mark.parametrize("device", [
-    pytest.param(torch.float64, id="a-dtype", marks=BUG(
-        "get_all_data(device=torch.float64) silently casts every tensor (even int and bool fields) to float64")),
-    pytest.param(3.5, id="float", marks=BUG("get_all_data(device=3.5) silently casts every tensor to float64")),
-    pytest.param("nope", id="unknown-str", marks=BUG("get_all_data(device='nope') raises torch's bare RuntimeError")),
-    pytest.param("cuda:0" if not torch.cuda.is_available() else "cuda:99", id="absent-accelerator", marks=BUG(
-        "get_all_data(device='cuda:0') without CUDA raises torch's bare AssertionError ('Torch not compiled with "
-        "CUDA enabled') - an assert")),
+    pytest.param(torch.float64, id="a-dtype"),
+    pytest.param(3.5, id="float"),
+    pytest.param("nope", id="unknown-str"),
+    pytest.param("cuda:0" if not torch.cuda.is_available() else "cuda:99", id="absent-accelerator"),
 ])
 def test_get_all_data_device_garbage(store, device):
     with unchanged(store), raises(InvalidDataError, match=r"device"):
@@ -1571,7 +1512,7 @@ def falsy_non_dict(value) -> bool:
 def test_every_dataset_option_refuses_values_of_the_wrong_type_or_range(store, option, value):
     others, valid, match = DATASET_OPTIONS[option]
     assume(not valid(value))
-    # the BUG cases below: arrays or falsy non-dicts as filters, arrays for `in` checks, unhashable field names,
+    # the cases below: arrays or falsy non-dicts as filters, arrays for `in` checks, unhashable field names,
     # non-str filter keys
     if option in ("filter_meta", "filter_fields"):
         assume(not falsy_non_dict(value))
@@ -1584,26 +1525,18 @@ def test_every_dataset_option_refuses_values_of_the_wrong_type_or_range(store, o
         store.dataset(**others, **{option: value})
 
 
-FILTER_BUGS = [
-    pytest.param(dict(filter_meta={3: 1}), id="filter_meta-int-key", marks=BUG(
-        "dataset(filter_meta={3: 1}) says 'meta fields must be a name or a tuple of names (got (3,))': it does not "
-        "name filter_meta, and (3,) is not what the user gave")),
-    pytest.param(dict(timestep_level=True, filter_fields={3: 1}), id="filter_fields-int-key", marks=BUG(
-        "dataset(filter_fields={3: 1}) says 'fields must be a name or a tuple of names (got (3,))'")),
-    pytest.param(dict(n_steps=2, gamma=0.9, reward_field=["reward"]), id="reward_field-list", marks=BUG(
-        "dataset(n_steps=2, gamma=0.9, reward_field=['reward']) raises a bare TypeError (unhashable type: 'list')")),
-    pytest.param(dict(filter_meta=np.array([1, 2])), id="filter_meta-array", marks=BUG(
-        "dataset(filter_meta=np.array([1, 2])) raises numpy's bare ValueError (truth value of an array is ambiguous)")),
-    pytest.param(dict(filter_meta=0), id="filter_meta-0", marks=BUG(
-        "dataset(filter_meta=0) (or '', [], False) is silently taken as 'no filter'")),
-    pytest.param(dict(timestep_level=True, filter_fields=""), id="filter_fields-empty-str",
-                 marks=BUG("dataset(filter_fields='') is silently taken as 'no filter'")),
-    pytest.param(dict(timestep_level=True, frame_stack=2, stack_pad=np.array(["repeat", "zero"])), id="stack_pad-array",
-                 marks=BUG("stack_pad=np.array([...]) raises numpy's bare ValueError from `not in STACK_PADS`")),
+FILTER_CASES = [
+    pytest.param(dict(filter_meta={3: 1}), id="filter_meta-int-key"),
+    pytest.param(dict(timestep_level=True, filter_fields={3: 1}), id="filter_fields-int-key"),
+    pytest.param(dict(n_steps=2, gamma=0.9, reward_field=["reward"]), id="reward_field-list"),
+    pytest.param(dict(filter_meta=np.array([1, 2])), id="filter_meta-array"),
+    pytest.param(dict(filter_meta=0), id="filter_meta-0"),
+    pytest.param(dict(timestep_level=True, filter_fields=""), id="filter_fields-empty-str"),
+    pytest.param(dict(timestep_level=True, frame_stack=2, stack_pad=np.array(["repeat", "zero"])), id="stack_pad-array"),
 ]
 
 
-@pytest.mark.parametrize("kwargs", FILTER_BUGS)
+@pytest.mark.parametrize("kwargs", FILTER_CASES)
 def test_dataset_options_the_library_mishandles(store, kwargs):
     with unchanged(store), raises(InvalidDataError, match=r"^(filter_meta|filter_fields|stack_pad|gamma needs)"):
         store.dataset(**kwargs)
@@ -1657,32 +1590,25 @@ def test_every_dataloader_option_refuses_values_of_the_wrong_type(store, option,
     if option == "to_named_tuple":
         names = (value,) if isinstance(value, str) else value
         if isinstance(names, (tuple, list)) and all(isinstance(n, str) for n in names):
-            assume(not any(keyword.iskeyword(n.lstrip("_")) for n in names))  # BUG below
+            assume(not any(keyword.iskeyword(n.lstrip("_")) for n in names))  # a case below
     kwargs = {"batch_size": 2, option: value} if option != "batch_size" else {"batch_size": value}
     batch_size = kwargs.pop("batch_size")
     with unchanged(store), raises(InvalidDataError, match=match):
         next(iter(store.dataloader(batch_size, **kwargs)))
 
 
-LOADER_BUGS = [
-    pytest.param(dict(to_named_tuple=("class",)), r"to_named_tuple", id="named-tuple-keyword", marks=BUG(
-        "to_named_tuple=('class',) raises namedtuple's bare ValueError ('cannot be a keyword')")),
-    pytest.param(dict(to_named_tuple=("_None",)), r"to_named_tuple", id="named-tuple-keyword-after-underscore",
-                 marks=BUG("to_named_tuple=('_None',) raises a bare ValueError")),
-    pytest.param(dict(dataset=3), r"dataset must be", id="dataset-not-a-view", marks=BUG(
-        "dataloader(2, dataset=3) raises a bare TypeError (object of type 'int' has no len())")),
-    pytest.param(dict(device="nope"), r"device", id="device-unknown", marks=BUG(
-        "dataloader(device='nope') raises torch's bare RuntimeError")),
-    pytest.param(dict(device=3.5), r"device", id="device-float", marks=BUG(
-        "dataloader(device=3.5) raises torch's bare TypeError ('device() received an invalid combination')")),
-    pytest.param(dict(non_blocking="no"), r"non_blocking must be True or False", id="non_blocking-str", marks=BUG(
-        "dataloader(non_blocking='no') is silently truthy (every other flag is checked)")),
-    pytest.param(dict(shuffle=True, generator=3), r"generator", id="generator-int", marks=BUG(
-        "dataloader(shuffle=True, generator=3) raises torch's bare TypeError from random_() at iteration")),
+LOADER_CASES = [
+    pytest.param(dict(to_named_tuple=("class",)), r"to_named_tuple", id="named-tuple-keyword"),
+    pytest.param(dict(to_named_tuple=("_None",)), r"to_named_tuple", id="named-tuple-keyword-after-underscore"),
+    pytest.param(dict(dataset=3), r"dataset must be", id="dataset-not-a-view"),
+    pytest.param(dict(device="nope"), r"device", id="device-unknown"),
+    pytest.param(dict(device=3.5), r"device", id="device-float"),
+    pytest.param(dict(non_blocking="no"), r"non_blocking must be True or False", id="non_blocking-str"),
+    pytest.param(dict(shuffle=True, generator=3), r"generator", id="generator-int"),
 ]
 
 
-@pytest.mark.parametrize("kwargs, match", LOADER_BUGS)
+@pytest.mark.parametrize("kwargs, match", LOADER_CASES)
 def test_dataloader_options_the_library_mishandles(store, kwargs, match):
     with unchanged(store), raises(InvalidDataError, match=match):
         next(iter(store.dataloader(2, **kwargs)))
@@ -1729,7 +1655,7 @@ def test_view_getitems_refuses_out_of_range_and_non_1d_items(store, views, kind,
         view.__getitems__(items)
 
 
-GETITEMS_BUGS = [
+GETITEMS_CASES = [
     pytest.param([0.5], id="float"),
     pytest.param(np.array([1.9]), id="float-array"),
     pytest.param([True, False], id="bools"),
@@ -1738,14 +1664,13 @@ GETITEMS_BUGS = [
     pytest.param(None, id="None-batch"),
     pytest.param(slice(0, 2), id="slice"),
     pytest.param([float("nan")], id="nan"),
-    pytest.param([2**63], id="int-2**63", marks=BUG("view.__getitems__([2**63]) raises a bare OverflowError")),
-    pytest.param(np.array([2**63], np.uint64), id="uint64-2**63", marks=BUG(
-        "view.__getitems__(np.array([2**63], np.uint64)) reports '(got -9223372036854775808..)': the index wrapped")),
+    pytest.param([2**63], id="int-2**63"),
+    pytest.param(np.array([2**63], np.uint64), id="uint64-2**63"),
     pytest.param([1 + 0j], id="complex"),
 ]
 
 
-@pytest.mark.parametrize("items", GETITEMS_BUGS)
+@pytest.mark.parametrize("items", GETITEMS_CASES)
 def test_view_getitems_refuses_indices_that_are_not_ints(store, views, items):
     with unchanged(store), pytest.raises((IndexError, TypeError), match=r"^item ind(ex|ices) must be .*(int|\[0, \d+\)).*"
                                                                         r"\(got (?!-)"):
@@ -1771,39 +1696,29 @@ def test_view_getitem_out_of_range(store, views, kind, offset, side):
 
 
 @pytest.mark.parametrize("item", [
-    pytest.param(2**63, id="2**63", marks=BUG("view[2**63] raises a bare OverflowError, not IndexError")),
-    pytest.param(np.uint64(2**63), id="np.uint64-2**63", marks=BUG("view[np.uint64(2**63)] raises OverflowError")),
-    pytest.param(2**70, id="2**70", marks=BUG("view[2**70] raises OverflowError")),
+    pytest.param(2**63, id="2**63"),
+    pytest.param(np.uint64(2**63), id="np.uint64-2**63"),
+    pytest.param(2**70, id="2**70"),
 ])
 def test_view_getitem_beyond_int64(store, views, item):
     with unchanged(store), pytest.raises(IndexError, match=r"^item indices must be in \[0, \d+\)"):
         views["timestep"][item]
 
 
-SAMPLE_BUGS = [
-    pytest.param(Sample(np.array([-1])), r"keys must be >= 0", id="negative-key", marks=BUG(
-        "a Sample with key -1 gets SampleExpiredError 'episode -1 ... the ring evicted it': it never existed")),
-    pytest.param(Sample(np.array([0.5])), r"keys must be", id="float-keys",
-                 marks=BUG("a Sample with float keys raises numpy's bare IndexError")),
-    pytest.param(Sample(np.array(["a"])), r"keys must be", id="str-keys",
-                 marks=BUG("a Sample with str keys raises numpy's bare TypeError (ufunc 'divmod')")),
-    pytest.param(Sample(np.array([0], np.uint64)), r"keys must be", id="uint64-keys",
-                 marks=BUG("a Sample with uint64 keys raises numpy's bare IndexError")),
-    pytest.param(Sample(np.array([0, 1]), np.ones(3, np.float32)), r"weights", id="weights-too-many",
-                 marks=BUG("a Sample with 2 keys and 3 weights gives a batch whose _weight has 3 rows")),
-    pytest.param(Sample(np.array([0]), "x"), r"weights", id="weights-str",
-                 marks=BUG("a Sample with weights='x' raises torch's bare TypeError")),
-    pytest.param(Sample(np.array([10**9])), r"^(?!.*filter_meta).*(never|not in the buffer|does not hold)", id="never-existed", marks=BUG(
-        "a Sample key of an episode id that never existed says 'its filter_meta leaves them out': misleading, the "
-        "view has no filter_meta")),
-    pytest.param(Sample(np.array([[0]])), r"keys must be", id="2-d-keys",
-                 marks=BUG("a Sample with 2-d keys is accepted")),
-    pytest.param(Sample(np.array([True])), r"keys must be", id="bool-keys",
-                 marks=BUG("a Sample with bool keys is accepted as key 1")),
+SAMPLE_CASES = [
+    pytest.param(Sample(np.array([-1])), r"keys must be >= 0", id="negative-key"),
+    pytest.param(Sample(np.array([0.5])), r"keys must be", id="float-keys"),
+    pytest.param(Sample(np.array(["a"])), r"keys must be", id="str-keys"),
+    pytest.param(Sample(np.array([0], np.uint64)), r"keys must be", id="uint64-keys"),
+    pytest.param(Sample(np.array([0, 1]), np.ones(3, np.float32)), r"weights", id="weights-too-many"),
+    pytest.param(Sample(np.array([0]), "x"), r"weights", id="weights-str"),
+    pytest.param(Sample(np.array([10**9])), r"^(?!.*filter_meta).*(never|not in the buffer|does not hold)", id="never-existed"),
+    pytest.param(Sample(np.array([[0]])), r"keys must be", id="2-d-keys"),
+    pytest.param(Sample(np.array([True])), r"keys must be", id="bool-keys"),
 ]
 
 
-@pytest.mark.parametrize("sample, match", SAMPLE_BUGS)
+@pytest.mark.parametrize("sample, match", SAMPLE_CASES)
 def test_view_refuses_hostile_sample_objects(store, views, sample, match):
     with unchanged(store), raises((InvalidDataError, SampleExpiredError), match=match):
         batch = views["timestep"].__getitems__(sample)
@@ -1812,12 +1727,9 @@ def test_view_refuses_hostile_sample_objects(store, views, sample, match):
 
 @pytest.mark.parametrize("cls", ["TrajectoryView", "TimestepView", "HindsightView"])
 @pytest.mark.parametrize("given_store", [
-    pytest.param("buffer", id="a-ReplayBuffer", marks=BUG(
-        "TrajectoryView(buffer) (a ReplayBuffer, not its EpisodeStore) raises a bare AttributeError ('ReplayBuffer' "
-        "object has no attribute 'meta'); UniformSampler(buffer) says 'a sampler draws from a view'")),
-    pytest.param("path", id="a-path", marks=BUG("TrajectoryView('/some/folder') raises a bare AttributeError "
-                                               "('str' object has no attribute 'folder')")),
-    pytest.param("None", id="None", marks=BUG("TrajectoryView(None) raises a bare AttributeError")),
+    pytest.param("buffer", id="a-ReplayBuffer"),
+    pytest.param("path", id="a-path"),
+    pytest.param("None", id="None"),
 ])
 def test_view_classes_given_something_else_than_a_store(store, cls, given_store):
     thing = {"buffer": store, "path": str(store.folder), "None": None}[given_store]
@@ -1837,12 +1749,11 @@ def test_batch_index_sampler_options(batch_size, shuffle, seed):
 
 
 @pytest.mark.parametrize("size", [
-    pytest.param(-1, id="negative", marks=BUG("BatchIndexSampler(-1, 2) is accepted as an empty sampler")),
-    pytest.param("10", id="str", marks=BUG("BatchIndexSampler('10', 2) silently parses the string")),
-    pytest.param(10.5, id="float", marks=BUG("BatchIndexSampler(10.5, 2) silently truncates to 10")),
-    pytest.param(None, id="None", marks=BUG("BatchIndexSampler(None, 2) raises a bare TypeError from int()")),
-    pytest.param(2**70, id="2**70", marks=BUG("BatchIndexSampler(2**70, 2) is accepted, then len() raises a bare "
-                                              "OverflowError (cannot fit 'int' into an index-sized integer)")),
+    pytest.param(-1, id="negative"),
+    pytest.param("10", id="str"),
+    pytest.param(10.5, id="float"),
+    pytest.param(None, id="None"),
+    pytest.param(2**70, id="2**70"),
 ])
 def test_batch_index_sampler_size(size):
     with raises(InvalidDataError, match=r"^size must be an int"):
@@ -1888,9 +1799,9 @@ SAMPLER_OPTIONS = {
 def test_every_sampler_option_refuses_values_of_the_wrong_type_or_range(store, option, value):
     kind, others, valid, match = SAMPLER_OPTIONS[option]
     assume(not valid(value))
-    if option == "follow":  # BUG cases below: arrays and tensors
+    if option == "follow":  # cases below: arrays and tensors
         assume(not isinstance(value, (np.ndarray, torch.Tensor)))
-    if option in ("alpha", "beta", "beta_final", "eta"):  # BUG case below: ints beyond int64
+    if option in ("alpha", "beta", "beta_final", "eta"):  # a case below: ints beyond int64
         assume(not (isinstance(value, int) and not -2**63 <= value < 2**64))
     with unchanged(store), raises(InvalidDataError, match=match):
         store.sampler(kind, **others, **{option: value})
@@ -1923,9 +1834,6 @@ def test_priorities_name_of_any_ascii_text_stays_inside_priorities(store, name):
         sampler.close()
 
 
-@BUG("a 64-character non-ASCII priorities name ('𝔞' * 64) passes the name check, then fails with ReadOnlyError "
-     "'cannot keep priorities ... (File name too long); pass persist=False', which blames the wrong thing, and "
-     "leaves an empty priorities/ folder behind")
 def test_priorities_name_too_long_for_the_file_system(fresh):
     with unchanged(fresh), raises(InvalidDataError, match=r"^name must be"):
         fresh.sampler("prioritized", name="𝔞" * 64)
@@ -1963,8 +1871,6 @@ def test_sampler_batches_counts_and_flags(store, samplers, which, num_batches, d
     pytest.param("alpha", 2**70, id="alpha-2**70"), pytest.param("beta", -2**63 - 1, id="beta--2**63-1"),
     pytest.param("eta", 2**64, id="eta-2**64"),
 ])
-@BUG("a Python int beyond int64 for alpha / beta / beta_final / eta raises numpy's bare TypeError ('ufunc "
-     "isfinite not supported for the input types') instead of 'must be a number ...'")
 def test_sampler_numbers_beyond_int64(store, option, value):
     options = dict(window=2) if option == "eta" else {}
     with unchanged(store), raises(InvalidDataError, match=rf"^{option} must be a number"):
@@ -1972,18 +1878,15 @@ def test_sampler_numbers_beyond_int64(store, option, value):
 
 
 @pytest.mark.parametrize("follow", [
-    pytest.param(np.array([True, False]), id="array", marks=BUG(
-        "sampler(follow=np.array([True, False])) raises numpy's bare ValueError from `follow not in (True, False, 'disk')`")),
-    pytest.param(torch.tensor(1.0), id="tensor", marks=BUG("sampler(follow=torch.tensor(1.0)) is silently accepted")),
-    pytest.param(np.int64(1), id="np.int64", marks=BUG("sampler(follow=np.int64(1)) is silently accepted")),
+    pytest.param(np.array([True, False]), id="array"),
+    pytest.param(torch.tensor(1.0), id="tensor"),
+    pytest.param(np.int64(1), id="np.int64"),
 ])
 def test_sampler_follow_of_array_types(store, follow):
     with unchanged(store), raises(InvalidDataError, match=r"^follow must be True, False or 'disk'"):
         store.sampler("uniform", follow=follow)
 
 
-@BUG("sampler.dataloader(2, num_workers=-1) raises torch's ValueError; buffer.dataloader refuses the same value "
-     "with InvalidDataError 'num_workers must be an int >= 0'")
 def test_sampler_dataloader_num_workers_negative(store, samplers):
     with unchanged(store), raises(InvalidDataError, match=r"^num_workers must be an int >= 0"):
         samplers["uniform"].dataloader(2, num_batches=1, num_workers=-1)
@@ -2062,21 +1965,14 @@ def test_sequence_step_priorities_and_masks_of_the_wrong_shape(store, samplers, 
     assert_same_tree(before, tree_state(sampler))
 
 
-PRIORITY_BUGS = [
-    pytest.param(lambda keys: (keys + 10**6, np.ones(4)), r"keys must come from this sampler's batches", id="never-existed",
-                 marks=BUG("update_priorities with keys of episode ids that were never committed returns 0 and counts them "
-                           "in sampler.dropped as if the ring had evicted them")),
-    pytest.param(lambda keys: (np.full(4, 2**63, np.uint64), np.ones(4)), r"keys must", id="uint64-keys",
-                 marks=BUG("update_priorities(np.full(4, 2**63, np.uint64), ...) wraps the keys negative and drops them "
-                           "silently (the '>= 0' check runs before the int64 cast)")),
-    pytest.param(lambda keys: (keys, np.full(4, 1e308)), r"priorities must be", id="huge-finite-priorities",
-                 marks=BUG("update_priorities(keys, 1e308) with alpha=1 is accepted: the sum tree's total overflows to "
-                           "inf, every later draw returns the same first position, and numpy's RuntimeWarning "
-                           "(overflow in accumulate) escapes from batch()")),
+PRIORITY_CASES = [
+    pytest.param(lambda keys: (keys + 10**6, np.ones(4)), r"keys must come from this sampler's batches", id="never-existed"),
+    pytest.param(lambda keys: (np.full(4, 2**63, np.uint64), np.ones(4)), r"keys must", id="uint64-keys"),
+    pytest.param(lambda keys: (keys, np.full(4, 1e308)), r"priorities must be", id="huge-finite-priorities"),
 ]
 
 
-@pytest.mark.parametrize("make_args, match", PRIORITY_BUGS)
+@pytest.mark.parametrize("make_args, match", PRIORITY_CASES)
 def test_update_priorities_inputs_the_library_mishandles(store, make_args, match):
     sampler = store.sampler("prioritized", seed=0, persist=False, alpha=1.0)
     keys = sampler.sample(4).keys
@@ -2120,7 +2016,7 @@ def test_load_state_dict_with_damaged_states(store, samplers, which, damage, val
     else:
         key = data.draw(st.sampled_from(["bit_generator", "state"]))
         assume(value != state["rng"][key])
-        assume(not (key == "state" and isinstance(value, dict)))  # a dict of other ints: see STATE_BUGS
+        assume(not (key == "state" and isinstance(value, dict)))  # a dict of other ints: see STATE_CASES
         state["rng"][key] = value
         match = r"^a damaged sampler state_dict \(.*\); save it again with state_dict\(\)"
     with unchanged(store), raises(InvalidDataError, match=match):
@@ -2132,36 +2028,23 @@ def rng_state_negative(state):
     state["rng"]["state"]["state"] = -1
 
 
-STATE_BUGS = [
-    pytest.param("uniform", rng_state_negative, id="rng-state-negative",
-                 marks=BUG("load_state_dict with rng.state.state = -1 raises a bare OverflowError")),
-    pytest.param("uniform", lambda s: s.update(draws=float("inf")), id="draws-inf",
-                 marks=BUG("load_state_dict with draws=inf raises a bare OverflowError")),
-    pytest.param("uniform", lambda s: s.update(draws=-5), id="draws-negative",
-                 marks=BUG("load_state_dict with draws=-5 is accepted (and anneals beta backwards)")),
-    pytest.param("uniform", lambda s: s.update(draws=2.7), id="draws-fraction",
-                 marks=BUG("load_state_dict with draws=2.7 is accepted as 2")),
-    pytest.param("epoch", lambda s: s.update(seed=-3), id="seed-negative",
-                 marks=BUG("load_state_dict with seed=-3 is accepted; the next epoch raises numpy's bare ValueError "
-                           "'expected non-negative integer'")),
-    pytest.param("epoch", lambda s: s.update(epochs="x"), id="epochs-str",
-                 marks=BUG("load_state_dict with epochs='x' raises a bare ValueError after the rng was already loaded")),
-    pytest.param("epoch", lambda s: s.update(cursor="x"), id="cursor-str", marks=BUG("cursor='x': bare ValueError")),
-    pytest.param("epoch", lambda s: s.update(epoch_ids=None), id="epoch_ids-None",
-                 marks=BUG("epoch_ids=None (with in_epoch) raises a bare TypeError")),
-    pytest.param("prioritized", lambda s: s.update(max_priority=float("nan")), id="max_priority-nan",
-                 marks=BUG("load_state_dict with max_priority=NaN is accepted: new positions then enter the sum tree at "
-                           "NaN")),
-    pytest.param("prioritized", lambda s: s.update(max_priority=-1.0), id="max_priority-negative",
-                 marks=BUG("max_priority=-1 is accepted")),
-    pytest.param("prioritized", lambda s: s.update(max_priority="x"), id="max_priority-str",
-                 marks=BUG("max_priority='x' raises a bare ValueError, after rng, draws and seed were loaded")),
-    pytest.param("prioritized", lambda s: s.update(dropped="x"), id="dropped-str",
-                 marks=BUG("dropped='x' raises a bare ValueError, after everything else was loaded")),
+STATE_CASES = [
+    pytest.param("uniform", rng_state_negative, id="rng-state-negative"),
+    pytest.param("uniform", lambda s: s.update(draws=float("inf")), id="draws-inf"),
+    pytest.param("uniform", lambda s: s.update(draws=-5), id="draws-negative"),
+    pytest.param("uniform", lambda s: s.update(draws=2.7), id="draws-fraction"),
+    pytest.param("epoch", lambda s: s.update(seed=-3), id="seed-negative"),
+    pytest.param("epoch", lambda s: s.update(epochs="x"), id="epochs-str"),
+    pytest.param("epoch", lambda s: s.update(cursor="x"), id="cursor-str"),
+    pytest.param("epoch", lambda s: s.update(epoch_ids=None), id="epoch_ids-None"),
+    pytest.param("prioritized", lambda s: s.update(max_priority=float("nan")), id="max_priority-nan"),
+    pytest.param("prioritized", lambda s: s.update(max_priority=-1.0), id="max_priority-negative"),
+    pytest.param("prioritized", lambda s: s.update(max_priority="x"), id="max_priority-str"),
+    pytest.param("prioritized", lambda s: s.update(dropped="x"), id="dropped-str"),
 ]
 
 
-@pytest.mark.parametrize("which, damage", STATE_BUGS)
+@pytest.mark.parametrize("which, damage", STATE_CASES)
 def test_load_state_dict_damage_the_library_mishandles(store, which, damage):
     options = dict(uniform=dict(), epoch=dict(replacement=False), prioritized=dict(persist=False))[which]
     kind = "prioritized" if which == "prioritized" else "uniform"
@@ -2176,8 +2059,6 @@ def test_load_state_dict_damage_the_library_mishandles(store, which, damage):
     assert sampler.state_dict() == good
 
 
-@BUG("a refused load_state_dict is half-applied: a state from later draws with a damaged 'seed' loads the rng and "
-     "'draws' before refusing, so the sampler no longer is what it was")
 def test_a_refused_load_state_dict_leaves_the_sampler_as_it_was(store):
     sampler = store.sampler("uniform", seed=0)
     before = sampler.state_dict()
@@ -2219,7 +2100,7 @@ def test_every_hindsight_option_refuses_values_of_the_wrong_type(store, option, 
     valid, match = HINDSIGHT_OPTIONS[option]
     assume(not valid(value))
     if option in ("goal_field", "achieved_field"):
-        assume(hashable(value))  # BUG: see HINDSIGHT_BUGS
+        assume(hashable(value))  # see HINDSIGHT_CASES
     if option in ("strategy", "n_steps"):
         assume(not isinstance(value, np.ndarray))
     with unchanged(store), raises(InvalidDataError, match=match):
@@ -2228,20 +2109,16 @@ def test_every_hindsight_option_refuses_values_of_the_wrong_type(store, option, 
         store.sampler("uniform", hindsight={**HER, option: value})
 
 
-HINDSIGHT_BUGS = [
-    pytest.param(dict(goal_field="goal", achieved_field="achieved"), id="no-reward_fn", marks=BUG(
-        "hindsight= without reward_fn raises a bare TypeError from HindsightView.__init__ (missing keyword argument)")),
-    pytest.param({}, id="empty-dict", marks=BUG("hindsight={} raises a bare TypeError (3 missing arguments)")),
-    pytest.param({**HER, "goal_field": ["goal"]}, id="goal_field-list",
-                 marks=BUG("hindsight goal_field=['goal'] raises a bare TypeError (unhashable type: 'list')")),
-    pytest.param({**HER, "strategy": np.array(["future", "final"])}, id="strategy-array",
-                 marks=BUG("hindsight strategy=np.array([...]) raises numpy's bare ValueError from `not in STRATEGIES`")),
-    pytest.param({**HER, "n_steps": np.array([1, 2])}, id="n_steps-array",
-                 marks=BUG("hindsight n_steps=np.array([1, 2]) raises numpy's bare ValueError from `n_steps != 1`")),
+HINDSIGHT_CASES = [
+    pytest.param(dict(goal_field="goal", achieved_field="achieved"), id="no-reward_fn"),
+    pytest.param({}, id="empty-dict"),
+    pytest.param({**HER, "goal_field": ["goal"]}, id="goal_field-list"),
+    pytest.param({**HER, "strategy": np.array(["future", "final"])}, id="strategy-array"),
+    pytest.param({**HER, "n_steps": np.array([1, 2])}, id="n_steps-array"),
 ]
 
 
-@pytest.mark.parametrize("hindsight", HINDSIGHT_BUGS)
+@pytest.mark.parametrize("hindsight", HINDSIGHT_CASES)
 def test_hindsight_options_the_library_mishandles(store, hindsight):
     with unchanged(store), raises(InvalidDataError, match=r"(goal_field|achieved_field|reward_fn|strategy|n_steps)"):
         store.dataset(hindsight=hindsight)
@@ -2272,22 +2149,15 @@ def test_reward_fn_returning_garbage(store, dtype, shape, how):
             store.sampler("uniform", seed=0, hindsight=hindsight).batch(6)
 
 
-REWARD_BUGS = [
-    pytest.param(lambda a, g: torch.full((len(a),), -1.0, requires_grad=True), None, id="tensor-requires-grad", marks=BUG(
-        "a reward_fn returning a tensor that requires grad gets torch's bare RuntimeError ('Can't call numpy() on "
-        "Tensor that requires grad'); writes take such tensors (README: 'with or without grad')")),
-    pytest.param(lambda a, g: torch.zeros(len(a), dtype=torch.bfloat16), r"bfloat16|convert", id="bfloat16",
-                 marks=BUG("a reward_fn returning a bfloat16 tensor gets a bare TypeError ('Got unsupported ScalarType "
-                           "BFloat16'); writes refuse bfloat16 with InvalidDataError")),
-    pytest.param(lambda a, g: [[1.0], [1.0, 2.0]] + [[0.0]] * (len(a) - 2), r"reward_fn must return", id="ragged",
-                 marks=BUG("a reward_fn returning a ragged list gets numpy's bare ValueError (inhomogeneous shape)")),
-    pytest.param(lambda a, g: np.full(len(a), 1e300), r"(reward_fn|'reward')", id="1e300-into-float32", marks=BUG(
-        "a reward_fn returning 1e300 gives reward inf silently (numpy's overflow RuntimeWarning escapes under -W "
-        "error); writes refuse 1e39 into float32")),
+REWARD_CASES = [
+    pytest.param(lambda a, g: torch.full((len(a),), -1.0, requires_grad=True), None, id="tensor-requires-grad"),
+    pytest.param(lambda a, g: torch.zeros(len(a), dtype=torch.bfloat16), r"bfloat16|convert", id="bfloat16"),
+    pytest.param(lambda a, g: [[1.0], [1.0, 2.0]] + [[0.0]] * (len(a) - 2), r"reward_fn must return", id="ragged"),
+    pytest.param(lambda a, g: np.full(len(a), 1e300), r"(reward_fn|'reward')", id="1e300-into-float32"),
 ]
 
 
-@pytest.mark.parametrize("reward_fn, match", REWARD_BUGS)
+@pytest.mark.parametrize("reward_fn, match", REWARD_CASES)
 def test_reward_fn_returns_the_library_mishandles(store, reward_fn, match):
     view = store.dataset(hindsight={**HER, "reward_fn": reward_fn, "relabel_ratio": 1.0})
     with warnings.catch_warnings():
@@ -2302,11 +2172,9 @@ def test_reward_fn_returns_the_library_mishandles(store, reward_fn, match):
 
 
 @pytest.mark.parametrize("value, dtype", [
-    pytest.param(0.5, "int8", id="0.5-into-int8", marks=BUG("reward_fn returning 0.5 for an int8 reward field is "
-                                                             "truncated to 0 silently")),
-    pytest.param(300, "int8", id="300-into-int8", marks=BUG("reward_fn returning 300 for an int8 reward gives 44 "
-                                                            "(wrapped) silently")),
-    pytest.param(np.nan, "int8", id="nan-into-int8", marks=BUG("reward_fn returning NaN for an int8 reward gives 0")),
+    pytest.param(0.5, "int8", id="0.5-into-int8"),
+    pytest.param(300, "int8", id="300-into-int8"),
+    pytest.param(np.nan, "int8", id="nan-into-int8"),
 ])
 def test_reward_fn_values_that_do_not_fit_the_reward_field(tmp_path, value, dtype):
     with ReplayBuffer(tmp_path / "her", 2, 4, dict(goal=("float", 2), achieved=("float", 2), reward=dtype)) as buf:
