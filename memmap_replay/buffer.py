@@ -54,7 +54,7 @@ class ReplayBuffer:
     """A folder of memory-mapped episodes. See the README for the full tour.
 
     ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
-    overwrite=False, read_only=False, *, max_steps=None, durable=False)``
+    overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True)``
 
     - ``fields``/``meta_fields``: name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``.
     - ``max_steps``: row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with
@@ -62,13 +62,17 @@ class ReplayBuffer:
     - ``circular``: evict whole episodes, oldest first, when episode slots or rows run out.
     - ``overwrite``: replace a store already in the folder (only the store's own files are removed).
     - ``durable``: fsync data and folder on every commit (survives power loss, not only a crash).
+    - ``track_stats``: keep running statistics of the small numeric fields as episodes commit
+      (``stats()``); False leaves the catch-up to whoever asks next.
     """
 
     def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
                  fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
                  circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
-                 max_steps: int | None = None, durable: bool = False, _store: EpisodeStore | None = None):
-        for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable)):
+                 max_steps: int | None = None, durable: bool = False, track_stats: bool = True,
+                 _store: EpisodeStore | None = None):
+        for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable),
+                            ("track_stats", track_stats)):
             bool_option(value, name)
         if _store is None:
             if read_only and overwrite:
@@ -80,6 +84,7 @@ class ReplayBuffer:
                 _store = EpisodeStore.open(folder, "w" if overwrite else "a", schema=schema, capacity=capacity,
                                            durable=durable)
         self._store = _store
+        _store.track_stats = track_stats
         self.folder = _store.folder
         self.read_only = not _store.writable
         self._staging: StagingBuffer | None = None
@@ -102,11 +107,13 @@ class ReplayBuffer:
         return Schema.parse(fields, meta_fields), Capacity(max_episodes, max_timesteps, max_steps, circular)
 
     @classmethod
-    def from_folder(cls, folder: str | Path, read_only: bool = False, *, durable: bool = False) -> "ReplayBuffer":
+    def from_folder(cls, folder: str | Path, read_only: bool = False, *, durable: bool = False,
+                    track_stats: bool = True) -> "ReplayBuffer":
         """Open an existing store; read-only opens never take the writer lock."""
-        for name, value in (("read_only", read_only), ("durable", durable)):
+        for name, value in (("read_only", read_only), ("durable", durable), ("track_stats", track_stats)):
             bool_option(value, name)
-        return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable))
+        return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable),
+                   track_stats=track_stats)
 
     # ---- description ---------------------------------------------------------------------------------
 
@@ -374,3 +381,15 @@ class ReplayBuffer:
             fields, meta_fields = self.fieldnames, self.meta_fieldnames + ("episode_lens",)
         return padded_episodes(self._store, () if fields is None else fields, () if meta_fields is None else meta_fields,
                                device)
+
+    def stats(self, fields: Any = None, *, quantiles: Any = None, recompute: bool = False):
+        """Field statistics for normalization (``memmap_replay.stats.StoreStats``): per element of each
+        field count, mean, std, min, max (and ``quantiles`` on request), plus the live episodes' length and
+        return summary. Small numeric fields are kept up to date as episodes commit; other ``fields`` are
+        read from the live episodes. ``recompute=True`` reads the live episodes instead of the running
+        moments (which, in a ring, also count evicted episodes)."""
+        from .stats import compute_stats
+
+        recompute = flag(recompute, "recompute")
+        running = self._store.running if self._store.track_stats else None
+        return compute_stats(self._store, running, fields=fields, quantiles=quantiles, recompute=recompute)

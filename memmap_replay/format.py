@@ -93,7 +93,9 @@ TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtyp
          "final": np.dtype("bool"), "id": np.dtype("int64")}
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
-OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR)  # what overwrite=True may delete
+STATS_DIR, MANIFEST_FILE = "stats", "checksums.sha256"
+# what overwrite=True may delete (card.json and README.md are the user's words: they stay)
+OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, MANIFEST_FILE)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from .index import EpisodeTable
 from .lock import WriterLock
 from .opening import MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder
 from .schema import Schema
+from .stats import RunningStats
 
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 
@@ -63,6 +64,9 @@ class EpisodeStore:
         self.durable = durable
         self._lock = lock
         self._closed = False
+        self._manifest_dropped = False
+        self.track_stats = True  # fold committed episodes into the running field statistics (stats.py)
+        self.running: RunningStats | None = None
         self.steps: dict[str, NpyFile] = {}
         self.metas: dict[str, NpyFile] = {}
         self.table: dict[str, NpyFile] = {}
@@ -269,6 +273,10 @@ class EpisodeStore:
             ) from None
 
     def _commit(self, episodes: list[PendingEpisode]) -> list[int]:
+        self._drop_manifest()
+        if self.track_stats and self.running is None:  # the saved moments, caught up with the live episodes
+            self.running = RunningStats.load(self.folder, self.meta.schema, self.meta.store_id)
+            self.running.catch_up(self)
         state = self.meta.state
         first, plan = self._plan(episodes)
         # phase 1: evictions are committed before any row is overwritten (episodes of this very commit
@@ -299,7 +307,15 @@ class EpisodeStore:
                 file.sync()
         self._write_meta(replace(self.meta.state, first_episode=first, next_episode=state.next_episode + len(plan),
                                  write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1))
+        if self.track_stats:
+            self.running.committed(episodes, self.meta.state.next_episode, self.folder)
         return slots
+
+    def _drop_manifest(self) -> None:
+        """A write makes checksums.sha256 stale: it goes before the first change (``checksum`` writes it again)."""
+        if not self._manifest_dropped:
+            (self.folder / fmt.MANIFEST_FILE).unlink(missing_ok=True)
+            self._manifest_dropped = True
 
     def _plan(self, episodes: list[PendingEpisode]) -> tuple[int, list[tuple[int, PendingEpisode]]]:
         """Where each episode goes, and the new first live id after the evictions that makes necessary."""
@@ -364,19 +380,24 @@ class EpisodeStore:
     def clear(self) -> None:
         """Drop every episode (ids keep counting, so old slot contents can never look live again)."""
         self.require_writable("clear")
+        self._drop_manifest()
         state = self.meta.state
         self._write_meta(replace(state, first_episode=state.next_episode, write_head=0, commits=state.commits + 1))
 
     def update_rows(self, name: str, start: int, values: np.ndarray) -> None:
         self.require_writable("update")
+        self._drop_manifest()
         self.steps[name].write_rows(start, values)
 
     def update_meta(self, name: str, slot: int, values: np.ndarray) -> None:
         self.require_writable("update")
+        self._drop_manifest()
         self.metas[name].write_rows(slot, values)
 
     def sync(self) -> None:
         """fsync every data file and meta.json's folder: what is committed survives a power cut."""
+        if self.running is not None:
+            self.running.save(self.folder)
         if self._lock is not None:
             for file in self._files():
                 file.sync()
@@ -388,6 +409,8 @@ class EpisodeStore:
             self.close()
 
     def close(self) -> None:
+        if self.running is not None and not self._closed:
+            self.running.save(self.folder)
         self._closed = True
         for file in self._files():
             file.close()

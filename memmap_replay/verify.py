@@ -5,7 +5,8 @@ step data, so they take about as long as opening the store. Each finding names t
 wrong, what was expected and what was found. A *problem* is damage: a reader refuses the store, or
 plain numpy cannot read a file. A *warning* is something readers ignore or a sampler rebuilds: a stray
 file, the ``meta.json.tmp`` a crash leaves behind, a damaged ``priorities/`` file (sampler state, not
-data). ``python -m memmap_replay verify FOLDER`` prints the same report.
+data). With a ``checksums.sha256`` (see ``checksums``), every file it lists is hashed too: a file that
+differs is a problem. ``python -m memmap_replay verify FOLDER`` prints the same report.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import format as fmt
-from .errors import NotAFolderError, SchemaError, StoreNotFoundError
+from .checksums import MANIFEST, check_manifest, judge, read_manifest, stray_files
+from .errors import InvalidDataError, NotAFolderError, SchemaError, StoreNotFoundError
 from .format import Capacity, State
 from .schema import Schema
 
@@ -29,11 +31,10 @@ __all__ = ["VerifyReport", "verify"]
 
 MAX_LISTED = 5  # findings listed per kind of episode-table damage; the rest are counted
 STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
-TEMP_FILE = fmt.META_FILE + ".tmp"
 PRIORITY_NOTE = "; priorities are sampler state, not data: delete the file and a prioritized sampler starts them afresh"
 END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
 CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
-                 "live_rows": "live row", "priority_files": "priorities file"}
+                 "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file"}
 
 
 @dataclass
@@ -71,24 +72,28 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def verify(folder: str | os.PathLike) -> VerifyReport:
+def verify(folder: str | os.PathLike, *, checksums: bool | None = None, progress: bool = False) -> VerifyReport:
     """Check the store at ``folder``; never raises for damage (it is reported), only for a path that
-    does not exist (StoreNotFoundError) or is not a folder (NotAFolderError)."""
+    does not exist (StoreNotFoundError) or is not a folder (NotAFolderError). ``checksums``: None checks
+    ``checksums.sha256`` when there is one, True also reports its absence, False skips it (no data read);
+    ``progress`` draws a bar on stderr while files are hashed."""
     folder = Path(folder)
     if not folder.exists():
         raise StoreNotFoundError(f"no store at {folder}: the folder does not exist")
     if not folder.is_dir():
         raise NotAFolderError(f"{folder} must be a folder (got a file); pass the folder that holds meta.json")
+    if checksums is not None and not isinstance(checksums, bool):
+        raise InvalidDataError(f"checksums must be None, True or False (got {checksums!r})")
     report = VerifyReport(folder)
-    StoreChecker(folder, report).run()
+    StoreChecker(folder, report, checksums=checksums, progress=progress).run()
     return report
 
 
 class StoreChecker:
     """The checks, in order; each one skips what an earlier finding makes meaningless."""
 
-    def __init__(self, folder: Path, report: VerifyReport):
-        self.folder, self.report = folder, report
+    def __init__(self, folder: Path, report: VerifyReport, *, checksums: bool | None = None, progress: bool = False):
+        self.folder, self.report, self.checksums, self.progress = folder, report, checksums, progress
         self.schema: Schema | None = None
         self.capacity: Capacity | None = None
         self.state: State | None = None
@@ -101,7 +106,8 @@ class StoreChecker:
         self.report.warnings.append(f"{where}: {what}")
 
     def run(self) -> None:
-        for check in (self.check_meta, self.check_files, self.check_table, self.check_priorities, self.check_strays):
+        for check in (self.check_meta, self.check_files, self.check_table, self.check_priorities, self.check_strays,
+                      self.check_checksums):
             try:
                 check()
             except Exception as error:  # noqa: BLE001 - damage nobody foresaw is reported, never raised
@@ -388,21 +394,12 @@ class StoreChecker:
             self.warn(rel, f"not a JSON object naming the view of these priorities (found {spec!r}){PRIORITY_NOTE}")
 
     def check_strays(self) -> None:
-        if not self.report.is_store:
-            return
-        known = {fmt.META_FILE, fmt.LOCK_FILE, *STORE_DIRS, fmt.PRIORITIES_DIR}
-        for path in sorted(self.folder.iterdir()):
-            if path.name == TEMP_FILE:
-                self.warn(TEMP_FILE, "left by a commit that was interrupted (a crash or kill); readers ignore it and "
-                                     "the next commit replaces it; you may delete it")
-            elif path.name not in known:
-                self.warn(path.name, "not part of the store (readers ignore it)")
-        if self.schema is None:
-            return
-        expected = {fmt.STEPS_DIR: self.schema.fields, fmt.META_DIR: self.schema.meta_fields, fmt.EPISODES_DIR: fmt.TABLE}
-        for group, names in expected.items():
-            if (self.folder / group).is_dir():
-                for path in sorted((self.folder / group).iterdir()):
-                    if path.suffix != ".npy" or path.stem not in names:
-                        self.warn(f"{group}/{path.name}", f"not part of the store (meta.json names no such "
-                                                          f"file in {group}/); readers ignore it")
+        if self.report.is_store:
+            for where, what in stray_files(self.folder, self.schema):
+                self.warn(where, what)
+
+    def check_checksums(self) -> None:
+        if self.report.is_store and (self.checksums or (self.checksums is None and (self.folder / MANIFEST).exists())):
+            for line, warn in judge(check_manifest(self.folder, progress=self.progress), self.folder):
+                (self.report.warnings if warn else self.report.problems).append(line)
+            self.report.checked["checksums"] = len(read_manifest(self.folder)[0] or ())

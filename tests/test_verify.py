@@ -22,8 +22,10 @@ import numpy as np
 import pytest
 
 import memmap_replay
-from memmap_replay import (CorruptStoreError, NotAFolderError, ReplayBuffer, ReplayError, StoreNotFoundError,
-                           UnsupportedFormatError, VerifyReport, verify)
+from memmap_replay import (CorruptStoreError, InvalidDataError, NotAFolderError, ReplayBuffer, ReplayError,
+                           StoreNotFoundError, UnsupportedFormatError, VerifyReport, verify)
+from memmap_replay.card import update_card
+from memmap_replay.checksums import write_manifest
 from memmap_replay.cli import main
 
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
@@ -229,7 +231,8 @@ def test_healthy_store_report(folder):
     report = verify(folder)
     assert isinstance(report, VerifyReport)
     assert report.ok and report.problems == [] and report.warnings == [] and report.is_store
-    assert report.checked == {"meta_json": 1, "npy_files": 11, "live_episodes": 3, "live_rows": 13, "priority_files": 2}
+    assert report.checked == {"meta_json": 1, "npy_files": 11, "live_episodes": 3, "live_rows": 13, "priority_files": 2,
+                              "checksums": 0}
     text = str(report)
     assert text.splitlines()[0] == f"{folder}: OK, 0 warnings"
     assert "3 live episodes" in text and "13 live rows" in text and "11 .npy headers" in text
@@ -323,6 +326,102 @@ def test_folders_that_are_not_stores(tmp_path):
     assert not report.ok and not report.is_store
     assert report.problems == ["meta.json: missing (expected the store's metadata, its commit point); this folder is "
                                "not a memmap_replay store"]
+
+
+# ---- checksums.sha256 -----------------------------------------------------------------------------------
+
+
+def test_checksums_are_checked_when_present(folder):
+    update_card(folder, name="test/verify-v0")
+    assert (folder / "stats/running.npz").is_file()  # the writer's running statistics
+    write_manifest(folder)
+    report = verify(folder)
+    assert report.ok and not report.warnings, report  # card.json, README.md, stats/, checksums.sha256 are the store's
+    assert report.checked["checksums"] == 16 and "16 checksummed files" in str(report)
+    assert verify(folder, checksums=False).checked["checksums"] == 0
+
+
+def test_checksum_findings_in_plain_words(folder):
+    write_manifest(folder)
+    poke("steps/reward.npy", 0, 99.0)(folder)  # the header and sizes are fine: only the checksum sees it
+    poke("priorities/steps.npy", 0, 5.0)(folder)  # sampler state: a warning
+    (folder / "card.json").write_text("{}")  # written by hand after the manifest: unlisted, not data
+    report = verify(folder)
+    assert [line.split(":")[0] for line in report.problems] == ["steps/reward.npy"], report
+    assert re.fullmatch(r"steps/reward\.npy: its sha256 is [0-9a-f]{12}… \(expected [0-9a-f]{12}…, from "
+                        r"checksums\.sha256\)", report.problems[0])
+    assert [line.split(":")[0] for line in report.warnings] == ["priorities/steps.npy", "card.json"], report
+    assert "priorities are sampler state" in report.warnings[0] and "not in checksums.sha256" in report.warnings[1]
+    assert verify(folder, checksums=False).ok
+
+
+def test_a_writer_drops_the_manifest_it_makes_stale(folder):
+    write_manifest(folder)
+    with ReplayBuffer.from_folder(folder) as writer:
+        assert (folder / "checksums.sha256").exists()  # opening changes nothing
+        writer.store_episode(**episode_arrays(3, 2), task_id=3)
+        assert not (folder / "checksums.sha256").exists()
+    assert verify(folder).ok and verify(folder).checked["checksums"] == 0
+
+
+def test_a_commit_after_the_manifest_is_explained(folder):
+    write_manifest(folder)
+    manifest = (folder / "checksums.sha256").read_bytes()
+    with ReplayBuffer.from_folder(folder) as writer:
+        writer.store_episode(**episode_arrays(3, 2), task_id=3)
+    (folder / "checksums.sha256").write_bytes(manifest)  # an old manifest copied back by hand
+    problems = verify(folder).problems
+    meta = [line for line in problems if line.startswith("meta.json")]
+    assert len(meta) == 1 and "the store was written to after checksums.sha256 was" in meta[0]
+    assert f"python -m memmap_replay checksum {folder}" in meta[0]
+    write_manifest(folder)
+    assert verify(folder).ok
+
+
+def test_many_checksum_findings_are_counted(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=3, max_timesteps=4,
+                      fields={f"f{i}": "float" for i in range(8)}) as buffer:
+        buffer.store_episode(**{f"f{i}": np.ones(2, np.float32) for i in range(8)})
+    write_manifest(tmp_path / "s")
+    for i in range(8):
+        poke(f"steps/f{i}.npy", 0, 7.0)(tmp_path / "s")
+    problems = verify(tmp_path / "s").problems
+    assert len(problems) == 6 and problems[-1] == "checksums.sha256: and 3 more changed files"
+
+
+def test_forced_and_skipped_checksums(folder):
+    report = verify(folder, checksums=True)
+    assert report.problems == [f"checksums.sha256: missing: write one with `python -m memmap_replay checksum {folder}`"]
+    (folder / "checksums.sha256").write_text("zz  meta.json\n" + "0" * 64 + "  ../../etc/passwd\n")
+    problems = verify(folder).problems
+    assert problems[0].startswith("checksums.sha256: line 1: expected '<64 hex digits>  <path>'")
+    assert problems[1].startswith("checksums.sha256: line 2: a path that is not a plain relative path")
+    with pytest.raises(InvalidDataError, match=r"checksums must be None, True or False \(got 'yes'\)"):
+        verify(folder, checksums="yes")
+
+
+def test_temporary_files_of_card_and_checksum_writes_are_warned_about(folder):
+    (folder / "card.json.123.ab12cd34.tmp").write_text("{")
+    (folder / "checksums.sha256.9.ffffffff.tmp").write_text("")
+    report = verify(folder)
+    assert report.ok and [line.split(":")[0] for line in report.warnings] == ["card.json.123.ab12cd34.tmp",
+                                                                             "checksums.sha256.9.ffffffff.tmp"]
+    assert "left by an interrupted write" in report.warnings[0]
+
+
+def test_cli_checksum_options(folder, capsys):
+    write_manifest(folder)
+    poke("steps/reward.npy", 0, 99.0)(folder)
+    done = run_cli("verify", folder, "--no-checksums")
+    assert done.returncode == 0 and "0 checksummed files" in done.stdout, done.stderr
+    assert main(["verify", str(folder)]) == 1
+    assert "  - steps/reward.npy: its sha256 is" in capsys.readouterr().out
+    (folder / "checksums.sha256").unlink()
+    assert main(["verify", str(folder)]) == 0 and main(["verify", str(folder), "--quiet", "--checksums"]) == 1
+    assert "checksums.sha256: missing" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="2"):
+        main(["verify", str(folder), "--checksums", "--no-checksums"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 # ---- a crash's uncommitted tail -----------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..errors import NotAFolderError, StoreNotFoundError
 from ..verify import verify
@@ -17,17 +18,21 @@ counters); every file of the layout (steps/, meta/, episodes/) is present, is a 
 pickled objects) with the dtype, row shape and row count meta.json says, and is as long as its
 header declares; the live episode table (each live slot holds its episode id, start, length, end
 code and final flag in range, rows within the stored rows, no two live episodes on the same row,
-write_head after the newest episode); the optional priorities/ files. Step data is not read.
+write_head after the newest episode); the optional priorities/ files. Step data is not read, unless
+the folder has a checksums.sha256 (written by `checksum` or `pack`): then every file it lists is read
+and hashed, and a file that differs from it, is missing, or is not listed is reported.
+--checksums also reports a missing checksums.sha256; --no-checksums skips them (fast).
 
 A problem is damage (readers refuse the store, or plain numpy cannot read a file). A warning is
 harmless: a stray file, a meta.json.tmp left by a crash, a damaged priorities/ file (sampler state,
-which a prioritized sampler starts afresh).
+which a prioritized sampler starts afresh), a priorities/ file that differs from its checksum.
 
 {EXIT_CODES}
 
 examples:
   %(prog)s replay_data
-  %(prog)s replay_data --json | jq .problems"""
+  %(prog)s replay_data --json | jq .problems
+  %(prog)s downloaded_data --checksums"""
 
 
 def add(commands) -> None:
@@ -36,12 +41,18 @@ def add(commands) -> None:
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--json", action="store_true",
                         help="print the report as JSON: folder, ok, is_store, problems, warnings, checked")
+    sums = parser.add_mutually_exclusive_group()
+    sums.add_argument("--checksums", dest="checksums", action="store_const", const=True, default=None,
+                      help="check checksums.sha256, and report it as a problem if there is none")
+    sums.add_argument("--no-checksums", dest="checksums", action="store_const", const=False,
+                      help="skip checksums.sha256 (no step data is read)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar while files are hashed")
     parser.set_defaults(run=run_verify)
 
 
 def run_verify(args: argparse.Namespace) -> int:
     try:
-        report = verify(args.folder)
+        report = verify(args.folder, checksums=args.checksums, progress=not args.quiet and sys.stderr.isatty())
     except (StoreNotFoundError, NotAFolderError) as error:
         return not_a_store(args, str(error))
     if not report.is_store:

@@ -1,0 +1,96 @@
+"""``import SOURCE FOLDER``: a Minari dataset or a D4RL-style file as a new store (see ``memmap_replay.interop``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
+from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+
+IMPORT_HELP = """\
+Import a dataset of another format into a new store folder, episode by episode (memory stays bounded
+whatever the dataset's size). Values are copied exactly: nothing is cast or re-encoded.
+
+Formats (--from; guessed when not given: a .hdf5/.h5/.npz file is d4rl, a folder holding metadata.json
+or a name like NAMESPACE/NAME-vN is minari):
+  minari  a local Minari dataset: its id (looked up in --datasets-path, else $MINARI_DATASETS_PATH,
+          else ~/.minari/datasets; nothing is ever downloaded) or its folder. The last of the T + 1
+          observations of an episode becomes the store's final row; terminations/truncations become
+          its end; Dict/Tuple spaces become one field per leaf (observation__KEY, ...).
+  d4rl    flat arrays in .hdf5 or .npz: observations, actions, rewards, terminals, timeouts and optional
+          next_observations, infos/*, metadata/*; split into episodes at terminals|timeouts (steps
+          after the last flag become a partial episode with an unspecified end).
+
+What it writes: FOLDER (built beside it under a hidden name and moved into place when complete, so an
+interrupted import leaves FOLDER as it was) with card.json and README.md: the source's metadata (env
+spec, spaces, author, reference scores, ...) and a provenance record of this import.
+
+exit codes:
+  0  imported
+  1  the source is damaged or cannot be represented (e.g. mismatched lengths, non-numeric data)
+  2  usage error: unknown format, SOURCE not found, FOLDER already holds data (use --overwrite),
+     a missing optional package (pip install 'memmap-replay[io]')
+
+examples:
+  %(prog)s cartpole/expert-v0 cartpole_store
+  %(prog)s ~/.minari/datasets/mujoco/hopper/expert-v0 hopper_store --from minari
+  %(prog)s hopper-medium-v2.hdf5 hopper_store
+  %(prog)s data.npz store --next-observations field --overwrite
+  %(prog)s data.npz store --json | jq .episodes"""
+
+USAGE_ERRORS = (SchemaError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
+
+
+def add(commands) -> None:
+    parser = commands.add_parser("import", help="import a Minari dataset or a D4RL .hdf5/.npz file into a new store",
+                                 description=IMPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", metavar="SOURCE", help="a Minari dataset id or folder, or a .hdf5/.h5/.npz file")
+    parser.add_argument("folder", metavar="FOLDER", help="the new store's folder (absent or empty)")
+    shared_options(parser, "--from", "the source's format", "replace FOLDER if it already holds a store", "leave infos out")
+    parser.add_argument("--next-observations", choices=("auto", "final", "field", "drop"), default="auto",
+                        help="d4rl: final rows when next_observations are the next rows (auto, final), the field "
+                             "next_observation (field), or leave them out (drop); default auto")
+    parser.add_argument("--chunk-mb", type=float, default=64, help="d4rl: rows read at a time, in MB (default 64)")
+    parser.set_defaults(run=run_import)
+
+
+def shared_options(parser: argparse.ArgumentParser, format_flag: str, format_help: str, overwrite_help: str,
+                   infos_help: str) -> None:
+    """The options import and export share: the format, --overwrite, --datasets-path, --no-infos, --json, --quiet."""
+    parser.add_argument(format_flag, dest="format", choices=("minari", "d4rl"), help=f"{format_help} (default: guessed)")
+    parser.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    parser.add_argument("--datasets-path", metavar="DIR", help="minari: where local datasets live")
+    parser.add_argument("--no-infos", dest="infos", action="store_false", help=infos_help)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from ..interop import guess_format, import_d4rl, import_minari
+
+    kind = args.format or guess_format(args.source)
+    if kind is None:
+        return fail(args, f"cannot tell the format of {args.source}: pass --from minari or --from d4rl", EXIT_USAGE)
+    progress = not args.quiet and sys.stderr.isatty()
+    try:
+        if kind == "minari":
+            report = import_minari(args.source, args.folder, datasets_path=args.datasets_path, infos=args.infos,
+                                   overwrite=args.overwrite, progress=progress)
+        else:
+            report = import_d4rl(args.source, args.folder, next_observations=args.next_observations,
+                                 infos=args.infos, overwrite=args.overwrite, chunk_mb=args.chunk_mb, progress=progress)
+    except USAGE_ERRORS as error:
+        return fail(args, str(error), EXIT_USAGE)
+    except (ReplayError, OSError) as error:
+        return fail(args, str(error), EXIT_PROBLEMS)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    return EXIT_OK
+
+
+def fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if args.json:
+        print(json.dumps({"ok": False, "error": message}, indent=2))
+    print(f"{args.prog}: error: {message}", file=sys.stderr)
+    return code

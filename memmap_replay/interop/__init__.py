@@ -1,0 +1,42 @@
+"""Importing other dataset formats into stores and exporting stores to them, episode by episode.
+
+- ``import_minari(dataset, folder)`` / ``export_minari(folder, dataset_id)``: local Minari datasets
+  (never downloaded), see ``memmap_replay.interop.minari`` and ``minari_export``.
+- ``import_d4rl(path, folder)`` / ``export_d4rl(folder, path)``: D4RL-style flat arrays in ``.hdf5`` or
+  ``.npz`` files, see ``memmap_replay.interop.d4rl``.
+
+Every function returns a ``Transfer`` report. An import builds the new store in a hidden folder beside
+``folder`` and moves it into place only when complete (an existing store is replaced only with
+``overwrite=True``), records the source with ``card.add_provenance`` and the source's metadata in the
+card; an export writes the same way and puts the store's card into the target's metadata. Values are
+never cast or re-encoded. Field naming is shared by all formats: see ``memmap_replay.interop.common``.
+The optional packages (minari, gymnasium, h5py) are imported only when a function needs them.
+"""
+
+from .common import TargetExistsError, Transfer
+from .d4rl import export_d4rl, import_d4rl
+from .minari import import_minari, minari_root
+from .minari_export import export_minari
+
+__all__ = ["import_minari", "export_minari", "import_d4rl", "export_d4rl", "minari_root", "Transfer",
+           "TargetExistsError", "guess_format"]
+
+FORMATS = ("minari", "d4rl")
+
+
+def guess_format(source) -> str | None:
+    """'d4rl' for a .hdf5/.h5/.npz path, 'minari' for a folder holding metadata.json (or data/metadata.json)
+    or a name like a Minari dataset id, None when it cannot tell."""
+    from pathlib import Path
+
+    from .columns import SUFFIXES
+    from .minari import DATASET_ID
+
+    path = Path(str(source))
+    if path.suffix.lower() in SUFFIXES:
+        return "d4rl"
+    if (path / "metadata.json").is_file() or (path / "data" / "metadata.json").is_file():
+        return "minari"
+    if DATASET_ID.fullmatch(str(source)):
+        return "minari"
+    return None

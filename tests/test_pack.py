@@ -1,0 +1,396 @@
+"""pack and unpack: round trips in every compression (sparse files stay sparse), every refusal, hostile
+archives that must leave nothing behind, and ``python -m memmap_replay pack|unpack`` as a user runs them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memmap_replay import (CorruptStoreError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreLockedError,
+                           StoreNotFoundError, UnsupportedFormatError, verify)
+from memmap_replay.card import read_card
+from memmap_replay.checksums import MANIFEST, write_manifest
+from memmap_replay.cli import main
+from memmap_replay.pack import pack, unpack
+
+from test_checksums import make_store
+
+SUFFIXES = [".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return make_store(tmp_path / "store")
+
+
+@pytest.fixture
+def archive(store, tmp_path):
+    return pack(store, tmp_path / "store.tar").archive
+
+
+def same_data(first: Path, second: Path) -> None:
+    with ReplayBuffer.from_folder(first, read_only=True) as one, ReplayBuffer.from_folder(second, read_only=True) as two:
+        a, b = one.get_all_data(), two.get_all_data()
+        assert a.keys() == b.keys() and one.num_episodes == two.num_episodes == 3
+        for key in a:
+            np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(path.name for path in parent.iterdir() if path.name.startswith("."))
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_round_trip(store, tmp_path, suffix):
+    summary = pack(store, tmp_path / f"data{suffix}")
+    assert summary.files == 18 and summary.left_out == ["notes.txt"]  # meta.json.tmp is neither listed nor packed
+    assert summary.archive_bytes == (tmp_path / f"data{suffix}").stat().st_size
+    with tarfile.open(tmp_path / f"data{suffix}") as tar:
+        names = tar.getnames()
+        assert names[:5] == ["store", "store/checksums.sha256", "store/card.json", "store/README.md", "store/meta.json"]
+        assert all(member.isreg() or member.isdir() for member in tar.getmembers())
+        assert {member.uname for member in tar.getmembers()} == {""}
+    unpacked = unpack(tmp_path / f"data{suffix}", tmp_path / "out")
+    assert unpacked.folder == tmp_path / "out" and unpacked.files == 18 and unpacked.bytes == summary.bytes
+    same_data(store, tmp_path / "out")
+    assert read_card(tmp_path / "out") == read_card(store)
+    for rel in ("priorities/steps.npy", "stats/obs/mean.npy", MANIFEST):
+        assert (tmp_path / "out" / rel).read_bytes() == (store / rel).read_bytes()
+    assert not (tmp_path / "out/notes.txt").exists()
+    report = verify(tmp_path / "out", checksums=True)
+    assert report.ok and not report.warnings and report.checked["checksums"] == 17, report
+    assert leftovers(tmp_path) == []
+
+
+def test_sparse_files_stay_sparse(tmp_path):
+    """Steps files grow ahead of the data (holes); unpack seeks over zero blocks, so disk use stays alike."""
+    rng = np.random.default_rng(5)
+    with ReplayBuffer(tmp_path / "images", max_episodes=4, max_timesteps=200,
+                      fields=dict(image=("uint8", (3, 64, 64)), reward="float")) as buffer:
+        buffer.store_episode(image=rng.integers(0, 255, (100, 3, 64, 64), dtype=np.uint8),
+                             reward=rng.random(100, dtype=np.float32))
+    disk = lambda folder: sum(path.stat().st_blocks * 512 for path in folder.rglob("*") if path.is_file())
+    apparent = lambda folder: sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    pack(tmp_path / "images", tmp_path / "images.tar.gz")
+    summary = unpack(tmp_path / "images.tar.gz", tmp_path / "copy")
+    same_data_images(tmp_path / "images", tmp_path / "copy")
+    assert apparent(tmp_path / "copy") == apparent(tmp_path / "images")
+    if disk(tmp_path / "images") < apparent(tmp_path / "images") // 2:  # the file system keeps holes
+        assert disk(tmp_path / "copy") <= disk(tmp_path / "images") + 64 * 1024
+        assert summary.disk_bytes <= disk(tmp_path / "copy")
+
+
+def same_data_images(first: Path, second: Path) -> None:
+    with ReplayBuffer.from_folder(first, read_only=True) as one, ReplayBuffer.from_folder(second, read_only=True) as two:
+        a, b = one.get_all_data(), two.get_all_data()
+        for key in a:
+            np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+
+
+def test_zstd_only_where_python_has_it(store, tmp_path):
+    if "zst" in tarfile.TarFile.OPEN_METH:
+        pack(store, tmp_path / "data.tar.zst")
+        unpack(tmp_path / "data.tar.zst", tmp_path / "out")
+        same_data(store, tmp_path / "out")
+    else:
+        with pytest.raises(UnsupportedFormatError, match=r"cannot write zstd \(data\.tar\.zst\); use Python 3\.14\+"):
+            pack(store, tmp_path / "data.tar.zst")
+        assert not (tmp_path / "data.tar.zst").exists()
+
+
+def test_pack_refusals(store, tmp_path):
+    with pytest.raises(InvalidDataError, match=r"must end in one of \.tar, \.tar\.gz, .* \(got 'data\.zip'\)"):
+        pack(store, tmp_path / "data.zip")
+    with pytest.raises(InvalidDataError, match=r"must be outside the store's folder"):
+        pack(store, store / "inside.tar")
+    (tmp_path / "dir.tar").mkdir()
+    with pytest.raises(NotAFolderError, match=r"dir\.tar is a folder; give the path of the file to write"):
+        pack(store, tmp_path / "dir.tar")
+    with pytest.raises(NotAFolderError, match=r"cannot be written: the folder .*nowhere does not exist"):
+        pack(store, tmp_path / "nowhere" / "x.tar")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreNotFoundError, match=r"no store at .*empty: it holds no meta\.json"):
+        pack(tmp_path / "empty", tmp_path / "x.tar")
+    pack(store, tmp_path / "data.tar")
+    with pytest.raises(InvalidDataError, match=r"data\.tar already exists; pass overwrite=True"):
+        pack(store, tmp_path / "data.tar")
+    assert pack(store, tmp_path / "data.tar", overwrite=True).files == 18
+    with ReplayBuffer.from_folder(store) as writer:
+        writer.clear()  # a write: the writer holds the lock
+        with pytest.raises(StoreLockedError, match=r"cannot pack .*a writer is writing it"):
+            pack(store, tmp_path / "locked.tar")
+    assert not (tmp_path / "locked.tar").exists() and leftovers(tmp_path) == []
+
+
+def test_pack_refuses_a_damaged_store(store, tmp_path):
+    os.truncate(store / "steps/obs.npy", (store / "steps/obs.npy").stat().st_size - 1)
+    with pytest.raises(CorruptStoreError, match=r"fails verify, so it is not packed \(1 problems: steps/obs\.npy: "
+                                                r"truncated.*memmap_replay verify"):
+        pack(store, tmp_path / "data.tar")
+    assert not (tmp_path / "data.tar").exists() and leftovers(tmp_path) == []
+
+
+def test_pack_refuses_data_that_no_longer_matches_its_checksums(store, tmp_path):
+    write_manifest(store)
+    path = store / "steps/reward.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError, match=r"fails verify.*steps/reward\.npy: its sha256 is"):
+        pack(store, tmp_path / "data.tar")
+    assert not (tmp_path / "data.tar").exists()
+    write_manifest(store)  # the user says the change is theirs
+    assert pack(store, tmp_path / "data.tar").files == 18
+
+
+def test_a_failed_pack_leaves_no_archive(store, tmp_path, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", broken)
+    with pytest.raises(OSError, match="No space left"):
+        pack(store, tmp_path / "data.tar.gz")
+    assert not (tmp_path / "data.tar.gz").exists() and leftovers(tmp_path) == []
+
+
+# ---- unpack: refusals and hostile archives ---------------------------------------------------------------
+
+
+def rebuild(good: Path, out: Path, change=None, extra=(), mode="w") -> Path:
+    """Copy the members of ``good`` into ``out``: ``change(info, data)`` returns the members to write instead
+    (a list of (TarInfo, bytes or None)), ``extra`` members are appended."""
+    with tarfile.open(good) as source, tarfile.open(out, mode) as target:
+        for info in source.getmembers():
+            data = source.extractfile(info).read() if info.isreg() else None
+            for new, payload in (change(info, data) if change else [(info, data)]):
+                target.addfile(new, io.BytesIO(payload) if payload is not None else None)
+        for new, payload in extra:
+            target.addfile(new, io.BytesIO(payload) if payload is not None else None)
+    return out
+
+
+def member(name, kind=tarfile.REGTYPE, data=b"", linkname=""):
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.linkname = kind, len(data) if kind == tarfile.REGTYPE else 0, linkname
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+def tamper(rel, edit):
+    def change(info, data):
+        if info.name == f"store/{rel}":
+            data = edit(data)
+            info.size = len(data)
+        return [(info, data)]
+    return change
+
+
+def drop(rel):
+    return lambda info, data: [] if info.name == f"store/{rel}" else [(info, data)]
+
+
+def flipped(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 1])
+
+
+def damaged_meta(store: Path):
+    """meta.json claims more rows than the files hold; the manifest is made to agree, so only verify sees it."""
+    import hashlib
+
+    meta = json.loads((store / "meta.json").read_text())
+    meta["state"]["rows"] += 10_000
+    text = json.dumps(meta).encode()
+    manifest = (store / MANIFEST).read_text().replace(hashlib.sha256((store / "meta.json").read_bytes()).hexdigest(),
+                                                      hashlib.sha256(text).hexdigest()).encode()
+    replacements = {"store/meta.json": text, f"store/{MANIFEST}": manifest}
+
+    def change(info, data):
+        if info.name in replacements:
+            data = replacements[info.name]
+            info.size = len(data)
+        return [(info, data)]
+    return change
+
+
+HOSTILE = {
+    "dotdot": (dict(extra=[member("store/../evil.txt", data=b"x")]), r"member 'store/\.\./evil\.txt' has a '\.\.'"),
+    "dotdot-first": (dict(extra=[member("../evil.txt", data=b"x")]), r"has a '\.\.', '\.' or empty part"),
+    "absolute": (dict(extra=[member("{tmp}/evil_abs.txt", data=b"x")]), r"has an absolute or non-posix path"),
+    "symlink": (dict(extra=[member("store/steps/link.npy", tarfile.SYMTYPE, linkname="/etc/passwd")]),
+                r"is a symbolic link; only plain files and folders are unpacked"),
+    "hardlink": (dict(extra=[member("store/steps/hard.npy", tarfile.LNKTYPE, linkname="store/meta.json")]),
+                 r"is a hard link"),
+    "device": (dict(extra=[member("store/steps/dev.npy", tarfile.CHRTYPE)]), r"is a device or fifo"),
+    "fifo": (dict(extra=[member("store/steps/fifo.npy", tarfile.FIFOTYPE)]), r"is a device or fifo"),
+    "outside-layout": (dict(extra=[member("store/notes.txt", data=b"x")]), r"'store/notes\.txt' is not one of a store's files"),
+    "script-in-steps": (dict(extra=[member("store/steps/run.sh", data=b"rm -rf /")]), r"is not one of a store's files"),
+    "second-top-folder": (dict(extra=[member("other/meta.json", data=b"{}")]), r"outside the archive's top folder 'store'"),
+    "top-is-a-file": (dict(change=lambda info, data: [], extra=[member("store", data=b"x")]), r"'store' is not one of a store's"),
+    "duplicate": (dict(extra=[member("store/meta.json", data=b"{}")]), r"'store/meta\.json' appears twice"),
+    "backslash": (dict(extra=[member("store\\..\\evil", data=b"x")]), r"has an absolute or non-posix path"),
+    "too-large-for-meta": (dict(change=tamper("steps/obs.npy", lambda data: data + bytes(200_000))),
+                           r"'store/steps/obs\.npy' declares \d+ bytes \(expected at most \d+ for this file\)"),
+    "tampered-data": (dict(change=tamper("steps/obs.npy", flipped)), r"does not match its own checksums, so nothing was "
+                                                                      r"unpacked: steps/obs\.npy: its sha256 is"),
+    "tampered-priorities": (dict(change=tamper("priorities/steps.npy", flipped)), r"priorities/steps\.npy: its sha256"),
+    "no-manifest": (dict(change=drop(MANIFEST)), r"checksums\.sha256: missing"),
+    "missing-file": (dict(change=drop("steps/reward.npy")), r"steps/reward\.npy: missing"),
+    "empty": (dict(change=lambda info, data: []), r"holds no files"),
+}
+
+
+def renamed(info: tarfile.TarInfo, name: str) -> tarfile.TarInfo:
+    copy = tarfile.TarInfo(name)
+    copy.type, copy.size, copy.linkname = info.type, info.size, info.linkname
+    return copy
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_archives_are_refused_and_leave_nothing(store, archive, tmp_path, kind):
+    options, match = HOSTILE[kind]
+    if "extra" in options:
+        options = dict(options, extra=[(renamed(info, info.name.format(tmp=tmp_path)), data)
+                                       for info, data in options["extra"]])
+    bad = rebuild(archive, tmp_path / "bad.tar", **options)
+    target = tmp_path / "unpacked" / "store"
+    with pytest.raises(CorruptStoreError, match=match):
+        unpack(bad, target)
+    assert not target.exists() and leftovers(tmp_path / "unpacked") == []
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "evil_abs.txt").exists()
+
+
+def test_a_damaged_store_with_matching_checksums_is_refused(store, archive, tmp_path):
+    bad = rebuild(archive, tmp_path / "bad.tar.gz", change=damaged_meta(store), mode="w:gz")
+    with pytest.raises(CorruptStoreError, match=r"holds a damaged store, so nothing was unpacked: steps/obs\.npy: too short"):
+        unpack(bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("suffix, cut", [(".tar", 0.5), (".tar", "last-file"), (".tar.gz", 0.5), (".tar.gz", 0.95),
+                                         (".tar.xz", 0.7)])
+def test_truncated_archives(store, tmp_path, suffix, cut):
+    good = pack(store, tmp_path / f"data{suffix}").archive
+    data = good.read_bytes()
+    if cut == "last-file":  # cut in the middle of the last file's bytes (a .tar ends in padding that is safe to lose)
+        with tarfile.open(good) as tar:
+            last = tar.getmembers()[-1]
+        good.write_bytes(data[:last.offset_data + last.size // 2])
+    else:
+        good.write_bytes(data[:int(len(data) * cut)])
+    with pytest.raises(CorruptStoreError, match=r"(is truncated or damaged|does not match its own checksums|holds no "
+                                                r"files|: missing)"):
+        unpack(good, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_not_an_archive_and_size_limits(store, archive, tmp_path):
+    (tmp_path / "noise.tar.gz").write_bytes(np.random.default_rng(0).bytes(5000))
+    with pytest.raises(CorruptStoreError, match=r"noise\.tar\.gz is truncated or damaged \(ReadError"):
+        unpack(tmp_path / "noise.tar.gz", tmp_path / "out")
+    with pytest.raises(CorruptStoreError, match=r"brings the unpacked size to \d+ bytes, more than max_bytes = 2000; pass "
+                                                r"a larger max_bytes"):
+        unpack(archive, tmp_path / "out", max_bytes=2000)
+    with pytest.raises(InvalidDataError, match=r"max_bytes must be a positive integer \(got 0\)"):
+        unpack(archive, tmp_path / "out", max_bytes=0)
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_unpack_targets(store, archive, tmp_path):
+    with pytest.raises(StoreNotFoundError, match=r"no archive at .*nope\.tar: no such file"):
+        unpack(tmp_path / "nope.tar", tmp_path / "out")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotAFolderError, match=r"file must be a folder to unpack into \(got a file\)"):
+        unpack(archive, tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    unpack(archive, tmp_path / "empty")  # an empty folder is filled
+    same_data(store, tmp_path / "empty")
+    with pytest.raises(InvalidDataError, match=r"empty is not empty; unpack into a new or empty folder, or pass "
+                                               r"overwrite=True"):
+        unpack(archive, tmp_path / "empty")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine/thesis.tex").write_text("precious")
+    with pytest.raises(InvalidDataError, match=r"mine is not a memmap_replay store \(it holds thesis\.tex\); overwrite "
+                                               r"replaces a store only"):
+        unpack(archive, tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine/thesis.tex").read_text() == "precious"
+    with ReplayBuffer.from_folder(tmp_path / "empty") as writer:
+        writer.clear()  # holds the writer lock
+        with pytest.raises(StoreLockedError, match=r"cannot replace .*empty: a writer is writing it"):
+            unpack(archive, tmp_path / "empty", overwrite=True)
+    assert leftovers(tmp_path) == []
+    with ReplayBuffer.from_folder(tmp_path / "empty", read_only=True) as reader:
+        assert reader.num_episodes == 0  # the cleared store is still there, untouched
+    unpack(archive, tmp_path / "empty", overwrite=True)
+    same_data(store, tmp_path / "empty")
+    assert leftovers(tmp_path) == []
+
+
+# ---- the command line ----------------------------------------------------------------------------------
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "memmap_replay", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_pack_and_unpack(store, tmp_path):
+    done = run_cli("pack", store, tmp_path / "data.tar.gz")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert re.fullmatch(rf"packed 18 files \([\d,]+ bytes\) of {store} into {tmp_path}/data\.tar\.gz \([\d,]+ bytes\)\n"
+                        rf"left out \(not the store's files\): notes\.txt\n", done.stdout), done.stdout
+    done = run_cli("unpack", tmp_path / "data.tar.gz", tmp_path / "out", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["ok"] and result["files"] == 18 and result["folder"] == str(tmp_path / "out")
+    same_data(store, tmp_path / "out")
+    rebuild(tmp_path / "data.tar.gz", tmp_path / "evil.tar", extra=[member("../evil.txt", data=b"x")])
+    done = run_cli("unpack", tmp_path / "evil.tar", tmp_path / "out2")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("python -m memmap_replay unpack: error: archive ") and "'../evil.txt'" in done.stderr
+    assert not (tmp_path / "out2").exists() and not (tmp_path / "evil.txt").exists()
+
+
+@pytest.mark.parametrize("args, code, match", [
+    pytest.param(["pack", "{store}", "{tmp}/x.zip"], 2, r"must end in one of \.tar", id="pack-bad-suffix"),
+    pytest.param(["pack", "{tmp}/empty", "{tmp}/x.tar"], 2, r"no store at .*empty", id="pack-not-a-store"),
+    pytest.param(["pack", "{damaged}", "{tmp}/x.tar"], 1, r"fails verify, so it is not packed", id="pack-damaged"),
+    pytest.param(["pack", "{store}"], 2, r"the following arguments are required: ARCHIVE", id="pack-no-archive"),
+    pytest.param(["unpack", "{tmp}/nope.tar", "{tmp}/out"], 2, r"no archive at .*nope\.tar", id="unpack-no-archive"),
+    pytest.param(["unpack", "{archive}", "{store}"], 2, r"is not empty; unpack into a new or empty folder", id="unpack-not-empty"),
+    pytest.param(["unpack", "{bad}", "{tmp}/out"], 1, r"does not match its own checksums", id="unpack-tampered"),
+    pytest.param(["unpack", "{archive}", "{tmp}/out", "--max-size", "lots"], 2, r"--max-size: must be a size such as 500M",
+                 id="unpack-bad-size"),
+    pytest.param(["unpack", "{archive}", "{tmp}/out", "--max-size", "1K"], 1, r"more than max_bytes = 1024", id="unpack-too-big"),
+    pytest.param(["unpack", "{archive}"], 2, r"the following arguments are required: FOLDER", id="unpack-no-folder"),
+])
+def test_cli_refusals(store, archive, tmp_path, capsys, args, code, match):
+    (tmp_path / "empty").mkdir()
+    damaged = make_store(tmp_path / "damaged")
+    (damaged / "meta/task_id.npy").unlink()
+    bad = rebuild(archive, tmp_path / "bad.tar", change=tamper("steps/obs.npy", flipped))
+    names = dict(store=store, tmp=tmp_path, damaged=damaged, archive=archive, bad=bad)
+    try:
+        result = main([arg.format(**names) for arg in args], prog="memmap-replay")
+    except SystemExit as exit:
+        result = exit.code
+    err = capsys.readouterr().err
+    assert result == code and re.search(match, err), err
+    assert "Traceback" not in err and not (tmp_path / "out").exists() and not (tmp_path / "x.tar").exists()
+
+
+def test_cli_help_teaches(capsys):
+    for command, words in (("pack", ("checksums.sha256 first", ".tar.gz", "left out", "memmap-replay pack replay_data")),
+                           ("unpack", ("no '..', no links", "beside FOLDER", "--overwrite", "--max-size", "Sparse"))):
+        with pytest.raises(SystemExit, match="0"):
+            main([command, "--help"], prog="memmap-replay")
+        text = capsys.readouterr().out
+        for word in (*words, "exit codes:"):
+            assert word in text, (command, word)

@@ -1,0 +1,256 @@
+"""Field statistics: running moments kept on commit, and summaries computed from the live episodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from memmap_replay import InvalidDataError, ReplayBuffer
+from memmap_replay.stats import STATS_DIR, RUNNING_FILE, TRACK_LIMIT, Moments
+
+FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", done="bool", image=("uint8", (4, 16, 32)))
+
+
+def episode(rng, length):
+    return dict(obs=rng.standard_normal((length, 3)).astype(np.float32) * 5 + 100,
+                action=rng.integers(-3, 4, (length, 2)), reward=rng.standard_normal(length).astype(np.float32),
+                done=rng.random(length) < 0.3, image=rng.integers(0, 256, (length, 4, 16, 32), dtype=np.uint8))
+
+
+def fill(buffer, rng, count, lengths=(1, 40)):
+    episodes = [episode(rng, int(rng.integers(*lengths))) for _ in range(count)]
+    for data in episodes:
+        buffer.store_episode(**data)
+    return episodes
+
+
+def expected(episodes, name):
+    rows = np.concatenate([data[name] for data in episodes]).astype(np.float64)
+    return rows.mean(0), rows.std(0), rows.min(0), rows.max(0), len(rows)
+
+
+def check(stats, episodes, name):
+    mean, std, low, high, count = expected(episodes, name)
+    got = stats.fields[name]
+    assert got.count == count
+    np.testing.assert_allclose(got.mean, mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.std, std, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(got.min, low)
+    np.testing.assert_array_equal(got.max, high)
+
+
+def new_buffer(folder, **options):
+    options = dict(max_episodes=64, max_timesteps=40, fields=FIELDS) | options
+    return ReplayBuffer(folder, **options)
+
+
+def test_running_moments_equal_numpy_over_every_episode(tmp_path):
+    rng = np.random.default_rng(0)
+    with new_buffer(tmp_path / "s") as buffer:
+        episodes = fill(buffer, rng, 20)
+        stats = buffer.stats()
+        assert set(stats.fields) == {"obs", "action", "reward", "done"}  # image: too big to track
+        for name in stats.fields:
+            check(stats, episodes, name)
+        assert stats.episodes_counted == 20
+
+
+def test_steps_written_one_by_one_and_by_vector_writers_count_the_same(tmp_path):
+    rng = np.random.default_rng(1)
+    episodes = [episode(rng, 7), episode(rng, 3)]
+    with new_buffer(tmp_path / "s") as buffer:
+        for data in episodes:
+            with buffer.one_episode():
+                for t in range(len(data["obs"])):
+                    buffer.store(**{name: value[t] for name, value in data.items()})
+        writer = buffer.vector_writer(2)
+        more = [episode(rng, 5), episode(rng, 5)]
+        for t in range(5):
+            writer.store(**{name: np.stack([more[0][name][t], more[1][name][t]]) for name in FIELDS},
+                         terminated=np.array([t == 4, t == 4]))
+        check(buffer.stats(), episodes + more, "obs")
+
+
+def test_the_final_row_is_not_counted(tmp_path):
+    with new_buffer(tmp_path / "s") as buffer:
+        data = episode(np.random.default_rng(2), 4)
+        buffer.store_episode(**data, end="truncated", final=dict(obs=np.full(3, 1e6)))
+        assert buffer.stats().fields["obs"].max.max() < 1e6
+        check(buffer.stats(), [data], "obs")
+
+
+def test_reopen_continues_and_readers_see_the_same(tmp_path):
+    rng = np.random.default_rng(3)
+    with new_buffer(tmp_path / "s") as buffer:
+        first = fill(buffer, rng, 5)
+    with ReplayBuffer.from_folder(tmp_path / "s") as buffer:
+        second = fill(buffer, rng, 5)
+        with ReplayBuffer.from_folder(tmp_path / "s", read_only=True) as reader:  # the file lags: it catches up
+            check(reader.stats(), first + second, "obs")
+        check(buffer.stats(), first + second, "obs")
+    with ReplayBuffer.from_folder(tmp_path / "s", read_only=True) as reader:
+        check(reader.stats(), first + second, "obs")
+        assert reader.stats().episodes_counted == 10
+
+
+def test_a_ring_keeps_running_moments_and_recompute_gives_the_live_ones(tmp_path):
+    rng = np.random.default_rng(4)
+    with new_buffer(tmp_path / "s", max_episodes=4, circular=True) as buffer:
+        episodes = fill(buffer, rng, 11)
+        check(buffer.stats(), episodes, "obs")  # every episode committed, as a running normalizer
+        live = buffer.stats(recompute=True)
+        check(live, episodes[-4:], "obs")
+        check(live, episodes[-4:], "image")
+        assert live.episodes_counted == 4 and live.episodes["count"] == 4
+
+
+def test_precision_with_a_large_offset(tmp_path):
+    """Chan's update never forms a sum of squares: a std of 1e-3 around 1e6 survives."""
+    rng = np.random.default_rng(5)
+    with ReplayBuffer(tmp_path / "s", max_episodes=200, max_timesteps=50, fields=dict(x="float64")) as buffer:
+        episodes = [dict(x=1e6 + 1e-3 * rng.standard_normal(50)) for _ in range(200)]
+        for data in episodes:
+            buffer.store_episode(**data)
+        got = buffer.stats().fields["x"]
+    rows = np.concatenate([data["x"] for data in episodes])
+    assert abs(got.std - rows.std()) / rows.std() < 1e-6
+    assert abs(got.mean - rows.mean()) < 1e-9
+
+
+def test_merge_matches_one_pass_in_any_grouping():
+    rng = np.random.default_rng(6)
+    rows = rng.standard_normal((100, 2)) * [1, 1000] + [5, -7]
+    cuts = np.sort(rng.choice(np.arange(1, 100), 9, replace=False))
+    merged = Moments.empty((2,))
+    for part in np.split(rows, cuts):
+        merged = merged.merge(Moments.of(part))
+    whole = Moments.of(rows)
+    assert merged.count == whole.count == 100
+    np.testing.assert_allclose(merged.mean, whole.mean, rtol=1e-13)
+    np.testing.assert_allclose(merged.m2, whole.m2, rtol=1e-12)
+    np.testing.assert_array_equal(merged.low, whole.low)
+
+
+def test_untracked_fields_and_quantiles_on_request(tmp_path):
+    rng = np.random.default_rng(7)
+    with new_buffer(tmp_path / "s") as buffer:
+        episodes = fill(buffer, rng, 6)
+        stats = buffer.stats(fields=["image", "obs"], quantiles=(0.1, 0.5, 0.9))
+    check(stats, episodes, "image")
+    rows = np.concatenate([data["obs"] for data in episodes]).astype(np.float64)
+    for q in (0.1, 0.5, 0.9):
+        np.testing.assert_allclose(stats.fields["obs"].quantiles[q], np.quantile(rows, q, axis=0))
+    json.dumps(stats.to_json())  # JSON-able, NaN as null
+
+
+def test_episode_summary_lengths_and_returns(tmp_path):
+    rng = np.random.default_rng(8)
+    with new_buffer(tmp_path / "s", max_episodes=6, circular=True) as buffer:
+        episodes = fill(buffer, rng, 9, lengths=(1, 40))
+        summary = buffer.stats().episodes
+    live = episodes[-6:]
+    lengths = np.array([len(data["obs"]) for data in live])
+    returns = np.array([data["reward"].astype(np.float64).sum() for data in live])
+    assert summary["count"] == 6 and summary["steps"] == lengths.sum()
+    assert summary["length"] == dict(min=lengths.min(), max=lengths.max(), mean=lengths.mean(), std=lengths.std())
+    assert summary["return_field"] == "reward"
+    np.testing.assert_allclose([summary["return"][key] for key in ("min", "max", "mean", "std")],
+                               [returns.min(), returns.max(), returns.mean(), returns.std()], rtol=1e-12)
+
+
+def test_an_empty_store(tmp_path):
+    with new_buffer(tmp_path / "s") as buffer:
+        stats = buffer.stats(quantiles=0.5)
+    assert stats.fields["obs"].count == 0 and np.isnan(stats.fields["obs"].mean).all()
+    assert stats.episodes["count"] == 0 and stats.episodes["length"]["min"] is None
+    assert json.loads(json.dumps(stats.to_json()))["fields"]["obs"]["mean"] == [None, None, None]
+
+
+def test_a_damaged_or_foreign_stats_file_starts_afresh_from_the_live_episodes(tmp_path):
+    rng = np.random.default_rng(9)
+    with new_buffer(tmp_path / "s") as buffer:
+        episodes = fill(buffer, rng, 4)
+    path = tmp_path / "s" / STATS_DIR / RUNNING_FILE
+    path.write_bytes(b"not a zip")
+    with ReplayBuffer.from_folder(tmp_path / "s", read_only=True) as reader:
+        check(reader.stats(), episodes, "obs")
+    with ReplayBuffer.from_folder(tmp_path / "s") as buffer:
+        more = fill(buffer, rng, 2)
+        check(buffer.stats(), episodes + more, "obs")
+    with new_buffer(tmp_path / "s", overwrite=True) as buffer:  # a new store: none of the old moments
+        fresh = fill(buffer, rng, 3)
+        check(buffer.stats(), fresh, "obs")
+
+
+def test_a_writer_without_tracking_leaves_the_catch_up_to_readers(tmp_path):
+    rng = np.random.default_rng(10)
+    with new_buffer(tmp_path / "s", track_stats=False) as buffer:
+        episodes = fill(buffer, rng, 5)
+        check(buffer.stats(), episodes, "obs")
+    with ReplayBuffer.from_folder(tmp_path / "s", read_only=True) as reader:
+        check(reader.stats(), episodes, "obs")
+
+
+def test_a_killed_writer_loses_nothing_committed(tmp_path):
+    """SIGKILL after commits whose moments were never saved: the next opener folds them in."""
+    folder = tmp_path / "s"
+    code = textwrap.dedent(f"""
+        import os, signal, numpy as np
+        from memmap_replay import ReplayBuffer
+        buffer = ReplayBuffer({str(folder)!r}, max_episodes=64, max_timesteps=40, fields=dict(obs=("float", 3)))
+        rng = np.random.default_rng(11)
+        for i in range(12):
+            buffer.store_episode(obs=rng.standard_normal((int(rng.integers(1, 40)), 3)))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    rng = np.random.default_rng(11)
+    episodes = [dict(obs=rng.standard_normal((int(rng.integers(1, 40)), 3)).astype(np.float32))  # as stored
+                for _ in range(12)]
+    with ReplayBuffer.from_folder(folder) as buffer:
+        check(buffer.stats(), episodes, "obs")
+        buffer.store_episode(obs=np.zeros((2, 3)))
+        check(buffer.stats(), episodes + [dict(obs=np.zeros((2, 3)))], "obs")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(fields=["nope"]), r"fields has unknown names \['nope'\]"),
+    (dict(fields=3), r"fields must be a name or a tuple of names \(got 3\)"),
+    (dict(quantiles=1.5), r"each quantile must be a finite number in \[0.0, 1.0\] \(got 1.5\)"),
+    (dict(quantiles=()), r"quantiles must be a number in \[0, 1\] or a non-empty tuple"),
+    (dict(quantiles="0.5"), r"quantiles must be a number in \[0, 1\] or a non-empty tuple"),
+    (dict(quantiles=(0.5, float("nan"))), r"each quantile must be a finite number"),
+    (dict(recompute="yes"), r"recompute must be True or False \(got 'yes'\)"),
+    (dict(fields=["z"]), r"statistics are kept for bool, int and float fields \(got \['z'\], of dtype complex64\)"),
+])
+def test_refusals(tmp_path, kwargs, match):
+    with ReplayBuffer(tmp_path / "s", max_episodes=2, max_timesteps=3, fields=dict(x="float", z="complex64")) as buffer:
+        buffer.store_episode(x=np.ones(2), z=np.ones(2))
+        with pytest.raises(InvalidDataError, match=match):
+            buffer.stats(**kwargs)
+        assert buffer.stats().fields["x"].count == 2
+
+
+def test_big_fields_are_left_to_on_request_reads():
+    from memmap_replay.schema import Schema
+    from memmap_replay.stats import tracked_by_default
+
+    schema = Schema.parse(dict(small=("float", TRACK_LIMIT), big=("float", TRACK_LIMIT + 1), c="complex64",
+                               flag="bool"))
+    assert tracked_by_default(schema) == ("small", "flag")
+
+
+def test_the_stats_file_is_plain_numpy(tmp_path):
+    with new_buffer(tmp_path / "s") as buffer:
+        fill(buffer, np.random.default_rng(12), 3)
+    with np.load(tmp_path / "s" / STATS_DIR / RUNNING_FILE, allow_pickle=False) as data:
+        assert int(data["episodes"]) == 3 and data["obs.mean"].shape == (3,)
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "s" / STATS_DIR))
