@@ -133,13 +133,30 @@ def minari_passes(bench: Bench, store: Path) -> None:
                   prepare=export, reference="np.load (reference)")
 
 
-# ==== STATS TIMING: left for the coordinator ============================================================
-# Time `buffer.stats()` on the canonical store, and `store_episode` of the canonical episodes with and
-# without stats tracking, with `bench.measure(label, run, prepare=..., reference=...)` so the rows join the
-# table above. Nothing is measured here yet.
-def stats_passes(bench: Bench, store: Path, data: workload.Data) -> None:
-    pass
-# ==== END STATS TIMING ===================================================================================
+def stats_passes(bench: Bench, store: Path, episodes: int) -> None:
+    """``buffer.stats()`` on the canonical store, and the cost of keeping statistics on commit: the same
+    episodes stored with and without ``track_stats``, alternating, medians (goal: at most 10% slower)."""
+    with ReplayBuffer.from_folder(store, read_only=True) as reader:
+        bench.measure("stats() (running moments)", reader.stats)
+        bench.measure("stats(recompute=True)", lambda: reader.stats(recompute=True))
+    data = workload.Data(episodes, T_STEPS)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for repeat in range(bench.repeats + 1):  # the first round warms up, untimed
+        for track in (False, True):
+            bench.clean()
+            with ReplayBuffer(bench.scratch / "s", episodes, T_STEPS, fields=workload.FIELDS,
+                              meta_fields=workload.META_FIELDS, track_stats=track) as buffer:
+                started = time.perf_counter()
+                for e in range(episodes):
+                    buffer.store_episode(image=data.image[e], action=data.action[e], reward=data.reward[e],
+                                         done=data.done[e], task_id=int(data.task_id[e]))
+                if repeat:
+                    times[track].append((time.perf_counter() - started) / episodes)
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(f"  store_episode without stats {off * 1e3:.2f} ms, with stats {on * 1e3:.2f} ms per episode: "
+          f"{on / off:.3f}x (goal <= 1.10)", flush=True)
+
+
 
 
 def main(argv=None) -> int:
@@ -172,6 +189,7 @@ def main(argv=None) -> int:
         write_store(store, data)
         print(f"  store: {data.total_steps} steps x {data.row_nbytes} B/step = {data.nbytes / 1e9:.3f} GB", flush=True)
         del data.image  # the store holds it now
+        stats_episodes = min(episodes, 40)
         bench = Bench(scratch, data.total_steps, data.nbytes, repeats, args.sync)
         numpy_reference(bench, store)
         d4rl_passes(bench, store)
@@ -179,7 +197,7 @@ def main(argv=None) -> int:
             minari_passes(bench, store)
         else:
             print("  (Minari passes skipped: minari is not installed, or --no-minari)")
-        stats_passes(bench, store, data)
+        stats_passes(bench, store, stats_episodes)
         bench.clean()
         bench.table()
     finally:

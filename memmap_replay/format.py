@@ -24,6 +24,45 @@ Every ``.npy`` file MUST be a standard numpy ``.npy`` file (format 1.0 or 2.0, C
 numeric or bool dtype, never ``object``): ``numpy.load(path, mmap_mode='r')`` reads it. Nothing in a
 store is pickled; a reader MUST NOT unpickle anything.
 
+Sharing files and statistics (optional)
+---------------------------------------
+Beside the layout a store MAY hold these; a reader MUST NOT need them to read the data:
+
+    card.json          the dataset card (below)
+    README.md          the card rendered as Markdown, rewritten whenever card.json is
+    checksums.sha256   the manifest (below); a writer deletes it before its first change
+    stats/running.npz  running per-field statistics (derived data; ``memmap_replay.stats``)
+
+- ``card.json`` is a UTF-8 JSON object; every key is optional and MAY be null: ``name``
+  ("namespace/name-vN": ``(NS/)*NAME-vN``, each part of ``[A-Za-z0-9_.-]`` starting with a letter, digit
+  or ``_``, N a decimal version), ``description``, ``license``, ``code_url``, ``algorithm`` (strings),
+  ``author`` and ``author_email`` (a string or a list of strings), ``env_spec`` (a gymnasium EnvSpec's
+  ``to_json()`` parsed into an object), ``observation_space`` and ``action_space`` (an object whose
+  ``type`` is Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict or Tuple, with minari's keys
+  ``dtype``, ``shape``, ``low``, ``high``, ``n``, ``start``, ``nvec``, ``subspaces``, ``max_length``,
+  ``min_length``, ``charset``; an infinite Box bound is the string "inf" or "-inf", and a bound equal
+  everywhere MAY be one number), ``ref_min_score`` and ``ref_max_score`` (finite numbers),
+  ``num_episodes_average_score`` (an integer >= 0), ``provenance`` (an array, oldest first, of objects
+  with string ``kind``, ``source``, ``time`` (ISO 8601 UTC) and ``tool``, plus any details), ``seeds``
+  (any JSON) and ``extra`` (an object). A writer MUST keep keys it does not know. card.json and
+  README.md are replaced atomically (a ``<name>.<pid>.<random>.tmp`` file, fsync, ``os.replace``); card
+  writers take an exclusive ``flock`` on the store folder itself, never ``writer.lock``.
+- ``checksums.sha256`` is in GNU ``sha256sum`` format: one line per file, sorted by path, 64 lowercase
+  hex digits, two spaces, the path relative to the folder with ``/`` separators; ``sha256sum -c
+  checksums.sha256`` run in the folder MUST pass. It covers meta.json, card.json, README.md,
+  steps/<field>.npy, meta/<field>.npy, episodes/<name>.npy, priorities/<name>.npy, .owner.npy and .json,
+  and stats/ files (at most four levels of names matching ``[A-Za-z0-9_][A-Za-z0-9_.-]*``); never itself,
+  writer.lock, priorities/*.lock or *.tmp. Its paths MUST NOT be absolute or hold "..", "." or empty
+  parts, and a reader MUST NOT read a listed path that resolves outside the folder. It describes the
+  files as they were when it was written.
+- ``stats/running.npz`` is a numpy ``.npz`` of plain arrays (read with ``allow_pickle=False``): per
+  tracked field ``<field>.count`` (int64) and ``<field>.mean|m2|min|max`` (float64, the field's shape),
+  ``covers`` (episode ids below it are folded in), ``episodes`` (how many) and ``store_id``. A reader
+  MUST treat it as a cache: a missing, damaged or other store's file is rebuilt from the live episodes.
+- A pack archive is a tar file (plain, gzip, bzip2, xz or zstd) holding those files and the manifest, as
+  regular files and folders only, under one top folder, with checksums.sha256 first.
+- ``overwrite`` deletes ``stats/`` and ``checksums.sha256`` with the store; card.json and README.md stay.
+
 meta.json
 ---------
 Example (a store with one step field and one meta field, three committed episodes)::

@@ -45,7 +45,7 @@ TRACK_LIMIT = 1024  # numbers per row: fields up to this size are tracked on com
 RUNNING_FILE = "running.npz"
 SAVE_EVERY = 1.0  # seconds between saves of the running moments by a writer
 REWARD_FIELDS = ("reward", "rewards")
-READ_ROWS = 1 << 16  # rows per read when computing from the live episodes
+READ_BYTES = 16 << 20  # float64 bytes per read when computing from the live episodes (bounds memory)
 
 
 @dataclass
@@ -216,20 +216,25 @@ def read_moments(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> M
     """Moments of a field over the given row ranges, read from the store in bounded chunks."""
     array = store.steps[name].array()
     moments = Moments.empty(store.meta.schema.fields[name].shape)
-    for _, rows in chunks(starts, lengths):
+    for _, rows in chunks(starts, lengths, read_rows(store, name)):
         moments = moments.merge(Moments.of(array[rows]))
     return moments
 
 
-def chunks(starts: np.ndarray, lengths: np.ndarray) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+def read_rows(store, name: str) -> int:
+    """Rows per read of a field: READ_BYTES as float64."""
+    return max(1, READ_BYTES // (8 * max(1, math.prod(store.meta.schema.fields[name].shape))))
+
+
+def chunks(starts: np.ndarray, lengths: np.ndarray, size: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
     """(episodes, rows): whole episodes in row order (indices into ``starts``) and their rows, about
-    READ_ROWS rows at a time, so a read is one sorted gather per chunk."""
+    ``size`` rows at a time (one episode at least), so a read is one sorted gather per chunk."""
     order = np.argsort(starts, kind="stable")
     ends = np.cumsum(lengths[order])
     first = 0
     while first < len(order):
         begin = ends[first] - lengths[order[first]]
-        last = max(first + 1, int(np.searchsorted(ends, begin + READ_ROWS, "right")))
+        last = max(first + 1, int(np.searchsorted(ends, begin + size, "right")))
         picked = order[first:last]
         n = lengths[picked]
         offsets = np.repeat(starts[picked] - (np.cumsum(n) - n), n)
@@ -261,7 +266,7 @@ def episode_returns(store, name: str, starts: np.ndarray, lengths: np.ndarray) -
     """Sum of the field over each episode's transition rows (in float64), by differences of running sums."""
     array = store.steps[name].array()
     returns = np.zeros(len(starts))
-    for picked, rows in chunks(starts, lengths):
+    for picked, rows in chunks(starts, lengths, read_rows(store, name)):
         sums = np.concatenate(([0.0], np.cumsum(array[rows], dtype=np.float64)))
         ends = np.cumsum(lengths[picked])
         returns[picked] = sums[ends] - sums[ends - lengths[picked]]
@@ -308,7 +313,7 @@ def live_quantiles(store, name: str, table, qs: tuple[float, ...]) -> dict[float
     if not len(table.ids):
         return {q: np.full(shape, np.nan) for q in qs}
     array = store.steps[name].array()
-    rows = np.concatenate([array[part] for _, part in chunks(table.start, table.length)])
+    rows = np.concatenate([array[part] for _, part in chunks(table.start, table.length, read_rows(store, name))])
     return dict(zip(qs, np.quantile(rows.astype(np.float64), qs, axis=0)))
 
 
