@@ -1,22 +1,81 @@
-"""memmap_replay: a disk-backed memmap episode store for reinforcement learning."""
+"""memmap_replay: a disk-backed memmap episode store for reinforcement learning.
+
+The numpy core (the store, buffer, writer, verify, card, checksums, pack, interop, stats, frames) is
+imported with the package; the torch side (views, samplers, loaders, HER, shards, ``Sample``) is
+imported on first use through the module ``__getattr__`` below, so ``import memmap_replay`` (and the
+command line) never imports torch. ``from memmap_replay import TrajectoryView`` works as usual.
+"""
+
+import typing as _typing
 
 from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
+from .card import DatasetCard, add_provenance, read_card, update_card, write_card
+from .checksums import check_manifest, write_manifest
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .format import FORMAT_VERSION
-from .her import HindsightView
-from .dataset import Sample
-from .loader import BatchIndexSampler, ReplayDataLoader
-from .prioritized import PrioritizedSampler, SequenceSampler
-from .samplers import ReplaySampler, UniformSampler
-from .shards import ConcatView, ShardedSampler, ShardSet, shard_folder
+from .frames import FramesWritten, contact_sheet, write_video
+from .interop import export_d4rl, export_minari, import_d4rl, import_minari
+from .pack import pack, unpack
 from .schema import FieldSpec, Schema
+from .stats import FieldStats, StoreStats
 from .store import EpisodeStore
 from .verify import VerifyReport, verify
-from .views import NStepView, TimestepView, TrajectoryView, WindowView
 from .writer import VectorEpisodeWriter
 
 __version__ = "0.1.0"
+
+if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time these come from __getattr__
+    from .dataset import Sample
+    from .her import HindsightView
+    from .loader import BatchIndexSampler, ReplayDataLoader
+    from .prioritized import PrioritizedSampler, SequenceSampler
+    from .samplers import ReplaySampler, UniformSampler
+    from .shards import ConcatView, ShardedSampler, ShardSet, shard_folder
+    from .views import NStepView, TimestepView, TrajectoryView, WindowView
+
+# name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
+# every command and every numpy-only user would pay for nothing.
+_LAZY = {
+    "TrajectoryView": "views",
+    "TimestepView": "views",
+    "WindowView": "views",
+    "NStepView": "views",
+    "HindsightView": "her",
+    "Sample": "dataset",
+    "BatchIndexSampler": "loader",
+    "ReplayDataLoader": "loader",
+    "ReplaySampler": "samplers",
+    "UniformSampler": "samplers",
+    "PrioritizedSampler": "prioritized",
+    "SequenceSampler": "prioritized",
+    "ShardSet": "shards",
+    "ShardedSampler": "shards",
+    "ConcatView": "shards",
+    "shard_folder": "shards",
+    # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``
+    # works on the core install (listed by dir() all the same)
+    "RecordEpisodes": "recording",
+    "RecordVectorEpisodes": "recording",
+    "gymnasium_fields": "recording",
+}
+_EXTRAS = frozenset(name for name, module in _LAZY.items() if module == "recording")
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ReplayBuffer",
@@ -44,5 +103,23 @@ __all__ = [
     "FORMAT_VERSION",
     "verify",
     "VerifyReport",
+    "contact_sheet",
+    "write_video",
+    "FramesWritten",
+    "DatasetCard",
+    "add_provenance",
+    "read_card",
+    "update_card",
+    "write_card",
+    "check_manifest",
+    "write_manifest",
+    "pack",
+    "unpack",
+    "export_d4rl",
+    "export_minari",
+    "import_d4rl",
+    "import_minari",
+    "StoreStats",
+    "FieldStats",
     *errors.__all__,
 ]

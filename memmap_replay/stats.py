@@ -67,8 +67,9 @@ class Moments:
         if len(rows) == 0:
             return cls.empty(rows.shape[1:])
         x = rows.astype(np.float64, copy=False)
-        mean = x.mean(axis=0)
-        return cls(len(x), mean, np.square(x - mean).sum(axis=0), x.min(axis=0), x.max(axis=0))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the data: NaN moments, as numpy's
+            mean = x.mean(axis=0)
+            return cls(len(x), mean, np.square(x - mean).sum(axis=0), x.min(axis=0), x.max(axis=0))
 
     def merge(self, other: "Moments") -> "Moments":
         if other.count == 0:
@@ -76,10 +77,11 @@ class Moments:
         if self.count == 0:
             return other
         n = self.count + other.count
-        delta = other.mean - self.mean
-        return Moments(n, self.mean + delta * (other.count / n),
-                       self.m2 + other.m2 + np.square(delta) * (self.count * other.count / n),
-                       np.minimum(self.low, other.low), np.maximum(self.high, other.high))
+        with np.errstate(invalid="ignore", over="ignore"):
+            delta = other.mean - self.mean
+            return Moments(n, self.mean + delta * (other.count / n),
+                           self.m2 + other.m2 + np.square(delta) * (self.count * other.count / n),
+                           np.minimum(self.low, other.low), np.maximum(self.high, other.high))
 
 
 @dataclass

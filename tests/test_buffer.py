@@ -112,13 +112,24 @@ def test_context_manager_closes_and_releases_lock(tmp_path):
 
 def test_public_api_is_explicit():
     assert sorted(memmap_replay.__all__) == sorted(set(memmap_replay.__all__))
+    # the torch side and the optional extras are lazy attributes (module __getattr__): each still resolves
+    lazy = memmap_replay._LAZY
+    assert memmap_replay._EXTRAS <= set(lazy) and not memmap_replay._EXTRAS & set(memmap_replay.__all__)
+    assert set(lazy) - memmap_replay._EXTRAS <= set(memmap_replay.__all__)
     for name in memmap_replay.__all__:
         assert getattr(memmap_replay, name) is not None
-    exported = {name for name in dir(memmap_replay) if not name.startswith("_")}
+    for name, module in lazy.items():
+        if name not in memmap_replay._EXTRAS:  # recording needs gymnasium, tested in test_recording
+            assert getattr(memmap_replay, name) is getattr(__import__(f"memmap_replay.{module}", fromlist=[name]), name)
+    listed = set(dir(memmap_replay))
+    assert set(memmap_replay.__all__) | set(lazy) <= listed
+    # nothing public outside __all__ but submodules (and the optional extras' names, listed by dir())
+    exported = {name for name in listed | set(vars(memmap_replay)) if not name.startswith("_")}
     package = Path(memmap_replay.__file__).parent
     modules = {path.stem for path in package.glob("*.py")} | {path.parent.name for path in package.glob("*/__init__.py")}
-    # verify is a module and the function it exports (the function wins the package attribute)
-    assert exported - (modules - set(memmap_replay.__all__)) == set(memmap_replay.__all__)
+    # verify and pack are modules and the functions they export (the function wins the package attribute)
+    assert callable(memmap_replay.verify) and callable(memmap_replay.pack)
+    assert exported - (modules - set(memmap_replay.__all__)) - memmap_replay._EXTRAS == set(memmap_replay.__all__)
 
 
 def test_update_with_one_index_and_slices_seed_style(make_buffer):

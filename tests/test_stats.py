@@ -254,3 +254,13 @@ def test_the_stats_file_is_plain_numpy(tmp_path):
     with np.load(tmp_path / "s" / STATS_DIR / RUNNING_FILE, allow_pickle=False) as data:
         assert int(data["episodes"]) == 3 and data["obs.mean"].shape == (3,)
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "s" / STATS_DIR))
+
+
+def test_inf_and_nan_in_the_data_give_nan_moments_without_warnings(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=4, max_timesteps=3, fields=dict(x=("float", 2))) as buffer:
+        buffer.store_episode(x=np.array([[1.0, np.inf], [2.0, 3.0]]))
+        buffer.store_episode(x=np.array([[np.nan, 1.0]]))
+        got = buffer.stats().fields["x"]
+        assert got.count == 3 and np.isnan(got.mean[0]) and np.isnan(got.std).all()
+        assert got.max[1] == np.inf
+        assert json.loads(json.dumps(buffer.stats().to_json()))["fields"]["x"]["max"] == [None, None]

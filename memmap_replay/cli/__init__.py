@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from .. import __version__
@@ -19,6 +20,8 @@ from ..format import FORMAT_VERSION
 __all__ = ["main", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "not_a_store"]
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+# the reader of our output went away (``memmap-replay ... | head``): the shell's code for death by SIGPIPE
+EXIT_BROKEN_PIPE = 128 + 13
 
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  the folder is a healthy store (warnings may be printed)
@@ -65,7 +68,22 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Run a command; returns the exit code (argparse itself exits with 2 on a usage error)."""
+    """Run a command; returns the exit code (argparse itself exits with 2 on a usage error).
+
+    Output piped into a reader that stops early (``| head``) ends the command quietly with
+    ``EXIT_BROKEN_PIPE``, instead of a BrokenPipeError traceback."""
+    try:
+        try:
+            return run_command(argv, prog)
+        finally:  # also after argparse's SystemExit (--help, --version): a broken pipe shows here, not at exit
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def run_command(argv: list[str] | None, prog: str | None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -73,3 +91,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return EXIT_USAGE
     args.prog = f"{parser.prog} {args.run.__name__.removeprefix('run_')}"
     return args.run(args)
+
+
+def quiet_stdout() -> None:
+    """Point stdout at devnull, so that the interpreter's flush at exit does not fail again and print
+    'Exception ignored ... BrokenPipeError' (the pattern of the Python docs, 'Note on SIGPIPE')."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout replaced by an object without a file descriptor
+        pass
