@@ -337,14 +337,22 @@ class VectorEpisodeWriter:
                 f"(it then commits without a final observation)")
         return out, ~none.all(0)
 
-    def commit_all(self, end: str | None = None, *, envs: Any = None) -> list[int]:
-        """Commit the episodes in progress of ``envs`` (default: all; empty ones are skipped); they start afresh."""
+    def commit_all(self, end: str | None = None, *, envs: Any = None,
+                   final: Mapping[str, Any] | None = None) -> list[int]:
+        """Commit the episodes in progress of ``envs`` (default: all; empty ones are skipped); they start afresh.
+
+        ``final`` gives them final observations, in ``store``'s form: field -> values for every env (arrays
+        of num_envs rows, or sequences with None for envs without one); an env with None in every field
+        commits without a final observation. ``final`` is checked before anything changes."""
         end = check_end(end)
-        chosen = self._envs(envs)
+        chosen = np.unique(self._envs(envs))  # an env named twice commits once
         ready = chosen[self.staging.lengths[chosen] > 0]
-        episodes = [self.staging.pending(int(env), end=end, final=None,
-                                         meta={name: value[env].copy() for name, value in self.meta.items()})
-                    for env in ready]
+        finals, given = (None, None) if final is None else self._finals(final, ready)
+        episodes = []
+        for env in ready:
+            row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
+            meta = {name: value[env].copy() for name, value in self.meta.items()}
+            episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
         try:
             return self.target.commit(episodes)
         finally:

@@ -11,7 +11,7 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs(example, tmp_path):
-    if example.name == "record_gymnasium.py":
+    if example.name in ("record_gymnasium.py", "share_dataset.py"):
         pytest.importorskip("gymnasium")  # the [io] extra
     result = subprocess.run([sys.executable, str(example), str(tmp_path / "data")], capture_output=True,
                             text=True, timeout=600)

@@ -420,3 +420,12 @@ def test_the_interop_package_api_is_explicit():
     assert interop.guess_format("x.h5") == "d4rl" and interop.guess_format("ns/name-v2") == "minari"
     assert interop.guess_format("plain_folder") is None
     assert issubclass(TargetExistsError, FileExistsError)
+
+
+def test_nested_keys_that_would_collide_are_refused():
+    from memmap_replay.interop.common import flatten
+
+    with pytest.raises(InvalidDataError, match=r"two entries that would both be stored as field 'observation__a__b'"):
+        flatten({"a__b": np.zeros(2), "a": {"b": np.ones(2)}}, "observation", "observations")
+    assert set(flatten({"a": {"b": np.ones(2)}, "c": (np.zeros(1),)}, "observation", "o")) == {
+        "observation__a__b", "observation__c__0"}

@@ -121,7 +121,11 @@ def flatten(value: Any, prefix: str, where: str) -> dict[str, np.ndarray]:
         return {field_name(prefix, where): array}
     out: dict[str, np.ndarray] = {}
     for key, sub in items:
-        out.update(flatten(sub, f"{prefix}{SEP}{key}", f"{where}[{key!r}]"))
+        for name, array in flatten(sub, f"{prefix}{SEP}{key}", f"{where}[{key!r}]").items():
+            if name in out:  # e.g. {"a__b": x, "a": {"b": y}}
+                raise InvalidDataError(f"{where} has two entries that would both be stored as field {name!r}; "
+                                       f"rename one of the keys (a key must not contain {SEP!r})")
+            out[name] = array
     return out
 
 

@@ -186,7 +186,8 @@ class ExportPlan:
         also = bool(episode.meta.get(ALSO_TRUNCATED, False))
         terminations[-1] = episode.end == "terminated"
         truncations[-1] = episode.end == "truncated" or also
-        seeded = self.seed is not None and bool(episode.meta.get("seeded", True))
+        # -1 is the recorder's "no seed given" (an autoreset, or a native vector env)
+        seeded = self.seed is not None and bool(episode.meta.get("seeded", True)) and int(episode.meta["seed"]) >= 0
         buffer = EpisodeBuffer(
             seed=episode.meta["seed"].item() if seeded else None,
             observations=nest(self.obs_space, self.obs_paths, observations),

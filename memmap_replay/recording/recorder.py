@@ -1,0 +1,158 @@
+"""What both recorders share: the store recorded into (opened or created, checked against the env's
+fields), the dataset card (env spec, spaces, provenance, reset seeds)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import gymnasium
+import numpy as np
+
+from ..buffer import ReplayBuffer
+from ..errors import InvalidDataError, SchemaError, SchemaMismatchError, StoreNotFoundError
+from ..options import choice, flag, integer
+from .fields import FieldMap
+
+__all__ = ["Recorder", "field_copies"]
+
+
+def check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: int | None) -> None:
+    """The store must hold every field the recorder writes, with its shape and a dtype of the same kind."""
+    for kind, have, want in (("field", buffer.schema.fields, fieldmap.schema.fields),
+                             ("meta field", buffer.schema.meta_fields, fieldmap.schema.meta_fields)):
+        for name, spec in want.items():
+            got = have.get(name)
+            if got is None or got.shape != spec.shape or not np.can_cast(spec.dtype, got.dtype, "same_kind"):
+                raise SchemaMismatchError(
+                    f"the store at {buffer.folder} cannot record this env: its {kind} {name!r} must be "
+                    f"{spec.dtype}{list(spec.shape)} or of that kind and shape, and it "
+                    f"{'is missing' if got is None else f'is {got.dtype}{list(got.shape)}'}; record into another "
+                    f"folder, pass overwrite=True to replace the store, fields=... to match it, or seed_field=None")
+    if max_timesteps is not None and max_timesteps > buffer.max_timesteps:
+        raise SchemaMismatchError(f"the store at {buffer.folder} takes episodes of at most max_timesteps="
+                                  f"{buffer.max_timesteps} steps, and the env's may have {max_timesteps}; record "
+                                  f"into another folder or pass overwrite=True to replace the store")
+
+
+def open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timesteps: int | None,
+               circular: bool, overwrite: bool) -> tuple[ReplayBuffer, bool, bool]:
+    """The buffer to record into, whether the recorder owns it (opened it, so closes it) and created it."""
+    if isinstance(target, ReplayBuffer):
+        if flag(overwrite, "overwrite"):
+            raise InvalidDataError("overwrite=True needs a folder, not a ReplayBuffer, which is open already")
+        buffer, owned = target, False
+    else:
+        buffer, owned = None, True
+        if not flag(overwrite, "overwrite"):
+            try:
+                buffer = ReplayBuffer.from_folder(target)
+            except StoreNotFoundError:
+                pass
+        if buffer is None:
+            if max_timesteps is None:
+                raise SchemaError("max_timesteps is needed to create a store for an env without a time limit "
+                                  "(env.spec.max_episode_steps is None); pass max_timesteps=...")
+            return ReplayBuffer(target, max_episodes, max_timesteps, fieldmap.fields, fieldmap.meta_fields,
+                                circular=circular, overwrite=overwrite), owned, True
+    try:
+        buffer.episode_store.require_writable("record episodes")
+        check_compatible(buffer, fieldmap, max_timesteps)
+    except BaseException:
+        if owned:
+            buffer.close()
+        raise
+    return buffer, owned, False
+
+
+def env_spec(env: Any) -> Any:
+    """The env's spec; for a Sync/AsyncVectorEnv its sub-envs' (make_vec's own keeps the registered time limit)."""
+    if isinstance(env.unwrapped, (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv)):
+        return env.unwrapped.get_attr("spec")[0] or env.spec
+    return env.spec
+
+
+def spec_json(spec: Any) -> dict | None:
+    try:
+        return None if spec is None else json.loads(spec.to_json())
+    except (ValueError, TypeError):  # kwargs that JSON cannot hold (e.g. a callable): no spec on the card
+        return None
+
+
+class Recorder:
+    """What both wrappers share: the field map, the store, the card, the reset seeds.
+
+    Options: ``fields`` (overrides of derived specs), ``info_fields`` (info key -> spec), ``seed_field``
+    (the meta field of reset seeds, None for none), ``partial`` ('commit' or 'discard' an episode cut by
+    reset or close), ``max_episodes``, ``max_timesteps`` (default: the env's time limit), ``circular``,
+    ``overwrite`` (as ReplayBuffer's, for a store the recorder creates), ``card`` (write the dataset card)."""
+
+    def __init__(self, env: Any, target: Any, observation_space: Any, action_space: Any, details: dict, *,
+                 fields: Any = None, info_fields: Any = None, seed_field: str | None = "seed",
+                 partial: str = "commit", max_episodes: int = 10_000, max_timesteps: int | None = None,
+                 circular: bool = False, overwrite: bool = False, card: bool = True):
+        self.partial = choice(partial, "partial", ("commit", "discard"))
+        self.card = flag(card, "card")
+        self.fieldmap = FieldMap(observation_space, action_space, info_fields=info_fields, fields=fields,
+                                 seed_field=seed_field)
+        spec = env_spec(env)
+        if max_timesteps is not None:
+            max_timesteps = integer(max_timesteps, "max_timesteps", low=1)
+        elif spec is not None:  # make_vec of a native vector env keeps an override in kwargs only
+            max_timesteps = spec.kwargs.get("max_episode_steps") or spec.max_episode_steps
+        self.buffer, self.owned, created = open_store(target, self.fieldmap, max_episodes=max_episodes,
+                                             max_timesteps=max_timesteps, circular=circular, overwrite=overwrite)
+        self.seeds: list = []  # the seed argument of every reset that had one, in order
+        self.closed = False
+        try:
+            if self.card:
+                self.start_card(env, spec, observation_space, action_space, details, created)
+        except BaseException:
+            self.close_store()
+            raise
+
+    def start_card(self, env: Any, spec: Any, observation_space: Any, action_space: Any, details: dict,
+                   created: bool) -> None:
+        """The env on the card. A store created over an old one (overwrite) keeps its card's descriptive keys,
+        but not its env, provenance and seeds."""
+        from ..card import add_provenance, read_card, update_card
+
+        folder, ours = self.buffer.folder, spec_json(spec)
+        theirs = None if created else getattr(read_card(folder), "env_spec", None)
+        if theirs and ours and theirs.get("id") != ours.get("id"):
+            raise SchemaMismatchError(f"the store at {folder} holds episodes of {theirs.get('id')!r} (its card says "
+                                      f"so), not of {ours.get('id')!r}; record into another folder")
+        afresh = dict(provenance=[], seeds=None) if created else {}
+        update_card(folder, observation_space=observation_space, action_space=action_space,
+                    **({} if theirs else {"env_spec": ours}), **afresh)
+        add_provenance(folder, "gymnasium", spec.id if spec is not None else type(env.unwrapped).__name__,
+                       fields=self.fieldmap.describe(), partial=self.partial, **details)
+
+    def note_seed(self, seed: Any) -> None:
+        if seed is not None:
+            self.seeds.append(int(seed) if np.ndim(seed) == 0 else [None if s is None else int(s) for s in seed])
+
+    def close_store(self) -> None:
+        if self.owned:
+            self.buffer.close()
+
+    def close(self) -> None:
+        """Append this recording's reset seeds to the card's ``seeds['reset']``; close the store if owned."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.card and self.seeds:
+                from ..card import read_card, update_card
+
+                card = read_card(self.buffer.folder)
+                seeds = card.seeds if card is not None and isinstance(card.seeds, dict) else {}
+                update_card(self.buffer.folder, seeds={**seeds, "meta_field": self.fieldmap.seed_field,
+                                                       "reset": list(seeds.get("reset", [])) + self.seeds})
+        finally:
+            self.close_store()
+
+
+def field_copies(values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Copies: an env may hand out the same array again, changed in place, at its next step."""
+    return {name: np.array(value, copy=True) for name, value in values.items()}

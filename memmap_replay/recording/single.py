@@ -1,0 +1,93 @@
+"""``RecordEpisodes``: every episode of one gymnasium env into a store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from ..buffer import ReplayBuffer
+from ..errors import EpisodeStateError
+from ..interop.common import REWARD
+from ..writer import EpisodeWriter, StagingBuffer
+from .recorder import Recorder, field_copies
+
+__all__ = ["RecordEpisodes"]
+
+
+class RecordEpisodes(gymnasium.Wrapper):
+    """Records every episode of one env into a store (see ``memmap_replay.recording``).
+
+    ``RecordEpisodes(env, buffer_or_folder, *, fields=None, info_fields=None, seed_field='seed',
+    partial='commit', max_episodes=10_000, max_timesteps=None, circular=False, overwrite=False, card=True)``;
+    the options are those of ``Recorder``. ``buffer`` is the ReplayBuffer recorded into."""
+
+    def __init__(self, env: gymnasium.Env, buffer_or_folder: Any, **options: Any):
+        super().__init__(env)
+        self.recorder = Recorder(env, buffer_or_folder, env.observation_space, env.action_space,
+                                 dict(recorder="RecordEpisodes"), **options)
+        self.buffer: ReplayBuffer = self.recorder.buffer
+        self._staging = StagingBuffer(self.buffer.schema, 1, self.buffer.max_timesteps)
+        self._episode: EpisodeWriter | None = None
+        self._row: dict[str, np.ndarray] | None = None  # the observation the next action is taken in, its info
+        self._why = "reset() was never called"  # why no episode is in progress
+
+    def _at(self, obs: Any, info: dict) -> dict[str, np.ndarray]:
+        fieldmap = self.recorder.fieldmap
+        return field_copies({**fieldmap.observations(obs), **fieldmap.infos(info)})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        self._finish()
+        fieldmap = self.recorder.fieldmap
+        meta = {} if fieldmap.seed_field is None else {fieldmap.seed_field: -1 if seed is None else seed}
+        episode = EpisodeWriter(self.buffer.episode_store, self._staging, meta)  # checks the seed first
+        self._why = "reset() raised an exception"
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._row = self._at(obs, info)
+        self._episode = episode
+        self.recorder.note_seed(seed)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
+        episode = self._episode
+        if episode is None:
+            raise EpisodeStateError(f"step() needs an episode in progress, and there is none: {self._why}; "
+                                    f"call reset() first")
+        try:
+            obs, reward, terminated, truncated, info = result = self.env.step(action)
+            episode.store({**self._row, **self.recorder.fieldmap.actions(action), REWARD: reward})
+            self._row = self._at(obs, info)
+            if terminated or truncated:
+                end = "terminated" if terminated else "truncated"
+                self._episode, self._why = None, f"the episode ended ({end})"
+                episode.set_end(end, final=self._row)
+                episode.commit()
+        except BaseException as error:
+            self._episode, self._why = None, f"the episode was discarded after {type(error).__name__}"
+            raise
+        return result
+
+    def _finish(self) -> None:
+        """The episode in progress, cut by reset or close: committed or discarded (``partial``)."""
+        episode, self._episode = self._episode, None
+        if episode is not None and episode.length and self.recorder.partial == "commit":
+            episode.set_end(None, final=self._row)
+            episode.commit()
+
+    def close(self) -> None:
+        if not self.recorder.closed:
+            self._why = "the recorder is closed"
+            try:
+                self._finish()
+            finally:
+                try:
+                    self.recorder.close()
+                finally:
+                    super().close()
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> bool:
+        if exc_type is not None:
+            self._episode = None  # an exception in the block discards the episode in progress
+        self.close()
+        return False
