@@ -37,3 +37,9 @@ def test_stress_benchmark_smoke(tmp_path):
     assert "Stress figures" in out and "reopened with every committed episode intact" in out
     assert "4 actors / 0 actors" in out
     assert "\nPASS: " in out or "\nFAIL: " in out  # the verdict is test_live.py's to assert
+
+
+def test_io_benchmark_smoke(tmp_path):
+    out = smoke(tmp_path, "io.py", "--episodes", "3", "--no-sync", timeout=300)
+    assert "export_d4rl .hdf5" in out and "Import/export figures" in out
+    assert "store_episode without stats" in out and "stats(recompute=True)" in out
