@@ -31,7 +31,7 @@ from .format import META_FILE
 from .loader import BatchIndexSampler, ReplayDataLoader, make_dataset
 from .options import integer, seed_option
 from .prioritized import PrioritizedSampler, as_numpy
-from .samplers import REDRAWS, ReplaySampler, batch_size_of, damaged
+from .samplers import REDRAWS, ReplaySampler, batch_size_of, damaged, distributed_rank
 from .sampling import make_sampler
 from .store import EpisodeStore
 
@@ -201,7 +201,9 @@ class ShardedSampler:
         if kind == "uniform":
             self.options.pop("persist")
         self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
-        self.rng = np.random.default_rng([self.seed, 1 << 20])
+        # the split across shards is each rank's own too (rank 0's is the stream a single learner gets)
+        self.rank, self.world_size = distributed_rank(options.get("rank"), options.get("world_size"))
+        self.rng = np.random.default_rng([self.seed, 1 << 20, self.rank])
         self.follow = flag(follow, "follow")
         self.draws = 0
         self.samplers: list[ReplaySampler] = []
