@@ -17,6 +17,7 @@ from .format import FORMAT_VERSION
 from .frames import FramesWritten, contact_sheet, write_video
 from .interop import export_d4rl, export_minari, import_d4rl, import_minari
 from .pack import pack, unpack
+from .ratelimit import LimitedSampler, RateCounts, RateLimiter
 from .schema import FieldSpec, Schema
 from .stats import FieldStats, StoreStats
 from .store import EpisodeStore
@@ -121,5 +122,8 @@ __all__ = [
     "import_minari",
     "StoreStats",
     "FieldStats",
+    "RateLimiter",
+    "RateCounts",
+    "LimitedSampler",
     *errors.__all__,
 ]

@@ -270,7 +270,7 @@ def is_data_path(rel: str) -> bool:
 
 def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
     """(path, why) of every file in the folder that is not the store's: verify warns about them."""
-    known, strays = {fmt.LOCK_FILE, MANIFEST, *TOP_FILES, *STORE_DIRS}, []
+    known, strays = {fmt.LOCK_FILE, MANIFEST, fmt.RATELIMIT_DIR, *TOP_FILES, *STORE_DIRS}, []  # ratelimit/: run state
     for path in sorted(folder.iterdir()):
         if path.name == fmt.META_FILE + ".tmp":
             strays.append((path.name, "left by a commit that was interrupted (a crash or kill); readers ignore it and "

@@ -20,6 +20,7 @@ __all__ = [
     "CorruptStoreError",
     "UnsupportedFormatError",
     "MissingExtraError",
+    "RateLimitedError",
     "SampleExpiredError",
     "DiskFullError",
 ]
@@ -83,3 +84,7 @@ class DiskFullError(ReplayError, OSError):
 
 class MissingExtraError(ReplayError, ImportError):
     """An optional package a call needs is not installed; the message names the pip extra to install."""
+
+
+class RateLimitedError(ReplayError, TimeoutError):
+    """The rate limiter did not allow an insert or sample: at once (``mode="raise"``) or within ``timeout=``."""

@@ -32,6 +32,7 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
     README.md          the card rendered as Markdown, rewritten whenever card.json is
     checksums.sha256   the manifest (below); a writer deletes it before its first change
     stats/running.npz  running per-field statistics (derived data; ``memmap_replay.stats``)
+    ratelimit/         a rate limiter's shared counters and limits (run state, not data; never packed)
 
 - ``card.json`` is a UTF-8 JSON object; every key is optional and MAY be null: ``name``
   ("namespace/name-vN": ``(NS/)*NAME-vN``, each part of ``[A-Za-z0-9_.-]`` starting with a letter, digit
@@ -61,7 +62,8 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
   MUST treat it as a cache: a missing, damaged or other store's file is rebuilt from the live episodes.
 - A pack archive is a tar file (plain, gzip, bzip2, xz or zstd) holding those files and the manifest, as
   regular files and folders only, under one top folder, with checksums.sha256 first.
-- ``overwrite`` deletes ``stats/`` and ``checksums.sha256`` with the store; card.json and README.md stay.
+- ``overwrite`` deletes ``stats/``, ``ratelimit/`` and ``checksums.sha256`` with the store; card.json and
+  README.md stay.
 
 meta.json
 ---------
@@ -132,9 +134,9 @@ TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtyp
          "final": np.dtype("bool"), "id": np.dtype("int64")}
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
-STATS_DIR, MANIFEST_FILE = "stats", "checksums.sha256"
+STATS_DIR, MANIFEST_FILE, RATELIMIT_DIR = "stats", "checksums.sha256", "ratelimit"
 # what overwrite=True may delete (card.json and README.md are the user's words: they stay)
-OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, MANIFEST_FILE)
+OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, MANIFEST_FILE, RATELIMIT_DIR)
 
 
 @dataclass(frozen=True)

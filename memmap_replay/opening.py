@@ -28,6 +28,7 @@ OWN_FILES = {
     fmt.META_DIR: FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
     fmt.PRIORITIES_DIR: re.compile(r".+\.(npy|json|lock)").fullmatch,  # a sampler's files, by any name
+    fmt.RATELIMIT_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}\.(npy|json|lock)(\.tmp)?").fullmatch,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -409,7 +410,7 @@ class EpisodeStore:
             self.close()
 
     def close(self) -> None:
-        if self.running is not None and not self._closed:
+        if self.running is not None and not self._closed and not sys.is_finalizing():  # late: no open() left
             self.running.save(self.folder)
         self._closed = True
         for file in self._files():

@@ -27,7 +27,7 @@ import memmap_replay
 from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, EpisodeStore, InvalidDataError,
                            NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError, Schema, SchemaError,
                            SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError, SampleExpiredError,
-                           DiskFullError, MissingExtraError)
+                           DiskFullError, MissingExtraError, RateLimitedError)
 from memmap_replay import errors as errors_module
 
 # ---- the store every test starts from ---------------------------------------------------------------
@@ -60,6 +60,7 @@ BUILTIN = {
     SampleExpiredError: LookupError,
     DiskFullError: OSError,
     MissingExtraError: ImportError,
+    RateLimitedError: TimeoutError,
 }
 
 
