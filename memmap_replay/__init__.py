@@ -59,8 +59,13 @@ _LAZY = {
     "RecordEpisodes": "recording",
     "RecordVectorEpisodes": "recording",
     "gymnasium_fields": "recording",
+    # the Ray side needs the [ray] extra: out of __all__, as the recording names are
+    "RayShardedSampler": "distributed",
+    "create_shard": "distributed",
+    "ShardActor": "distributed",
+    "call_shard": "distributed",
 }
-_EXTRAS = frozenset(name for name, module in _LAZY.items() if module == "recording")
+_EXTRAS = frozenset(name for name, module in _LAZY.items() if module in ("recording", "distributed"))
 
 
 def __getattr__(name: str):

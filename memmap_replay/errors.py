@@ -21,6 +21,7 @@ __all__ = [
     "UnsupportedFormatError",
     "MissingExtraError",
     "RateLimitedError",
+    "ShardUnavailableError",
     "SampleExpiredError",
     "DiskFullError",
 ]
@@ -88,3 +89,7 @@ class MissingExtraError(ReplayError, ImportError):
 
 class RateLimitedError(ReplayError, TimeoutError):
     """The rate limiter did not allow an insert or sample: at once (``mode="raise"``) or within ``timeout=``."""
+
+
+class ShardUnavailableError(ReplayError, TimeoutError):
+    """A shard actor did not answer in time: it died and was not restarted, or it is restarting too slowly."""

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 
@@ -43,3 +45,9 @@ def test_io_benchmark_smoke(tmp_path):
     out = smoke(tmp_path, "io.py", "--episodes", "3", "--no-sync", timeout=300)
     assert "export_d4rl .hdf5" in out and "Import/export figures" in out
     assert "store_episode without stats" in out and "stats(recompute=True)" in out
+
+
+def test_ray_shards_benchmark_smoke(tmp_path):
+    pytest.importorskip("ray")
+    out = smoke(tmp_path, "ray_shards.py", timeout=300)
+    assert "Ray shard figures" in out and "x local" in out and "piggyback" in out

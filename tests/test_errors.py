@@ -27,7 +27,8 @@ import memmap_replay
 from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, EpisodeStore, InvalidDataError,
                            NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError, Schema, SchemaError,
                            SchemaMismatchError, StoreLockedError, StoreNotFoundError, UnsupportedFormatError, SampleExpiredError,
-                           DiskFullError, MissingExtraError, RateLimitedError)
+                           DiskFullError, MissingExtraError, RateLimitedError,
+                           ShardUnavailableError)
 from memmap_replay import errors as errors_module
 
 # ---- the store every test starts from ---------------------------------------------------------------
@@ -61,6 +62,7 @@ BUILTIN = {
     DiskFullError: OSError,
     MissingExtraError: ImportError,
     RateLimitedError: TimeoutError,
+    ShardUnavailableError: TimeoutError,
 }
 
 

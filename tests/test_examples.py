@@ -13,6 +13,8 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 def test_example_runs(example, tmp_path):
     if example.name in ("record_gymnasium.py", "share_dataset.py"):
         pytest.importorskip("gymnasium")  # the [io] extra
+    if example.name == "ray_actor_learner.py":
+        pytest.importorskip("ray")  # the [ray] extra
     result = subprocess.run([sys.executable, str(example), str(tmp_path / "data")], capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr

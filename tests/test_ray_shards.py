@@ -1,0 +1,327 @@
+"""Shard actors on a local Ray cluster, and a learner's sharded sampler across them.
+
+Two shard actors hold episodes whose every value encodes (shard, episode number, t):
+``obs = shard * 10**6 + number * 1000 + t``, so each row of a batch is checked against its key. A single
+local store holding the same episodes with the same priorities is the reference the sharded draws and
+weights must match. The last tests kill shard actors (one restarted, one for good).
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from memmap_replay import InvalidDataError, ReplayBuffer  # noqa: E402
+from memmap_replay.distributed import (RayShardedSampler, ShardServer, ShardUnavailableError,  # noqa: E402
+                                       call_shard, create_shard)
+from memmap_replay.shards import SHARD_STRIDE  # noqa: E402
+
+from test_sumtree import chi_square_ok  # noqa: E402
+
+STRIDE = 16  # max_timesteps of every shard: the key stride
+FIELDS = dict(obs="float", reward="float")
+LENGTHS = ([3, 9, 5, 12, 7, 4], [6, 2, 10, 8, 11, 5, 3, 9])  # episode lengths of shard 0 and shard 1
+ALPHA, BETA = 0.6, 0.7
+
+
+def values(shard, number, length):
+    return shard * 10**6 + number * 1000 + np.arange(length, dtype=np.float64)
+
+
+def positions(lengths=LENGTHS):
+    """Every (shard, number, t) of the shards, in the reference store's order: shard 0's, then shard 1's."""
+    return [(shard, number, t) for shard, shard_lengths in enumerate(lengths)
+            for number, length in enumerate(shard_lengths) for t in range(length)]
+
+
+def sharded_key(shard, number, t):
+    return (number * STRIDE + t) * SHARD_STRIDE + shard
+
+
+def priority(shard, number, t):
+    return 0.5 + (shard * 7 + number * 3 + t) % 5  # 0.5 .. 4.5
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def shards(cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("shards")
+    actors = [create_shard(root / f"shard-{shard}", 100, STRIDE, FIELDS, alpha=ALPHA) for shard in range(2)]
+    for shard, shard_lengths in enumerate(LENGTHS):
+        for number, length in enumerate(shard_lengths):
+            episode = dict(obs=values(shard, number, length), reward=values(shard, number, length))
+            call_shard(actors[shard], "add_episode", ray.put(episode), end="terminated")
+    return actors
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One local store with every shard's episodes, and a prioritized sampler with the same priorities."""
+    buffer = ReplayBuffer(tmp_path_factory.mktemp("one") / "store", 100, STRIDE, FIELDS)
+    for shard, shard_lengths in enumerate(LENGTHS):
+        for number, length in enumerate(shard_lengths):
+            buffer.store_episode(obs=values(shard, number, length), reward=values(shard, number, length))
+    sampler = buffer.sampler("prioritized", alpha=ALPHA, beta=BETA, persist=False, seed=0)
+    every = positions()
+    offsets = np.cumsum([0, len(LENGTHS[0])])
+    keys = np.array([(offsets[shard] + number) * STRIDE + t for shard, number, t in every])
+    sampler.update_priorities(keys, np.array([priority(*where) for where in every]))
+    table = sampler.view.table
+    rows = table.start[keys // STRIDE] + keys % STRIDE  # episode ids are the table's positions here
+    probability = sampler.tree.leaves[rows] / sampler.tree.total
+    weights = (sampler.tree.min / sampler.tree.leaves[rows]) ** BETA  # what the store's own draws weigh
+    yield dict(probability=probability, weights=weights, index={sharded_key(*where): i for i, where in enumerate(every)})
+    buffer.close()
+
+
+def set_priorities(sampler, priority_of=priority, lengths=LENGTHS):
+    every = positions(lengths)
+    sampler.update_priorities(np.array([sharded_key(*where) for where in every]),
+                              np.array([priority_of(*where) for where in every]))
+    sampler.wait()
+
+
+def check_rows(batch):
+    """Each row holds what its writer wrote at the key's (shard, episode, t)."""
+    keys = batch["_key"].numpy()
+    shard, local = keys % SHARD_STRIDE, keys // SHARD_STRIDE
+    number, t = np.divmod(local, STRIDE)
+    np.testing.assert_array_equal(batch["obs"].numpy(), shard * 10**6 + number * 1000 + t)
+
+
+def counts_of(keys, index):
+    return np.bincount([index[int(key)] for key in keys], minlength=len(index))
+
+
+def test_prioritized_draws_and_weights_match_one_store(shards, reference):
+    sampler = RayShardedSampler(shards, seed=1, beta=BETA)
+    set_priorities(sampler)
+    drawn, batch = [], None
+    for _ in range(120):
+        batch = sampler.batch(256)
+        check_rows(batch)
+        drawn.append(batch["_key"].numpy())
+    counts = counts_of(np.concatenate(drawn), reference["index"])
+    expected = reference["probability"] * counts.sum()
+    assert chi_square_ok(counts, expected)  # each position as often as the single store draws it
+    skewed = reference["probability"] ** (0.45 / ALPHA)  # alpha 0.45 instead of 0.6: the test can fail
+    assert not chi_square_ok(counts, skewed / skewed.sum() * counts.sum())
+    where = [reference["index"][int(key)] for key in batch["_key"].numpy()]
+    np.testing.assert_allclose(batch["_weight"].numpy(), reference["weights"][where], rtol=1e-6)
+    sampler.close()
+
+
+def test_uniform_draws_every_position_alike(shards, reference):
+    sampler = RayShardedSampler(shards, "uniform", seed=2)
+    batches = [sampler.batch(256) for _ in range(60)]
+    assert "_weight" not in batches[0]
+    for batch in batches[:3]:
+        check_rows(batch)
+    counts = counts_of(np.concatenate([batch["_key"].numpy() for batch in batches]), reference["index"])
+    assert chi_square_ok(counts, np.full(len(counts), counts.sum() / len(counts)))
+    skewed = np.where(np.arange(len(counts)) < sum(LENGTHS[0]), 1.3, 1.0)  # shard 0 30% heavier: rejected
+    assert not chi_square_ok(counts, skewed / skewed.sum() * counts.sum())
+    sampler.close()
+
+
+def test_actors_gathering_give_the_batches_of_a_local_gather(shards):
+    near = RayShardedSampler(shards, seed=3, prefetch=0)
+    far = RayShardedSampler(shards, seed=3, prefetch=0, local=False)  # the path of a learner on another node
+    assert [view is not None for view in near.views] == [True, True] and far.views == [None, None]
+    set_priorities(near)
+    for _ in range(3):
+        a, b = near.batch(64), far.batch(64)
+        assert a.keys() == b.keys()
+        for name in a:
+            np.testing.assert_array_equal(a[name].numpy(), b[name].numpy())
+    sample = near.sample(32)  # keys and weights only, as ShardedSampler.sample gives them
+    assert len(sample) == 32 and sample.weights.dtype == np.float32
+    near.close()
+    far.close()
+
+
+def test_info_stats_and_checkpoint(shards):
+    info = ray.get(shards[1].info.remote())
+    assert (info["episodes"], info["steps"]) == (len(LENGTHS[1]), sum(LENGTHS[1]))
+    assert info["node_id"] == ray.get_runtime_context().get_node_id() and info["folder"].endswith("shard-1")
+    assert info["samplers"]["uniform"]["positions"] == sum(LENGTHS[1])
+    stats = ray.get(shards[1].stats.remote())
+    assert stats["episodes_counted"] == len(LENGTHS[1]) and "obs" in stats["fields"]
+    durable = ray.get(shards[1].checkpoint.remote())
+    assert durable["next_episode"] == len(LENGTHS[1]) and durable["priorities"][0].endswith("steps.npy")
+
+
+def test_prefetching_keeps_requests_in_flight_and_draws_the_same(shards):
+    eager = RayShardedSampler(shards, seed=4, prefetch=3)
+    plain = RayShardedSampler(shards, seed=4, prefetch=0)
+    set_priorities(plain)
+    first = eager.batch(32)
+    assert eager.in_flight == 3 and plain.in_flight == 0
+    keys = [first["_key"].numpy()] + [eager.batch(32)["_key"].numpy() for _ in range(4)]
+    again = [plain.batch(32)["_key"].numpy() for _ in range(5)]
+    for a, b in zip(keys, again):  # each request's draws are seeded by (seed, its number, shard)
+        np.testing.assert_array_equal(a, b)
+    eager.batch(16)  # another batch size: the requests sent ahead are dropped
+    assert eager.in_flight == 3
+    other = RayShardedSampler(shards, seed=5, prefetch=0)
+    assert not np.array_equal(other.batch(32)["_key"].numpy(), again[0])
+    second = RayShardedSampler(shards, seed=4, prefetch=0, rank=1, world_size=2)  # another learner of one job
+    assert not np.array_equal(second.batch(32)["_key"].numpy(), again[0])
+    state = plain.state_dict()
+    drawn = plain.batch(32)["_key"].numpy()
+    plain.load_state_dict(state)
+    np.testing.assert_array_equal(plain.batch(32)["_key"].numpy(), drawn)
+    with pytest.raises(InvalidDataError, match="RayShardedSampler's state_dict"):
+        plain.load_state_dict({"type": "ShardedSampler"})
+    for sampler in (eager, plain, other, second):
+        sampler.close()
+
+
+def test_priority_updates_reach_their_shard_and_errors_surface_later(shards):
+    sampler = RayShardedSampler(shards, seed=6)
+    set_priorities(sampler, lambda shard, number, t: 1.0)
+    before = [info["samplers"]["prioritized"]["mass"] for info in sampler.info()]
+    assert before == [float(sum(LENGTHS[0])), float(sum(LENGTHS[1]))]
+    set_priorities(sampler, lambda shard, number, t: 5.0 if shard == 1 else 1.0)
+    after = [info["samplers"]["prioritized"] for info in sampler.info()]
+    assert after[0]["mass"] == before[0]  # shard 0 untouched
+    np.testing.assert_allclose(after[1]["mass"], sum(LENGTHS[1]) * 5.0 ** ALPHA)
+    assert after[1]["max_priority"] == 5.0 and after[1]["min_priority"] == pytest.approx(5.0)
+    never = sharded_key(0, 99, 0)  # shard 0, an episode it never committed
+    assert sampler.update_priorities(np.array([never]), np.array([1.0])) == 1  # sent, not waited for
+    with pytest.raises(InvalidDataError, match="never committed"):
+        sampler.wait()
+    sampler.update_priorities(np.array([never]), np.array([1.0]))
+    with pytest.raises(InvalidDataError, match="never committed"):
+        for _ in range(200):  # the next draws raise it once the shard has answered
+            sampler.batch(8)
+    sampler.close()
+
+
+def test_piggybacked_updates_ride_on_the_next_request(shards):
+    sampler = RayShardedSampler(shards, seed=6, prefetch=1, piggyback=True)
+    set_priorities(sampler, lambda shard, number, t: 2.0)  # wait() sends what is held
+    assert [info["samplers"]["prioritized"]["mass"] for info in sampler.info()] == pytest.approx(
+        [sum(LENGTHS[0]) * 2.0 ** ALPHA, sum(LENGTHS[1]) * 2.0 ** ALPHA])
+    batch = sampler.batch(64)
+    sampler.update_priorities(batch["_key"], np.full(64, 2.0))
+    assert sum(len(keys) for held in sampler.updates.held for keys, _ in held) == 64  # held, not sent
+    applied = sampler.updates.applied
+    sampler.batch(64)  # its request carries them; the answers of the next say they were applied
+    sampler.batch(64)
+    assert not any(sampler.updates.held) and sampler.updates.applied == applied + 64
+    sampler.update_priorities(np.array([sharded_key(0, 99, 0)]), np.array([1.0]))
+    with pytest.raises(InvalidDataError, match="never committed"):
+        for _ in range(3):
+            sampler.batch(64)
+    sampler.close()
+
+
+def test_bad_inputs(shards, tmp_path):
+    with pytest.raises(InvalidDataError, match="non-empty list of shard actors"):
+        RayShardedSampler([])
+    with pytest.raises(InvalidDataError, match="Ray actor handles"):
+        RayShardedSampler(["shard-0"])
+    with pytest.raises(InvalidDataError, match="kind must be one of"):
+        RayShardedSampler(shards, "greedy")
+    with pytest.raises(InvalidDataError, match="prefetch must be an int >= 0"):
+        RayShardedSampler(shards, prefetch=-1)
+    with pytest.raises(InvalidDataError, match="local must be None, True or False"):
+        RayShardedSampler(shards, local="yes")
+    with pytest.raises(InvalidDataError, match="distinct shards"):
+        RayShardedSampler([shards[0], shards[0]])
+    sampler = RayShardedSampler(shards, seed=0, prefetch=0)
+    with pytest.raises(InvalidDataError, match="batch_size must be a positive int"):
+        sampler.batch(0)
+    keys = sampler.batch(4)["_key"]
+    with pytest.raises(InvalidDataError, match="priorities one per key"):
+        sampler.update_priorities(keys, np.ones(3))
+    with pytest.raises(InvalidDataError, match="finite and >= 0"):
+        sampler.update_priorities(keys, -np.ones(4))
+    with pytest.raises(InvalidDataError, match="shard 7 of 2"):
+        sampler.update_priorities(keys * 0 + 7, np.ones(4))
+    with pytest.raises(InvalidDataError, match="keeps no priorities"):
+        RayShardedSampler(shards, "uniform").update_priorities(keys, np.ones(4))
+    with pytest.raises(InvalidDataError, match="episode must be a dict"):  # the actor's error, as it raised it
+        call_shard(shards[0], "add_episode", [1.0, 2.0])
+    with pytest.raises(InvalidDataError, match="unknown"):
+        call_shard(shards[0], "add_episode", dict(obs=np.zeros(3), speed=np.zeros(3)))
+    broken = create_shard(tmp_path / "broken", 10, STRIDE, FIELDS, view=dict(speed=1))  # its constructor raises
+    with pytest.raises(ShardUnavailableError, match="could not start.*unknown keyword \\['speed'\\]"):
+        RayShardedSampler([broken])
+    with pytest.raises(InvalidDataError, match="node_id must be the id of a live node"):
+        create_shard(tmp_path / "elsewhere", 10, STRIDE, FIELDS, node_id="no-such-node")
+    with pytest.raises(InvalidDataError, match="view must be a dict"):
+        ShardServer(tmp_path / "s", 10, STRIDE, FIELDS, view="steps")
+    with pytest.raises(InvalidDataError, match="each of kinds must be one of"):
+        ShardServer(tmp_path / "s", 10, STRIDE, FIELDS, kinds=("greedy",))
+    sampler.close()
+
+
+def test_draws_evicted_before_they_are_read_are_drawn_again_by_their_shard(cluster, tmp_path):
+    ring = create_shard(tmp_path / "ring", 4, STRIDE, FIELDS, circular=True)
+    add = lambda number: call_shard(ring, "add_episode", dict(obs=values(0, number, 6), reward=np.zeros(6)))
+    for number in range(4):
+        add(number)
+    sampler = RayShardedSampler([ring], seed=9, prefetch=1)
+    check_rows(sampler.batch(64))  # and one request sent ahead, drawn from episodes 0..3
+    add(4), add(5)  # the ring evicts episodes 0 and 1 before this process reads the request's rows
+    batch = sampler.batch(64)
+    check_rows(batch)
+    episodes = batch["_key"].numpy() // SHARD_STRIDE // STRIDE
+    assert 0 < sampler.redrawn < 64 and (episodes >= 2).all()  # only the evicted draws were made again
+    assert batch["_weight"].shape == (64,)
+    for number in range(6, 10):
+        add(number)  # now every episode of the next request is gone
+    before = sampler.redrawn
+    check_rows(sampler.batch(64))
+    assert sampler.redrawn == before + 64
+    sampler.close()
+
+
+def test_importing_the_library_imports_no_ray():
+    code = "import memmap_replay, sys; assert 'ray' not in sys.modules and 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- the tests below kill shard actors: they come last ---------------------------------------------
+
+
+def test_a_killed_shard_comes_back_with_every_episode_and_priority(shards):
+    lengths = (LENGTHS[0] + [5], LENGTHS[1])
+    call_shard(shards[0], "add_episode", dict(obs=values(0, len(LENGTHS[0]), 5), reward=np.zeros(5)))
+    sampler = RayShardedSampler(shards, seed=7, prefetch=2)
+    set_priorities(sampler, lengths=lengths)
+    durable = ray.get(shards[0].checkpoint.remote())
+    assert durable["episodes"] == len(lengths[0]) and durable["priorities"]
+    first = sampler.info()[0]
+    changed = lambda shard, number, t: 3.0 + t % 2  # sent without waiting, then the actor is killed
+    every = [where for where in positions(lengths) if where[0] == 0]
+    sampler.update_priorities(np.array([sharded_key(*where) for where in every]),
+                              np.array([changed(*where) for where in every]))
+    ray.kill(shards[0], no_restart=False)
+    for _ in range(5):  # requests in flight fail with the actor; they are sent again once it is back
+        check_rows(sampler.batch(64))
+    sampler.wait()
+    info = sampler.info()[0]
+    assert info["pid"] != first["pid"]  # a new process, reopened from the folder
+    assert (info["episodes"], info["steps"]) == (first["episodes"], first["steps"])
+    expected = sum(changed(*where) ** ALPHA for where in every)
+    np.testing.assert_allclose(info["samplers"]["prioritized"]["mass"], expected)
+    sampler.close()
+
+
+def test_a_shard_that_never_comes_back_gives_a_clear_error(shards):
+    sampler = RayShardedSampler(shards, seed=8, prefetch=0, timeout=1.0)
+    ray.kill(shards[1], no_restart=True)
+    with pytest.raises(ShardUnavailableError, match="shard 1 of 2 did not answer sample"):
+        sampler.batch(64)
