@@ -18,7 +18,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from ..errors import ReplayError, ShardUnavailableError
+from ..errors import ShardUnavailableError
 from ..options import number
 
 __all__ = ["ShardCall", "ShardUnavailableError", "call_shard"]
