@@ -1,7 +1,9 @@
 """The dataset card: ``card.json`` (what the data is, where it came from) and ``README.md`` beside it.
 
 A card is optional and lives in the store's folder. ``card.json`` is a UTF-8 JSON object; every key is
-optional and keys this version does not know are kept when the card is rewritten. ``README.md`` is the
+optional and keys this version does not know are kept when the card is rewritten. Values are plain JSON
+that reads back as written (string keys, finite numbers, valid Unicode, nested at most ``MAX_DEPTH``
+levels), and card.json and README.md take at most 64 MiB each (what ``unpack`` accepts). ``README.md`` is the
 card rendered as Markdown, written whenever ``card.json`` is. Both are replaced atomically (temporary
 file, fsync, ``os.replace``), so a write killed half-way leaves the old card whole. Card writes do not
 take the writer lock (a card may be edited while a writer appends); they serialize with each other (and
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import format as fmt
-from .checksums import folder_lock, refresh_entries, store_folder, write_atomic
+from .checksums import TEXT_LIMIT, folder_lock, refresh_entries, store_folder, write_atomic
 from .errors import CorruptStoreError, InvalidDataError
 
 __all__ = ["CARD_FILE", "README_FILE", "DatasetCard", "read_card", "write_card", "update_card", "add_provenance",
@@ -39,6 +41,7 @@ TEXT_KEYS = ("name", "description", "author", "author_email", "license", "code_u
 SPACE_KEYS = ("observation_space", "action_space")
 SCORE_KEYS = ("ref_min_score", "ref_max_score")
 PROVENANCE_KEYS = ("kind", "source", "time", "tool")
+MAX_DEPTH = 64  # nesting of JSON values (deeper would hit Python's recursion limit in json)
 
 
 @dataclass
@@ -139,10 +142,35 @@ def check_card(card: DatasetCard) -> None:
     check_provenance(card.provenance)
     if not isinstance(card.extra, dict):
         raise InvalidDataError(f"card key 'extra' must be a JSON object (got a {json_type(card.extra)})")
-    try:
-        json.dumps([card.seeds, card.extra, card.env_spec, card.observation_space, card.action_space], allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise InvalidDataError(f"a dataset card must hold plain JSON values (no NaN, no objects): {error}") from None
+    for key in (*TEXT_KEYS, "seeds", "extra", "env_spec", *SPACE_KEYS, "provenance"):
+        check_plain(getattr(card, key), key)
+
+
+def check_plain(value: Any, where: str, depth: int = 0) -> None:
+    """``value`` is plain JSON that reads back as it is: null, booleans, ints, finite floats, UTF-8 strings,
+    lists (or tuples) and objects with string keys, nested at most MAX_DEPTH levels."""
+    def refuse(what: str) -> InvalidDataError:
+        return InvalidDataError(f"a dataset card must hold plain JSON values (no NaN, no objects): card key {where} "
+                                f"{what}; convert it to plain JSON (str, int, float, bool, None, list, dict)")
+    if depth > MAX_DEPTH:
+        raise refuse(f"is nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise refuse(f"holds a string that is not valid Unicode ({value!r:.80})") from None
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise refuse(f"holds {value} (JSON has no NaN or infinity)")
+    elif isinstance(value, (list, tuple)):
+        for number, item in enumerate(value):
+            check_plain(item, f"{where}[{number}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise refuse(f"has the key {key!r:.40} of type {type(key).__name__} (JSON keys are strings)")
+            check_plain(item, f"{where}[{key!r:.40}]", depth + 1)
+    elif value is not None and not isinstance(value, (int, float)):
+        raise refuse(f"holds a value of type {type(value).__name__} ({value!r:.60})")
 
 
 def check_provenance(records: Any) -> None:
@@ -283,9 +311,14 @@ def plain(key: str, value: Any) -> Any:
 
 
 def save(folder: Path, card: DatasetCard) -> None:
-    data = card.to_json()
-    write_atomic(folder / CARD_FILE, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-    write_atomic(folder / README_FILE, card.render(fields_of=schema_of(folder)).encode("utf-8"))
+    text = (json.dumps(card.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    readme = card.render(fields_of=schema_of(folder)).encode("utf-8")
+    if max(len(text), len(readme)) > TEXT_LIMIT:
+        raise InvalidDataError(f"a dataset card must take at most {TEXT_LIMIT >> 20} MiB as card.json and README.md "
+                               f"(got {len(text):,} and {len(readme):,} bytes), so that `unpack` accepts it; keep "
+                               f"large data (weights, logs) in files of your own, outside the card")
+    write_atomic(folder / CARD_FILE, text)
+    write_atomic(folder / README_FILE, readme)
     refresh_entries(folder, (CARD_FILE, README_FILE))
 
 

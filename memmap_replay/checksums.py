@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import format as fmt
-from .errors import CorruptStoreError, StoreLockedError, StoreNotFoundError
+from .errors import CorruptStoreError, InvalidDataError, NotAFolderError, StoreLockedError, StoreNotFoundError
 from .lock import WriterLock
 from .schema import NAME_PATTERN
 
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - Windows: card edits are not serialized
     fcntl = None
 
 __all__ = ["MANIFEST", "ManifestProblem", "write_manifest", "check_manifest", "read_manifest", "is_store_path",
-           "store_files", "stray_files"]
+           "store_files", "stray_files", "check_new_path"]
 
 MANIFEST = "checksums.sha256"
 CHUNK = 1 << 20
@@ -50,6 +50,7 @@ DIR_FILES = {
 STATS_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # stats/ is free-form, up to 4 levels deep
 LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
 MAX_LISTED = 5
+TEXT_LIMIT = 1 << 26  # 64 MiB: the most card.json, README.md and checksums.sha256 may take (unpack refuses more)
 
 
 def is_store_path(rel: str) -> bool:
@@ -148,6 +149,9 @@ def hash_files(folder: Path, files: list[str], *, progress: bool = False) -> dic
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data``: a temporary file of this process, fsync, ``os.replace``."""
+    if path.is_dir() and not path.is_symlink():
+        raise CorruptStoreError(f"{path} must be a file (got a folder), so it cannot be written; remove the folder "
+                                f"{path.name}/ from {path.parent}, then try again")
     temp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(temp, "xb") as file:
@@ -295,8 +299,6 @@ def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
 
 
 def store_folder(folder: str | os.PathLike, *, need_meta: bool = True) -> Path:
-    from .errors import NotAFolderError  # noqa: PLC0415
-
     folder = Path(folder)
     if not folder.exists():
         raise StoreNotFoundError(f"no store at {folder}: the folder does not exist")
@@ -305,6 +307,18 @@ def store_folder(folder: str | os.PathLike, *, need_meta: bool = True) -> Path:
     if need_meta and not (folder / fmt.META_FILE).is_file():
         raise StoreNotFoundError(f"no store at {folder}: it holds no meta.json")
     return folder
+
+
+def check_new_path(path: Path, what: str, error: type[Exception] = InvalidDataError) -> None:
+    """``path``, about to be written as a new store or file, is not a symbolic link and not directly in a
+    store's folder (where readers ignore it, verify warns, and unpack --overwrite refuses the store)."""
+    if path.is_symlink():
+        raise NotAFolderError(f"{what} {path} must not be a symbolic link (it points to {os.path.realpath(path)}); "
+                              f"give the path it points to, or another path")
+    parent = Path(os.path.abspath(path)).parent
+    if (parent / fmt.META_FILE).is_file() and (parent / fmt.STEPS_DIR).is_dir():
+        raise error(f"{what} {path} must be outside the store at {parent} (got a path inside it); "
+                               f"choose a path beside the store, not in it")
 
 
 @contextlib.contextmanager

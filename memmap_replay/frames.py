@@ -29,6 +29,7 @@ import numpy as np
 
 from . import format as fmt
 from .buffer import ReplayBuffer
+from .checksums import check_new_path
 from .errors import InvalidDataError, MissingExtraError, SampleExpiredError
 from .images import LAYOUTS, STACK_MODES, FrameFormat, image_layout, peak, resolve_range
 from .options import flag, integer, number
@@ -138,6 +139,7 @@ def output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
     elif not os.access(parent, os.W_OK):
         problem = f"is in {parent}, which this user may not write"
     else:
+        check_new_path(path, f"{what} (out)")
         return path
     raise InvalidDataError(f"cannot write {what} to {path}: the path {problem}; choose another output path")
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import format as fmt
-from .checksums import (MANIFEST, TOP_FILES, check_manifest, folder_lock, is_store_dir, is_store_path,
+from .checksums import (MANIFEST, TEXT_LIMIT, TOP_FILES, check_manifest, check_new_path, folder_lock, is_store_dir, is_store_path,
                         manifest_unlocked, read_manifest, store_files, store_folder, stray_files, writer_locked)
 from .errors import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, StoreNotFoundError,
                      UnsupportedFormatError)
@@ -49,7 +49,6 @@ ZEROS = bytes(BLOCK)
 MAX_MEMBERS = 100_000
 DEFAULT_MAX_BYTES = 1 << 40  # 1 TiB: the most an archive may unpack to, unless told otherwise
 HEADER_SLACK = 1 << 16  # room for a .npy header in the per-file limits derived from meta.json
-TEXT_LIMIT = 1 << 26  # 64 MiB for card.json, README.md, checksums.sha256
 FIRST = (MANIFEST, "card.json", "README.md", fmt.META_FILE)
 LISTED = 5
 
@@ -206,6 +205,7 @@ def check_target(folder: Path, overwrite: bool) -> bool:
     """Whether unpacking replaces a store at ``folder``; refuses what must not be touched."""
     if not folder.name:
         raise InvalidDataError(f"{folder} cannot be unpacked into; name a folder below it")
+    check_new_path(folder, "the folder to unpack into,")
     if folder.exists() and not folder.is_dir():
         raise NotAFolderError(f"{folder} must be a folder to unpack into (got a file); choose another path")
     if not folder.exists() or not any(folder.iterdir()):

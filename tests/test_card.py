@@ -83,6 +83,12 @@ def test_good_names(store, name):
     assert update_card(store, name=name).name == name
 
 
+DEEP: list = []
+for _ in range(3000):  # deeper than json's recursion limit allows
+    DEEP = [DEEP]
+RECORD = {"kind": "minari", "source": "x", "time": "2024-01-01T00:00:00Z", "tool": "t"}
+
+
 @pytest.mark.parametrize("values, match", [
     pytest.param(dict(name="hopper"), r"'name' must look like 'namespace/name-vN'.*got 'hopper'", id="no-version"),
     pytest.param(dict(name="mujoco/hopper-v"), r"'name' must look like", id="version-without-number"),
@@ -103,6 +109,22 @@ def test_good_names(store, name):
     pytest.param(dict(extra=[1]), r"'extra' must be a JSON object \(got a JSON array\)", id="extra-list"),
     pytest.param(dict(seeds={1, 2}), r"must hold plain JSON values", id="seeds-a-set"),
     pytest.param(dict(extra={"x": float("inf")}), r"must hold plain JSON values \(no NaN", id="extra-inf"),
+    # found by the hostile review: each was a bare RecursionError / UnicodeEncodeError, or written as it was
+    pytest.param(dict(extra={"x": DEEP}), r"card key extra\['x'\](\[0\])+ is nested more than 64 levels deep",
+                 id="extra-nested-too-deep"),
+    pytest.param(dict(seeds=DEEP), r"card key seeds(\[0\])+ is nested more than 64", id="seeds-nested-too-deep"),
+    pytest.param(dict(extra={"x": "\ud800"}), r"card key extra\['x'\] holds a string that is not valid Unicode",
+                 id="extra-lone-surrogate"),
+    pytest.param(dict(description="\udcff"), r"card key description holds a string that is not valid Unicode",
+                 id="description-lone-surrogate"),
+    pytest.param(dict(extra={1: "one"}), r"card key extra has the key 1 of type int \(JSON keys are strings\)",
+                 id="extra-int-key-would-come-back-as-a-string"),
+    pytest.param(dict(extra={"n": np.int64(3)}), r"card key extra\['n'\] holds a value of type int64",
+                 id="extra-numpy-int"),
+    pytest.param(dict(provenance=[{**RECORD, "rows": float("nan")}]), r"card key provenance\[0\]\['rows'\] holds nan",
+                 id="provenance-detail-nan"),
+    pytest.param(dict(provenance=[{**RECORD, "who": object()}]), r"provenance\[0\]\['who'\] holds a value of type object",
+                 id="provenance-detail-object"),
 ])
 def test_invalid_values_are_refused_and_change_nothing(store, values, match):
     update_card(store, name="ok-v0")
@@ -153,6 +175,26 @@ def test_a_damaged_card_json_is_refused_naming_the_file(store, content, match):
             call()
         assert str(store / "card.json") in str(info.value)
     assert (store / "card.json").read_bytes() == content
+
+
+def test_provenance_details_must_be_plain_json_and_nothing_is_written(store):
+    update_card(store, name="ok-v0")
+    before = (store / "card.json").read_bytes()
+    with pytest.raises(InvalidDataError, match=r"card key provenance\[0\]\['rows'\] holds nan \(JSON has no NaN"):
+        add_provenance(store, "d4rl", "x.hdf5", rows=float("nan"))  # was written as NaN: invalid JSON elsewhere
+    with pytest.raises(InvalidDataError, match=r"provenance\[0\]\['path'\] holds a value of type PosixPath"):
+        add_provenance(store, "d4rl", "x.hdf5", path=store)  # was a bare TypeError
+    assert (store / "card.json").read_bytes() == before
+
+
+def test_a_card_too_large_to_unpack_is_refused(store, monkeypatch):
+    """unpack refuses a card.json over 64 MiB, so a card that large must not be written in the first place."""
+    monkeypatch.setattr(card_module, "TEXT_LIMIT", 4096)
+    with pytest.raises(InvalidDataError, match=r"a dataset card must take at most 0 MiB as card\.json and README\.md "
+                                               r"\(got [\d,]+ and [\d,]+ bytes\), so that `unpack` accepts it"):
+        update_card(store, description="x" * 5000)
+    assert not (store / "card.json").exists() and not (store / "README.md").exists()
+    assert [path.name for path in store.iterdir() if path.suffix == ".tmp"] == []
 
 
 def test_an_interrupted_write_leaves_the_old_card_whole(store, monkeypatch):
@@ -295,6 +337,10 @@ def cli_cases(store, tmp_path) -> dict:
         "no-folder": (["card", tmp_path / "nowhere", "--json"], 2, r"no store at .*nowhere: the folder does not exist"),
         "damaged": (["card", other], 1, r"other/card\.json must hold a JSON object \(got a JSON array\)"),
         "no-args": (["card"], 2, r"the following arguments are required: FOLDER"),
+        "too-deep": (["card", store, "--set", "seeds=" + "[" * 3000 + "]" * 3000], 2,
+                     r"--set seeds: the value is JSON nested too deep to read"),  # was a RecursionError traceback
+        "too-deep-extra": (["card", store, "--set", "extra.x=" + "[" * 3000 + "]" * 3000], 2,
+                           r"--set extra\.x: the value is JSON nested too deep to read"),
     }
 
 
@@ -323,7 +369,7 @@ def test_cli_card(store, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["bad-name", "bad-json-value", "unknown-key", "no-equals", "list-file", "missing-file",
-                                  "not-a-store", "no-folder", "damaged", "no-args"])
+                                  "not-a-store", "no-folder", "damaged", "no-args", "too-deep", "too-deep-extra"])
 def test_cli_card_refusals(store, tmp_path, capsys, name):
     update_card(store, name="kept-v0")
     arguments, code, match = cli_cases(store, tmp_path)[name]

@@ -127,6 +127,15 @@ def test_damaged_manifest_lines(store, line, kind, match):
     assert [p for p in check_manifest(store) if p.path != MANIFEST] == []  # the good lines still check
 
 
+def test_a_folder_where_the_manifest_goes_is_refused(store):
+    before = sorted(path.name for path in store.iterdir())
+    (store / MANIFEST).mkdir()  # was a bare IsADirectoryError from os.replace
+    with pytest.raises(CorruptStoreError, match=r"checksums\.sha256 must be a file \(got a folder\), so it cannot be "
+                                                r"written; remove the folder checksums\.sha256/"):
+        write_manifest(store)
+    assert (store / MANIFEST).is_dir() and sorted(path.name for path in store.iterdir()) == sorted([*before, MANIFEST])
+
+
 def test_an_unreadable_or_missing_manifest(store):
     assert findings(store) == [(MANIFEST, "no_manifest")]
     (store / MANIFEST).write_bytes(b"\xff\xfe garbage")

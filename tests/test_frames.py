@@ -326,6 +326,13 @@ def test_output_paths_that_cannot_be_written_are_refused(folder, tmp_path):
     with pytest.raises(InvalidDataError, match=r"cannot write a contact sheet to .*folder.png: the path is a folder"):
         contact_sheet(folder, "hwc", out=tmp_path / "folder.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.png"]
+    store = Path(folder)  # was written among the store's own files
+    with pytest.raises(InvalidDataError, match=r"a contact sheet \(out\) .*sheet\.png must be outside the store at "):
+        contact_sheet(folder, "hwc", out=store / "sheet.png")
+    (tmp_path / "link.gif").symlink_to(tmp_path / "file")  # os.replace would put the video where the link was
+    with pytest.raises(NotAFolderError, match=r"a video \(out\) .*link\.gif must not be a symbolic link"):
+        write_video(folder, "hwc", tmp_path / "link.gif")
+    assert not (store / "sheet.png").exists() and (tmp_path / "file").read_text() == ""
 
 
 def test_an_empty_store_and_a_too_large_sheet_are_refused(folder, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from memmap_replay import InvalidDataError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
+from memmap_replay import InvalidDataError, NotAFolderError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
 from memmap_replay.cli import main  # noqa: E402
 from memmap_replay.interop import TargetExistsError, export_d4rl, import_d4rl  # noqa: E402
 
@@ -343,6 +343,43 @@ def test_targets_are_not_overwritten_unless_asked(tmp_path):
     export_d4rl(tmp_path / "store", tmp_path / "out.npz", overwrite=True)
 
 
+@pytest.mark.parametrize("chunk_mb", [float("inf"), float("nan"), 0, -1, True, "64", 2.0**21])
+def test_chunk_mb_must_be_a_sane_number(tmp_path, chunk_mb):
+    source = write_file(tmp_path / "data.npz", d4rl_arrays())  # inf was a bare OverflowError
+    with pytest.raises(SchemaError, match=r"chunk_mb must be a number of megabytes > 0 and <= 1048576 \(got "):
+        import_d4rl(source, tmp_path / "store", chunk_mb=chunk_mb)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data.npz"]
+
+
+def test_targets_that_are_folders_links_or_inside_a_store_are_refused(tmp_path):
+    source = write_file(tmp_path / "data.npz", d4rl_arrays())
+    import_d4rl(source, tmp_path / "store")
+    before = sorted(path.name for path in (tmp_path / "store").iterdir())
+    (tmp_path / "dir.npz").mkdir()  # was silently replaced by the file
+    with pytest.raises(TargetExistsError, match=r"dir\.npz is a folder; the target must be the path of a file"):
+        export_d4rl(tmp_path / "store", tmp_path / "dir.npz", overwrite=True)
+    with pytest.raises(TargetExistsError, match=r"the target .*store/out\.npz must be outside the store at .*store"):
+        export_d4rl(tmp_path / "store", tmp_path / "store" / "out.npz")  # was written among the store's files
+    with pytest.raises(TargetExistsError, match=r"the target .*store/nested must be outside the store"):
+        import_d4rl(source, tmp_path / "store" / "nested")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    with pytest.raises(NotAFolderError, match=r"the target .*link must not be a symbolic link \(it points to .*empty\)"):
+        import_d4rl(source, tmp_path / "link")  # was a bare NotADirectoryError
+    assert sorted(path.name for path in (tmp_path / "store").iterdir()) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data.npz", "dir.npz", "empty", "link", "store"]
+    assert list((tmp_path / "empty").iterdir()) == [] and list((tmp_path / "dir.npz").iterdir()) == []
+
+
+def test_one_field_cannot_take_two_roles(tmp_path):
+    import_d4rl(write_file(tmp_path / "data.npz", d4rl_arrays()), tmp_path / "store")
+    with pytest.raises(SchemaError, match=r"the field 'observation' cannot be both the observation and the reward"):
+        export_d4rl(tmp_path / "store", tmp_path / "out.npz", reward="observation")  # wrote (N, 3) rewards
+    with pytest.raises(SchemaError, match=r"the field 'action' cannot be both the observation and the action"):
+        export_d4rl(tmp_path / "store", tmp_path / "out.npz", observation="action")
+    assert not (tmp_path / "out.npz").exists()
+
+
 def test_export_needs_one_observation_field(tmp_path):
     with ReplayBuffer(tmp_path / "store", 2, 5, fields=dict(observation__a="float", observation__b="float",
                                                            action="float", reward="float")) as buffer:
@@ -393,7 +430,8 @@ def test_command_errors_and_help(tmp_path, monkeypatch, capsys):
             (("import", "something", "s"), 2, "cannot tell the format of something: pass --from"),
             (("export", "nowhere", "out.hdf5"), 2, "no store at nowhere"),
             (("export", "short.hdf5", "out.hdf5"), 2, "must be a store folder"),
-            (("import", "short.hdf5", "s", "--from", "csv"), 2, "invalid choice")]:
+            (("import", "short.hdf5", "s", "--from", "csv"), 2, "invalid choice"),
+            (("import", "short.hdf5", "s", "--chunk-mb", "inf"), 2, "chunk_mb must be a number of megabytes > 0")]:
         try:
             got = main(list(args), prog="memmap-replay")
         except SystemExit as exit:  # argparse's own usage errors

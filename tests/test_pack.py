@@ -333,6 +333,21 @@ def test_unpack_targets(store, archive, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_unpack_refuses_links_and_folders_inside_a_store(store, archive, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")  # was a bare NotADirectoryError after extracting it all
+    with pytest.raises(NotAFolderError, match=r"the folder to unpack into, .*link must not be a symbolic link \(it "
+                                              r"points to .*empty\); give the path it points to"):
+        unpack(archive, tmp_path / "link")
+    before = sorted(path.name for path in store.iterdir())
+    for inside in ("copy", "steps"):  # was unpacked into a folder among the store's own files
+        with pytest.raises(InvalidDataError, match=rf"the folder to unpack into, .*store/{inside} must be outside the "
+                                                   rf"store at .*store \(got a path inside it\)"):
+            unpack(archive, store / inside, overwrite=True)
+    assert sorted(path.name for path in store.iterdir()) == before and list((tmp_path / "empty").iterdir()) == []
+    assert leftovers(tmp_path) == [] and leftovers(store) == []
+
+
 # ---- the command line ----------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..card import TEXT_KEYS, DatasetCard, read_card, write_card
+from ..card import MAX_DEPTH, TEXT_KEYS, DatasetCard, read_card, write_card
 from ..checksums import store_folder
 from ..errors import InvalidDataError
 from . import EXIT_OK
@@ -100,6 +100,9 @@ def assign(data: dict, assignment: str) -> None:
 def parse(text: str, *, strict: bool, key: str):
     try:
         return json.loads(text)
+    except RecursionError:
+        raise InvalidDataError(f"--set {key}: the value is JSON nested too deep to read (got {text!r:.40}...); a "
+                               f"card holds values nested at most {MAX_DEPTH} levels") from None
     except ValueError:
         if strict:
             raise InvalidDataError(f"--set {key}: the value must be JSON (a number, a list, an object or null; got "

@@ -8,7 +8,8 @@ import sys
 
 from ..errors import NotAFolderError, ReplayError, StoreNotFoundError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
-from .import_ import USAGE_ERRORS, fail, shared_options
+from .checksum import fail
+from .import_ import USAGE_ERRORS, shared_options
 
 EXPORT_HELP = """\
 Export a store to another format, episode by episode (memory stays bounded whatever the store's size).

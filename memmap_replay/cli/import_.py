@@ -8,6 +8,7 @@ import sys
 
 from ..errors import NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from .checksum import fail
 
 IMPORT_HELP = """\
 Import a dataset of another format into a new store folder, episode by episode (memory stays bounded
@@ -87,10 +88,3 @@ def run_import(args: argparse.Namespace) -> int:
         return fail(args, str(error), EXIT_PROBLEMS)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return EXIT_OK
-
-
-def fail(args: argparse.Namespace, message: str, code: int) -> int:
-    if args.json:
-        print(json.dumps({"ok": False, "error": message}, indent=2))
-    print(f"{args.prog}: error: {message}", file=sys.stderr)
-    return code

@@ -30,13 +30,14 @@ import numpy as np
 
 from .. import format as fmt
 from ..buffer import ReplayBuffer
+from ..checksums import check_new_path
 from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
 from ..schema import NAME_PATTERN, RESERVED_NAMES
 from ..store import EpisodeStore
 from ..writer import whole_episode
 
 __all__ = ["TargetExistsError", "Transfer", "StoreBuilder", "StoredEpisode", "read_store", "stored_episodes",
-           "flatten", "require", "progress_bar", "provenance_record", "same_bytes", "place", "temporary_sibling"]
+           "flatten", "require", "progress_bar", "pick_roles", "provenance_record", "same_bytes", "place", "temporary_sibling"]
 
 OBSERVATION, ACTION, REWARD, NEXT_OBSERVATION, INFO = "observation", "action", "reward", "next_observation", "info"
 SEP = "__"
@@ -151,8 +152,13 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-def check_target(target: Path, overwrite: bool, is_ours) -> None:
-    """``target`` may be written: absent, an empty folder, or (with overwrite) something ``is_ours`` accepts."""
+def check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False) -> None:
+    """``target`` may be written: absent, an empty folder (unless it is to be a ``file``), or (with
+    overwrite) something ``is_ours`` accepts; never a symbolic link, nor inside a store's folder."""
+    check_new_path(target, "the target", TargetExistsError)
+    if file and target.is_dir():
+        raise TargetExistsError(f"{target} is a folder; the target must be the path of a file to write (e.g. "
+                                f"{target / 'data.hdf5'}), or remove the folder")
     if not target.exists():
         if not target.parent.is_dir():
             raise NotAFolderError(f"{target.parent} must be an existing folder to hold {target.name}; create it first")
@@ -321,6 +327,25 @@ def read_rows(descriptor: int, file: fmt.NpyFile, start: int, count: int) -> np.
             raise CorruptStoreError(f"{file.path} is truncated: rows {start}..{start + count - 1} are not all on disk")
         done += got
     return out
+
+
+def pick_roles(store: EpisodeStore, observation: Any, action: Any, reward: Any) -> tuple[list[str], list[str], str]:
+    """The fields of the observation and the action (``pick_fields``) and the reward field, each field in
+    one role only (an export that wrote one field as both would not read back)."""
+    specs = store.schema.fields
+    if not isinstance(reward, str) or reward not in specs:
+        raise SchemaError(f"the store has no field {reward!r} for the rewards; its fields are {list(specs)}: "
+                          f"pass reward=NAME")
+    roles: dict[str, str] = {}
+    for role, names in (("observation", pick_fields(store, observation, OBSERVATION, "observation", "observation")),
+                        ("action", pick_fields(store, action, ACTION, "action", "action")), ("reward", [reward])):
+        for name in names:
+            if name in roles:
+                raise SchemaError(f"the field {name!r} cannot be both the {roles[name]} and the {role}: each must be "
+                                  f"its own field; pass observation=, action= and reward= naming different fields")
+            roles[name] = role
+    return ([name for name, role in roles.items() if role == "observation"],
+            [name for name, role in roles.items() if role == "action"], reward)
 
 
 def pick_fields(store: EpisodeStore, given: Any, default: str, what: str, option: str) -> list[str]:

@@ -48,7 +48,7 @@ from .. import format as fmt
 from ..errors import InvalidDataError, SchemaError, StoreNotFoundError, UnsupportedFormatError
 from .columns import METADATA_LIMIT, STRING, Column, RowWindow, decode_value, encode_value, kind_of, open_columns, write_columns
 from .common import (ACTION, ALSO_TRUNCATED, INFO, NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
-                     Transfer, check_target, field_name, pick_fields, place, progress_bar, provenance_record,
+                     Transfer, check_target, field_name, pick_roles, place, progress_bar, provenance_record,
                      read_store, remove, same_bytes, spec_of, stored_episodes, temporary_sibling)
 
 __all__ = ["import_d4rl", "export_d4rl"]
@@ -56,6 +56,7 @@ __all__ = ["import_d4rl", "export_d4rl"]
 STEP_KEYS = {"observations": OBSERVATION, "actions": ACTION, "rewards": REWARD}
 OURS = "metadata/memmap_replay/"
 NEXT_MODES = ("auto", "final", "field", "drop")
+MAX_CHUNK_MB = 1 << 20  # a terabyte of rows at a time: more is a typo (and inf cannot be a byte count)
 
 
 class Mismatch(Exception):
@@ -70,8 +71,8 @@ def import_d4rl(path: str | os.PathLike, folder: str | os.PathLike, *, next_obse
     """A D4RL-style ``.hdf5`` / ``.npz`` file as a new store at ``folder`` (see the module docstring)."""
     if next_observations not in NEXT_MODES:
         raise SchemaError(f"next_observations must be one of {NEXT_MODES} (got {next_observations!r})")
-    if not isinstance(chunk_mb, (int, float)) or not chunk_mb > 0:
-        raise SchemaError(f"chunk_mb must be a positive number (got {chunk_mb!r})")
+    if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float)) or not 0 < chunk_mb <= MAX_CHUNK_MB:
+        raise SchemaError(f"chunk_mb must be a number of megabytes > 0 and <= {MAX_CHUNK_MB} (got {chunk_mb!r})")
     path = Path(path)
     if not path.is_file():
         raise StoreNotFoundError(f"no file at {path}: pass the path of a D4RL .hdf5 or .npz file")
@@ -287,7 +288,7 @@ def export_d4rl(folder: str | os.PathLike, path: str | os.PathLike, *, observati
     store = read_store(folder)
     try:
         plan = D4rlPlan(store, read_card(folder), observation, action, reward, next_observations, infos, folder)
-        check_target(path, overwrite, lambda target: target.is_file())
+        check_target(path, overwrite, lambda target: target.is_file(), file=True)
         tmp = temporary_sibling(path, "exporting", path.suffix)
         try:
             with progress_bar(plan.length, "export", progress) as bar:
@@ -310,11 +311,8 @@ class D4rlPlan:
         specs, self.notes = store.schema.fields, []
         table = store.live_table()
         self.episodes, self.length = len(table), int(table.length.sum())
-        obs = one(pick_fields(store, observation, OBSERVATION, "observation", "observation"), "observation")
-        act = one(pick_fields(store, action, ACTION, "action", "action"), "action")
-        if reward not in specs:
-            raise SchemaError(f"the store has no field {reward!r} for the rewards; its fields are {list(specs)}: "
-                              f"pass reward=NAME")
+        observations, actions, reward = pick_roles(store, observation, action, reward)
+        obs, act = one(observations, "observation"), one(actions, "action")
         extra = (card.extra.get("d4rl") or {}) if card else {}
         flags = extra.get("flag_dtypes") or {}
         also = (store.meta_array(ALSO_TRUNCATED)[table.slots].astype(bool) if ALSO_TRUNCATED in store.schema.meta_fields

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, SchemaError
-from .common import (ACTION, ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, check_target, pick_fields,
+from .common import (ACTION, ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, check_target, pick_roles,
                      place, progress_bar, provenance_record, read_store, remove, require, stored_episodes,
                      temporary_sibling)
 from .minari import CARD_KEYS, COMPUTED, DATASET_ID, MISSING_FINAL, minari_root
@@ -109,12 +109,7 @@ class ExportPlan:
     def __init__(self, store, card, observation, action, reward, infos: bool):
         self.store, self.card, self.notes = store, card, []
         specs = store.schema.fields
-        self.obs_names = pick_fields(store, observation, OBSERVATION, "observation", "observation")
-        self.act_names = pick_fields(store, action, ACTION, "action", "action")
-        if reward not in specs:
-            raise SchemaError(f"the store has no field {reward!r} for the reward; its fields are {list(specs)}: "
-                              f"pass reward=NAME")
-        self.reward = reward
+        self.obs_names, self.act_names, self.reward = pick_roles(store, observation, action, reward)
         self.obs_space, self.obs_paths = space_for(self.obs_names, OBSERVATION, specs,
                                                    card.observation_space if card else None, self.notes)
         self.act_space, self.act_paths = space_for(self.act_names, ACTION, specs, card.action_space if card else None,
