@@ -35,9 +35,34 @@ from .samplers import REDRAWS, ReplaySampler, batch_size_of, damaged, distribute
 from .sampling import make_sampler
 from .store import EpisodeStore
 
-__all__ = ["ShardSet", "ConcatView", "ShardedSampler", "ShardSample", "shard_folder", "SHARD_STRIDE"]
+__all__ = ["ShardSet", "ConcatView", "ShardedSampler", "ShardSample", "shard_folder", "SHARD_STRIDE", "shard_counts",
+           "global_weights", "drawn_leaves"]
 
 SHARD_STRIDE = 1 << 16  # keys of a sharded draw: shard key * SHARD_STRIDE + shard (so at most 65,536 shards)
+
+
+def shard_counts(rng: np.random.Generator, masses: Any, n: int) -> np.ndarray:
+    """How many of ``n`` draws each shard serves: multinomial in its share of ``masses`` (its positions, or
+    its priority mass: the sum of ``priority ** alpha``). The first level of every sharded draw."""
+    masses = np.asarray(masses, dtype=np.float64)
+    total = masses.sum()
+    if not total > 0:
+        raise InvalidDataError("nothing to sample: no shard holds a position of this view yet; add episodes first")
+    return rng.multinomial(n, masses / total)
+
+
+def global_weights(leaves: np.ndarray, lowest: Any, beta: float) -> np.ndarray:
+    """Importance weights of draws across shards, as one store would give them: ``(N P_i) ** -beta`` over
+    its largest value with ``P_i = leaves_i / total mass``. ``N`` and the total cancel, leaving
+    ``(lowest / leaves_i) ** beta`` (which cannot overflow); ``lowest``: the smallest leaf of all shards, or
+    each shard's smallest leaf (``inf`` for an empty shard). float32."""
+    return ((np.min(lowest) / leaves) ** beta).astype(np.float32)
+
+
+def drawn_leaves(sampler: PrioritizedSampler, sample: Sample) -> np.ndarray:
+    """The leaves (``priority ** alpha``) of a prioritized sampler's fresh draw."""
+    table, episode, t = sample.hint  # the rows drawn: each episode's first row + t
+    return sampler.tree.leaves[table.start[episode] + t]
 
 
 def shard_folder(root: str | Path, index: int) -> Path:
@@ -237,10 +262,7 @@ class ShardedSampler:
         batch_size = batch_size_of(batch_size)
         if self.follow:
             self.sync()
-        masses = self._masses()
-        if not masses.sum() > 0:
-            raise InvalidDataError("nothing to sample: no shard holds a position of this view yet")
-        counts = self.rng.multinomial(batch_size, masses / masses.sum())
+        counts = shard_counts(self.rng, self._masses(), batch_size)
         parts = []
         for shard, count in enumerate(counts):
             if count:
@@ -249,10 +271,9 @@ class ShardedSampler:
                 parts.append((shard, sampler.sample(int(count))))
         weights = None
         if isinstance(self.samplers[0], PrioritizedSampler):
-            # each shard's weights are (p / its smallest p) ** -beta: rescale to the smallest p of all shards
-            lowest = min(sampler.tree.min for sampler in self.samplers if len(sampler.view))
-            weights = np.concatenate([part.weights * (self.samplers[shard].tree.min / lowest) ** -self.samplers[shard].beta
-                                      for shard, part in parts]).astype(np.float32)
+            leaves = np.concatenate([drawn_leaves(self.samplers[shard], part) for shard, part in parts])
+            lowest = [sampler.tree.min for sampler in self.samplers if len(sampler.view)]
+            weights = global_weights(leaves, lowest, self.samplers[0].beta)
         self.draws += 1
         return ShardSample(parts, weights)
 

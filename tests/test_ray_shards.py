@@ -3,19 +3,21 @@
 Two shard actors hold episodes whose every value encodes (shard, episode number, t):
 ``obs = shard * 10**6 + number * 1000 + t``, so each row of a batch is checked against its key. A single
 local store holding the same episodes with the same priorities is the reference the sharded draws and
-weights must match. The last tests kill shard actors (one restarted, one for good).
+weights must match. Rate limited shards are checked by their counters: ordering and bounds, not timing.
+The last tests kill shard actors (restarted, and one for good).
 """
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from memmap_replay import InvalidDataError, ReplayBuffer  # noqa: E402
-from memmap_replay.distributed import (RayShardedSampler, ShardServer, ShardUnavailableError,  # noqa: E402
+from memmap_replay import InvalidDataError, RateLimitedError, RateLimiter, ReplayBuffer  # noqa: E402
+from memmap_replay.distributed import (RayShardedSampler, Refused, ShardServer, ShardUnavailableError,  # noqa: E402
                                        call_shard, create_shard)
 from memmap_replay.shards import SHARD_STRIDE  # noqa: E402
 
@@ -25,6 +27,7 @@ STRIDE = 16  # max_timesteps of every shard: the key stride
 FIELDS = dict(obs="float", reward="float")
 LENGTHS = ([3, 9, 5, 12, 7, 4], [6, 2, 10, 8, 11, 5, 3, 9])  # episode lengths of shard 0 and shard 1
 ALPHA, BETA = 0.6, 0.7
+LIMITS = dict(samples_per_insert=2.0, error_buffer=40, min_size_to_sample=16)  # window [32 - 40, 32 + 40]
 
 
 def values(shard, number, length):
@@ -288,6 +291,130 @@ def test_draws_evicted_before_they_are_read_are_drawn_again_by_their_shard(clust
     sampler.close()
 
 
+# ---- rate limits ------------------------------------------------------------------------------------
+
+
+def limiter_of(shard):
+    return call_shard(shard, "info")["rate_limiter"]
+
+
+def check_window(limiter):
+    """Inserts * samples_per_insert - samples stays within the window (from below once sampling began)."""
+    low, high = limiter["error_buffer"]
+    counts = limiter["counts"]
+    diff = counts["inserts"] * limiter["samples_per_insert"] - counts["samples"]
+    assert diff <= high and (counts["samples"] == 0 or diff >= low), limiter
+
+
+def add(shard, number, length=8, **options):
+    return call_shard(shard, "add_episode", dict(obs=values(0, number, length), reward=np.zeros(length)), **options)
+
+
+def held_back(shard, side, run):
+    """``run()`` in a thread, returned (as a future) once the shard has refused it at least once."""
+    before = limiter_of(shard)["refused"][side]
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(run)
+    pool.shutdown(wait=False)
+    while limiter_of(shard)["refused"][side] == before and not future.done():
+        pass
+    return future
+
+
+def test_a_rate_limited_shard_holds_writers_and_learners_to_the_ratio(cluster, tmp_path):
+    shard = create_shard(tmp_path / "limited", 100, STRIDE, FIELDS, rate_limiter=LIMITS)
+    sampler = RayShardedSampler([shard], "uniform", seed=0, prefetch=0, rate_limit="raise")
+    with pytest.raises(RateLimitedError, match="no shard holds a position"):
+        sampler.batch(8)
+    with pytest.raises(RateLimitedError, match="did not allow add_episode.*'raise'.*learners are behind"):
+        for number in range(100):
+            add(shard, number, rate_limit="raise")
+    assert number == 4 and limiter_of(shard)["counts"] == dict(inserts=32, samples=0, deletes=0)  # 64 - 0 <= 72
+    with pytest.raises(RateLimitedError, match="did not allow sample.*writers are behind"):
+        for drawn in range(100):
+            check_rows(sampler.batch(8))
+    assert drawn == 9 and limiter_of(shard)["counts"]["samples"] == 72  # 64 - 72 >= -8
+    blocking = RayShardedSampler([shard], "uniform", seed=1, prefetch=0)
+    learner = held_back(shard, "sample", lambda: blocking.batch(8))  # the writers lag: the learner waits
+    assert not learner.done() and limiter_of(shard)["counts"]["samples"] == 72
+    add(shard, 4)  # 80 - 72 - 8 >= -8
+    check_rows(learner.result(timeout=30))
+    writer = held_back(shard, "insert", lambda: [add(shard, number) for number in range(5, 10)])  # learners lag
+    assert not writer.done() and limiter_of(shard)["counts"]["inserts"] == 72  # 9 waits: (72 + 8) * 2 - 80 > 72
+    check_rows(blocking.batch(8))
+    writer.result(timeout=30)
+    with pytest.raises(RateLimitedError, match="within timeout=0.2 s.*learners are behind"):
+        add(shard, 10, timeout=0.2)  # (80 + 8) * 2 - 88 > 72: waits, then gives up
+    # both sides at once, each waiting for the other: every snapshot within the window
+    with ThreadPoolExecutor(1) as pool:
+        writer = pool.submit(lambda: [add(shard, number) for number in range(10, 30)])  # 240 steps in all
+        for _ in range(40):  # 88 + 40 * 8 = 408 = 240 * 2 - 72 samples: the last insert's due
+            check_rows(blocking.batch(8))
+            check_window(limiter_of(shard))
+        writer.result(timeout=30)
+    assert limiter_of(shard)["counts"] == dict(inserts=240, samples=408, deletes=0)
+    sampler.close()
+    blocking.close()
+
+
+def test_a_refused_request_is_kept_and_nothing_drawn_is_lost(cluster, tmp_path):
+    shards = [create_shard(tmp_path / f"s{index}", 100, STRIDE, FIELDS, rate_limiter=LIMITS) for index in range(2)]
+    for number in range(4):
+        for shard in shards:
+            add(shard, number)
+    sampler = RayShardedSampler(shards, seed=3, prefetch=2, rate_limit="raise", piggyback=True)
+    delivered = 0
+    with pytest.raises(RateLimitedError, match="shard [01] of 2 did not allow sample"):
+        for _ in range(100):
+            batch = sampler.batch(16)
+            sampler.update_priorities(batch["_key"], np.full(16, 2.0))  # carried by refused requests too
+            delivered += 16
+    for shard in shards:
+        add(shard, 4)
+    sampler.batch(16)  # the refused request, asked again: what the other shard drew for it is kept
+    delivered += 16
+    limiters = [limiter_of(shard) for shard in shards]
+    samples = sum(limiter["counts"]["samples"] for limiter in limiters)
+    assert delivered <= samples <= delivered + 2 * 16  # beyond it: only the two requests sent ahead
+    for limiter in limiters:
+        check_window(limiter)
+    sampler.close()
+    assert sampler.updates.applied == delivered - 16  # every update carried, refused or not, landed once
+
+
+def test_rate_limiter_options_and_counts_in_one_process(tmp_path):
+    ring = ShardServer(tmp_path / "ring", 3, STRIDE, FIELDS, circular=True,
+                       rate_limiter=dict(samples_per_insert=1.0, error_buffer=100, unit="steps"))
+    for number in range(5):
+        assert ring.add_episode(dict(obs=values(0, number, 4), reward=np.zeros(4))) == number
+    assert ring.info()["rate_limiter"]["counts"] == dict(inserts=20, samples=0, deletes=8)  # 2 evicted
+    refused = ring.add_episode(dict(obs=np.zeros(200), reward=np.zeros(200)))
+    with pytest.raises(InvalidDataError, match="never fits the error window"):
+        ring.sample(300, "uniform")
+    assert isinstance(ring.sample(4, "uniform", seed=0, limited=False), dict)
+    assert ring.info()["rate_limiter"]["counts"]["samples"] == 0
+    ring.close()
+    assert isinstance(refused, Refused) and "insert of 200 steps" in refused.message
+    reopened = ShardServer(tmp_path / "ring", rate_limiter=dict(samples_per_insert=2.0, error_buffer=10))
+    # in memory, counting begins anew: the 12 steps held as inserted, and sampled on target (12 * 2 - 2)
+    assert reopened.info()["rate_limiter"]["counts"] == dict(inserts=12, samples=22, deletes=0)
+    reopened.close()
+    common = RateLimiter(2.0, error_buffer=40, min_size_to_sample=16, folder=tmp_path)  # one for both shards
+    pair = [ShardServer(tmp_path / name, 10, STRIDE, FIELDS, rate_limiter=common) for name in "ab"]
+    for server in pair:
+        server.add_episode(dict(obs=np.zeros(8), reward=np.zeros(8)))
+    assert [server.info()["rate_limiter"]["counts"]["inserts"] for server in pair] == [16, 16] == [common.counts.inserts] * 2
+    for server in pair:
+        server.close()
+    common.close()
+    with pytest.raises(InvalidDataError, match="rate_limiter must be None, a RateLimiter or a dict"):
+        create_shard(tmp_path / "bad", 10, STRIDE, FIELDS, rate_limiter="fast")
+    with pytest.raises(InvalidDataError, match="unknown keys \\['ratio'\\]"):
+        ShardServer(tmp_path / "bad", 10, STRIDE, FIELDS, rate_limiter=dict(LIMITS, ratio=2))
+    with pytest.raises(InvalidDataError, match="error_buffer must leave a window"):
+        ShardServer(tmp_path / "bad", 10, STRIDE, FIELDS, rate_limiter=dict(LIMITS, error_buffer=1))
+
+
 def test_importing_the_library_imports_no_ray():
     code = "import memmap_replay, sys; assert 'ray' not in sys.modules and 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -324,4 +451,21 @@ def test_a_shard_that_never_comes_back_gives_a_clear_error(shards):
     sampler = RayShardedSampler(shards, seed=8, prefetch=0, timeout=1.0)
     ray.kill(shards[1], no_restart=True)
     with pytest.raises(ShardUnavailableError, match="shard 1 of 2 did not answer sample"):
-        sampler.batch(64)
+        for _ in range(1000):  # (the kill takes effect a moment later: draws until then are answered)
+            sampler.batch(64)
+
+
+def test_a_restarted_shard_keeps_its_rate_limiter_counts_when_they_are_in_its_folder(cluster, tmp_path):
+    shard = create_shard(tmp_path / "shared", 100, STRIDE, FIELDS, rate_limiter=dict(LIMITS, shared=True))
+    for number in range(4):
+        add(shard, number)
+    call_shard(shard, "sample", 24, "uniform")
+    before = call_shard(shard, "info")
+    assert before["rate_limiter"]["counts"] == dict(inserts=32, samples=24, deletes=0)
+    assert before["rate_limiter"]["folder"] == str(tmp_path / "shared")
+    ray.kill(shard, no_restart=False)
+    for _ in range(1000):  # (the kill takes effect a moment later; calls meanwhile wait for the restart)
+        after = call_shard(shard, "info")
+        if after["pid"] != before["pid"]:
+            break
+    assert after["pid"] != before["pid"] and after["rate_limiter"]["counts"] == before["rate_limiter"]["counts"]

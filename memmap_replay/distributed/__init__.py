@@ -9,6 +9,9 @@
   ``wait()``), gathering from the folders itself on the shards' node.
 - ``call_shard(actor, method, ...)`` calls a shard and sends the call again across a restart
   (``ShardUnavailableError`` after ``timeout``).
+- ``create_shard(..., rate_limiter=dict(samples_per_insert=..., error_buffer=...))``: each shard holds its
+  inserts and draws to a ratio; callers wait for room or raise ``RateLimitedError``
+  (``rate_limit="block"|"raise"`` of ``call_shard`` and ``RayShardedSampler``; ``limits.py``).
 
 ``import memmap_replay`` never imports Ray; this package does.
 """
@@ -22,8 +25,9 @@ if importlib.util.find_spec("ray") is None:  # pragma: no cover - the extra is n
 
 from .actor import ShardActor, create_shard  # noqa: E402
 from .calls import ShardCall, ShardUnavailableError, call_shard  # noqa: E402
-from .sampler import RayShardedSampler, importance_weights, shard_counts  # noqa: E402
+from .limits import Refused  # noqa: E402
+from .sampler import RayShardedSampler  # noqa: E402
 from .server import ShardServer  # noqa: E402
 
 __all__ = ["ShardActor", "ShardServer", "create_shard", "RayShardedSampler", "ShardCall", "ShardUnavailableError",
-           "call_shard", "importance_weights", "shard_counts"]
+           "call_shard", "Refused"]

@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import InvalidDataError
 from ..options import integer, number, short
+from .limits import limiter_option
 from .server import ShardServer
 
 __all__ = ["ShardActor", "create_shard"]
@@ -33,10 +34,11 @@ ShardActor.__doc__ = "ShardServer as a Ray actor (restarted from its folder with
 def create_shard(folder: str | Path, *args: Any, node_id: str | None = None, max_restarts: int = -1,
                  num_cpus: float = 0, actor_name: str | None = None, **options: Any):
     """Start a ``ShardActor`` over ``folder`` (``ShardServer``'s arguments: ``ReplayBuffer``'s, ``view``,
-    ``alpha``, ``name``, ``kinds``) on the node ``node_id`` (default: this process's node), restarted up
+    ``alpha``, ``name``, ``kinds``, ``rate_limiter``) on the node ``node_id`` (default: this process's node), restarted up
     to ``max_restarts`` times (-1: always) from its folder. ``num_cpus``: what the actor reserves (0: it
     waits on its learners and writers, it does not compute much). ``actor_name``: a Ray actor name, to find
     it with ``ray.get_actor``. Returns the actor handle."""
+    limiter_option(options.get("rate_limiter"))  # a bad one is an error here, not a shard that cannot start
     if not ray.is_initialized():
         raise InvalidDataError("create_shard needs a Ray cluster: call ray.init() (or ray.init(address=...)) first")
     if node_id is None:

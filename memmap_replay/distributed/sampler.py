@@ -14,7 +14,8 @@ draws them: within a shard the draws are stratified (one per equal slice of the 
 makes a batch less variable than independent draws, never biased. Importance weights are computed here
 over every shard: ``(N P_i) ** -beta / max_j (N P_j) ** -beta`` with ``P_i = leaf_i / total mass``; ``N``
 and the total cancel, leaving ``(lowest leaf / leaf_i) ** beta`` with the smallest leaf of all shards,
-which is how they are computed (it cannot overflow). ``beta`` anneals with this sampler's draws.
+which is how they are computed (``shards.global_weights``, as ``ShardedSampler`` computes them: it cannot
+overflow). ``beta`` anneals with this sampler's draws.
 
 The counts of a request are drawn with the masses the shards reported last. With ``prefetch=k`` the
 sampler keeps ``k`` requests in flight, so a batch was drawn up to ``k`` batches (and their priority
@@ -27,11 +28,17 @@ shard's folder itself (a read-only view of the same files); a shard on another n
 and sends it back. Draws whose episode a ring evicted before this process read them are drawn again by
 their shard, which gathers them itself. Keys of a batch are ``shard key * SHARD_STRIDE + shard``, as
 ``ShardSet`` keys are, ``shard`` being the actor's place in ``actors``.
+
+Rate limits (``limits.py``): a request a shard's limiter refuses is asked again until allowed
+(``rate_limit="block"``, within ``timeout``) or raises ``RateLimitedError`` (``"raise"``); either way the
+request stays first in line, and the next draw of the same size asks the refusing shard again, keeping
+what the others drew. Redraws of evicted draws are not counted again.
 """
 
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,30 +47,17 @@ import ray
 import torch
 
 from ..dataset import Sample
-from ..errors import InvalidDataError, SampleExpiredError
+from ..errors import InvalidDataError, RateLimitedError, SampleExpiredError
 from ..loader import make_dataset
 from ..options import choice, flag, integer, seed_option, short
 from ..samplers import REDRAWS, batch_size_of, bounded, damaged, distributed_rank
-from ..shards import SHARD_STRIDE, ShardSample, merge
+from ..shards import SHARD_STRIDE, ShardSample, global_weights, merge, shard_counts
 from ..store import EpisodeStore
-from .calls import ShardCall, timeout_option
+from .calls import RATE_BACKOFF, RATE_LIMITS, ShardCall, timeout_option
 from .server import KINDS, node_id
 from .updates import PriorityUpdates
 
-__all__ = ["RayShardedSampler", "shard_counts", "importance_weights"]
-
-
-def shard_counts(rng: np.random.Generator, batch_size: int, masses: np.ndarray) -> np.ndarray:
-    """How many of ``batch_size`` draws each shard serves: multinomial in its share of ``masses``."""
-    total = masses.sum()
-    if not total > 0:
-        raise InvalidDataError("nothing to sample: no shard holds a position of this view yet; add episodes first")
-    return rng.multinomial(batch_size, masses / total)
-
-
-def importance_weights(leaves: np.ndarray, lowest: float, beta: float) -> np.ndarray:
-    """``(N P_i) ** -beta`` over its largest value, ``P_i = leaves_i / total``: ``(lowest / leaves_i) ** beta``."""
-    return ((lowest / leaves) ** beta).astype(np.float32)
+__all__ = ["RayShardedSampler"]
 
 
 class Request:
@@ -86,14 +80,15 @@ class RayShardedSampler:
     the next draw request to their shard instead of a call of their own (``updates.py``). ``rank``,
     ``world_size``: several learners of one job (default: torch.distributed's when it is initialized) draw
     their own streams with one ``seed``. ``timeout``:
-    seconds a request may wait for a shard, restarts included. ``max_pending``: priority update calls in
-    flight before the next one waits.
+    seconds a request may wait for a shard, restarts and rate limits included. ``max_pending``: priority
+    update calls in flight before the next one waits. ``rate_limit``: what a draw does when a shard's rate
+    limiter refuses it: 'block' (ask again until allowed) or 'raise' (``RateLimitedError`` at once).
     """
 
     def __init__(self, actors: Any, kind: str = "prioritized", *, seed: int | None = None, beta: float = 0.4,
                  beta_final: float = 1.0, beta_steps: int = 0, prefetch: int = 2, local: bool | None = None,
                  piggyback: bool = False, rank: int | None = None, world_size: int | None = None,
-                 timeout: float = 60.0, max_pending: int = 64):
+                 timeout: float = 60.0, max_pending: int = 64, rate_limit: str = "block"):
         if not isinstance(actors, (list, tuple)) or not actors:
             raise InvalidDataError(f"actors must be a non-empty list of shard actors, e.g. [create_shard(folder)] "
                                    f"(got {short(actors)})")
@@ -113,6 +108,7 @@ class RayShardedSampler:
         self.beta_steps = integer(beta_steps, "beta_steps", low=0)
         self.prefetch = integer(prefetch, "prefetch", low=0)
         self.timeout = timeout_option(timeout)
+        self.rate_limit = choice(rate_limit, "rate_limit", RATE_LIMITS)
         if local is not None and not isinstance(local, (bool, np.bool_)):
             raise InvalidDataError(f"local must be None, True or False (got {short(local)})")
         self.draws = 0  # batches (and samples) handed out: the beta schedule's clock
@@ -132,7 +128,8 @@ class RayShardedSampler:
         return f"shard {shard} of {len(self.actors)}"
 
     def _call(self, shard: int, method: str, *args: Any, **kwargs: Any) -> ShardCall:
-        return ShardCall(self.actors[shard], method, *args, timeout=self.timeout, what=self._what(shard), **kwargs)
+        return ShardCall(self.actors[shard], method, *args, timeout=self.timeout, what=self._what(shard),
+                         rate_limit=self.rate_limit, **kwargs)
 
     def info(self) -> list[dict]:
         """Each shard's ``info()`` (asked of all at once)."""
@@ -188,10 +185,27 @@ class RayShardedSampler:
         """Requests sent ahead and not yet taken."""
         return len(self.queue)
 
+    def _await_positions(self) -> None:
+        """Ask the shards for their totals again while none holds a position; rate limited shards are
+        waited for as a refusal is (shards without a limiter: ``shard_counts`` says what is wrong)."""
+        deadline, pause = time.monotonic() + self.timeout, RATE_BACKOFF[0]
+        while True:
+            infos = self.info()
+            self._learn([info["samplers"][self.kind] for info in infos])
+            if self.masses.sum() > 0 or not any(info["rate_limiter"] for info in infos):
+                return
+            if self.rate_limit == "raise" or time.monotonic() + pause >= deadline:
+                when = "(rate_limit='raise')" if self.rate_limit == "raise" else f"within timeout={self.timeout:g} s"
+                raise RateLimitedError(f"no shard holds a position of this view yet {when}, and their rate limiters "
+                                       f"hold learners back until writers add episodes: add episodes, or pass "
+                                       f"rate_limit='block' and a longer timeout= to wait for them")
+            time.sleep(pause)
+            pause = min(2 * pause, RATE_BACKOFF[1])
+
     def _send(self, size: int) -> Request:
         if not self.masses.sum() > 0:  # nothing known yet: ask the shards again before giving up
-            self._learn([info["samplers"][self.kind] for info in self.info()])
-        counts = shard_counts(self.rng, size, self.masses)
+            self._await_positions()
+        counts = shard_counts(self.rng, self.masses, size)
         number = self.requests
         self.requests += 1
         calls = [self._call(shard, "sample", int(count), self.kind, seed=[self.seed, self.rank, number, shard],
@@ -208,25 +222,35 @@ class RayShardedSampler:
         request = self.queue.popleft() if self.queue else self._send(size)
         while len(self.queue) < self.prefetch:
             self.queue.append(self._send(size))
-        answers = [call.result() for call in request.calls]
+        try:
+            answers = [call.result() for call in request.calls]
+        except RateLimitedError:
+            self.queue.appendleft(request)  # asked again at the next draw, keeping what the other shards drew
+            raise
         self._learn(answers)
-        for answer in answers:
-            self.updates.answered(answer)
+        self._answered(request, answers)
         return request, answers
 
+    def _answered(self, request: Request, answers: list) -> None:
+        """Take in what a request's answers (and its refusals) say of the priority updates it carried."""
+        for call, answer in zip(request.calls, answers):
+            for refusal in call.refused:
+                self.updates.answered(refusal.done)
+            if answer is not None:
+                self.updates.answered(answer)
+
     def _drop_requests(self) -> None:
-        """Drop the requests sent ahead, once answered (the updates they carried have landed)."""
+        """Drop the requests sent ahead, once answered (the updates they carried have landed); refused
+        ones are not asked again."""
         queue, self.queue = self.queue, collections.deque()
         for request in queue:
-            for call in request.calls:
-                self.updates.answered(call.result())
+            self._answered(request, [call.result(settle=True) for call in request.calls])
 
     def _weights(self, answers: list[dict]) -> np.ndarray | None:
         if self.kind != "prioritized":
             return None
-        lowest = min(answer["lowest"] for answer in answers if answer["positions"])
         leaves = np.concatenate([answer["leaves"] for answer in answers])
-        return importance_weights(leaves, lowest, self.beta)
+        return global_weights(leaves, [answer["lowest"] for answer in answers], self.beta)
 
     def sample(self, batch_size: int) -> ShardSample:
         """Keys (and weights) of ``batch_size`` draws, as ``ShardedSampler.sample`` gives them."""
@@ -280,7 +304,7 @@ class RayShardedSampler:
                 kept = self._part(shard, dict(answer, keys=keys[alive], batch=None)) if alive.any() else None
             except SampleExpiredError:  # evicted while it was read: look again
                 continue
-            fresh = self._call(shard, "sample", int((~alive).sum()), self.kind, gather=True,
+            fresh = self._call(shard, "sample", int((~alive).sum()), self.kind, gather=True, limited=False,
                                seed=[self.seed, self.rank, request.number, shard, attempt]).result()
             self.redrawn += len(fresh["keys"])
             if kept is None:
@@ -288,7 +312,7 @@ class RayShardedSampler:
             renewed = dict(fresh, keys=np.concatenate([keys[alive], fresh["keys"]]), batch=None,
                            leaves=None if leaves is None else np.concatenate([leaves[alive], fresh["leaves"]]))
             return renewed, merge([kept, self._part(shard, fresh)], None)
-        fresh = self._call(shard, "sample", len(keys), self.kind, gather=True,  # the writer outran us: all there
+        fresh = self._call(shard, "sample", len(keys), self.kind, gather=True, limited=False,  # the writer outran us
                            seed=[self.seed, self.rank, request.number, shard, 0]).result()
         self.redrawn += len(keys)
         return fresh, self._part(shard, fresh)

@@ -11,12 +11,16 @@ other learners asked of this shard, nor on a restart), and answers with the keys
 (``priority ** alpha``, for the learner's global importance weights), the shard's size, mass and smallest
 leaf after the draw, and, with ``gather=True``, the batch itself as numpy arrays (for a learner on
 another node, which cannot read this node's files).
+
+With ``rate_limiter=`` a shard holds its inserts and draws to a ratio; a call it does not allow now is
+answered with a ``Refused`` (``limits.py``).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,6 +29,8 @@ import numpy as np
 from ..buffer import ReplayBuffer
 from ..errors import InvalidDataError, ReplayError, StoreLockedError
 from ..options import choice, flag, integer, number, seed_option, short
+from ..shards import drawn_leaves
+from .limits import Refused, insert_refusal, limiter_info, limiter_option, sample_refusal, shard_limiter
 
 __all__ = ["ShardServer", "KINDS"]
 
@@ -63,13 +69,15 @@ class ShardServer:
     ``view``: ``buffer.dataset`` options of the positions drawn (default single timesteps), ``alpha`` and
     ``name``: the prioritized sampler's (priorities kept under ``priorities/<name>.npy``), ``kinds``: which
     samplers to keep. ``lock_timeout``: how long to wait for the folder's writer lock, which a killed
-    incarnation of this shard may hold for a moment while its process ends."""
+    incarnation of this shard may hold for a moment while its process ends. ``rate_limiter``: None, a dict
+    of ``RateLimiter`` limits (``shared=True``: counters kept in the folder) or a ``RateLimiter``
+    (``limits.py``)."""
 
     def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
                  fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
                  circular: bool = False, *, max_steps: int | None = None, durable: bool = False,
                  view: Mapping[str, Any] | None = None, alpha: float = 0.6, name: str | None = None,
-                 kinds: Any = KINDS, lock_timeout: float = 30.0):
+                 kinds: Any = KINDS, lock_timeout: float = 30.0, rate_limiter: Any = None):
         from ..loader import make_dataset
         from ..sampling import make_sampler
 
@@ -80,6 +88,8 @@ class ShardServer:
         self.kinds = tuple(choice(kind, "each of kinds", KINDS) for kind in kinds)
         self.view_options = view_options(view)
         lock_timeout = number(lock_timeout, "lock_timeout", low=0.0)
+        rate_limiter = limiter_option(rate_limiter)
+        self.limiter = None
         if fields is None:
             buffer = ReplayBuffer.from_folder(folder, durable=durable)
         else:
@@ -96,6 +106,7 @@ class ShardServer:
                 options = dict(alpha=alpha, name=name) if kind == "prioritized" else {}
                 self.samplers[kind] = self._locked(lambda: make_sampler(store, kind, view=self.view, seed=0,
                                                                         **options), lock_timeout)
+            self.limiter = shard_limiter(rate_limiter, store)
         except BaseException:
             self.close()
             raise
@@ -123,9 +134,10 @@ class ShardServer:
     # ---- writing -------------------------------------------------------------------------------------
 
     def add_episode(self, episode: Mapping[str, Any], *, end: str | None = None,
-                    final: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> int:
+                    final: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> int | Refused:
         """Commit a whole episode: step fields as (T, ...) arrays (a dict), how it ended, its final
-        observation and meta values. Returns the committed episode's id (ids count every commit)."""
+        observation and meta values. Returns the committed episode's id (ids count every commit), or
+        ``Refused`` if the rate limiter does not allow it now (nothing committed)."""
         if not isinstance(episode, Mapping):
             raise InvalidDataError(f"episode must be a dict of field name -> (T, ...) array (got {short(episode)})")
         if meta is not None and not isinstance(meta, Mapping):
@@ -133,7 +145,11 @@ class ShardServer:
         clash = sorted(set(episode) & set(meta or ()))
         if clash:
             raise InvalidDataError(f"{clash} given both in episode and in meta; pass each once")
-        self.buffer.store_episode(end=end, final=final, **episode, **(meta or {}))
+        with ExitStack() as counting:
+            refused = None if self.limiter is None else insert_refusal(self.limiter, episode, self.buffer, counting)
+            if refused is not None:
+                return refused
+            self.buffer.store_episode(end=end, final=final, **episode, **(meta or {}))
         return self.buffer.episode_store.meta.state.next_episode - 1
 
     # ---- sampling ------------------------------------------------------------------------------------
@@ -148,14 +164,16 @@ class ShardServer:
         return {"positions": positions, "mass": float(positions), "lowest": 1.0}
 
     def sample(self, count: int, kind: str = "prioritized", *, seed: Any = None, gather: bool = False,
-               updates: tuple | None = None) -> dict:
+               updates: tuple | None = None, limited: bool = True) -> dict | Refused:
         """``count`` draws (0: none, only the totals) with a generator seeded by ``seed`` (an int or a list
         of ints). Answers ``keys`` (int64), ``leaves`` (float64 priority ** alpha of each draw, prioritized
         only), this shard's ``positions``, ``mass`` (the sum of leaves, or the positions) and ``lowest``
         (the smallest leaf) after the draw, and ``batch`` (numpy arrays) with ``gather=True``. ``updates``:
         (keys, priorities) applied first; ``applied`` says how many were, ``update_error`` the error they
-        met (the draw goes on)."""
-        count = integer(count, "count", low=0)
+        met (the draw goes on). ``Refused`` if the rate limiter does not allow ``count`` draws now (the
+        updates are applied all the same); ``limited=False``: not asked nor counted (a redraw of draws
+        counted already)."""
+        count, limited = integer(count, "count", low=0), flag(limited, "limited")
         sampler = self._sampler(choice(kind, "kind", KINDS))
         applied, error = 0, None
         if updates is not None:
@@ -168,11 +186,14 @@ class ShardServer:
             sampler.rng = np.random.default_rng(seed)
         keys, leaves, batch = np.zeros(0, dtype=np.int64), np.zeros(0), None
         if count:
+            if self.limiter is not None and limited:  # (a draw that then fails, a view without positions, counts)
+                refused = sample_refusal(self.limiter, count, {"applied": applied, "update_error": error})
+                if refused is not None:
+                    return refused
             sample = sampler.sample(count)
             keys = sample.keys
             if kind == "prioritized":
-                table, episode, t = sample.hint  # the rows drawn: each episode's first row + t
-                leaves = sampler.tree.leaves[table.start[episode] + t].copy()
+                leaves = drawn_leaves(sampler, sample).copy()
             if flag(gather, "gather"):
                 sample.weights = None
                 batch = {name: value.numpy() for name, value in self.view.__getitems__(sample).items()
@@ -194,7 +215,8 @@ class ShardServer:
     def info(self) -> dict:
         """Where the shard is and what it holds: folder, node, process, episodes, steps, and per sampler
         its positions, mass and smallest leaf (for prioritized also ``min_priority`` and ``max_priority``,
-        raw priorities); ``view`` is the view's options (a learner on this node builds the same view)."""
+        raw priorities); ``view`` is the view's options (a learner on this node builds the same view);
+        ``rate_limiter``: its limits, counts and refusals (None without one)."""
         buffer = self.buffer
         store = buffer.episode_store
         samplers = {}
@@ -213,7 +235,8 @@ class ShardServer:
         return {"folder": str(self.folder), "node_id": node_id(), "pid": os.getpid(), "store_id": store.meta.store_id,
                 "episodes": buffer.num_episodes, "steps": buffer.num_steps,
                 "next_episode": store.meta.state.next_episode, "view": dict(self.view_options),
-                "kinds": self.kinds, "samplers": samplers, "started": self.started}
+                "kinds": self.kinds, "samplers": samplers, "started": self.started,
+                "rate_limiter": limiter_info(self.limiter)}
 
     def stats(self, fields: Any = None, *, quantiles: Any = None, recompute: bool = False) -> dict:
         """``buffer.stats(...)`` as plain values (``StoreStats.to_json()``)."""
@@ -239,6 +262,8 @@ class ShardServer:
             if hasattr(sampler, "close"):
                 sampler.close()
         self.samplers = {}
+        if getattr(self, "limiter", None) is not None:
+            self.limiter.close()
         self.buffer.close()
 
 
