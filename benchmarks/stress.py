@@ -56,15 +56,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from memmap_replay import ReplayBuffer, SampleExpiredError, ShardSet, shard_folder  # noqa: E402
-from memmap_replay.loader import BatchIndexSampler  # noqa: E402
+
+from live_checks import Live, Tally, read_log, stopped  # noqa: E402  (benchmarks/, next to this file)
 
 MAX_T = 32  # max_timesteps: the key stride
 RING = dict(max_episodes=16, max_timesteps=MAX_T, max_steps=256, circular=True)
 FIELDS = dict(image=("uint8", (3, 32, 32)), obs=("float", (4,)), action=("int", 2), eid="int64", t="int32",
               check="int64")
 META = dict(tag="int64")
-CHECKED = ("image", "obs", "action", "eid", "t")
-KINDS = ("good", "stale", "torn", "wrong_meta")
 LIFETIME = 3600.0  # no worker outlives this
 WAIT = 60.0  # longest wait for a worker before giving up
 
@@ -73,117 +72,31 @@ SHARD_FIELDS = dict(image=("uint8", (3, 64, 64)), action=("float", 6), reward="f
 BATCH = 256
 
 
-# ---- what the writers write: a pure function of (episode id, t) ----------------------------------------------
+# ---- what the writers write (a pure function of (episode id, t)) and the checks: live_checks.py --------------
 
-
-def episode_length(episode_id):
-    return 4 + (int(episode_id) * 2654435761 + 97) % (MAX_T - 3)
-
-
-def mix(values):
-    values = np.asarray(values, dtype=np.int64)
-    return ((values * 2654435761 + 12345) ^ (values >> 7)) % (1 << 23)
-
-
-CHECK_WEIGHTS = np.random.default_rng(20240601).integers(1, 1 << 20, size=4096, dtype=np.int64)
 IMAGE_OFFSETS = np.random.default_rng(7).integers(0, 256, size=(3, 32, 32), dtype=np.int64)
 
 
-def checksum(rows):
-    count = len(rows["eid"])
-    data = np.concatenate([np.ascontiguousarray(rows[name]).reshape(count, -1).view(np.uint8) for name in CHECKED],
-                          axis=1).astype(np.int64)
-    return (data * CHECK_WEIGHTS[:data.shape[1]]).sum(axis=1)
+class StressLive(Live):
+    MAX_T, MIN_LENGTH, RING, FIELDS, META = MAX_T, 4, RING, FIELDS, META
+    CHECKED = ("image", "obs", "action", "eid", "t")
+    LIFETIME, FIRST_WAIT, STEPWISE_EVERY, SEED_STRIDE = LIFETIME, WAIT, 2, 1_000_000
+
+    def payload(self, h, gid):
+        return dict(image=((h[:, None, None, None] + IMAGE_OFFSETS) % 256).astype(np.uint8),
+                    obs=((h[:, None] + np.arange(4) * 977) % (1 << 23)).astype(np.float32),
+                    action=np.stack([h, -gid], axis=1).astype(np.int32))
 
 
-def step_values(ids, t):
-    ids, t = np.asarray(ids, dtype=np.int64), np.asarray(t, dtype=np.int64)
-    h = mix(ids * MAX_T + t)
-    rows = dict(
-        image=((h[:, None, None, None] + IMAGE_OFFSETS) % 256).astype(np.uint8),
-        obs=((h[:, None] + np.arange(4) * 977) % (1 << 23)).astype(np.float32),
-        action=np.stack([h, -ids], axis=1).astype(np.int32),
-        eid=ids.copy(),
-        t=t.astype(np.int32),
-    )
-    rows["check"] = checksum(rows)
-    return rows
+LIVE = StressLive()
+episode_length = LIVE.episode_length
+writer_main = LIVE.writer_main  # workers: bound methods of LIVE, which pickles as this module's class
 
 
-def episode_rows(episode_id):
-    length = episode_length(episode_id)
-    return step_values(np.full(length, episode_id), np.arange(length))
-
-
-def classify(got, ids, t, tag):
-    """Per row an index into KINDS (see tests/test_live.py)."""
-    want = step_values(ids, t)
-    right = t < np.array([episode_length(i) for i in ids], dtype=np.int64)
-    for name in FIELDS:
-        right &= (got[name] == want[name]).reshape(len(ids), -1).all(axis=1)
-    own = step_values(got["eid"], got["t"])
-    whole = np.ones(len(ids), dtype=bool)
-    for name in FIELDS:
-        whole &= (got[name] == own[name]).reshape(len(ids), -1).all(axis=1)
-    return np.where(right, np.where(tag == ids, 0, 3), np.where(whole, 1, 2))
-
-
-class Tally:
-    def __init__(self):
-        self.batches = self.rows = self.stale = self.torn = self.wrong_meta = self.wrong_batches = 0
-        self.expired = self.failed = 0
-        self.examples = []
-
-    def add(self, got, ids, t, tag):
-        kind = classify(got, ids, t, tag)
-        self.batches += 1
-        self.rows += len(kind)
-        self.stale += int((kind == 1).sum())
-        self.torn += int((kind == 2).sum())
-        self.wrong_meta += int((kind == 3).sum())
-        self.wrong_batches += bool(kind.any())
-        for i in np.flatnonzero(kind)[:max(0, 3 - len(self.examples))]:
-            self.examples.append(f"{KINDS[kind[i]]}: key ({ids[i]}, {t[i]}) got row ({got['eid'][i]}, {got['t'][i]}) "
-                                 f"tag {tag[i]}")
-
-    def save(self, path):
-        Path(path).write_text(json.dumps(vars(self)))
-
-    @classmethod
-    def load(cls, path):
-        tally = cls()
-        vars(tally).update(json.loads(Path(path).read_text()))
-        return tally
-
-    def merge(self, other):
-        for name, value in vars(other).items():
-            if name == "examples":
-                self.examples = (self.examples + value)[:6]
-            else:
-                setattr(self, name, getattr(self, name) + value)
-
-
-def numpy_batch(batch, window=None):
-    got = {name: batch[name].numpy() for name in (*FIELDS, "tag")}
-    if window is not None:
-        got = {name: value.reshape(-1, *value.shape[2:]) for name, value in got.items()}
-        got["tag"] = np.repeat(batch["tag"].numpy(), window)
-    return got
-
-
-def read_log(path):
-    """(the store's next id when the writer opened it, the ids it logged as committed)."""
-    opened, done = None, []
-    text = Path(path).read_text() if Path(path).exists() else ""
-    for line in text.splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break
-        kind, value = line.split()
-        if kind == "open":
-            opened = int(value)
-        else:
-            done.append(int(value))
-    return opened, done
+def reader_main(kind, folder, stop_file, result, seed):
+    """A uniform sampler with refresh() before every batch(64) (``kind`` "sampler"), or a plain window view
+    (3 steps) and a BatchIndexSampler that build the view again after SampleExpiredError."""
+    (LIVE.sampler_reader if kind == "sampler" else LIVE.view_reader)(folder, stop_file, result, seed)
 
 
 def store_problems(folder, logs=(), writer_exited=False):
@@ -195,17 +108,15 @@ def store_problems(folder, logs=(), writer_exited=False):
     with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
         store = buffer.episode_store
         state = store.meta.state
-        table = store.live_table()
-        if table.ids.tolist() != list(range(state.first_episode, state.next_episode)):
-            problems.append(f"live ids {table.ids.tolist()} are not {state.first_episode}..{state.next_episode - 1}")
-        tags = store.meta_array("tag")
-        for episode_id, slot, start, length in zip(table.ids, table.slots, table.start, table.length):
-            want = episode_rows(int(episode_id))
-            if int(length) != len(want["eid"]) or int(tags[slot]) != episode_id:
-                problems.append(f"episode {episode_id}: length {length}, tag {tags[slot]}")
+        ids = store.live_table().ids.tolist()
+        if ids != list(range(state.first_episode, state.next_episode)):
+            problems.append(f"live ids {ids} are not {state.first_episode}..{state.next_episode - 1}")
+        for episode_id, _, length, tag, rows, want in LIVE.live_episodes(store):
+            if int(length) != len(want["eid"]) or int(tag) != episode_id:
+                problems.append(f"episode {episode_id}: length {length}, tag {tag}")
                 continue
             for name, values in want.items():
-                if not np.array_equal(store.step_array(name)[start:start + length], values):
+                if not np.array_equal(rows[name], values):
                     problems.append(f"episode {episode_id}: field {name!r} is not what was written")
         for log in logs:
             opened, done = read_log(log)
@@ -220,97 +131,6 @@ def store_problems(folder, logs=(), writer_exited=False):
 
 
 # ---- workers ----------------------------------------------------------------------------------------------------
-
-
-def stopped(stop_file, deadline):
-    return os.path.exists(stop_file) or time.monotonic() > deadline
-
-
-def writer_main(folder, stop_file, log_path):
-    deadline = time.monotonic() + LIFETIME
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    buffer = ReplayBuffer.from_folder(folder)
-    store = buffer.episode_store
-    os.write(log, b"open %d\n" % store.meta.state.next_episode)
-    while not stopped(stop_file, deadline):
-        episode_id = store.meta.state.next_episode
-        rows = episode_rows(episode_id)
-        if episode_id % 2:
-            buffer.store_episode(end="terminated", tag=episode_id, **rows)
-        else:
-            with buffer.one_episode(tag=episode_id):
-                for t in range(len(rows["eid"])):
-                    buffer.store(**{name: value[t] for name, value in rows.items()})
-        os.write(log, b"done %d\n" % episode_id)
-    buffer.close()
-
-
-def counting(view, tally):
-    getitems = view.__getitems__
-
-    def wrapped(items):
-        try:
-            return getitems(items)
-        except SampleExpiredError:
-            tally.expired += 1
-            raise
-
-    view.__getitems__ = wrapped
-
-
-def wait_for_episodes(buffer, deadline):
-    while buffer.num_episodes == 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError("no writer committed an episode")
-        time.sleep(0.001)
-        buffer.refresh()
-
-
-def reader_main(kind, folder, stop_file, result, seed):
-    deadline = time.monotonic() + LIFETIME
-    tally = Tally()
-    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
-        wait_for_episodes(buffer, time.monotonic() + WAIT)
-        if kind == "sampler":
-            sampler = buffer.sampler("uniform", seed=seed)
-            counting(sampler.view, tally)
-            while not stopped(stop_file, deadline):
-                sampler.refresh()
-                try:
-                    batch = sampler.batch(64)
-                except SampleExpiredError:
-                    tally.failed += 1
-                    continue
-                ids, t = np.divmod(batch["_key"].numpy(), MAX_T)
-                tally.add(numpy_batch(batch), ids, t, batch["tag"].numpy())
-                if tally.batches == 1:
-                    ready(result)
-        else:  # a plain window view, built again after SampleExpiredError
-            window, epoch = 3, 0
-            while not stopped(stop_file, deadline):
-                buffer.refresh()
-                view = buffer.dataset(window=window)
-                epoch += 1
-                for items in BatchIndexSampler(len(view), 32, shuffle=True, seed=seed * 1_000_000 + epoch):
-                    if stopped(stop_file, deadline):
-                        break
-                    try:
-                        batch = view.__getitems__(items)
-                    except SampleExpiredError:
-                        tally.expired += 1
-                        break
-                    episode, start = view.positions.locate(items)
-                    ids = np.repeat(view.table.ids[episode], window)
-                    t = (start[:, None] + np.arange(window)).reshape(-1)
-                    tally.add(numpy_batch(batch, window), ids, t, np.repeat(batch["tag"].numpy(), window))
-                    if tally.batches == 1:
-                        ready(result)
-    tally.save(result)
-
-
-def ready(result):
-    """A reader's first batch was checked (the main process starts its clock when every reader is ready)."""
-    Path(str(result) + ".ready").touch()
 
 
 def actor_main(folder, stop_file, result, seed, length):
@@ -560,8 +380,9 @@ def print_table(part1, part2, part3, args) -> bool:
         for name, value, note in section:
             print(f"  {name:<{widths[0]}}  {value:>{widths[1]}}  {note}".rstrip())
     examples = (t1.examples + t2.examples)[:3]
-    for example in examples:
-        print(f"  e.g. {example}")
+    for e in examples:
+        print(f"  e.g. {e['kind']}: key ({e['episode']}, {e['t']}) got row ({e['row_eid']}, {e['row_t']}) "
+              f"tag {e['tag']}")
     for failure in part1["problems"][:3] + part2["failures"][:3]:
         print(f"  problem: {failure}")
     zero = {"wrong rows": wrong(t1) + wrong(t2), "torn or mixed batches": t1.wrong_batches + t2.wrong_batches,

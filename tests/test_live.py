@@ -1,16 +1,10 @@
 """Readers in other processes while ring writers overwrite, and writers killed while readers read.
 
-Every value written is a pure function of (writer, episode id, t) (``step_values``), and every row carries
-a checksum of its other fields (``check``). So a reader verifies each row it is handed against the
-(episode id, t) its batch says the row is (``_key`` of a sampler's batch, or the view's own table for a
-plain view); each row is one of:
-
-- *good*: every field equals ``step_values`` of that (episode, t), t is inside the episode, and the meta
-  field ``tag`` names the same episode;
-- *stale*: a whole row (its checksum and its ``eid``/``t`` fields agree) of another (episode, t) than the
-  batch says: rows of an evicted episode that a newer one overwrote;
-- *torn*: fields of two different writes in one row (they disagree with each other);
-- *wrong meta*: the step fields are right but ``tag`` belongs to another episode (its slot was reused).
+Every value written is a pure function of (writer, episode id, t), and every row carries a checksum of its
+other fields; a reader checks each row it is handed against the (episode id, t) its batch says the row is
+(``_key`` of a sampler's batch, or the view's own table for a plain view) and counts it as good, stale, torn
+or wrong meta. The writers, the readers and the checks are in benchmarks/live_checks.py (shared with
+benchmarks/stress.py); this file gives them its store's shape (``RingLive``).
 
 A reader must see only good rows. Workers are forked from a helper process (``Workers``) that imported
 memmap_replay once, so the many short-lived writers of the kill test start in milliseconds rather than
@@ -33,138 +27,41 @@ import numpy as np
 import pytest
 
 from memmap_replay import ReplayBuffer, SampleExpiredError, ShardSet, shard_folder
-from memmap_replay.loader import BatchIndexSampler
 from memmap_replay.shards import SHARD_STRIDE
 
 from conftest import reap
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # live_checks.py, shared with stress.py
+
+from live_checks import KINDS, SHARD_BITS, Live, Tally, counting, read_log, ready, stopped  # noqa: E402
 
 MAX_T = 16  # max_timesteps: the key stride (key = episode id * MAX_T + t)
 RING = dict(max_episodes=8, max_timesteps=MAX_T, max_steps=64, circular=True)  # ~6 episodes of 2..16 steps
 FIELDS = dict(obs=("float", (2, 3)), frame=("uint8", (4, 4)), action=("int", 2), eid="int64", t="int32",
               check="int64")
 META = dict(tag="int64")
-CHECKED = ("obs", "frame", "action", "eid", "t")  # the fields the checksum covers
-SHARD_BITS = 20  # a writer's global episode number: shard << SHARD_BITS | episode id
 WAIT = 60.0  # seconds any wait may take before the test gives up (a hang guard, not a timing assertion)
+LIFETIME = 120.0  # no worker outlives this, whatever happens to the test process
 
 
-# ---- what a writer writes: a pure function of (global episode number, t) --------------------------------
+# ---- what a writer writes (a pure function of (global episode number, t)) and the checks: live_checks.py -----
 
 
-def episode_length(gid):
-    """Deterministic length in [2, MAX_T] of global episode number gid."""
-    return 2 + (int(gid) * 2654435761 + 97) % (MAX_T - 1)
+class RingLive(Live):
+    MAX_T, MIN_LENGTH, RING, FIELDS, META = MAX_T, 2, RING, FIELDS, META
+    CHECKED = ("obs", "frame", "action", "eid", "t")  # the fields the checksum covers
+    LIFETIME, FIRST_WAIT, STEPWISE_EVERY, SEED_STRIDE = LIFETIME, LIFETIME, 3, 100_000
+
+    def payload(self, h, gid):
+        return dict(obs=((h[:, None, None] + np.arange(6).reshape(2, 3) * 977) % (1 << 23)).astype(np.float32),
+                    frame=(((h[:, None, None] >> 3) + np.arange(16).reshape(4, 4) * 13) % 256).astype(np.uint8),
+                    action=np.stack([h, -gid], axis=1).astype(np.int32))
 
 
-def mix(values):
-    """A deterministic scramble of int64 keys into [0, 2**23) (exact in float32)."""
-    values = np.asarray(values, dtype=np.int64)
-    return ((values * 2654435761 + 12345) ^ (values >> 7)) % (1 << 23)
-
-
-CHECK_WEIGHTS = np.random.default_rng(20240601).integers(1, 1 << 20, size=256, dtype=np.int64)
-
-
-def checksum(rows):
-    """Per row, a weighted sum of every byte of the CHECKED fields (rows: dict of (B, ...) arrays)."""
-    count = len(rows["eid"])
-    data = np.concatenate([np.ascontiguousarray(rows[name]).reshape(count, -1).view(np.uint8) for name in CHECKED],
-                          axis=1).astype(np.int64)
-    return (data * CHECK_WEIGHTS[:data.shape[1]]).sum(axis=1)
-
-
-def step_values(gid, t):
-    """Every field of rows (gid, t) (arrays of the same shape (B,)), as they are written."""
-    gid, t = np.asarray(gid, dtype=np.int64), np.asarray(t, dtype=np.int64)
-    h = mix(gid * MAX_T + t)
-    rows = dict(
-        obs=((h[:, None, None] + np.arange(6).reshape(2, 3) * 977) % (1 << 23)).astype(np.float32),
-        frame=(((h[:, None, None] >> 3) + np.arange(16).reshape(4, 4) * 13) % 256).astype(np.uint8),
-        action=np.stack([h, -gid], axis=1).astype(np.int32),
-        eid=gid.copy(),
-        t=t.astype(np.int32),
-    )
-    rows["check"] = checksum(rows)
-    return rows
-
-
-def episode_rows(gid):
-    length = episode_length(gid)
-    return step_values(np.full(length, gid), np.arange(length))
-
-
-
-# ---- checking what a reader got ----------------------------------------------------------------------------
-
-KINDS = ("good", "stale", "torn", "wrong_meta")
-
-
-def classify(got, gid, t, tag):
-    """Per row, an index into KINDS. got: dict of (B, ...) numpy arrays; gid, t, tag: (B,) the global
-    episode and step the batch says each row is, and the meta field the batch carries for it."""
-    want = step_values(gid, t)
-    right = np.ones(len(gid), dtype=bool)
-    for name in FIELDS:
-        right &= (got[name] == want[name]).reshape(len(gid), -1).all(axis=1)
-    right &= t < np.array([episode_length(g) for g in gid], dtype=np.int64)
-    own = step_values(got["eid"], got["t"])  # what the row says it is
-    whole = np.ones(len(gid), dtype=bool)
-    for name in FIELDS:
-        whole &= (got[name] == own[name]).reshape(len(gid), -1).all(axis=1)
-    kind = np.where(right, np.where(tag == gid, 0, 3), np.where(whole, 1, 2))
-    return kind
-
-
-class Tally:
-    """A reader's counts, saved as JSON for the test process."""
-
-    def __init__(self):
-        self.batches = self.rows = 0
-        self.stale = self.torn = self.wrong_meta = 0
-        self.expired = 0  # SampleExpiredError raised by a view
-        self.redrawn = 0  # batches drawn again (or views built again) after it
-        self.failed = 0  # sampler.batch() calls that raised it after all their redraws
-        self.first_ids = None  # per store: the oldest live episode id when reading began
-        self.last_ids = None  # ... and when it ended: the evictions in between happened while reading
-        self.examples = []
-
-    def add(self, got, gid, t, tag):
-        kind = classify(got, gid, t, tag)
-        self.batches += 1
-        self.rows += len(kind)
-        self.stale += int((kind == 1).sum())
-        self.torn += int((kind == 2).sum())
-        self.wrong_meta += int((kind == 3).sum())
-        for i in np.flatnonzero(kind)[:max(0, 4 - len(self.examples))]:
-            self.examples.append(dict(kind=KINDS[kind[i]], episode=int(gid[i]), t=int(t[i]), row_eid=int(got["eid"][i]),
-                                      row_t=int(got["t"][i]), tag=int(tag[i])))
-
-    @property
-    def wrong(self):
-        return self.stale + self.torn + self.wrong_meta
-
-    def save(self, path):
-        Path(path).write_text(json.dumps(vars(self)))
-
-    @classmethod
-    def load(cls, path):
-        tally = cls()
-        vars(tally).update(json.loads(Path(path).read_text()))
-        return tally
-
-    def __repr__(self):
-        return (f"{self.batches} batches, {self.rows} rows: {self.stale} stale, {self.torn} torn, {self.wrong_meta} "
-                f"wrong meta; {self.expired} SampleExpiredError, {self.redrawn} redrawn, {self.failed} failed; "
-                f"oldest id {self.first_ids} -> {self.last_ids}; e.g. {self.examples}")
-
-
-def numpy_batch(batch, window=None):
-    """A batch's fields and ``tag`` as numpy; windows (B, L, ...) flattened to rows (B * L, ...)."""
-    got = {name: batch[name].numpy() for name in (*FIELDS, "tag")}
-    if window is not None:
-        got = {name: value.reshape(-1, *value.shape[2:]) for name, value in got.items()}
-        got["tag"] = np.repeat(batch["tag"].numpy(), window)
-    return got
+LIVE = RingLive()
+episode_rows, classify, numpy_batch = LIVE.episode_rows, LIVE.classify, LIVE.numpy_batch
+# workers (forked from the Workers helper process, which finds them here by name)
+writer_main, sampler_reader, view_reader = LIVE.writer_main, LIVE.sampler_reader, LIVE.view_reader
 
 
 def check_store(folder, logs=None, shard=0, exited=False):
@@ -174,17 +71,12 @@ def check_store(folder, logs=None, shard=0, exited=False):
     with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
         store = buffer.episode_store
         state = store.meta.state
-        table = store.live_table()
-        assert table.ids.tolist() == list(range(state.first_episode, state.next_episode))
-        tags = store.meta_array("tag")
-        for episode_id, slot, start, length in zip(table.ids, table.slots, table.start, table.length):
-            gid = shard << SHARD_BITS | int(episode_id)
-            want = episode_rows(gid)
+        assert store.live_table().ids.tolist() == list(range(state.first_episode, state.next_episode))
+        for episode_id, gid, length, tag, rows, want in LIVE.live_episodes(store, shard):
             assert int(length) == len(want["eid"]), f"episode {episode_id}: length {length}"
-            assert int(tags[slot]) == gid, f"episode {episode_id}: tag {tags[slot]}"
+            assert int(tag) == gid, f"episode {episode_id}: tag {tag}"
             for name, values in want.items():
-                np.testing.assert_array_equal(store.step_array(name)[start:start + length], values,
-                                              err_msg=f"episode {episode_id}, field {name!r}")
+                np.testing.assert_array_equal(rows[name], values, err_msg=f"episode {episode_id}, field {name!r}")
         for log in logs or ():
             opened, done = read_log(log)
             assert done == list(range(opened, opened + len(done))), f"{log}: ids committed out of order"
@@ -197,74 +89,6 @@ def check_store(folder, logs=None, shard=0, exited=False):
 
 # ---- workers (forked from the Workers helper process) -------------------------------------------------------
 
-LIFETIME = 120.0  # no worker outlives this, whatever happens to the test process
-
-
-def stopped(stop_file, deadline):
-    return os.path.exists(stop_file) or time.monotonic() > deadline
-
-
-def writer_main(folder, stop_file, log_path, shard=0, create=False):
-    """Write episodes (whole, and step by step) into a ring as fast as it can until ``stop_file`` appears;
-    log each committed episode id after its commit returned (one unbuffered write per line)."""
-    deadline = time.monotonic() + LIFETIME
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    if create:
-        buffer = ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING)
-    else:
-        buffer = ReplayBuffer.from_folder(folder)
-    store = buffer.episode_store
-    os.write(log, b"open %d\n" % store.meta.state.next_episode)
-    while not stopped(stop_file, deadline):
-        episode_id = store.meta.state.next_episode
-        gid = shard << SHARD_BITS | episode_id
-        rows = episode_rows(gid)
-        if episode_id % 3:
-            buffer.store_episode(end="terminated", tag=gid, **rows)
-        else:
-            with buffer.one_episode(tag=gid):
-                for t in range(len(rows["eid"])):
-                    buffer.store(**{name: value[t] for name, value in rows.items()})
-        if store.meta.state.next_episode != episode_id + 1:
-            raise AssertionError(f"episode {episode_id} did not get that id")
-        os.write(log, b"done %d\n" % episode_id)
-    buffer.close()
-
-
-def read_log(path):
-    """(the next id when the writer opened the store, the ids it committed in order); a line cut short by
-    a kill is ignored."""
-    opened, done = None, []
-    text = Path(path).read_text() if Path(path).exists() else ""
-    for line in text.splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break
-        kind, value = line.split()
-        if kind == "open":
-            opened = int(value)
-        else:
-            done.append(int(value))
-    return opened, done
-
-
-def counting(view, tally):
-    """Count every SampleExpiredError the view raises (a sampler's batch() redraws after it)."""
-    getitems = view.__getitems__
-
-    def wrapped(items):
-        try:
-            return getitems(items)
-        except SampleExpiredError:
-            tally.expired += 1
-            raise
-
-    view.__getitems__ = wrapped
-
-
-def ready(result):
-    """Mark that a reader checked its first batch: the test counts its reading time from then."""
-    Path(f"{result}.ready").touch()
-
 
 def wait_for_readers(workers, pids, results):
     deadline = time.monotonic() + WAIT
@@ -274,74 +98,6 @@ def wait_for_readers(workers, pids, results):
                 os.kill(pid, signal.SIGKILL)
             pytest.fail("the readers did not read a batch in time:\n" + "\n".join(workers.stderr(pid) for pid in pids))
         time.sleep(0.001)
-
-
-def wait_for_episodes(buffer, deadline):
-    while buffer.num_episodes == 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError("no writer committed an episode")
-        time.sleep(0.001)
-        buffer.refresh()
-
-
-def sampler_reader(folder, stop_file, result, seed, batch_size=64):
-    """A uniform sampler with refresh() before each draw; every batch checked."""
-    deadline = time.monotonic() + LIFETIME
-    tally = Tally()
-    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
-        wait_for_episodes(buffer, deadline)
-        tally.first_ids = [buffer.episode_store.meta.state.first_episode]
-        sampler = buffer.sampler("uniform", seed=seed)
-        counting(sampler.view, tally)
-        while not stopped(stop_file, deadline):
-            sampler.refresh()
-            before = tally.expired
-            try:
-                batch = sampler.batch(batch_size)
-            except SampleExpiredError:  # every redraw expired too: counted, and no row was returned
-                tally.failed += 1
-                continue
-            tally.redrawn += tally.expired > before
-            ids, t = np.divmod(batch["_key"].numpy(), MAX_T)
-            tally.add(numpy_batch(batch), ids, t, batch["tag"].numpy())
-            if tally.batches == 1:
-                ready(result)
-        buffer.refresh()
-        tally.last_ids = [buffer.episode_store.meta.state.first_episode]
-    tally.save(result)
-
-
-def view_reader(folder, stop_file, result, seed, batch_size=32, window=3):
-    """A plain window view read through a BatchIndexSampler; on SampleExpiredError, refresh and build the
-    view again (what the README tells a DataLoader user to do)."""
-    deadline = time.monotonic() + LIFETIME
-    tally = Tally()
-    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
-        wait_for_episodes(buffer, deadline)
-        tally.first_ids = [buffer.episode_store.meta.state.first_episode]
-        epoch = 0
-        while not stopped(stop_file, deadline):
-            buffer.refresh()
-            view = buffer.dataset(window=window)
-            epoch += 1
-            for items in BatchIndexSampler(len(view), batch_size, shuffle=True, seed=seed * 100_000 + epoch):
-                if stopped(stop_file, deadline):
-                    break
-                try:
-                    batch = view.__getitems__(items)
-                except SampleExpiredError:
-                    tally.expired += 1
-                    tally.redrawn += 1
-                    break
-                episode, start = view.positions.locate(items)
-                ids = np.repeat(view.table.ids[episode], window)
-                t = (start[:, None] + np.arange(window)).reshape(-1)
-                tally.add(numpy_batch(batch, window), ids, t, np.repeat(batch["tag"].numpy(), window))
-                if tally.batches == 1:
-                    ready(result)
-        buffer.refresh()
-        tally.last_ids = [buffer.episode_store.meta.state.first_episode]
-    tally.save(result)
 
 
 def shard_reader(root, shards, stop_file, result, seed, batch_size=64):
@@ -373,7 +129,7 @@ def shard_reader(root, shards, stop_file, result, seed, batch_size=64):
         tally.redrawn += tally.expired > before
         keys = batch["_key"].numpy()
         shard, (ids, t) = keys % SHARD_STRIDE, np.divmod(keys // SHARD_STRIDE, MAX_T)
-        tally.add(numpy_batch(batch), shard << SHARD_BITS | ids, t, batch["tag"].numpy())
+        LIVE.check(tally, numpy_batch(batch), shard << SHARD_BITS | ids, t, batch["tag"].numpy())
         if tally.batches == 1:
             ready(result)
     shard_set.refresh()
