@@ -89,6 +89,8 @@ def train(rank: int, root: str, port: int) -> None:
                   f"{mean_squared_error(model, data):.5f} (noise floor {NOISE ** 2:.5f}) | largest weight error "
                   f"{weight_error:.4f} | priorities in sync: {in_sync}", flush=True)
         shards.close()
+        # rank 0 hosts the rendezvous store: no rank may leave while another still talks to it
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
