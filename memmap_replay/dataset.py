@@ -351,7 +351,7 @@ class StoreView(Dataset):
         low, high = raw.min(), raw.max()
         if low < -size or high >= size:  # before the cast: uint64 values >= 2**63 must not wrap
             raise IndexError(f"item indices must be in [0, {size}) (got {low}..{high})")
-        items = raw.astype(np.int64)
+        items = raw.astype(np.int64, copy=False)  # no copy for the int64 arrays samplers yield
         if low < 0:
             items = np.where(items < 0, items + size, items)
         return items
