@@ -18,6 +18,9 @@ __all__ = [
     "NotAFolderError",
     "StoreLockedError",
     "CorruptStoreError",
+    "UnsafeEntryError",
+    "MissingFileError",
+    "StoreIOError",
     "UnsupportedFormatError",
     "MissingExtraError",
     "RateLimitedError",
@@ -69,6 +72,22 @@ class StoreLockedError(ReplayError, BlockingIOError):
 
 class CorruptStoreError(ReplayError, OSError):
     """A store's files are missing, truncated or inconsistent with its metadata."""
+
+
+class UnsafeEntryError(CorruptStoreError):
+    """An entry of a store folder is one the library will not open: a link leading out of the folder (or,
+    for writing, any link), a FIFO, device or socket, a hard link shared with another file, or a file over
+    its size cap. The message names the entry; ``memmap_replay verify`` lists every such entry."""
+
+
+class MissingFileError(CorruptStoreError, FileNotFoundError):
+    """A file a store (or a call) needs is not in the folder; the message names it."""
+
+
+class StoreIOError(ReplayError, OSError):
+    """The operating system failed a read or write of a store's file (an I/O error, a file that vanished,
+    ...) for a reason other than a full disk (``DiskFullError``) or a permission (``ReadOnlyError``); the
+    message names the file, and ``errno`` is the system's error number."""
 
 
 class UnsupportedFormatError(ReplayError, ValueError):

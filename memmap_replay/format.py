@@ -119,6 +119,7 @@ from typing import Any
 
 import numpy as np
 
+from . import folderio
 from .errors import CorruptStoreError, SchemaError, UnsupportedFormatError
 from .schema import FieldSpec, Schema
 
@@ -218,49 +219,27 @@ def check_numbers(capacity: Capacity, state: State, where: str) -> None:
 def read_meta(folder: Path) -> StoreMeta:
     path = folder / META_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        data = folderio.read_json(folder, path)
     except FileNotFoundError:
         raise CorruptStoreError(f"{path} is missing: the folder is not a committed store") from None
-    except IsADirectoryError:
-        raise CorruptStoreError(f"{path} is a folder where the store must have a file; the store's metadata is "
-                                f"damaged") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise CorruptStoreError(f"{path} is not valid JSON: it cannot be read as text ({error}); the store's "
-                                f"metadata is damaged") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as error:  # bad JSON, absurd numbers, absurd nesting
-        raise CorruptStoreError(f"{path} is not valid JSON ({str(error)[:200]}); the store's metadata is damaged") from None
+    except CorruptStoreError as error:
+        raise type(error)(f"{error}; the store's metadata is damaged") from None
     return StoreMeta.from_json(data, str(path))
 
 
 def write_meta(folder: Path, meta: StoreMeta, *, durable: bool = False) -> None:
-    """Replace meta.json atomically: temp file, flush, fsync, os.replace (and fsync the folder if durable)."""
-    path, temp = folder / META_FILE, folder / (META_FILE + ".tmp")
+    """Replace meta.json atomically: a fresh temp file, fsync, rename (and fsync the folder if durable)."""
     payload = json.dumps(meta.to_json(), indent=1).encode("utf-8")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            written = 0
-            while written < len(payload):
-                written += os.write(fd, payload[written:])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)  # e.g. a full disk: meta.json itself is untouched
-        raise
-    if durable:
-        fsync_folder(folder)
+    folderio.write_atomic(folder, folder / META_FILE, payload, durable=durable)
 
 
 def fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with folderio.errors_named(folder, "flush"):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 # ---- .npy files ------------------------------------------------------------------------------------
@@ -276,6 +255,17 @@ def layout(schema: Schema, capacity: Capacity):
         yield EPISODES_DIR, FieldSpec(name, dtype), Path(EPISODES_DIR, f"{name}.npy"), capacity.max_episodes
 
 
+def writer_entries(schema: Schema) -> dict[str, bool]:
+    """The entries a writer may write (path in the store -> True for a file, False for a folder): each must be a
+    file or folder of its own, never a link, a special file or a shared hard link."""
+    entries = {META_FILE: True, LOCK_FILE: True, MANIFEST_FILE: True, "card.json": True, "README.md": True,
+               STEPS_DIR: False, META_DIR: False, EPISODES_DIR: False, PRIORITIES_DIR: False, STATS_DIR: False,
+               RATELIMIT_DIR: False, f"{STATS_DIR}/running.npz": True}
+    capacity = Capacity(1, 1, 2, False)  # the layout's names do not depend on the capacity
+    entries.update((str(path), True) for _, _, path, _ in layout(schema, capacity))
+    return entries
+
+
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """A standard .npy header; numpy pads it so the first dimension can grow without moving data."""
     buffer = io.BytesIO()
@@ -284,27 +274,39 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return buffer.getvalue()
 
 
-def create_npy(path: Path, spec: FieldSpec, rows: int) -> None:
+def create_npy(folder: Path, path: Path, spec: FieldSpec, rows: int) -> None:
     """A new .npy of ``rows`` rows whose body is a hole in the file (no disk used until written)."""
     header = npy_header(spec.dtype, (rows, *spec.shape))
-    with open(path, "wb") as file:
-        file.write(header)
-        file.truncate(len(header) + rows * spec.row_nbytes)
-
-
-def read_npy_header(path: Path) -> tuple[int, np.dtype, tuple[int, ...], int]:
-    """(header length, dtype, shape, file size) of a .npy file, with clear errors for damage."""
+    fd = folderio.open_write(folder, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, doing="create")
     try:
-        with open(path, "rb") as file:
+        with folderio.errors_named(path, "create"):
+            folderio.write_all(fd, header)
+            os.ftruncate(fd, len(header) + rows * spec.row_nbytes)
+    finally:
+        os.close(fd)
+
+
+def open_npy(folder: Path | None, path: Path):
+    """A binary file object of a .npy inside ``folder`` (a regular file; links only inside the folder)."""
+    try:
+        fd = folderio.open_read(Path(path).parent if folder is None else folder, path)
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{path} is missing; the store is damaged (restore the file from a copy)") from None
+    return os.fdopen(fd, "rb")
+
+
+def read_npy_header(path: Path, folder: Path | None = None) -> tuple[int, np.dtype, tuple[int, ...], int]:
+    """(header length, dtype, shape, file size) of a .npy file inside ``folder`` (by default its own folder),
+    with clear errors for damage."""
+    with open_npy(folder, path) as file:
+        try:
             size = os.fstat(file.fileno()).st_size
             version = np.lib.format.read_magic(file)
             reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, fortran, dtype = reader(file)
             offset = file.tell()
-    except FileNotFoundError:
-        raise CorruptStoreError(f"{path} is missing; the store is damaged (restore the file from a copy)") from None
-    except (ValueError, OSError, SyntaxError) as error:
-        raise CorruptStoreError(f"{path} is not a readable .npy file ({error})") from None
+        except (ValueError, OSError, SyntaxError) as error:
+            raise CorruptStoreError(f"{path} is not a readable .npy file ({error})") from None
     if fortran:
         raise CorruptStoreError(f"{path} must be in C order (got Fortran order)")
     return offset, dtype, tuple(shape), size
@@ -319,12 +321,14 @@ class NpyFile:
     offset: int
     rows: int
     writable: bool
-    fd: int = -1
+    folder: Path
+    size: int = 0  # bytes on disk when opened
+    fd: int = -1  # for writing: opened at the first write, without following links
     _map: np.ndarray | None = None
 
     @classmethod
-    def open(cls, path: Path, spec: FieldSpec, min_rows: int, *, writable: bool) -> "NpyFile":
-        offset, dtype, shape, size = read_npy_header(path)
+    def open(cls, folder: Path, path: Path, spec: FieldSpec, min_rows: int, *, writable: bool) -> "NpyFile":
+        offset, dtype, shape, size = read_npy_header(path, folder)
         if dtype != spec.dtype or tuple(shape[1:]) != spec.shape:
             raise CorruptStoreError(
                 f"{path} must hold {spec.dtype} rows of shape {spec.shape} as meta.json says "
@@ -337,18 +341,16 @@ class NpyFile:
                 f"{path} is truncated: it must hold at least {min_rows} rows ({needed} bytes) "
                 f"(got {rows} rows in the header, {size} bytes on disk)"
             )
-        file = cls(path, spec, offset, rows, writable)
-        if writable:
-            file.fd = os.open(path, os.O_RDWR)
-        return file
+        return cls(path, spec, offset, rows, writable, folder, size)
 
     def array(self) -> np.ndarray:
         """A read-only map of all rows (no data is read until indexed)."""
         if self._map is None or len(self._map) != self.rows:
             if self.rows == 0:
                 return np.empty((0, *self.spec.shape), self.spec.dtype)
-            mapped = np.memmap(self.path, dtype=self.spec.dtype, mode="r", offset=self.offset,
-                               shape=(self.rows, *self.spec.shape))
+            with open_npy(self.folder, self.path) as file, folderio.errors_named(self.path, "map"):
+                mapped = np.memmap(file, dtype=self.spec.dtype, mode="r", offset=self.offset,
+                                   shape=(self.rows, *self.spec.shape))
             # a plain ndarray over the map (it keeps the map alive): indexing skips np.memmap's wrapper
             self._map = mapped.view(np.ndarray)
         return self._map
@@ -358,20 +360,26 @@ class NpyFile:
         header = npy_header(self.spec.dtype, (rows, *self.spec.shape))
         if len(header) != self.offset:
             raise CorruptStoreError(f"{self.path}: cannot grow in place (header would move from {self.offset} to {len(header)} bytes)")
-        os.ftruncate(self.fd, self.offset + rows * self.spec.row_nbytes)
-        os.pwrite(self.fd, header, 0)
+        fd = self._writer()
+        with folderio.errors_named(self.path, "grow"):
+            os.ftruncate(fd, self.offset + rows * self.spec.row_nbytes)
+            folderio.write_all(fd, header, 0)
         self.rows = rows
 
     def write_rows(self, start: int, rows: np.ndarray) -> None:
-        data = np.ascontiguousarray(rows)
-        view = memoryview(data).cast("B")
-        position, done = self.offset + start * self.spec.row_nbytes, 0
-        while done < len(view):
-            done += os.pwrite(self.fd, view[done:], position + done)
+        fd = self._writer()
+        with folderio.errors_named(self.path, "write"):
+            folderio.write_all(fd, np.ascontiguousarray(rows), self.offset + start * self.spec.row_nbytes)
+
+    def _writer(self) -> int:
+        if self.fd < 0:
+            self.fd = folderio.open_write(self.folder, self.path, os.O_RDWR)
+        return self.fd
 
     def sync(self) -> None:
         if self.fd >= 0:
-            os.fsync(self.fd)
+            with folderio.errors_named(self.path, "flush"):
+                os.fsync(self.fd)
 
     def close(self) -> None:
         self._map = None

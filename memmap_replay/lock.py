@@ -6,6 +6,7 @@ import os
 import weakref
 from pathlib import Path
 
+from . import folderio
 from .errors import StoreLockedError
 
 try:
@@ -33,9 +34,11 @@ class WriterLock:
 
     inherited = False
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, folder: Path | None = None):
+        """Lock ``path``, a file inside ``folder`` (by default its own folder), opened without following links."""
         self.path = Path(path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = folderio.open_write(self.path.parent if folder is None else folder, self.path,
+                                      os.O_RDWR | os.O_CREAT, doing="lock")
         if fcntl is None:  # pragma: no cover
             return
         try:

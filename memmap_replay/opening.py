@@ -5,16 +5,16 @@ whether the episode table agrees with meta.json. Nothing here writes, except ``m
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import folderio
 from . import format as fmt
 from .errors import (CorruptStoreError, InvalidDataError, NotAFolderError, ReadOnlyError, SchemaMismatchError,
-                     StoreNotFoundError, UnsupportedFormatError)
+                     StoreNotFoundError, UnsafeEntryError, UnsupportedFormatError)
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
 
@@ -105,9 +105,12 @@ def check_replaceable(folder: Path) -> None:
 def declared_format(path: Path) -> str:
     """What a meta.json says its format is, in words for a message."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        data = folderio.read_json(path.parent, path)
+    except UnsafeEntryError:  # a link out of the folder, a FIFO, a huge file: refused, never read
+        raise
+    except OSError:
         return "something that is not a JSON file"
+
     if not isinstance(data, dict) or "format" not in data:
         return "no format"
     return data["format"] if data["format"] == fmt.FORMAT_NAME else repr(data["format"])[:80]
@@ -163,9 +166,12 @@ def holds_episodes(folder: Path) -> bool:
     opposed to an empty table left by an interrupted creation, which may be created again."""
     path = folder / fmt.EPISODES_DIR / "length.npy"
     try:
-        lengths = np.load(path, mmap_mode="r")
-        return bool(lengths.size) and bool(np.any(lengths))
-    except (OSError, ValueError):  # missing or half-written: nothing was ever committed with it
+        offset, dtype, shape, size = fmt.read_npy_header(path, folder)
+        with fmt.open_npy(folder, path) as file:
+            count = min(int(np.prod(shape)), max(0, size - offset) // dtype.itemsize)
+            lengths = np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(count,)) if count else np.zeros(0)
+            return bool(np.any(lengths))
+    except (OSError, ValueError, TypeError):  # missing or half-written: nothing was ever committed with it
         return False
 
 

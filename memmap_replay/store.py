@@ -18,6 +18,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from . import folderio
 from . import format as fmt
 from .errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsupportedFormatError)
@@ -102,8 +103,9 @@ class EpisodeStore:
             return cls(folder, meta, writable=True, lock=None, durable=durable)
         check_replaceable(folder)  # before any file is made: another program's files are never touched
         make_folder(folder)
-        lock = WriterLock(folder / fmt.LOCK_FILE)
+        lock = WriterLock(folder / fmt.LOCK_FILE, folder=folder)
         try:
+            folderio.remove_temps(folder, fmt.META_FILE)  # a killed writer's
             if mode != "w" and (folder / fmt.META_FILE).exists():
                 # another writer created the store between our first look and taking the lock
                 if mode == "w-":
@@ -129,31 +131,33 @@ class EpisodeStore:
         """Remove only the files the format owns, write fresh ones, then commit meta.json last. An old
         meta.json is first renamed to a marker, so that a creation killed half-way is known for one (and
         never mistaken for a store whose meta.json was lost)."""
-        if (folder / fmt.META_FILE).exists():
-            os.replace(folder / fmt.META_FILE, folder / REPLACING)
-        for name in fmt.OWNED:
-            path = folder / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+        with folderio.errors_named(folder, "create a store in"):
+            if (folder / fmt.META_FILE).exists():
+                os.replace(folder / fmt.META_FILE, folder / REPLACING)  # renames a link itself, never its target
+            for name in fmt.OWNED:
+                path = folder / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)  # never follows links inside
+                else:
+                    folderio.remove(folder, path)
         for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
-            (folder / name).mkdir()
+            folderio.make_dir(folder, folder / name)
         for _, spec, path, rows in fmt.layout(schema, capacity):
-            fmt.create_npy(folder / path, spec, rows or 0)
+            fmt.create_npy(folder, folder / path, spec, rows or 0)
         meta = StoreMeta.new(schema, capacity)
         fmt.write_meta(folder, meta, durable=durable)
-        (folder / REPLACING).unlink(missing_ok=True)
+        folderio.remove(folder, folder / REPLACING)
         return meta
 
     def _open_files(self) -> None:
         groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
         try:
             for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity):
-                file = groups[group][spec.name] = NpyFile.open(self.folder / path, spec, self.meta.state.rows
-                                                               if rows is None else rows, writable=self.writable)
+                file = groups[group][spec.name] = NpyFile.open(
+                    self.folder, self.folder / path, spec, self.meta.state.rows if rows is None else rows,
+                    writable=self.writable)
                 # a reader maps every row the header declares: they must all be on disk
-                needed, size = file.offset + file.rows * spec.row_nbytes, os.stat(file.path).st_size
+                needed, size = file.offset + file.rows * spec.row_nbytes, file.size
                 if size < needed:
                     raise CorruptStoreError(f"{file.path} is truncated: its header declares {file.rows} rows "
                                             f"({needed} bytes) (got {size} bytes on disk)")
@@ -197,15 +201,48 @@ class EpisodeStore:
 
     def meta_stamp(self) -> tuple:
         """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction)."""
-        info = os.stat(self.folder / fmt.META_FILE)
+        with folderio.errors_named(self.folder / fmt.META_FILE, "look at"):
+            info = os.stat(self.folder / fmt.META_FILE)
         return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
 
     def live_table(self) -> EpisodeTable:
+        """The live episodes of ``meta`` (oldest first) with their entries in the episode table. The writer's
+        own store reads its own state. Any other reader gets a consistent snapshot while a writer in another
+        process (or another store object) commits: see ``_intact``."""
         state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
         slots = ids % max_episodes
         get = lambda name: np.asarray(self.table[name].array()[slots])
-        return EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
+        table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
+        if self.is_writer or not len(ids):
+            return table
+        return self._intact(table, get("id"))
+
+    def _intact(self, table: EpisodeTable, stored_ids: np.ndarray) -> EpisodeTable:
+        """The episodes of ``table`` whose entries were intact while they were read (a seqlock around the read).
+
+        A writer commits an eviction in meta.json before it reuses the evicted episode's slot or rows. So if
+        meta.json is unchanged since ``meta`` was read (``read_stamp``) and every slot holds the id read for
+        it (``episodes/id.npy``), the table is whole. Otherwise meta.json is read again: the episodes still
+        live then were never touched while their entries were read, and the ones evicted since are left out
+        (a view or sampler built on the table never draws them; the next refresh takes in the rest)."""
+        stamp = self.meta_stamp()  # after the reads of the table
+        if stamp == self.read_stamp and np.array_equal(stored_ids, table.ids):
+            return table
+        fresh = fmt.read_meta(self.folder)
+        if fresh.store_id != self.meta.store_id:
+            raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+        live = table.ids >= fresh.state.first_episode
+        wrong = live & (stored_ids != table.ids)
+        if wrong.any():  # no writer reuses a live episode's slot: the table itself is damaged
+            i = int(np.argmax(wrong))
+            raise CorruptStoreError(
+                f"{self.folder}: episodes/id.npy does not match meta.json's live episodes (slot {table.slots[i]} "
+                f"must hold episode {table.ids[i]}, got {stored_ids[i]}); the episode table is damaged; "
+                f"`python -m memmap_replay verify {self.folder}` lists every problem of the folder")
+        if fresh.state == self.meta.state:
+            self.read_stamp = stamp  # ``meta`` is as read after this stamp: the next snapshot takes the fast way
+        return table if live.all() else table.select(live)
 
     def step_array(self, name: str) -> np.ndarray:
         return self.steps[name].array()
@@ -247,8 +284,10 @@ class EpisodeStore:
                 f"lock of {self.folder}; a forked process must open the folder itself (read_only=True to read)"
             )
         if self._lock is None:
-            self._lock = WriterLock(self.folder / fmt.LOCK_FILE)
+            folderio.check_for_writing(self.folder, fmt.writer_entries(self.meta.schema))
+            self._lock = WriterLock(self.folder / fmt.LOCK_FILE, folder=self.folder)
             try:
+                folderio.remove_temps(self.folder, fmt.META_FILE)  # a killed writer's
                 self.refresh()  # another writer may have committed since this store was opened
             except BaseException:
                 self._lock.release()
@@ -315,7 +354,7 @@ class EpisodeStore:
     def _drop_manifest(self) -> None:
         """A write makes checksums.sha256 stale: it goes before the first change (``checksum`` writes it again)."""
         if not self._manifest_dropped:
-            (self.folder / fmt.MANIFEST_FILE).unlink(missing_ok=True)
+            folderio.remove(self.folder, self.folder / fmt.MANIFEST_FILE)
             self._manifest_dropped = True
 
     def _plan(self, episodes: list[PendingEpisode]) -> tuple[int, list[tuple[int, PendingEpisode]]]:

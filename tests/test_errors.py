@@ -30,6 +30,7 @@ from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError
                            DiskFullError, MissingExtraError, RateLimitedError,
                            ShardUnavailableError)
 from memmap_replay import errors as errors_module
+from memmap_replay.errors import MissingFileError, StoreIOError, UnsafeEntryError
 
 # ---- the store every test starts from ---------------------------------------------------------------
 
@@ -63,6 +64,9 @@ BUILTIN = {
     MissingExtraError: ImportError,
     RateLimitedError: TimeoutError,
     ShardUnavailableError: TimeoutError,
+    UnsafeEntryError: OSError,
+    MissingFileError: FileNotFoundError,
+    StoreIOError: OSError,
 }
 
 

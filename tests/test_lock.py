@@ -397,12 +397,12 @@ def test_creation_rechecks_after_taking_the_lock(tmp_path, monkeypatch):
     spec = dict(max_episodes=4, max_timesteps=5, fields=dict(x="float"))
     real = lock_module.WriterLock.__init__
 
-    def create_first(self, path):
+    def create_first(self, path, **options):
         monkeypatch.setattr(lock_module.WriterLock, "__init__", real)
         other = ReplayBuffer(folder, **spec)
         other.store_episode(x=[1.0, 2.0])
         other.close()
-        real(self, path)
+        real(self, path, **options)
 
     monkeypatch.setattr(lock_module.WriterLock, "__init__", create_first)
     buffer = ReplayBuffer(folder, **spec)
