@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 
 from .dataset import Sample, StoreView, flag
-from .errors import CorruptStoreError, DiskFullError, InvalidDataError, ReadOnlyError, StoreLockedError
-from .format import PRIORITIES_DIR, read_npy_header
+from . import folderio
+from .errors import (CorruptStoreError, DiskFullError, InvalidDataError, MissingFileError, ReadOnlyError,
+                     StoreLockedError, UnsafeEntryError)
+from .format import PRIORITIES_DIR, npy_header, read_npy_header
 from .index import EpisodeTable, position_rows
 from .lock import WriterLock
 from .options import INT64_MAX, integer, number
@@ -52,74 +54,91 @@ def priorities_name(name: Any) -> str:
 
 class PriorityFiles:
     """``priorities/<name>.npy`` and ``.owner.npy`` in the store folder, memory-mapped for writing, under
-    a lock of their own (one sampler per name at a time)."""
+    a lock of their own (one sampler per name at a time). Opened under the folder rules of ``folderio``:
+    never through a link, never a special or shared file."""
 
     def __init__(self, folder: Path, name: str, rows: int, slots: int, spec: dict):
-        directory = Path(folder) / PRIORITIES_DIR
+        self.folder = folder = Path(folder)
+        directory = folder / PRIORITIES_DIR
         try:
-            directory.mkdir(exist_ok=True)
-            self.lock = WriterLock(directory / f"{name}.lock")
+            folderio.make_dir(folder, directory)
+            self.lock = WriterLock(directory / f"{name}.lock", folder=folder)
         except StoreLockedError:
             raise StoreLockedError(
                 f"another sampler (in this or another process) keeps the priorities {name!r} of {folder}; close it "
                 f"first, or give this one another name= (or persist=False)"
             ) from None
-        except OSError as error:
-            raise ReadOnlyError(f"cannot keep priorities in {directory} ({error.strerror}); pass persist=False "
-                                f"to keep them in memory only") from None
+        except (ReadOnlyError, DiskFullError, UnsafeEntryError) as error:
+            raise type(error)(f"{error}; pass persist=False to keep priorities in memory") from None
         try:
             self._check_spec(directory / f"{name}.json", spec, name)
             values_path, owner_path = directory / f"{name}.npy", directory / f"{name}.owner.npy"
             self.values, fresh = self._open(values_path, np.float64, rows, 0.0)
             if fresh:  # new (or replaced after damage): no slot owns any priority any more
-                owner_path.unlink(missing_ok=True)
+                folderio.remove(folder, owner_path)
             self.owner, _ = self._open(owner_path, np.int64, slots, -1)
         except BaseException:
             self.lock.release()
             raise
 
-    @staticmethod
-    def _check_spec(path: Path, spec: dict, name: str) -> None:
+    def _check_spec(self, path: Path, spec: dict, name: str) -> None:
         """The priorities under a name belong to one kind of view: refuse another's."""
-        if path.exists():
-            try:
-                stored = json.loads(path.read_text())
-            except (OSError, ValueError):
-                stored = None
-            if stored == spec:
-                return
-            if stored is not None and path.with_suffix(".npy").exists():
-                raise InvalidDataError(
-                    f"the priorities {name!r} in {path.parent} belong to another view ({stored}); this sampler "
-                    f"draws from {spec}: pass another name= (or delete {path.parent}/{name}.*)"
-                )
+        try:
+            stored = folderio.read_json(self.folder, path)
+        except MissingFileError:
+            stored = None
+        except UnsafeEntryError:
+            raise
+        except CorruptStoreError:
+            stored = "damaged"
+        if stored == spec:
+            return
+        if stored not in (None, "damaged") and os.path.lexists(path.with_suffix(".npy")):
+            raise InvalidDataError(
+                f"the priorities {name!r} in {path.parent} belong to another view ({stored}); this sampler "
+                f"draws from {spec}: pass another name= (or delete {path.parent}/{name}.*)"
+            )
         for stale in (path.with_suffix(".npy"), path.with_name(f"{name}.owner.npy")):
-            stale.unlink(missing_ok=True)  # no record of their view: start afresh
-        path.write_text(json.dumps(spec))
+            folderio.remove(self.folder, stale)  # no record of their view: start afresh
+        folderio.write_atomic(self.folder, path, json.dumps(spec).encode())
 
-    @staticmethod
-    def _open(path: Path, dtype, length: int, fill) -> tuple[np.ndarray, bool]:
+    def _open(self, path: Path, dtype, length: int, fill) -> tuple[np.ndarray, bool]:
         """The file's map, and whether it was made afresh."""
-        if path.exists():
-            try:
-                offset, found, shape, size = read_npy_header(path)
-                whole = found == dtype and shape == (length,) and size >= offset + length * found.itemsize
-            except CorruptStoreError:
-                whole = False
-            if whole:  # (numpy would silently pad a truncated file with zeros: priority 0, never drawn)
-                return np.lib.format.open_memmap(path, mode="r+"), False
-            path.unlink()  # damaged or of another size: start this file afresh
-        array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(length,))
+        try:
+            offset, found, shape, size = read_npy_header(path, self.folder)
+            whole = found == dtype and shape == (length,) and size >= offset + length * found.itemsize
+        except MissingFileError:
+            whole = None
+        except UnsafeEntryError:
+            raise
+        except CorruptStoreError:
+            whole = False
+        if whole:  # (numpy would silently pad a truncated file with zeros: priority 0, never drawn)
+            return self._map(path, folderio.open_write(self.folder, path, os.O_RDWR), dtype, length, offset), False
+        if whole is not None:
+            folderio.remove(self.folder, path)  # damaged or of another size: start this file afresh
+        header = npy_header(np.dtype(dtype), (length,))
+        fd = folderio.open_write(self.folder, path, os.O_RDWR | os.O_CREAT | os.O_EXCL, doing="create")
         try:  # blocks reserved now: a full disk fails here, never as a SIGBUS on a later write to the map
-            with open(path, "r+b") as file:
-                os.posix_fallocate(file.fileno(), 0, os.fstat(file.fileno()).st_size)
-        except OSError as error:
-            path.unlink(missing_ok=True)
-            raise DiskFullError(f"no space left for the priorities file {path} ({error.strerror}); free some space, "
-                                f"or pass persist=False to keep priorities in memory") from None
+            with folderio.errors_named(path, "create"):
+                folderio.write_all(fd, header)
+                os.posix_fallocate(fd, 0, len(header) + length * np.dtype(dtype).itemsize)
+        except BaseException as error:
+            os.close(fd)
+            folderio.remove(self.folder, path)
+            if isinstance(error, DiskFullError):
+                raise DiskFullError(f"{error}; or pass persist=False to keep priorities in memory") from None
+            raise
+        array = self._map(path, fd, dtype, length, len(header))
         if fill:
             array[:] = fill
         return array, True
+
+    @staticmethod
+    def _map(path: Path, fd: int, dtype, length: int, offset: int) -> np.ndarray:
+        """A writable map of ``length`` items after ``offset`` of the file open at ``fd`` (closed here)."""
+        with os.fdopen(fd, "r+b") as file, folderio.errors_named(path, "map"):
+            return np.memmap(file, dtype=dtype, mode="r+", offset=offset, shape=(length,))
 
     def close(self) -> None:
         for array in (self.values, self.owner):
@@ -154,6 +173,10 @@ class PrioritizedSampler(ReplaySampler):
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
         persist = view.store.writable if persist is None else flag(persist, "persist")
+        if persist and not view.store.writable:
+            raise ReadOnlyError(f"persist=True keeps priorities in {view.folder}/priorities, but the store is open "
+                                f"read-only and a reader never writes its folder: pass persist=False (or leave it "
+                                f"out) to keep them in memory, or open the store with read_only=False")
         if name is None:
             name = view.kind + (f"-rank{self.rank}" if self.world_size > 1 else "")
         self.name = priorities_name(name)

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from . import folderio
 from .errors import InvalidDataError
 from .format import STATS_DIR
 from .options import names as check_names
@@ -43,6 +44,8 @@ __all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT"]
 
 TRACK_LIMIT = 1024  # numbers per row: fields up to this size are tracked on commit
 RUNNING_FILE = "running.npz"
+MAX_RUNNING_BYTES = 64 << 20  # stats/running.npz is refused (and rebuilt) beyond this
+NPY_HEADER_ROOM = 4096  # what a member may hold beyond its array's bytes (numpy's header)
 SAVE_EVERY = 1.0  # seconds between saves of the running moments by a writer
 REWARD_FIELDS = ("reward", "rewards")
 READ_BYTES = 16 << 20  # float64 bytes per read when computing from the live episodes (bounds memory)
@@ -135,6 +138,34 @@ def tracked_by_default(schema) -> tuple[str, ...]:
                  if spec.dtype.kind in "biuf" and math.prod(spec.shape) <= TRACK_LIMIT)
 
 
+def expected_members(schema) -> dict[str, int]:
+    """The members stats/running.npz may hold, and the bytes of each array."""
+    sizes = {"covers": 8, "episodes": 8, "store_id": 4 * 64}
+    for name in tracked_by_default(schema):
+        nbytes = 8 * math.prod(schema.fields[name].shape)
+        sizes.update({f"{name}.count": 8, **{f"{name}.{part}": nbytes for part in ("mean", "m2", "min", "max")}})
+    return sizes
+
+
+def read_running(folder: Path, schema) -> dict[str, np.ndarray]:
+    """The arrays of stats/running.npz, read only after every member was checked against the names and sizes the
+    schema allows (an unknown or oversized member, a zip bomb, is never inflated: ValueError)."""
+    path = folder / STATS_DIR / RUNNING_FILE
+    expected = expected_members(schema)
+    with os.fdopen(folderio.open_read(folder, path), "rb") as file:
+        if os.fstat(file.fileno()).st_size > MAX_RUNNING_BYTES:
+            raise ValueError(f"{path} is over {MAX_RUNNING_BYTES} bytes")
+        with zipfile.ZipFile(file) as archive:
+            for info in archive.infolist():
+                name = info.filename[:-4] if info.filename.endswith(".npy") else None
+                if name not in expected or info.file_size > expected[name] + NPY_HEADER_ROOM:
+                    raise ValueError(f"{path} holds a member {info.filename!r} of {info.file_size} bytes that this "
+                                     f"store's statistics never have")
+        file.seek(0)
+        with np.load(file, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+
+
 class RunningStats:
     """The running moments of the tracked fields and the episode ids they cover."""
 
@@ -151,8 +182,7 @@ class RunningStats:
     def load(cls, folder: Path, schema, store_id: str) -> "RunningStats":
         """From ``stats/running.npz``; a fresh start when it is missing, damaged, or another store's."""
         try:
-            with np.load(Path(folder) / STATS_DIR / RUNNING_FILE, allow_pickle=False) as data:
-                arrays = {key: data[key] for key in data.files}
+            arrays = read_running(Path(folder), schema)
             if str(arrays["store_id"]) != store_id:
                 raise ValueError("another store's statistics (the folder was overwritten)")
             moments = {}
@@ -173,14 +203,10 @@ class RunningStats:
         for name, moments in self.moments.items():
             arrays.update({f"{name}.count": np.int64(moments.count), f"{name}.mean": moments.mean,
                            f"{name}.m2": moments.m2, f"{name}.min": moments.low, f"{name}.max": moments.high})
-        tmp = directory / f"{RUNNING_FILE}.tmp"
         try:
-            directory.mkdir(exist_ok=True)
-            with open(tmp, "wb") as out:
-                np.savez(out, **arrays)
-            os.replace(tmp, directory / RUNNING_FILE)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+            folderio.make_dir(folder, directory)
+            folderio.write_atomic(folder, directory / RUNNING_FILE, lambda out: np.savez(out, **arrays))
+        except OSError:  # a full disk, a read-only folder: the previous file stays (a fresh temp name is removed)
             return
         self.saved_at = time.monotonic()
 
