@@ -101,10 +101,38 @@ Commit protocol
 A writer holds ``writer.lock``. To commit episodes it (1) if it must evict episodes to make room,
 first replaces ``meta.json`` with ``first_episode`` advanced past them; (2) grows the step files if
 needed (file size first, then the header's row count); (3) writes the rows, then the slot's entries in
-``episodes/`` and ``meta/``; (4) replaces ``meta.json`` atomically: write ``meta.json.tmp``, flush,
-fsync it, ``os.replace``. A process killed at any instant therefore leaves the last committed
-``meta.json`` describing intact data. With ``durable=True`` the writer also fsyncs the data files
-before step (4) and the folder after it, so a commit survives a power cut, not only a process crash.
+``episodes/`` and ``meta/``; (4) replaces ``meta.json`` atomically: write a fresh temp file
+``meta.json.<pid>.<random hex>.tmp`` (created exclusively), flush, fsync it, ``os.replace``. A process
+killed at any instant therefore leaves the last committed ``meta.json`` describing intact data; the next
+writer removes the temp files (``meta.json*.tmp``) it left when it takes the lock. With ``durable=True``
+the writer also fsyncs the data files before step (4) and the folder after it, so a commit survives a
+power cut, not only a process crash.
+
+Folders from strangers
+----------------------
+A store folder MAY come from anyone; a reader and a writer trust nothing in it. The path given to open
+a store is resolved once and MAY itself be a link (that is how a store goes on another disk); inside it:
+
+- A reader opens regular files only: it opens them without blocking (``O_NONBLOCK``) and checks them
+  with ``fstat``, so a FIFO, device or socket is refused, never waited on. It follows a link only when
+  the link resolves inside the folder; a link leading out (``/dev/zero``, a file elsewhere, a dangling
+  or looping link) is refused.
+- Reads are bounded: ``meta.json``, ``card.json``, ``priorities/*.json`` and ``ratelimit/*.json`` are at
+  most 4 MiB each (``folderio.MAX_JSON_BYTES``), ``checksums.sha256`` at most 4 MiB;
+  ``stats/running.npz`` at most 64 MiB, and its members MUST be the names above, each at most its
+  array's bytes plus 4 KiB: they are checked before any member is inflated. A ``.npy`` header is read
+  under numpy's header size limit.
+- A writer writes only inside the folder: every file it opens for writing is reached from the folder's
+  descriptor without following links (``O_NOFOLLOW`` on every part of the path); temp files are fresh
+  names created with ``O_EXCL``, then renamed; ``writer.lock`` is opened without following links.
+- Before its first write, a writer refuses a folder whose entries (``meta.json``, ``writer.lock``,
+  ``steps/``, ``meta/``, ``episodes/`` and their files, ``priorities/``, ``stats/``, ``ratelimit/``,
+  ``card.json``, ``README.md``, ``checksums.sha256``) are links of any kind, special files, or regular
+  files with more than one hard link. So a field file MUST NOT be linked to another disk: put the whole
+  folder there instead (or mount the disk at the folder).
+- A refused entry raises ``UnsafeEntryError`` naming it; ``verify`` reports every such entry, so a folder
+  ``verify`` calls OK is one the library neither leaks from nor hangs on. A store opened read-only
+  never writes a byte (a sampler asked to ``persist=True`` there is refused).
 """
 
 from __future__ import annotations

@@ -112,6 +112,7 @@ class EpisodeStore:
                     raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True to replace it")
                 meta = fmt.read_meta(folder)
                 check_matches(folder, meta, schema, capacity)
+                folderio.check_for_writing(folder, fmt.writer_entries(meta.schema))
                 return cls(folder, meta, writable=True, lock=lock, durable=durable)
             if schema is None or capacity is None:
                 raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
@@ -205,44 +206,55 @@ class EpisodeStore:
             info = os.stat(self.folder / fmt.META_FILE)
         return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
 
-    def live_table(self) -> EpisodeTable:
-        """The live episodes of ``meta`` (oldest first) with their entries in the episode table. The writer's
-        own store reads its own state. Any other reader gets a consistent snapshot while a writer in another
-        process (or another store object) commits: see ``_intact``."""
-        state, max_episodes = self.meta.state, self.meta.capacity.max_episodes
-        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
-        slots = ids % max_episodes
-        get = lambda name: np.asarray(self.table[name].array()[slots])
-        table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
-        if self.is_writer or not len(ids):
-            return table
-        return self._intact(table, get("id"))
-
-    def _intact(self, table: EpisodeTable, stored_ids: np.ndarray) -> EpisodeTable:
-        """The episodes of ``table`` whose entries were intact while they were read (a seqlock around the read).
+    def live_table(self, *, catch_up: bool = False) -> EpisodeTable:
+        """The live episodes (oldest first) with their entries in the episode table. The writer's own store
+        reads its own state. Any other reader gets a consistent snapshot while a writer in another process (or
+        another store object) commits, as a seqlock around the read of the table:
 
         A writer commits an eviction in meta.json before it reuses the evicted episode's slot or rows. So if
         meta.json is unchanged since ``meta`` was read (``read_stamp``) and every slot holds the id read for
         it (``episodes/id.npy``), the table is whole. Otherwise meta.json is read again: the episodes still
-        live then were never touched while their entries were read, and the ones evicted since are left out
-        (a view or sampler built on the table never draws them; the next refresh takes in the rest)."""
-        stamp = self.meta_stamp()  # after the reads of the table
-        if stamp == self.read_stamp and np.array_equal(stored_ids, table.ids):
+        live then were never touched while their entries were read; the ones evicted meanwhile are left out.
+        ``catch_up=True`` (views): then the newer meta.json is taken instead (as ``refresh`` does) and the
+        table read again, up to ``CONSISTENCY_RETRIES`` times."""
+        table, stored = self._table_of(self.meta.state)
+        if self.is_writer:
             return table
-        fresh = fmt.read_meta(self.folder)
-        if fresh.store_id != self.meta.store_id:
-            raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
-        live = table.ids >= fresh.state.first_episode
-        wrong = live & (stored_ids != table.ids)
-        if wrong.any():  # no writer reuses a live episode's slot: the table itself is damaged
-            i = int(np.argmax(wrong))
-            raise CorruptStoreError(
-                f"{self.folder}: episodes/id.npy does not match meta.json's live episodes (slot {table.slots[i]} "
-                f"must hold episode {table.ids[i]}, got {stored_ids[i]}); the episode table is damaged; "
-                f"`python -m memmap_replay verify {self.folder}` lists every problem of the folder")
-        if fresh.state == self.meta.state:
-            self.read_stamp = stamp  # ``meta`` is as read after this stamp: the next snapshot takes the fast way
-        return table if live.all() else table.select(live)
+        for attempt in range(CONSISTENCY_RETRIES if catch_up else 1):
+            if not len(table):
+                return table
+            stamp = self.meta_stamp()  # after the reads of the table
+            if stamp == self.read_stamp and np.array_equal(stored, table.ids):
+                return table
+            fresh = fmt.read_meta(self.folder)
+            if fresh.store_id != self.meta.store_id:
+                raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+            live = table.ids >= fresh.state.first_episode
+            wrong = live & (stored != table.ids)
+            if wrong.any():  # no writer reuses a live episode's slot: the table itself is damaged
+                i = int(np.argmax(wrong))
+                raise CorruptStoreError(
+                    f"{self.folder}: episodes/id.npy does not match meta.json's live episodes (slot "
+                    f"{table.slots[i]} must hold episode {table.ids[i]}, got {stored[i]}); the episode table is "
+                    f"damaged; `python -m memmap_replay verify {self.folder}` lists every problem of the folder")
+            if live.all():  # (episodes committed since are for the next refresh)
+                if fresh.state == self.meta.state:
+                    self.read_stamp = stamp  # ``meta`` is as read after this stamp: next time, the fast way
+                return table
+            if not catch_up or attempt == CONSISTENCY_RETRIES - 1:
+                break
+            self.read_stamp = stamp
+            self._adopt(fresh)
+            table, stored = self._table_of(fresh.state)
+        return table.select(live)
+
+    def _table_of(self, state: fmt.State) -> tuple[EpisodeTable, np.ndarray]:
+        """The table of ``state``'s live episodes as the slots hold it now, and the ids the slots hold."""
+        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
+        slots = ids % self.meta.capacity.max_episodes
+        get = lambda name: np.asarray(self.table[name].array()[slots])
+        table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
+        return table, (get("id") if not self.is_writer else ids)
 
     def step_array(self, name: str) -> np.ndarray:
         return self.steps[name].array()
