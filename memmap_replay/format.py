@@ -61,7 +61,14 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
   ``covers`` (episode ids below it are folded in), ``episodes`` (how many) and ``store_id``. A reader
   MUST treat it as a cache: a missing, damaged or other store's file is rebuilt from the live episodes.
 - A pack archive is a tar file (plain, gzip, bzip2, xz or zstd) holding those files and the manifest, as
-  regular files and folders only, under one top folder, with checksums.sha256 first.
+  regular files and folders only, under one top folder, in this order: the top folder, checksums.sha256,
+  card.json and README.md (when present), meta.json, then every other file. A reader (``unpack``) MUST
+  refuse any other member before meta.json (its size could not be checked), duplicates however spelled
+  (``./top/x`` is ``top/x``; empty, ``.`` and ``..`` parts are refused), and any member whose declared
+  size (for a sparse member, GNU or PAX, its real size) or stored size exceeds its limit, before reading
+  its data: 4 MiB for meta.json, 64 MiB for checksums.sha256, card.json and README.md, what the capacity
+  in meta.json allows for the others, and in all ``max_bytes``; tar headers take at most 64 KiB per
+  member and 64 MiB in all.
 - ``overwrite`` deletes ``stats/``, ``ratelimit/`` and ``checksums.sha256`` with the store; card.json and
   README.md stay.
 

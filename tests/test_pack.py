@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import (CorruptStoreError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreLockedError,
+from memmap_replay import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreLockedError,
                            StoreNotFoundError, UnsupportedFormatError, verify)
 from memmap_replay.card import read_card
 from memmap_replay.checksums import MANIFEST, write_manifest
@@ -157,7 +158,8 @@ def test_a_failed_pack_leaves_no_archive(store, tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tarfile.TarFile, "addfile", broken)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFullError, match=r"no space left on the device \(or quota\) to write the archive .*data\.tar\.gz "
+                                            r"\(No space left on device\); no archive was written"):
         pack(store, tmp_path / "data.tar.gz")
     assert not (tmp_path / "data.tar.gz").exists() and leftovers(tmp_path) == []
 
@@ -409,3 +411,407 @@ def test_cli_help_teaches(capsys):
         text = capsys.readouterr().out
         for word in (*words, "exit codes:"):
             assert word in text, (command, word)
+
+
+# ---- unpack's limits: re-spelled duplicates, bombs before and after meta.json, sparse members ----------------
+
+pack_module = sys.modules["memmap_replay.pack"]
+GIB = 1 << 30
+READ_BOUND = 2 << 20  # a refused archive may make unpack read (from the archive file plus out of members) this much
+
+
+class ReadTooMuch(BaseException):
+    """Raised by the read counter past its bound (a BaseException, so that nothing on the way swallows it)."""
+
+
+@pytest.fixture
+def read_counter(monkeypatch):
+    """Counts the bytes unpack reads from the archive file and out of its members; raises past READ_BOUND."""
+    count = {"bytes": 0}
+
+    def add(data):
+        count["bytes"] += len(data)
+        if count["bytes"] > READ_BOUND:
+            raise ReadTooMuch(f"unpack read {count['bytes']} bytes, more than {READ_BOUND}")
+        return data
+
+    class Reader:
+        def __init__(self, file):
+            self.file = file
+
+        def read(self, *args):
+            return add(self.file.read(*args))
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+    real_open, real_extract = open, tarfile.TarFile.extractfile
+    monkeypatch.setattr(pack_module, "open", lambda *args, **kwargs: Reader(real_open(*args, **kwargs)), raising=False)
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, member: Reader(real_extract(self, member)))
+    return count
+
+
+def members_of(archive: Path) -> list:
+    with tarfile.open(archive) as tar:
+        return [(info, tar.extractfile(info).read() if info.isreg() else None) for info in tar.getmembers()]
+
+
+def write_tar(path: Path, members) -> Path:
+    """A plain tar of (TarInfo or a raw header, payload): payload is bytes, None, or (prefix, size): ``size``
+    bytes of data of which all but ``prefix`` are a hole in the archive file (cheap however large)."""
+    with open(path, "wb") as out:
+        for info, payload in members:
+            out.write(info if isinstance(info, bytes) else info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+            if isinstance(payload, tuple):
+                prefix, size = payload
+                out.write(prefix)
+                out.seek(-(-size // 512) * 512 - len(prefix), os.SEEK_CUR)
+            elif payload:
+                out.write(payload + bytes(-len(payload) % tarfile.BLOCKSIZE))
+        out.write(bytes(2 * tarfile.BLOCKSIZE))
+        out.truncate()
+    return path
+
+
+def regular(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    return info
+
+
+def gnu_sparse(name: str, realsize: int, stored: int) -> bytes:
+    """An old-GNU sparse header (type 'S'): one data block of ``stored`` bytes, real size ``realsize``."""
+    info = regular(name, stored)
+    info.type = tarfile.GNUTYPE_SPARSE
+    buf = bytearray(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+    buf[386:410] = tarfile.itn(0, 12, tarfile.GNU_FORMAT) + tarfile.itn(stored, 12, tarfile.GNU_FORMAT)
+    buf[483:495] = tarfile.itn(realsize, 12, tarfile.GNU_FORMAT)
+    buf[148:156] = b" " * 8
+    buf[148:156] = b"%06o\0 " % sum(buf)
+    return bytes(buf)
+
+
+def pax_sparse(name: str, realsize: int, version: str) -> tuple[tarfile.TarInfo, bytes]:
+    """A PAX sparse member (GNU's 0.0, 0.1 or 1.0 format) with one 512-byte data block."""
+    data = b"x" * 512
+    if version == "1.0":
+        info = regular(f"{name.rpartition('/')[0]}/GNUSparseFile.0/{name.rpartition('/')[2]}", 1024)
+        info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": name,
+                            "GNU.sparse.realsize": str(realsize)}
+        return info, b"1\n0\n512\n".ljust(512, b"\0") + data
+    info = regular(name, 512)
+    info.pax_headers = ({"GNU.sparse.size": str(realsize), "GNU.sparse.numblocks": "1", "GNU.sparse.offset": "0",
+                         "GNU.sparse.numbytes": "512"} if version == "0.0" else
+                        {"GNU.sparse.size": str(realsize), "GNU.sparse.map": "0,512"})
+    return info, data
+
+
+def pax_record(keyword: str, value: str) -> bytes:
+    body = f" {keyword}={value}\n"
+    length = len(body) + 1
+    length = len(body) + len(str(length + len(str(length))))
+    return f"{length}{body}".encode()
+
+
+def pax_bomb(size: int) -> tuple[tarfile.TarInfo, tuple]:
+    """A PAX extended header whose records take ``size`` bytes (one comment, then zeros tarfile reads whole)."""
+    info = regular("././@PaxHeader", size)
+    info.type = tarfile.XHDTYPE
+    return info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"), (pax_record("comment", "hi"), size)
+
+
+def with_member(good: list, new: list, *, before: str = "store/meta.json", after: str | None = None) -> list:
+    """The good members with ``new`` inserted before the member named ``before`` (or after ``after``)."""
+    out = []
+    for info, data in good:
+        if info.name == before and after is None:
+            out.extend(new)
+        out.append((info, data))
+        if info.name == after:
+            out.extend(new)
+    return out
+
+
+def bomb_archive(kind: str, good: list, tmp_path: Path) -> Path:
+    steps = "store/steps/obs.npy"
+    if kind == "zeros-before-meta.tar.gz":  # the issue's case: a data file of zeros before meta.json, compressed
+        members = with_member(good, [(regular("store/stats/zeros.npy", 32 << 20), (b"", 32 << 20))])
+        plain = write_tar(tmp_path / "plain.tar", members)
+        import gzip
+        (tmp_path / "bomb.tar.gz").write_bytes(gzip.compress(plain.read_bytes(), 1))
+        return tmp_path / "bomb.tar.gz"
+    members = {
+        "data-before-meta": lambda: with_member(good, [(regular(steps, 2 * GIB), (b"", 2 * GIB))]),
+        "gnu-sparse-before-meta": lambda: with_member(good, [(gnu_sparse(steps, 64 * GIB, 512), b"x" * 512)]),
+        "pax-sparse-1.0-before-meta": lambda: with_member(good, [pax_sparse(steps, 64 * GIB, "1.0")]),
+        "meta-too-large": lambda: [(regular("store/meta.json", 8 << 20), (b"{", 8 << 20)) if info.name == "store/meta.json"
+                                   else (info, data) for info, data in good],
+        "gnu-sparse-after-meta": lambda: with_member(good, [(gnu_sparse("store/stats/s.npy", 64 * GIB, 512), b"x" * 512)],
+                                                     after="store/meta.json"),
+        "pax-sparse-0.0-after-meta": lambda: with_member(good, [pax_sparse("store/stats/s.npy", 64 * GIB, "0.0")],
+                                                         after="store/meta.json"),
+        "pax-sparse-0.1-after-meta": lambda: with_member(good, [pax_sparse("store/stats/s.npy", 64 * GIB, "0.1")],
+                                                         after="store/meta.json"),
+        "pax-sparse-1.0-after-meta": lambda: with_member(good, [pax_sparse("store/stats/s.npy", 64 * GIB, "1.0")],
+                                                         after="store/meta.json"),
+        "sparse-stores-more-than-it-declares": lambda: with_member(
+            good, [(gnu_sparse("store/stats/s.npy", 1000, 256 << 20), (b"x" * 512, 256 << 20))], after="store/meta.json"),
+        "stats-bomb-after-meta": lambda: with_member(good, [(regular("store/stats/big.npy", GIB), (b"", GIB))],
+                                                     after="store/meta.json"),
+        "field-bomb-after-meta": lambda: with_member(good, [(regular("store/steps/other.npy", GIB), (b"", GIB))],
+                                                     after="store/meta.json"),
+        "bomb-after-unreadable-meta": lambda: with_member(
+            [(regular(info.name, 8), b"not json") if info.name == "store/meta.json" else (info, data)
+             for info, data in good], [(regular("store/stats/big.npy", GIB), (b"", GIB))], after="store/meta.json"),
+        "pax-header-bomb": lambda: with_member(good, [pax_bomb(256 << 20)], after="store/meta.json"),
+        "pax-header-bomb-first": lambda: [pax_bomb(256 << 20), *good],
+    }[kind]()
+    return write_tar(tmp_path / "bomb.tar", members)
+
+
+BOMBS = {
+    "zeros-before-meta.tar.gz": r"'store/stats/zeros\.npy' comes before meta\.json; a pack archive holds meta\.json "
+                                r"before the store's data files",
+    "data-before-meta": r"'store/steps/obs\.npy' comes before meta\.json",
+    "gnu-sparse-before-meta": r"'store/steps/obs\.npy' comes before meta\.json",
+    "pax-sparse-1.0-before-meta": r"'store/steps/obs\.npy' comes before meta\.json",
+    "meta-too-large": r"'store/meta\.json' declares 8388608 bytes \(expected at most 4194304 for this file\)",
+    "gnu-sparse-after-meta": r"'store/stats/s\.npy' declares 68719476736 bytes as its real size \(a sparse member\)",
+    "pax-sparse-0.0-after-meta": r"'store/stats/s\.npy' declares 68719476736 bytes as its real size",
+    "pax-sparse-0.1-after-meta": r"'store/stats/s\.npy' declares 68719476736 bytes as its real size",
+    "pax-sparse-1.0-after-meta": r"'store/stats/s\.npy' declares 68719476736 bytes as its real size",
+    "sparse-stores-more-than-it-declares": r"'store/stats/s\.npy' takes 268435456 bytes in the archive \(expected at "
+                                           r"most \d+ for this file\)",
+    "stats-bomb-after-meta": r"'store/stats/big\.npy' declares 1073741824 bytes \(expected at most \d+ for this file\)",
+    "field-bomb-after-meta": r"'store/steps/other\.npy' declares 1073741824 bytes \(expected at most 65536 for this",
+    "bomb-after-unreadable-meta": r"is refused: its meta\.json cannot be read \(.*not valid JSON",
+    "pax-header-bomb": r"is refused: its tar headers \(PAX records, long names or a sparse map\) take more than "
+                       r"64 KiB for one member",
+    "pax-header-bomb-first": r"is refused: its tar headers \(PAX records, long names or a sparse map\) take more "
+                             r"than 64 KiB for one member",
+}
+
+
+@pytest.mark.parametrize("kind", list(BOMBS))
+def test_bombs_are_refused_before_their_data_is_read(store, archive, tmp_path, read_counter, kind):
+    """Every member's declared size (the real size of a sparse one) and stored size is checked before its data
+    is read, members before meta.json included; unpack reads at most READ_BOUND bytes of a refused archive
+    (the counter raises past it: without the checks, unpack read gigabytes)."""
+    bomb = bomb_archive(kind, members_of(archive), tmp_path)
+    read_counter["bytes"] = 0
+    target = tmp_path / "unpacked" / "store"
+    with pytest.raises(CorruptStoreError, match=BOMBS[kind]):
+        unpack(bomb, target)
+    assert read_counter["bytes"] <= READ_BOUND
+    assert not target.exists() and leftovers(tmp_path / "unpacked") == []
+
+
+def test_a_sparse_member_within_the_limits_is_unpacked(store, archive, tmp_path):
+    """A sparse member is checked by its real size, not refused for being sparse: a stats file stored sparse
+    (as GNU tar -S writes it) unpacks to its real size, holes and all."""
+    good = members_of(archive)
+    body = b"y" * 512
+    header = gnu_sparse("store/stats/sparse.npy", 4096, 512)
+    members = with_member(good, [(header, body)], after="store/meta.json")
+    bad = write_tar(tmp_path / "sparse.tar", members)
+    with pytest.raises(CorruptStoreError, match=r"does not match its own checksums.*stats/sparse\.npy"):
+        unpack(bad, tmp_path / "out")  # not in the manifest: refused there, after being read within its limits
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+RESPELLED = {
+    "dot-slash": ("./store/meta.json", r"'\./store/meta\.json' appears twice \(as 'store/meta\.json': the same path "
+                                       r"spelled otherwise\)"),
+    "dot-slash-data": ("./store/steps/obs.npy", r"'\./store/steps/obs\.npy' appears twice \(as 'store/steps/obs\.npy'"),
+    "double-slash": ("store//meta.json", r"'store//meta\.json' has a '\.\.', '\.' or empty part"),
+    "dot-part": ("store/./meta.json", r"'store/\./meta\.json' has a '\.\.', '\.' or empty part"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESPELLED))
+def test_respelled_duplicates_are_refused(store, archive, tmp_path, kind):
+    """Duplicates are found by normalized path: `./store/meta.json` after `store/meta.json` was a bare
+    FileExistsError."""
+    name, match = RESPELLED[kind]
+    bad = rebuild(archive, tmp_path / "bad.tar", extra=[member(name, data=b"{}")])
+    with pytest.raises(CorruptStoreError, match=match):
+        unpack(bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_a_file_where_another_member_needs_a_folder_is_refused(store, archive, tmp_path):
+    """stats/a as a file, then stats/a/b: was a bare FileExistsError from mkdir."""
+    bad = rebuild(archive, tmp_path / "bad.tar", extra=[member("store/stats/a", data=b"1"),
+                                                        member("store/stats/a/b", data=b"2")])
+    with pytest.raises(CorruptStoreError, match=r"'store/stats/a/b' needs 'a' to be a folder, but another member made "
+                                                r"it a file"):
+        unpack(bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+# ---- fault injection: every os/file call pack.py makes fails once, at each position in turn ----------------
+
+import errno  # noqa: E402
+import hashlib  # noqa: E402
+
+from memmap_replay import ReadOnlyError, ReplayError  # noqa: E402
+from memmap_replay.errors import StoreIOError  # noqa: E402
+
+FAULTS = {errno.ENOSPC: (DiskFullError, r"no space left on the device \(or quota\) to .*free some space"),
+          errno.EACCES: (ReadOnlyError, r"no permission to .*choose a place you may write to"),
+          errno.EIO: (StoreIOError, r"the system failed to .*check the disk")}
+OS_CALLS = ("open", "fdopen", "mkdir", "rmdir", "rename", "replace", "fsync", "fstat", "stat", "unlink")
+FILE_CALLS = ("read", "write", "seek", "truncate", "flush")
+
+
+class Faults:
+    """Counts the calls pack.py makes to the os module, to ``open`` and to the files it opens; the ``at``-th
+    one fails with OSError(``code``) (a close fails after closing, as on NFS)."""
+
+    def __init__(self):
+        self.calls, self.at, self.code, self.hit = 0, None, None, None
+
+    def arm(self, at, code):
+        self.calls, self.at, self.code, self.hit = 0, at, code, None
+
+    def tick(self, site):
+        self.calls += 1
+        if self.calls == self.at:
+            self.hit = site
+            raise OSError(self.code, os.strerror(self.code))
+
+
+class FaultyFile:
+    def __init__(self, file, faults):
+        self._file, self._faults = file, faults
+
+    def __getattr__(self, name):
+        real = getattr(self._file, name)
+        if name not in FILE_CALLS:
+            return real
+
+        def call(*args, **kwargs):
+            self._faults.tick(name)
+            return real(*args, **kwargs)
+        return call
+
+    def close(self):
+        if not self._file.closed:
+            self._file.close()
+            self._faults.tick("close")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FaultyOS:
+    def __init__(self, faults):
+        self._faults = faults
+
+    def __getattr__(self, name):
+        real = getattr(os, name)
+        if name not in OS_CALLS:
+            return real
+
+        def call(*args, **kwargs):
+            self._faults.tick(name)
+            result = real(*args, **kwargs)
+            return FaultyFile(result, self._faults) if name == "fdopen" else result
+        return call
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    found = Faults()
+
+    def faulty_open(*args, **kwargs):
+        found.tick("open")
+        return FaultyFile(open(*args, **kwargs), found)
+
+    monkeypatch.setattr(pack_module, "os", FaultyOS(found))
+    monkeypatch.setattr(pack_module, "open", faulty_open, raising=False)
+    return found
+
+
+def tree(folder: Path) -> dict:
+    return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("code", list(FAULTS), ids=errno.errorcode.get)
+def test_pack_fault_injection(store, tmp_path, faults, code):
+    """The n-th call fails, for every n along pack: only the mapped ReplayError escapes, naming the file;
+    no archive and no temporary file are left; the store is unchanged."""
+    write_manifest(store)  # so pack writes nothing into the store
+    before, out = tree(store), tmp_path / "out"
+    out.mkdir()
+    faults.arm(None, code)
+    pack(store, out / "dry.tar.gz")
+    total = faults.calls
+    (out / "dry.tar.gz").unlink()
+    assert total > 40, total
+    error, match = FAULTS[code]
+    for at in range(1, total + 1):
+        faults.arm(at, code)
+        with pytest.raises(ReplayError) as raised:
+            pack(store, out / "data.tar.gz")
+        assert isinstance(raised.value, error) and re.search(match, str(raised.value)), (at, faults.hit, raised.value)
+        assert re.search(r"(data\.tar\.gz|store/\S+).*no archive was written", str(raised.value)), str(raised.value)
+        assert faults.hit and list(out.iterdir()) == [], (at, faults.hit, list(out.iterdir()))
+        assert tree(store) == before
+    faults.arm(None, code)
+    pack(store, out / "data.tar.gz")  # and the next try works
+    unpack(out / "data.tar.gz", tmp_path / "copy")
+    same_data(store, tmp_path / "copy")
+
+
+@pytest.mark.parametrize("into, code", [(into, code) for into in ("new", "replace") for code in FAULTS]
+                         + [("empty", errno.ENOSPC)], ids=lambda value: errno.errorcode.get(value, value))
+def test_unpack_fault_injection(store, tmp_path, faults, code, into):
+    """The n-th call fails, for every n along unpack (into a new folder, an empty one, or replacing a store):
+    only the mapped ReplayError escapes; no temporary folder is left; the archive and a replaced store are
+    unchanged (and an empty folder is still there)."""
+    write_manifest(store)
+    good = pack(store, tmp_path / "data.tar.gz").archive
+    archive_hash = hashlib.sha256(good.read_bytes()).hexdigest()
+    parent = tmp_path / "place"
+    parent.mkdir()
+    target = parent / "target"
+    if into == "empty":
+        target.mkdir()
+    elif into == "replace":
+        with ReplayBuffer(target, max_episodes=2, max_timesteps=4, fields=dict(x="float")) as other:
+            other.store_episode(x=np.arange(3, dtype=np.float32))
+    before = tree(target) if into == "replace" else None
+    faults.arm(None, code)
+    unpack(good, parent / "dry")
+    total = faults.calls
+    shutil.rmtree(parent / "dry")
+    assert total > 40, total
+    error, match = FAULTS[code]
+    for at in range(1, total + 1):
+        faults.arm(at, code)
+        with pytest.raises(ReplayError) as raised:
+            unpack(good, target, overwrite=into == "replace")
+        assert isinstance(raised.value, error) and re.search(match, str(raised.value)), (at, faults.hit, raised.value)
+        assert "nothing was unpacked" in str(raised.value), str(raised.value)
+        assert faults.hit and leftovers(parent) == [], (at, faults.hit, leftovers(parent))
+        if into == "replace":
+            assert tree(target) == before, (at, faults.hit)
+        elif into == "empty":
+            assert target.is_dir() and list(target.iterdir()) == [], (at, faults.hit)
+        else:
+            assert not target.exists(), (at, faults.hit)
+        assert hashlib.sha256(good.read_bytes()).hexdigest() == archive_hash
+    faults.arm(None, code)
+    unpack(good, target, overwrite=into == "replace")
+    same_data(store, target)

@@ -13,8 +13,10 @@ from .checksum import SHARE_EXIT_CODES, add_common, guarded, show_progress
 UNPACK_HELP = f"""\
 Unpack an archive written by `pack` into FOLDER, trusting nothing in it: only plain files and folders
 of a store's layout under one top folder are accepted (no absolute paths, no '..', no links, no
-devices, no other files, sizes within what meta.json allows). Everything is extracted into a temporary
-folder beside FOLDER, checked against the archive's checksums.sha256 and by `verify`, and only then
+devices, no other files, no duplicates however spelled, sizes within what meta.json allows). Sizes are
+checked before any data is read: before meta.json only checksums.sha256, card.json and README.md may come
+(as `pack` writes them), and a sparse member counts with its real size. Everything is extracted into a
+temporary folder beside FOLDER, checked against the archive's checksums.sha256 and by `verify`, and only then
 renamed to FOLDER: a refused or interrupted unpack leaves nothing behind. Sparse files stay sparse.
 
 FOLDER must not exist or be empty; --overwrite replaces a store there (and nothing else).
