@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..checksums import MANIFEST, check_manifest, read_manifest, store_folder, write_manifest
 from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, StoreLockedError,
-                      StoreNotFoundError, UnsupportedFormatError)
+                      StoreIOError, StoreNotFoundError, UnsupportedFormatError)
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
 
 SHARE_EXIT_CODES = f"""exit codes:
@@ -72,7 +72,7 @@ def guarded(args: argparse.Namespace, action: Callable[[], int], *, folder_is_st
         return not_a_store(args, str(error)) if folder_is_store else fail(args, str(error), EXIT_USAGE)
     except (InvalidDataError, UnsupportedFormatError, StoreLockedError) as error:
         return fail(args, str(error), EXIT_USAGE)
-    except (CorruptStoreError, DiskFullError) as error:
+    except (CorruptStoreError, DiskFullError, StoreIOError) as error:  # damage, or the disk failed us
         return fail(args, str(error), EXIT_PROBLEMS)
     except OSError as error:  # a path the user gave that cannot be read or written
         return fail(args, f"{error.filename or ''}: {error.strerror or error}".lstrip(": "), EXIT_USAGE)
