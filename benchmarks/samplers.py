@@ -2,7 +2,8 @@
 
 "dreamer-small": 200 episodes x 500 steps; step fields image uint8 (3,64,64), action float32 (6,), reward
 float32 (), done bool (); meta field task_id int. Written once with ``store_episode`` from seeded data
-(``read.write_ours``), then opened with ``ReplayBuffer.from_folder(read_only=True)``. Every sampler reads
+(``read.write_ours``), then opened with ``ReplayBuffer.from_folder(read_only=True)`` (writable for
+``persist=True``, which a read-only store refuses). Every sampler reads
 ``fields=('image', 'action', 'reward')`` and no meta field, with a fixed ``seed``:
 
 - uniform T  ``buffer.sampler('uniform')``: ``sampler.batch(256)`` per iteration;
@@ -86,6 +87,8 @@ class SamplerCase:
     def open(self, buffer: ReplayBuffer):
         if self.persist:  # every run starts from the same priorities: none stored yet
             shutil.rmtree(buffer.episode_store.folder / "priorities", ignore_errors=True)
+            if not buffer.episode_store.writable:  # a read-only store never writes: persisting needs a writable one
+                self.writable = buffer = ReplayBuffer.from_folder(buffer.episode_store.folder)
         return buffer.sampler(self.kind, fields=READ, meta_fields=(), seed=SEED, **self.options)
 
 
