@@ -27,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memmap_replay import ReplayBuffer, SampleExpiredError
+from memmap_replay import InvalidDataError, RateLimiter, ReplayBuffer, SampleExpiredError
 from memmap_replay.loader import BatchIndexSampler
 
 KINDS = ("good", "stale", "torn", "wrong_meta")
+NSTEP = 3  # the n of an n-step reader
 SHARD_BITS = 20  # a writer's global episode number: shard << SHARD_BITS | episode id
 CHECK_WEIGHTS = np.random.default_rng(20240601).integers(1, 1 << 20, size=4096, dtype=np.int64)
 
@@ -54,6 +55,7 @@ class Live:
     FIRST_WAIT: float  # how long a reader waits for the first committed episode
     STEPWISE_EVERY: int  # a writer writes step by step every STEPWISE_EVERY-th episode id, else whole episodes
     SEED_STRIDE: int  # a view reader's epoch seed: seed * SEED_STRIDE + epoch
+    WINDOW = 3  # the windows of a sequence reader
 
     def payload(self, h, gid) -> dict:
         """The fields other than eid, t and check of rows with scrambled keys ``h`` of episodes ``gid``."""
@@ -174,6 +176,73 @@ class Live:
             tally.last_ids = [buffer.episode_store.meta.state.first_episode]
         tally.save(result)
 
+    def prioritized_reader(self, folder, stop_file, result, seed, kind="prioritized", batch_size=64):
+        """A sampler of ``kind`` following the writer by itself (``follow="disk"``, no refresh() of ours) whose
+        every batch is checked and then handed back to ``update_priorities`` with its own ``_key``:
+
+        - "prioritized": single steps; "nstep": ``n_steps=3`` (the rows at t and the next rows at t + 3 checked);
+        - "sequence": prioritized windows of ``WINDOW`` steps (one priority per window);
+        - "limited": prioritized single steps behind an in-memory ``RateLimiter`` (``wrap_sampler``);
+        - "uniform": the uniform sampler, following the writer by itself (no priorities).
+
+        An update refused (``InvalidDataError`` for the batch's own keys) is counted in ``refused``; any other
+        error ends the reader with its traceback."""
+        deadline = time.monotonic() + self.LIFETIME
+        tally = Tally()
+        rng = np.random.default_rng([seed, 7])
+        window = self.WINDOW if kind == "sequence" else None
+        with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+            wait_for_episodes(buffer, time.monotonic() + self.FIRST_WAIT)
+            tally.first_ids = [buffer.episode_store.meta.state.first_episode]
+            options = dict(seed=seed, follow="disk")
+            if kind == "nstep":
+                options.update(n_steps=NSTEP)
+            if kind == "sequence":
+                options.update(window=window)
+            sampler = buffer.sampler({"limited": "prioritized", "nstep": "prioritized"}.get(kind, kind), **options)
+            counting(sampler.view, tally)
+            limiter = None
+            if kind == "limited":
+                limiter = RateLimiter(1.0, error_buffer=1 << 40)
+                sampler = limiter.wrap_sampler(sampler)
+            while not stopped(stop_file, deadline):
+                if limiter is not None:
+                    limiter.inserted(batch_size)  # as an actor would: room for one more batch
+                before = tally.expired
+                try:
+                    batch = sampler.batch(batch_size)
+                except SampleExpiredError:  # every redraw expired too: counted, and no row was returned
+                    tally.failed += 1
+                    continue
+                tally.redrawn += tally.expired > before
+                keys = batch["_key"].numpy()
+                ids, t = np.divmod(keys, self.MAX_T)
+                tags = batch["tag"].numpy()
+                if window is not None:
+                    self.check(tally, self.numpy_batch(batch, window), np.repeat(ids, window),
+                               (t[:, None] + np.arange(window)).reshape(-1), np.repeat(tags, window))
+                elif kind == "nstep":  # and the next rows, where the 3 steps stay inside the episode (else zeros)
+                    lengths = np.array([self.episode_length(i) for i in ids], dtype=np.int64)
+                    inside = (batch["n_step_lens"].numpy() == NSTEP) & (t + NSTEP < lengths)
+                    got = {name: np.concatenate([batch[name].numpy(), batch[f"next_{name}"].numpy()[inside]])
+                           for name in self.FIELDS}
+                    self.check(tally, got, np.concatenate([ids, ids[inside]]), np.concatenate([t, t[inside] + NSTEP]),
+                               np.concatenate([tags, tags[inside]]))
+                else:
+                    self.check(tally, self.numpy_batch(batch), ids, t, tags)
+                if kind != "uniform":
+                    try:
+                        tally.updated += sampler.update_priorities(batch["_key"], rng.random(len(keys)) + 1e-3)
+                    except InvalidDataError as error:  # the batch's own keys must never be refused
+                        tally.refused += 1
+                        tally.refusals = (tally.refusals + [str(error)[:200]])[:4]
+                    tally.dropped = sampler.dropped
+                if tally.batches == 1:
+                    ready(result)
+            buffer.refresh()
+            tally.last_ids = [buffer.episode_store.meta.state.first_episode]
+        tally.save(result)
+
     def view_reader(self, folder, stop_file, result, seed, batch_size=32, window=3):
         """A plain window view read through a BatchIndexSampler; on SampleExpiredError, refresh and build the
         view again (what the README tells a DataLoader user to do)."""
@@ -218,6 +287,10 @@ class Tally:
         self.expired = 0  # SampleExpiredError raised by a view
         self.redrawn = 0  # batches drawn again (or views built again) after it
         self.failed = 0  # sampler.batch() calls that raised it after all their redraws
+        self.updated = 0  # priority updates applied (prioritized readers)
+        self.dropped = 0  # ... dropped, their episode evicted since the draw (the sampler's ``dropped``)
+        self.refused = 0  # update_priorities calls that refused the batch's own keys (must be 0)
+        self.refusals = []  # the first few of their messages
         self.first_ids = None  # per store: the oldest live episode id when reading began
         self.last_ids = None  # ... and when it ended: the evictions in between happened while reading
         self.examples = []
@@ -251,12 +324,16 @@ class Tally:
         for name, value in vars(other).items():
             if name == "examples":
                 self.examples = (self.examples + value)[:6]
+            elif name == "refusals":
+                self.refusals = (self.refusals + value)[:4]
             elif name not in ("first_ids", "last_ids"):
                 setattr(self, name, getattr(self, name) + value)
 
     def __repr__(self):
         return (f"{self.batches} batches, {self.rows} rows: {self.stale} stale, {self.torn} torn, {self.wrong_meta} "
                 f"wrong meta; {self.expired} SampleExpiredError, {self.redrawn} redrawn, {self.failed} failed; "
+                f"{self.updated} priority updates applied, {self.dropped} dropped, {self.refused} refused "
+                f"{self.refusals}; "
                 f"oldest id {self.first_ids} -> {self.last_ids}; e.g. {self.examples}")
 
 

@@ -167,11 +167,13 @@ class StoreView(Dataset):
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
     def _snapshot(self, store: EpisodeStore) -> None:
+        # the table first: reading it consistently may take a newer meta.json (store.live_table), whose
+        # state and stamp are then the snapshot's.
+        self.table = select_episodes(store, self.filter_meta)
         # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
         # first check after a gather then reads meta.json again, once)
         self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
         state = store.meta.state
-        self.table = select_episodes(store, self.filter_meta)
         self.state = (state.first_episode, state.next_episode)
 
     kind = "trajectories"  # names a sampler's priorities by default
@@ -403,8 +405,8 @@ class StoreView(Dataset):
 def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
     """The live episodes whose meta values equal every value of ``filter_meta``."""
     if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
-        return store.live_table()
-    table = store.live_table()
+        return store.live_table(catch_up=True)
+    table = store.live_table(catch_up=True)
     keep = np.ones(len(table), dtype=bool)
     for name in filter_meta:
         spec = store.schema.meta_fields[name]

@@ -46,6 +46,18 @@ class EpisodeTable:
         where = np.minimum(np.searchsorted(known, ids), len(known) - 1)
         return where if np.array_equal(known[where], ids) else None
 
+    def unchanged(self, other: "EpisodeTable") -> tuple[np.ndarray, np.ndarray]:
+        """Masks over this table and ``other`` of the episodes both hold with the same entry (id, slot, start,
+        length, end, final): what a sampler keeps its state for when the table is replaced by ``other``."""
+        _, mine, theirs = np.intersect1d(self.ids, other.ids, assume_unique=True, return_indices=True)
+        same = np.ones(len(mine), dtype=bool)
+        for column in ("slots", "start", "length", "end", "final"):
+            same &= getattr(self, column)[mine] == getattr(other, column)[theirs]
+        kept, kept_other = np.zeros(len(self), dtype=bool), np.zeros(len(other), dtype=bool)
+        kept[mine[same]] = True
+        kept_other[theirs[same]] = True
+        return kept, kept_other
+
     @property
     def reach(self) -> np.ndarray:
         """Per episode, how far transitions may look ahead: to ``length`` (the row after the last step)

@@ -42,6 +42,7 @@ __all__ = ["PrioritizedSampler", "SequenceSampler"]
 
 MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
 FLOAT_MAX = float(np.finfo(np.float64).max)
+STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
 
 
 def priorities_name(name: Any) -> str:
@@ -213,12 +214,16 @@ class PrioritizedSampler(ReplaySampler):
             self.files.values[-1] = priority
 
     def _changed(self, old_table: EpisodeTable, old_positions) -> None:
+        """Leaves of episodes gone from the table go to 0, then new ones enter at the largest priority. An
+        episode is kept only if its whole entry (id, slot, start, length, end, final) is unchanged: if its
+        rows were different (a snapshot that held them wrong), the old rows go and the new ones come."""
         table = self.view.table
-        gone = ~np.isin(old_table.ids, table.ids)
+        kept, kept_new = old_table.unchanged(table)
+        gone = ~kept
         if gone.any():
             rows, _ = position_rows(old_positions, old_table, gone)
             self.tree.update(rows, 0.0)
-        new = ~np.isin(table.ids, old_table.ids)
+        new = ~kept_new
         if new.any():
             rows, _ = position_rows(self.view.positions, table, new)
             self._set(rows, np.full(len(rows), self.max_priority), table.select(new))
@@ -262,11 +267,32 @@ class PrioritizedSampler(ReplaySampler):
 
     def _draw(self, batch_size: int) -> Sample:
         tree = self.tree
-        rows, leaves = tree.sample_with_values(batch_size, self.rng)
-        episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
-        t = rows - self.view.table.start[episode]
+        for _ in range(STRAY_REDRAWS):
+            rows, leaves = tree.sample_with_values(batch_size, self.rng)
+            episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
+            t = rows - self.view.table.start[episode]
+            stray = self._stray(rows, episode, t)
+            if stray is None:
+                break
+            self.tree.update(rows[stray], 0.0)  # a leaf no position of the view owns: never drawn again
+        else:
+            raise CorruptStoreError(f"the sum tree of this sampler keeps drawing rows that no live episode holds "
+                                    f"(row {int(rows[stray][0])}); make the sampler again")
         weights = (tree.min / leaves) ** self.beta  # = (leaves / min) ** -beta, which could overflow
         return self.sample_of(episode, t, weights.astype(np.float32))
+
+    def _stray(self, rows: np.ndarray, episode: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+        """The draws whose row is no position of the view (a check, one gather and compare per batch), or None.
+        Every nonzero leaf is a position of a live episode: this keeps a broken invariant from ever handing
+        out a row of no episode (or of a neighbour, with t past its episode's end)."""
+        counts = getattr(self.view.positions, "counts", None)
+        if counts is not None:
+            bad = (t < 0) | (t >= counts[episode])
+        else:
+            listed = self._listed_rows
+            found = np.minimum(np.searchsorted(listed, rows), max(len(listed) - 1, 0))
+            bad = (t < 0) | (listed[found] != rows) if len(listed) else np.ones(len(rows), dtype=bool)
+        return np.flatnonzero(bad) if bad.any() else None
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import ReplayBuffer, SampleExpiredError, ShardSet, shard_folder
+from memmap_replay import InvalidDataError, ReplayBuffer, SampleExpiredError, ShardSet, shard_folder
+from memmap_replay.index import position_rows
 from memmap_replay.shards import SHARD_STRIDE
 
 from conftest import reap
@@ -62,6 +63,7 @@ LIVE = RingLive()
 episode_rows, classify, numpy_batch = LIVE.episode_rows, LIVE.classify, LIVE.numpy_batch
 # workers (forked from the Workers helper process, which finds them here by name)
 writer_main, sampler_reader, view_reader = LIVE.writer_main, LIVE.sampler_reader, LIVE.view_reader
+prioritized_reader = LIVE.prioritized_reader
 
 
 def check_store(folder, logs=None, shard=0, exited=False):
@@ -100,8 +102,9 @@ def wait_for_readers(workers, pids, results):
         time.sleep(0.001)
 
 
-def shard_reader(root, shards, stop_file, result, seed, batch_size=64):
-    """A ShardSet's uniform sampler across ``shards`` ring shards while their writers write."""
+def shard_reader(root, shards, stop_file, result, seed, kind="uniform", batch_size=64):
+    """A ShardSet's sampler of ``kind`` across ``shards`` ring shards while their writers write (a prioritized
+    one's batches go back to ``update_priorities`` with their own keys: a refusal is counted)."""
     deadline = time.monotonic() + LIFETIME
     tally = Tally()
     while sum((shard_folder(root, k) / "meta.json").exists() for k in range(shards)) < shards:
@@ -115,7 +118,8 @@ def shard_reader(root, shards, stop_file, result, seed, batch_size=64):
         time.sleep(0.001)
         shard_set.refresh()
     tally.first_ids = [store.meta.state.first_episode for store in shard_set.stores]
-    sampler = shard_set.sampler("uniform", seed=seed)
+    sampler = shard_set.sampler(kind, seed=seed)
+    rng = np.random.default_rng(seed)
     for sub in sampler.samplers:
         counting(sub.view, tally)
     while not stopped(stop_file, deadline):
@@ -130,6 +134,12 @@ def shard_reader(root, shards, stop_file, result, seed, batch_size=64):
         keys = batch["_key"].numpy()
         shard, (ids, t) = keys % SHARD_STRIDE, np.divmod(keys // SHARD_STRIDE, MAX_T)
         LIVE.check(tally, numpy_batch(batch), shard << SHARD_BITS | ids, t, batch["tag"].numpy())
+        if kind == "prioritized":
+            try:
+                tally.updated += sampler.update_priorities(batch["_key"], rng.random(len(keys)) + 1e-3)
+            except InvalidDataError as error:  # the batch's own keys must never be refused
+                tally.refused += 1
+                tally.refusals = (tally.refusals + [str(error)[:200]])[:4]
         if tally.batches == 1:
             ready(result)
     shard_set.refresh()
@@ -255,10 +265,12 @@ class WrongRows(AssertionError):
 
 
 def expect_only_good_rows(**tallies):
-    """The last check of a live test: raise WrongRows if any reader got a wrong row."""
-    wrong = {name: tally for name, tally in tallies.items() if tally.wrong}
+    """The last check of a live test: raise WrongRows if any reader got a wrong row, or had the keys of its
+    own batches refused by update_priorities."""
+    wrong = {name: tally for name, tally in tallies.items() if tally.wrong or tally.refused}
     if wrong:
-        raise WrongRows("readers got wrong rows: " + "; ".join(f"{name}: {tally}" for name, tally in wrong.items()))
+        raise WrongRows("readers got wrong rows or refusals: " + "; ".join(f"{name}: {tally}"
+                                                                           for name, tally in wrong.items()))
 
 
 # ---- a: readers against one ring writer ---------------------------------------------------------------------
@@ -304,17 +316,43 @@ def test_readers_in_other_processes_while_a_ring_writer_overwrites(tmp_path, wor
     expect_only_good_rows(**tallies)
 
 
+SAMPLER_KINDS = ("prioritized", "nstep", "sequence", "limited", "uniform")  # live_checks.Live.prioritized_reader
+
+
+def test_samplers_following_a_ring_writer_in_another_process_get_their_keys_rows(tmp_path, workers):
+    """Prioritized (steps, n-step, rate-limited), sequence and uniform samplers with follow="disk" against a
+    ring writer: every row is the row its _key names, and update_priorities takes every batch's own keys."""
+    folder, stop, log = tmp_path / "ring", tmp_path / "stop", tmp_path / "writer.log"
+    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
+    writer = workers.start(writer_main, folder, stop, log)
+    results = {kind: tmp_path / f"{kind}.json" for kind in SAMPLER_KINDS}
+    readers = [workers.start(prioritized_reader, folder, stop, path, seed, kind)
+               for seed, (kind, path) in enumerate(results.items(), 10)]
+    wait_for_readers(workers, readers, results.values())
+    time.sleep(READ_SECONDS)
+    stop.touch()
+    for pid in readers + [writer]:
+        workers.finish(pid)
+    tallies = {name: Tally.load(path) for name, path in results.items()}
+    check_readers_exercised(tallies)
+    check_store(folder, [log], exited=True)
+    expect_only_good_rows(**tallies)
+    for kind in SAMPLER_KINDS[:-1]:
+        assert tallies[kind].updated > 0, f"{kind}: {tallies[kind]}"
+
+
 # ---- b: several ring writers into shards, one reader across them ------------------------------------------------
 
 SHARDS = 3
 
 
-def test_a_shard_set_reader_while_several_ring_writers_overwrite(tmp_path, workers):
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_shard_set_reader_while_several_ring_writers_overwrite(tmp_path, workers, kind):
     root, stop = tmp_path / "shards", tmp_path / "stop"
     logs = [tmp_path / f"writer{k}.log" for k in range(SHARDS)]
     writers = [workers.start(writer_main, shard_folder(root, k), stop, logs[k], k, True) for k in range(SHARDS)]
     result = tmp_path / "reader.json"
-    reader = workers.start(shard_reader, root, SHARDS, stop, result, 3)
+    reader = workers.start(shard_reader, root, SHARDS, stop, result, 3, kind)
     wait_for_readers(workers, [reader], [result])
     time.sleep(READ_SECONDS)
     stop.touch()
@@ -523,3 +561,82 @@ def test_a_sharded_batch_whose_episodes_are_evicted_during_the_gather_is_drawn_a
             assert only_good(batch, shard_keys=True) == []
         finally:
             shards.close()
+
+
+# ---- the episode table read while a writer reuses slots, and samplers built on it ------------------------------
+
+
+def entries_are_the_writers(table, writer):
+    """Every episode of a reader's ``table`` is live in the writer's store with exactly the writer's entry."""
+    truth = writer.episode_store.live_table()
+    where = truth.positions_of(table.ids)
+    assert where is not None, f"the table holds evicted episodes {sorted(set(table.ids) - set(truth.ids))}"
+    for column in ("slots", "start", "length", "end", "final"):
+        np.testing.assert_array_equal(getattr(table, column), getattr(truth, column)[where], err_msg=column)
+
+
+@pytest.mark.parametrize("reused", [1, 3, 8])
+def test_a_table_read_after_the_writer_reused_slots_holds_only_intact_live_episodes(ring, reused):
+    """The reader reads meta.json, then the writer evicts and reuses slots, then the reader reads the table:
+    an evicted id must never get the newcomer's entry (start, length) from its reused slot."""
+    writer, reader = ring
+    store = reader.episode_store
+    store.refresh()
+    first = store.meta.state.first_episode
+    while writer.episode_store.meta.state.next_episode < first + RING["max_episodes"] + reused:
+        write_episodes(writer, 1)  # after the reader's read of meta.json, before its read of the table
+    entries_are_the_writers(store.live_table(), writer)
+
+
+def test_a_view_built_after_the_writer_evicted_everything_takes_the_newer_table(ring):
+    writer, reader = ring
+    reader.refresh()
+    write_episodes(writer, 12)  # every episode of the meta.json just read is evicted, every slot reused
+    view = reader.dataset(window=3)  # not empty: the table is read again after meta.json
+    assert len(view) > 0
+    entries_are_the_writers(view.table, writer)
+    batch = view.__getitems__(np.arange(len(view)))
+    episode, start = view.positions.locate(np.arange(len(view)))
+    kind = classify(numpy_batch(batch, 3), np.repeat(view.table.ids[episode], 3),
+                    (start[:, None] + np.arange(3)).reshape(-1), np.repeat(batch["tag"].numpy(), 3))
+    assert [KINDS[k] for k in kind if k] == []
+
+
+@pytest.mark.parametrize("options", [dict(), dict(n_steps=3), dict(window=3)], ids=["steps", "nstep3", "window3"])
+def test_prioritized_samplers_over_tables_read_while_the_writer_commits_draw_only_live_rows(ring, options):
+    """Each time the reader re-reads meta.json the writer commits one more episode (evicting the oldest)
+    before the reader reads the table. Every batch holds only its keys' rows, update_priorities takes every
+    batch's own keys, and every leaf of the sum tree with mass is a position of a live episode."""
+    writer, reader = ring
+    kind = "sequence" if "window" in options else "prioritized"
+    sampler = reader.sampler(kind, follow="disk", seed=0, **options)
+    store = reader.episode_store
+    real_refresh = store.refresh
+
+    def refresh_then_commit():
+        changed = real_refresh()
+        write_episodes(writer, 1)  # lands between the reader's read of meta.json and of the episode table
+        return changed
+
+    store.refresh = refresh_then_commit
+    write_episodes(writer, 1)  # the first change the sampler follows; each refresh then brings one more
+    window = options.get("window")
+    batches = 0
+    for _ in range(60):
+        try:
+            batch = sampler.batch(32)
+        except SampleExpiredError:
+            continue
+        batches += 1
+        ids, t = np.divmod(batch["_key"].numpy(), MAX_T)
+        tags = batch["tag"].numpy()
+        if window:
+            ids, t, tags = np.repeat(ids, window), (t[:, None] + np.arange(window)).reshape(-1), np.repeat(tags, window)
+        kind_of_rows = classify(numpy_batch(batch, window), ids, t, tags)
+        assert [KINDS[k] for k in kind_of_rows if k] == []
+        sampler.update_priorities(batch["_key"], np.full(len(batch["_key"]), 2.0))  # never refused
+        table = sampler.view.table
+        rows, _ = position_rows(sampler.view.positions, table, np.ones(len(table), dtype=bool))
+        stray = np.setdiff1d(np.flatnonzero(sampler.tree.leaves[:sampler.tree.capacity]), rows)
+        assert stray.size == 0, f"leaves with mass at rows {stray[:8]} that no live episode of the table holds"
+    assert batches > 0
