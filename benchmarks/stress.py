@@ -4,9 +4,13 @@ Three parts, one run, one final table:
 
 1. **Readers against a ring writer.** One writer process fills a small ring store (16 episodes of 4..32 steps
    in 256 rows, so rows are reused all the time) as fast as it can, alternating ``store_episode`` and
-   ``one_episode`` + ``store``, for ``--minutes``. Four reader processes read it meanwhile: two through a
-   uniform sampler with ``refresh()`` before every ``batch(64)``, two through a plain window view (3 steps)
-   and a ``BatchIndexSampler`` that build the view again after ``SampleExpiredError``. Every value written is
+   ``one_episode`` + ``store``, for ``--minutes``. Six reader processes read it meanwhile: one through a
+   uniform sampler with ``refresh()`` before every ``batch(64)``, one through a plain window view (3 steps)
+   and a ``BatchIndexSampler`` that build the view again after ``SampleExpiredError``, and four samplers that
+   follow the writer by themselves (``follow="disk"``): prioritized single steps, prioritized ``n_steps=3``
+   (the next rows checked too), prioritized sequences (windows of 3) and a rate-limited prioritized one, each
+   handing every batch's ``_key`` back to ``update_priorities`` (a refusal of its own keys counts as a
+   failure, like a wrong row). Every value written is
    a pure function of (episode id, t), and every row carries a checksum of its other fields, so each reader
    checks every row of every batch against the key its batch gives it: *stale* (a whole row of another
    episode or step), *torn* (fields of two writes) and *wrong meta* (the meta field of another episode) must
@@ -93,9 +97,15 @@ episode_length = LIVE.episode_length
 writer_main = LIVE.writer_main  # workers: bound methods of LIVE, which pickles as this module's class
 
 
+PRIORITIZED_KINDS = ("prioritized", "nstep", "sequence", "limited")  # live_checks.Live.prioritized_reader
+
+
 def reader_main(kind, folder, stop_file, result, seed):
-    """A uniform sampler with refresh() before every batch(64) (``kind`` "sampler"), or a plain window view
-    (3 steps) and a BatchIndexSampler that build the view again after SampleExpiredError."""
+    """A uniform sampler with refresh() before every batch(64) (``kind`` "sampler"), a plain window view
+    (3 steps) and a BatchIndexSampler that build the view again after SampleExpiredError ("window"), or a
+    sampler following the writer by itself whose batches go back to update_priorities (PRIORITIZED_KINDS)."""
+    if kind in PRIORITIZED_KINDS:
+        return LIVE.prioritized_reader(folder, stop_file, result, seed, kind)
     (LIVE.sampler_reader if kind == "sampler" else LIVE.view_reader)(folder, stop_file, result, seed)
 
 
@@ -200,12 +210,12 @@ def wait_until(condition, what, timeout=WAIT):
 
 
 def stress(workers, root, seconds):
-    """Part 1: 1 writer + 4 readers on one ring for ``seconds``."""
+    """Part 1: 1 writer + 6 readers on one ring for ``seconds``."""
     folder, stop, log = root / "stress", root / "stress.stop", root / "stress-writer.log"
     ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
     writer = workers.start(writer_main, str(folder), str(stop), str(log))
     wait_until(lambda: read_log(log)[1], "the writer's first commit")
-    kinds = ["sampler", "window", "sampler", "window"]
+    kinds = ["sampler", "window", *PRIORITIZED_KINDS]
     results = [root / f"stress-reader{k}.json" for k in range(len(kinds))]
     readers = [workers.start(reader_main, kind, str(folder), str(stop), str(result), k + 1)
                for k, (kind, result) in enumerate(zip(kinds, results))]
@@ -219,13 +229,15 @@ def stress(workers, root, seconds):
     if any(codes):
         raise RuntimeError(f"a stress worker failed (exit codes {codes}); see its traceback above")
     tally = Tally()
-    for result in results:
-        tally.merge(Tally.load(result))
+    by_kind = {}
+    for kind, result in zip(kinds, results):
+        by_kind[kind] = Tally.load(result)
+        tally.merge(by_kind[kind])
     problems, first, next_id = store_problems(folder, [log], writer_exited=True)
     done = read_log(log)[1]
     steps = sum(episode_length(i) for i in done)
     return dict(seconds=seconds, episodes=len(done), steps=steps, wraps=first / RING["max_episodes"], tally=tally,
-                problems=problems, lost=len(problems))
+                by_kind=by_kind, problems=problems, lost=len(problems))
 
 
 def kill_trials(workers, root, trials, seed):
@@ -347,12 +359,19 @@ def print_table(part1, part2, part3, args) -> bool:
     t1, t2 = part1["tally"], part2["tally"]
     wrong = lambda tally: tally.stale + tally.torn + tally.wrong_meta
     sections = [
-        (f"1 writer + 4 readers on a ring ({part1['seconds']:.0f} s; {RING['max_episodes']} episodes in "
+        (f"1 writer + {len(part1['by_kind'])} readers on a ring ({part1['seconds']:.0f} s; {RING['max_episodes']} episodes in "
          f"{RING['max_steps']} rows; image uint8 (3, 32, 32) + 5 fields)", [
             ("steps written", f"{part1['steps']:,}", f"{part1['episodes']:,} episodes, "
              f"{part1['steps'] / part1['seconds']:,.0f} steps/s; the ring wrapped {part1['wraps']:,.0f} times"),
             ("batches read", f"{t1.batches:,}", f"{t1.rows:,} rows checked"),
-            ("SampleExpiredError met", f"{t1.expired:,}", f"{t1.failed} batch() calls gave up after their redraws"),
+            *((f"  {kind} reader", f"{tally.batches:,}", f"batches; {tally.rows:,} rows, {tally.wrong:,} wrong, "
+               f"{tally.redrawn:,} redrawn" + (f", {tally.updated:,} priority updates applied, {tally.dropped:,} "
+                                               f"dropped (evicted), {tally.refused:,} refused" if kind in
+                                               PRIORITIZED_KINDS else ""))
+              for kind, tally in part1["by_kind"].items()),
+            ("SampleExpiredError met", f"{t1.expired:,}", f"{t1.redrawn:,} batches redrawn; {t1.failed} batch() calls "
+             f"gave up after their redraws"),
+            ("update_priorities refusing a batch's own keys", f"{t1.refused:,}", "must be 0"),
             ("wrong rows: stale / torn / wrong meta", f"{t1.stale:,} / {t1.torn:,} / {t1.wrong_meta:,}", "must be 0"),
             ("torn or mixed batches (any wrong row)", f"{t1.wrong_batches:,}", "must be 0"),
             ("episodes lost", f"{part1['lost']:,}", "must be 0"),
@@ -386,6 +405,7 @@ def print_table(part1, part2, part3, args) -> bool:
     for failure in part1["problems"][:3] + part2["failures"][:3]:
         print(f"  problem: {failure}")
     zero = {"wrong rows": wrong(t1) + wrong(t2), "torn or mixed batches": t1.wrong_batches + t2.wrong_batches,
+            "priority updates refused": t1.refused,
             "episodes lost": part1["lost"], "kill trials not intact": part2["trials"] - part2["intact"]}
     bad = {name: value for name, value in zero.items() if value}
     print()
@@ -427,7 +447,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # as the other benchmarks: the work is numpy's; keep torch off the other core
 
     started = time.perf_counter()
-    print(f"memmap_replay stress benchmark: {seconds:.0f} s of 1 ring writer + 4 readers, {args.kills} SIGKILL trials, "
+    print(f"memmap_replay stress benchmark: {seconds:.0f} s of 1 ring writer + 6 readers, {args.kills} SIGKILL trials, "
           f"learner rate with 0 and {SHARDS} actors")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, kernel {platform.release()}")
