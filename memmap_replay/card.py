@@ -27,9 +27,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import folderio
 from . import format as fmt
 from .checksums import TEXT_LIMIT, folder_lock, refresh_entries, store_folder, write_atomic
-from .errors import CorruptStoreError, InvalidDataError
+from .errors import CorruptStoreError, InvalidDataError, MissingFileError
 
 __all__ = ["CARD_FILE", "README_FILE", "DatasetCard", "read_card", "write_card", "update_card", "add_provenance",
            "space_to_json", "space_from_json"]
@@ -235,11 +236,13 @@ def read_card(folder: str | os.PathLike) -> DatasetCard | None:
     """The card of the store at ``folder``, or None when it has no card.json."""
     folder = store_folder(folder, need_meta=False)
     path = folder / CARD_FILE
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
+    try:  # a regular file inside the folder, at most TEXT_LIMIT bytes (a FIFO, a link out or a huge file: refused)
+        raw = folderio.read_bounded(folder, path, TEXT_LIMIT, doing="read the card")
+    except MissingFileError:
         return None
-    except (OSError, UnicodeDecodeError) as error:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise CorruptStoreError(f"{path} cannot be read as UTF-8 text ({error}); restore it from a copy, or delete "
                                 f"it and write the card again") from None
     try:

@@ -18,13 +18,14 @@ import hashlib
 import os
 import re
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from . import folderio
 from . import format as fmt
-from .errors import CorruptStoreError, InvalidDataError, NotAFolderError, StoreLockedError, StoreNotFoundError
+from .errors import (CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, StoreLockedError,
+                     StoreNotFoundError, UnsafeEntryError)
 from .lock import WriterLock
 from .schema import NAME_PATTERN
 
@@ -79,7 +80,9 @@ def store_files(folder: Path) -> tuple[list[str], list[str]]:
 
 
 def walk(folder: Path, root: Path, rel: str, found: list, escaping: list) -> None:
-    for name in sorted(os.listdir(folder / rel)):
+    with folderio.errors_named(folder / rel, "list"):
+        names = sorted(os.listdir(folder / rel))
+    for name in names:
         child = f"{rel}/{name}" if rel else name
         path = folder / child
         if not (is_store_path(child) or is_store_dir(child)):
@@ -131,37 +134,46 @@ def refresh_entries(folder: Path, names: tuple[str, ...]) -> None:
 
 
 def hash_files(folder: Path, files: list[str], *, progress: bool = False) -> dict[str, str]:
+    """sha256 of each file: regular files inside ``folder`` only (a FIFO, a device or a link out of the folder
+    raises UnsafeEntryError naming it; nothing blocks), read in chunks."""
     from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
 
-    total = sum((folder / rel).stat().st_size for rel in files)
+    total = sum(size_of(folder / rel) for rel in files) if progress else 0
     buffer = bytearray(CHUNK)
     view, digests = memoryview(buffer), {}
     with tqdm(total=total, unit="B", unit_scale=True, desc="sha256", disable=not progress, file=sys.stderr) as bar:
         for rel in files:
-            digest = hashlib.sha256()
-            with open(folder / rel, "rb") as file:
-                while count := file.readinto(buffer):
-                    digest.update(view[:count])
-                    bar.update(count)
+            digest, path = hashlib.sha256(), folder / rel
+            fd = folderio.open_read(folder, path, doing="hash")
+            try:
+                with folderio.errors_named(path, "hash"):
+                    while count := os.readv(fd, [buffer]):
+                        digest.update(view[:count])
+                        bar.update(count)
+            finally:
+                os.close(fd)
             digests[rel] = digest.hexdigest()
     return digests
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data``: a temporary file of this process, fsync, ``os.replace``."""
-    if path.is_dir() and not path.is_symlink():
-        raise CorruptStoreError(f"{path} must be a file (got a folder), so it cannot be written; remove the folder "
-                                f"{path.name}/ from {path.parent}, then try again")
-    temp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+def size_of(path: Path) -> int:
     try:
-        with open(temp, "xb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+        return path.stat().st_size
+    except OSError:  # (only for the progress bar: hashing it will say what is wrong)
+        return 0
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` (a file directly in a store folder) by ``data``: a fresh temporary file, fsync,
+    ``os.replace``, opened without following links (folderio.write_atomic); a failure leaves ``path`` as it
+    was and raises the library's error naming it (DiskFullError, ReadOnlyError, ...)."""
+    try:
+        folderio.write_atomic(path.parent, path, data, doing="write")
+    except CorruptStoreError as error:
+        if not path.is_dir() or path.is_symlink():
+            raise
+        raise CorruptStoreError(f"{path} must be a file (got a folder), so it cannot be written; remove the folder "
+                                f"{path.name}/ from {path.parent}, then try again") from error
 
 
 # ---- checking --------------------------------------------------------------------------------------
@@ -181,12 +193,18 @@ class ManifestProblem:
 
 
 def read_manifest(folder: Path) -> tuple[dict[str, str] | None, list[ManifestProblem]]:
-    """The manifest's entries (path -> hex digest), None if there is none, and its malformed lines."""
+    """The manifest's entries (path -> hex digest), None if there is none, and its malformed lines. An I/O
+    error reading it (no permission, EIO) raises the library's error (ReadOnlyError, StoreIOError)."""
     try:
-        text = (folder / MANIFEST).read_bytes().decode("utf-8")
-    except FileNotFoundError:
+        text = folderio.read_bounded(folder, folder / MANIFEST, folderio.MAX_MANIFEST_BYTES).decode("utf-8")
+    except MissingFileError:
         return None, []
-    except (OSError, UnicodeDecodeError) as error:
+    except UnsafeEntryError as error:
+        return {}, [ManifestProblem(MANIFEST, "unsafe", f"not read: {error}")]
+    except CorruptStoreError as error:  # (a folder in its place) -- an I/O error (EIO, EACCES) is raised as such
+        return {}, [ManifestProblem(MANIFEST, "malformed", f"cannot be read ({error}); write it again with "
+                                                          f"`python -m memmap_replay checksum {folder}`")]
+    except UnicodeDecodeError as error:
         return {}, [ManifestProblem(MANIFEST, "malformed", f"cannot be read as text ({error}); write it again with "
                                                           f"`python -m memmap_replay checksum {folder}`")]
     entries, problems = {}, []
@@ -214,7 +232,9 @@ def unsafe(rel: str) -> str:
 
 def check_manifest(folder: str | os.PathLike, *, progress: bool = False) -> list[ManifestProblem]:
     """Compare the store's files with ``checksums.sha256``: each listed file must exist inside the folder
-    and have its digest, and each store file must be listed. Returns the problems (empty: all match)."""
+    and have its digest, and each store file must be listed. Returns the problems (empty: all match). A
+    file the system fails to read (no permission, EIO) raises the library's error naming it, since what
+    it holds is unknown."""
     folder = store_folder(folder, need_meta=False)
     entries, problems = read_manifest(folder)
     if entries is None:
@@ -231,11 +251,15 @@ def check_manifest(folder: str | os.PathLike, *, progress: bool = False) -> list
             problems.append(ManifestProblem(rel, "missing", f"{what} (checksums.sha256 lists it, sha256 {entries[rel][:12]}…)"))
         else:
             readable.append(rel)
-    try:
-        digests = hash_files(folder, readable, progress=progress)
-    except OSError as error:
-        return problems + [ManifestProblem(str(error.filename or folder), "missing", f"cannot be read ({error.strerror})")]
-    for rel in readable:
+    digests = {}
+    for rel in readable:  # one at a time, so that a file that cannot be read is named and the others still checked
+        try:
+            digests.update(hash_files(folder, [rel], progress=progress))
+        except UnsafeEntryError as error:
+            problems.append(ManifestProblem(rel, "unsafe", f"not read: {error}"))
+        except (MissingFileError, CorruptStoreError) as error:  # gone meanwhile, or a folder: an I/O error raises
+            problems.append(ManifestProblem(rel, "missing", f"cannot be read ({error})"))
+    for rel in digests:
         if digests[rel] != entries[rel]:
             problems.append(ManifestProblem(rel, "changed", f"its sha256 is {digests[rel][:12]}… (expected "
                                                             f"{entries[rel][:12]}…, from checksums.sha256)"))
@@ -275,7 +299,9 @@ def is_data_path(rel: str) -> bool:
 def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
     """(path, why) of every file in the folder that is not the store's: verify warns about them."""
     known, strays = {fmt.LOCK_FILE, MANIFEST, fmt.RATELIMIT_DIR, *TOP_FILES, *STORE_DIRS}, []  # ratelimit/: run state
-    for path in sorted(folder.iterdir()):
+    with folderio.errors_named(folder, "list"):
+        paths = sorted(folder.iterdir())
+    for path in paths:
         if path.name == fmt.META_FILE + ".tmp":
             strays.append((path.name, "left by a commit that was interrupted (a crash or kill); readers ignore it and "
                                       "the next commit replaces it; you may delete it"))
@@ -327,9 +353,11 @@ def folder_lock(folder: Path) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover
         yield
         return
-    fd = os.open(folder, os.O_RDONLY)
+    with folderio.errors_named(folder, "lock"):
+        fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        with folderio.errors_named(folder, "lock"):
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
@@ -343,7 +371,7 @@ def writer_locked(folder: Path, action: str) -> Iterator[None]:
     try:
         for path in [folder / fmt.LOCK_FILE, *sorted((folder / fmt.PRIORITIES_DIR).glob("*.lock"))]:
             try:
-                locks.append(WriterLock(path))
+                locks.append(WriterLock(path, folder=folder))
             except StoreLockedError:
                 who = "a writer" if path.name == fmt.LOCK_FILE else f"a prioritized sampler ({path.name})"
                 raise StoreLockedError(f"cannot {action} {folder}: {who} is writing it (it holds {path.relative_to(folder)}); "

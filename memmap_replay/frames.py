@@ -31,6 +31,7 @@ from . import format as fmt
 from .buffer import ReplayBuffer
 from .checksums import check_new_path
 from .errors import InvalidDataError, MissingExtraError, SampleExpiredError
+from .folderio import errors_named
 from .images import LAYOUTS, STACK_MODES, FrameFormat, image_layout, peak, resolve_range
 from .options import flag, integer, number
 from .store import EpisodeStore
@@ -149,10 +150,14 @@ def replacing(path: Path) -> Iterator[Path]:
     """A temporary file beside ``path`` (same suffix) that replaces it on success, else is removed."""
     temporary = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
     try:
-        yield temporary
-        os.replace(temporary, path)
+        with errors_named(path, "write"):  # a full disk, no permission, ...: the library's error, naming the file
+            yield temporary
+            os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass  # (an error on its way out must not be hidden by the clean-up's)
 
 
 def check_still_live(store: EpisodeStore, ids: np.ndarray) -> None:

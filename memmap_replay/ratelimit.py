@@ -47,7 +47,9 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
-from .errors import CorruptStoreError, InvalidDataError, NotAFolderError, RateLimitedError, ReadOnlyError, StoreNotFoundError
+from . import folderio
+from .errors import (CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, RateLimitedError,
+                     ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
 from .format import RATELIMIT_DIR, read_npy_header
 from .options import choice, integer, number, short
 
@@ -153,14 +155,17 @@ class RateLimiter:
     @classmethod
     def join(cls, folder: Any, name: str = "default", **options: Any) -> "RateLimiter":
         """The shared limiter ``name`` of ``folder``, with the limits it was created with."""
-        path = folder_of(folder) / RATELIMIT_DIR / f"{limiter_name(name)}.json"
-        try:
-            spec = json.loads(path.read_text())
+        root = folder_of(folder)
+        path = root / RATELIMIT_DIR / f"{limiter_name(name)}.json"
+        try:  # bounded, a regular file inside the folder (folderio)
+            spec = folderio.read_json(root, path, doing="read the rate limiter's limits")
             limits = dict(samples_per_insert=spec["samples_per_insert"], min_size_to_sample=spec["min_size_to_sample"],
                           error_buffer=(spec["min_diff"], spec["max_diff"]), unit=spec["unit"])
-        except FileNotFoundError:
+        except MissingFileError:
             raise StoreNotFoundError(f"no rate limiter {name!r} in {folder}: create it with RateLimiter(folder=) first") from None
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except CorruptStoreError as error:
+            raise CorruptStoreError(f"{error}; create the limiter again with its options") from None
+        except (ValueError, KeyError, TypeError) as error:
             raise CorruptStoreError(f"{path} is damaged ({error!r}); create the limiter again with its options") from None
         return cls(**limits, folder=folder, name=name, **options)
 
@@ -179,30 +184,35 @@ class RateLimiter:
 
     def _open(self) -> None:
         directory = self.folder / RATELIMIT_DIR
-        try:
-            directory.mkdir(exist_ok=True)
-            self._fd = os.open(directory / f"{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise ReadOnlyError(f"cannot keep rate limiter counters in {directory} ({error.strerror}); give folder= a "
-                                f"folder this process may write") from None
+        try:  # walked from the folder without following links (folderio): nothing is written outside it
+            folderio.make_dir(self.folder, directory, doing="make the rate limiter's folder")
+            self._fd = self._lock_file(os.O_CREAT)
+        except ReadOnlyError as error:
+            raise ReadOnlyError(f"cannot keep rate limiter counters in {directory}: {error}; give folder= a folder "
+                                f"this process may write") from None
         with self._cond, self._flock():
             self._check_spec(directory / f"{self.name}.json")
-            self._counts = counter_file(directory / f"{self.name}.npy")
+            self._counts = counter_file(directory / f"{self.name}.npy", self.folder)
+
+    def _lock_file(self, flags: int = 0) -> int:
+        """A descriptor of ``ratelimit/<name>.lock`` (opened without following links: folderio)."""
+        path = self.folder / RATELIMIT_DIR / f"{self.name}.lock"
+        return folderio.open_write(self.folder, path, os.O_RDWR | flags, doing="lock")
 
     def _check_spec(self, path: Path) -> None:
         spec = dict(format=FORMAT_NAME, version=1, samples_per_insert=self.samples_per_insert, min_diff=self.min_diff,
                     max_diff=self.max_diff, min_size_to_sample=self.min_size_to_sample, unit=self.unit)
         try:
-            stored = json.loads(path.read_text())
-        except (OSError, ValueError):
-            stored = None  # none yet, or a creation cut short: (re)write it
+            stored = folderio.read_json(self.folder, path, doing="read the rate limiter's limits")
+        except (MissingFileError, CorruptStoreError):
+            stored = None  # none yet, or a creation cut short (or damaged): (re)write it
         if isinstance(stored, dict) and stored.get("format") == FORMAT_NAME and stored != spec:
             raise InvalidDataError(
                 f"the rate limiter {self.name!r} in {path.parent} has other limits ({stored}); this one asks for "
                 f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete {path.parent}/{self.name}.*")
         if stored != spec:
-            path.with_name(path.name + ".tmp").write_text(json.dumps(spec))
-            os.replace(path.with_name(path.name + ".tmp"), path)
+            folderio.write_atomic(self.folder, path, json.dumps(spec).encode("utf-8"),
+                                  doing="write the rate limiter's limits")
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
@@ -223,8 +233,8 @@ class RateLimiter:
         if self._fd >= 0:
             os.close(self._fd)
             try:
-                self._fd = os.open(self.folder / RATELIMIT_DIR / f"{self.name}.lock", os.O_RDWR)
-            except OSError:  # the folder went away: the child's copy is closed
+                self._fd = self._lock_file()
+            except OSError:  # the folder went away (or the lock file is not ours): the child's copy is closed
                 self._fd = -1
 
     def close(self) -> None:
@@ -407,18 +417,27 @@ class RateLimiter:
         return LimitedSampler(sampler, self)
 
 
-def counter_file(path: Path) -> np.ndarray:
-    """The map of ``path`` (three int64), made afresh (zeros) if it is missing or damaged."""
+def counter_file(path: Path, folder: Path) -> np.ndarray:
+    """The map of ``path`` (three int64) inside ``folder``, made afresh (zeros) if it is missing or damaged.
+    Opened without following links (folderio), so the counters are never written outside the folder."""
     try:
-        offset, dtype, shape, size = read_npy_header(path)
+        offset, dtype, shape, size = read_npy_header(path, folder)
         if dtype == np.int64 and shape == (3,) and size >= offset + 24:
-            return np.lib.format.open_memmap(path, mode="r+")
+            return map_counters(path, folder, offset)
+    except UnsafeEntryError:
+        raise  # a link out of the folder, a FIFO, ...: never written through
     except CorruptStoreError:
-        pass
-    with open(path.with_name(path.name + ".tmp"), "wb") as file:
-        np.save(file, np.zeros(3, dtype=np.int64))
-    os.replace(path.with_name(path.name + ".tmp"), path)
-    return np.lib.format.open_memmap(path, mode="r+")
+        pass  # missing or damaged
+    folderio.write_atomic(folder, path, lambda out: np.save(out, np.zeros(3, dtype=np.int64)),
+                          doing="make the rate limiter's counters")
+    offset = read_npy_header(path, folder)[0]
+    return map_counters(path, folder, offset)
+
+
+def map_counters(path: Path, folder: Path, offset: int) -> np.ndarray:
+    fd = folderio.open_write(folder, path, os.O_RDWR, doing="map the rate limiter's counters")
+    with os.fdopen(fd, "r+b") as file, folderio.errors_named(path, "map the rate limiter's counters"):
+        return np.memmap(file, dtype=np.int64, mode="r+", offset=offset, shape=(3,))
 
 
 class LimitedSampler:

@@ -14,7 +14,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from memmap_replay import CorruptStoreError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreNotFoundError, __version__
+from memmap_replay import CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreNotFoundError, __version__
 from memmap_replay import card as card_module
 from memmap_replay.card import (DatasetCard, add_provenance, read_card, space_from_json, space_to_json, update_card,
                                 write_card)
@@ -201,11 +201,11 @@ def test_an_interrupted_write_leaves_the_old_card_whole(store, monkeypatch):
     write_card(store, DatasetCard(name="old-v0"))
     before = {name: (store / name).read_bytes() for name in ("card.json", "README.md")}
 
-    def fail(*args):
+    def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFullError, match=r"no space left on the device \(or quota\) to write .*card\.json"):
         update_card(store, name="new-v0")
     monkeypatch.undo()
     assert {name: (store / name).read_bytes() for name in before} == before

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import episode_arrays, reap
-from memmap_replay import (InvalidDataError, NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError,
-                           StoreNotFoundError)
+from memmap_replay import (InvalidDataError, NotAFolderError, ReplayBuffer, ReplayError,
+                           StoreNotFoundError, UnsafeEntryError)
 from memmap_replay.ratelimit import RATELIMIT_DIR, LimitedSampler, RateCounts, RateLimitedError, RateLimiter
 
 PATIENCE = 60.0  # seconds a test waits for something that must happen (never asserted on)
@@ -435,7 +435,7 @@ def test_bad_calls_and_folders_are_refused(tmp_path):
         limiter.await_insert()
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / RATELIMIT_DIR).write_text("a file where the counters' folder goes")
-    with pytest.raises(ReadOnlyError, match="cannot keep rate limiter counters in .*taken/ratelimit"):
+    with pytest.raises(UnsafeEntryError, match="cannot use .*taken/ratelimit: it is not a folder"):
         RateLimiter(1.0, error_buffer=4, folder=tmp_path / "taken")
 
 

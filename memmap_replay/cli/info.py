@@ -17,10 +17,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .. import folderio
 from .. import format as fmt
 from ..card import read_card
 from ..checksums import MANIFEST, store_files
-from ..errors import CorruptStoreError
+from ..errors import CorruptStoreError, ReadOnlyError, ReplayError, StoreIOError
 from ..stats import RUNNING_FILE, episode_summary
 from ..store import EpisodeStore
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
@@ -154,7 +155,7 @@ def describe(store: EpisodeStore) -> dict:
     card, card_error = None, None
     try:
         card = read_card(folder)
-    except CorruptStoreError as error:  # the user's words are damaged, not the data: say so, show the rest
+    except (CorruptStoreError, StoreIOError, ReadOnlyError) as error:  # the user's words, not the data: say so, show the rest
         card_error = str(error)
     table = store.live_table()
     state = meta.state
@@ -186,9 +187,9 @@ def describe(store: EpisodeStore) -> dict:
 
 def format_version(folder: Path) -> str | None:
     """meta.json's "version" (the store object keeps only what it parsed)."""
-    try:
-        return str(json.loads((folder / fmt.META_FILE).read_bytes())["version"])
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # replaced or damaged since it was opened
+    try:  # bounded, a regular file inside the folder (folderio): never a FIFO, never /dev/zero
+        return str(folderio.read_json(folder, folder / fmt.META_FILE)["version"])
+    except (ReplayError, OSError, KeyError, TypeError):  # replaced or damaged since it was opened
         return None
 
 

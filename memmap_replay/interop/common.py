@@ -28,6 +28,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from .. import folderio
 from .. import format as fmt
 from ..buffer import ReplayBuffer
 from ..checksums import check_new_path
@@ -146,10 +147,12 @@ def temporary_sibling(target: Path, what: str, suffix: str = "") -> Path:
 
 
 def remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+    """Remove a file, a link (never its target) or a folder tree; absent is fine. Errors name the path."""
+    with folderio.errors_named(path, "remove"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False) -> None:
@@ -176,12 +179,21 @@ def check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False) 
 def place(tmp: Path, target: Path) -> None:
     """Move the finished ``tmp`` onto ``target``: an old target is moved aside first and removed after."""
     old = None
-    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
-        old = temporary_sibling(target, "old")
-        os.replace(target, old)
-    elif target.is_dir():
-        target.rmdir()
-    os.replace(tmp, target)
+    with folderio.errors_named(target, "replace"):
+        if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+            old = temporary_sibling(target, "old")
+            os.replace(target, old)
+        elif target.is_dir():
+            target.rmdir()
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if old is not None:  # put the old target back: a failed export or import leaves it as it was
+                try:
+                    os.replace(old, target)
+                except OSError:
+                    pass  # (the old target stays beside it, under its hidden name)
+            raise
     if old is not None:
         remove(old)
 
@@ -202,6 +214,8 @@ class StoreBuilder:
         try:
             self.folder.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
+            if error.errno in folderio.DISK_FULL + folderio.DENIED:
+                raise folderio.library_error(error, self.folder.parent, "create the folder") from None
             raise NotAFolderError(f"{self.folder.parent} cannot be created ({error.strerror}); choose another folder") from None
         check_target(self.folder, overwrite, lambda path: (path / fmt.META_FILE).is_file())
         self.tmp = temporary_sibling(self.folder, "importing")
@@ -248,8 +262,16 @@ class StoreBuilder:
         return self.folder
 
     def abort(self) -> None:
-        self.buffer.close()
-        remove(self.tmp)
+        """Drop the half-built store (called while an error is on its way out: a second failure, say of a
+        full disk, while cleaning up must not hide the first)."""
+        try:
+            self.buffer.close()
+        except (ReplayError, OSError):
+            pass
+        try:
+            remove(self.tmp)
+        except (ReplayError, OSError):
+            pass
 
     def __enter__(self) -> "StoreBuilder":
         return self
@@ -303,8 +325,10 @@ def stored_episodes(store: EpisodeStore, fields: tuple[str, ...] | None = None,
     fields = tuple(store.schema.fields) if fields is None else fields
     meta_fields = tuple(store.schema.meta_fields) if meta_fields is None else meta_fields
     metas = {name: store.meta_array(name) for name in meta_fields}
-    descriptors = {name: os.open(store.steps[name].path, os.O_RDONLY) for name in fields}
+    descriptors = {}
     try:
+        for name in fields:  # regular files inside the folder only (folderio)
+            descriptors[name] = folderio.open_read(store.folder, store.steps[name].path)
         for number in range(len(table)):
             start, length, slot = int(table.start[number]), int(table.length[number]), int(table.slots[number])
             rows = length + int(table.final[number])
@@ -322,7 +346,8 @@ def read_rows(descriptor: int, file: fmt.NpyFile, start: int, count: int) -> np.
     out = np.empty((count, *file.spec.shape), file.spec.dtype)
     view, position, done = memoryview(out).cast("B"), file.offset + start * file.spec.row_nbytes, 0
     while done < len(view):
-        got = os.preadv(descriptor, [view[done:]], position + done)
+        with folderio.errors_named(file.path, "read"):
+            got = os.preadv(descriptor, [view[done:]], position + done)
         if got == 0:
             raise CorruptStoreError(f"{file.path} is truncated: rows {start}..{start + count - 1} are not all on disk")
         done += got

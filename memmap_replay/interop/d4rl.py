@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import InvalidDataError, SchemaError, StoreNotFoundError, UnsupportedFormatError
+from ..folderio import errors_named
 from .columns import METADATA_LIMIT, STRING, Column, RowWindow, decode_value, encode_value, kind_of, open_columns, write_columns
 from .common import (ACTION, ALSO_TRUNCATED, INFO, NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
                      Transfer, check_target, field_name, pick_roles, place, progress_bar, provenance_record,
@@ -291,7 +292,7 @@ def export_d4rl(folder: str | os.PathLike, path: str | os.PathLike, *, observati
         check_target(path, overwrite, lambda target: target.is_file(), file=True)
         tmp = temporary_sibling(path, "exporting", path.suffix)
         try:
-            with progress_bar(plan.length, "export", progress) as bar:
+            with progress_bar(plan.length, "export", progress) as bar, errors_named(path, "write"):
                 write_columns(tmp, plan.columns, plan.length,
                               lambda: stored_episodes(store, fields=plan.needed, meta_fields=()),
                               plan.metadata, compression=compression, bar=bar)
