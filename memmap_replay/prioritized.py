@@ -73,7 +73,8 @@ class PriorityFiles:
             raise type(error)(f"{error}; pass persist=False to keep priorities in memory") from None
         try:
             self._check_spec(directory / f"{name}.json", spec, name)
-            values_path, owner_path = directory / f"{name}.npy", directory / f"{name}.owner.npy"
+            self.values_path = values_path = directory / f"{name}.npy"
+            owner_path = directory / f"{name}.owner.npy"
             self.values, fresh = self._open(values_path, np.float64, rows, 0.0)
             if fresh:  # new (or replaced after damage): no slot owns any priority any more
                 folderio.remove(folder, owner_path)

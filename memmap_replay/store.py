@@ -320,8 +320,8 @@ class EpisodeStore:
                 raise
             raise DiskFullError(
                 f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
-                f"committed, and every episode committed before is intact; free some space (or raise the quota) "
-                f"and store them again"
+                f"committed, and every episode committed before is intact (in a ring, except those already evicted "
+                f"to make room for them); free some space (or raise the quota) and store them again"
             ) from None
 
     def _commit(self, episodes: list[PendingEpisode]) -> list[int]:

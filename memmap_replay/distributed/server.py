@@ -251,7 +251,7 @@ class ShardServer:
             if files is not None:
                 files.values.flush()
                 files.owner.flush()
-                priorities.append(str(Path(files.values.filename)))
+                priorities.append(str(files.values_path))
         state = self.buffer.episode_store.meta.state
         return {"folder": str(self.folder), "episodes": self.buffer.num_episodes, "steps": self.buffer.num_steps,
                 "first_episode": state.first_episode, "next_episode": state.next_episode, "priorities": priorities}
