@@ -245,6 +245,9 @@ def test_gif_holds_each_step_of_the_episode(folder, tmp_path, monkeypatch, field
             np.testing.assert_array_equal(np.asarray(gif.convert("RGB")), enlarge(shows(field, 1, t), 3))
 
 
+# imageio's ffmpeg *reader* (the test's own decoder, not the library) sometimes leaves its pipes to the garbage
+# collector when it closes; that ResourceWarning is not about the code under test
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_mp4_holds_each_step_and_pads_odd_sizes(folder, tmp_path, monkeypatch):
     imageio = pytest.importorskip("imageio.v2")
     pytest.importorskip("imageio_ffmpeg")
