@@ -7,6 +7,15 @@ plain numpy cannot read a file. A *warning* is something readers ignore or a sam
 file, the ``meta.json.tmp`` a crash leaves behind, a damaged ``priorities/`` file (sampler state, not
 data). With a ``checksums.sha256`` (see ``checksums``), every file it lists is hashed too: a file that
 differs is a problem. ``python -m memmap_replay verify FOLDER`` prints the same report.
+
+Every entry of the folder is examined with ``lstat`` before anything is opened (and files are then opened
+through ``folderio``: regular files only, never blocking, links only inside the folder, JSON bounded), so
+verify itself never blocks or allocates without bound. What the library refuses is a problem: a link leading
+out of the folder, dangling or looping; a FIFO, device or socket; a file over its cap (JSON 4 MiB,
+checksums.sha256 4 MiB, stats/running.npz 64 MiB); unknown or oversized members of stats/running.npz. So are
+what readers accept but a writer refuses: a link that stays inside the folder, a hard link shared with another
+file. The same entries outside the store's layout are warnings (the library neither reads nor writes them).
+A folder verify calls OK is therefore one the library will neither leak from nor hang on.
 """
 
 from __future__ import annotations
@@ -15,15 +24,20 @@ import json
 import math
 import os
 import re
+import stat
+import tokenize
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from . import folderio
 from . import format as fmt
 from .checksums import MANIFEST, check_manifest, judge, read_manifest, stray_files
-from .errors import InvalidDataError, NotAFolderError, SchemaError, StoreNotFoundError
+from .errors import InvalidDataError, NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
+from .stats import MAX_RUNNING_BYTES, NPY_HEADER_ROOM, RUNNING_FILE, expected_members
 from .format import Capacity, State
 from .schema import Schema
 
@@ -34,7 +48,15 @@ STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
 PRIORITY_NOTE = "; priorities are sampler state, not data: delete the file and a prioritized sampler starts them afresh"
 END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
 CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
-                 "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file"}
+                 "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file",
+                 "entries": "folder entry"}
+TOP_FILES = (fmt.META_FILE, fmt.LOCK_FILE, MANIFEST, "card.json", "README.md")
+LAYOUT_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, fmt.STATS_DIR, fmt.RATELIMIT_DIR)
+RUNNING = f"{fmt.STATS_DIR}/{RUNNING_FILE}"
+STATS_DEPTH = 4  # stats/ may hold folders this deep (checksums covers them)
+# the size caps of the files the library reads whole (folderio, stats)
+CAPS = {fmt.META_FILE: (folderio.MAX_JSON_BYTES, "JSON files"), "card.json": (folderio.MAX_JSON_BYTES, "JSON files"),
+        MANIFEST: (folderio.MAX_MANIFEST_BYTES, "checksums.sha256"), RUNNING: (MAX_RUNNING_BYTES, "stats/running.npz")}
 
 
 @dataclass
@@ -98,6 +120,9 @@ class StoreChecker:
         self.capacity: Capacity | None = None
         self.state: State | None = None
         self.table: dict[str, np.ndarray] = {}  # episode table files whose headers and sizes are good
+        self.root = os.path.realpath(folder)  # the folder itself may be a link (a store on another disk)
+        self.refused: set[str] = set()  # entries reported as ones the library refuses: not opened again
+        self.reported: set[str] = set()  # entries reported by the entry checks (each once)
 
     def problem(self, where: str, what: str) -> None:
         self.report.problems.append(f"{where}: {what}")
@@ -106,8 +131,8 @@ class StoreChecker:
         self.report.warnings.append(f"{where}: {what}")
 
     def run(self) -> None:
-        for check in (self.check_meta, self.check_files, self.check_table, self.check_priorities, self.check_strays,
-                      self.check_checksums):
+        for check in (self.check_meta, self.check_entries, self.check_files, self.check_table, self.check_priorities,
+                      self.check_running, self.check_strays, self.check_checksums):
             try:
                 check()
             except Exception as error:  # noqa: BLE001 - damage nobody foresaw is reported, never raised
@@ -138,20 +163,26 @@ class StoreChecker:
 
     def read_meta(self) -> dict | None:
         path = self.folder / fmt.META_FILE
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             self.report.is_store = any((self.folder / name).is_dir() for name in STORE_DIRS)
             self.problem("meta.json", "missing (expected the store's metadata, its commit point); " + (
                 "the folder holds a store's files without it: restore meta.json from a copy"
                 if self.report.is_store else "this folder is not a memmap_replay store"))
             return None
+        if self.refuse(fmt.META_FILE, file=True) or path.is_dir():
+            if path.is_dir() and fmt.META_FILE not in self.refused:
+                self.problem("meta.json", "a folder where the store must have its metadata file (expected a JSON file)")
+            return None
         try:
-            text = path.read_bytes().decode("utf-8")
+            raw = folderio.read_bounded(self.folder, path, folderio.MAX_JSON_BYTES, doing="verify")
+        except (ReplayError, OSError) as error:
+            self.problem("meta.json", f"cannot be read (expected a JSON file; {error})")
+            return None
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             self.problem("meta.json", f"not UTF-8 text (expected JSON; found byte {error.object[error.start]:#04x} "
                                       f"at offset {error.start})")
-            return None
-        except OSError as error:
-            self.problem("meta.json", f"cannot be read (expected a JSON file; {error.strerror or error})")
             return None
         if not text.strip():
             self.problem("meta.json", f"empty (expected a JSON object; found {len(text)} bytes, all blank)")
@@ -237,6 +268,187 @@ class StoreChecker:
         if len(self.report.problems) > count:
             self.state = None
 
+    # ---- the folder's entries: links, special files, hard links, size caps (lstat only, nothing opened) --------
+
+    def refuse(self, rel: str, *, file: bool, stray: bool = False) -> bool:
+        """Report ``rel`` if the library refuses it (once); True when a reader must not open it. Nothing is
+        opened: an entry is judged by ``lstat`` (and ``stat`` of a link's target inside the folder)."""
+        if rel in self.refused or rel in self.reported:
+            return rel in self.refused
+        path = self.folder / rel
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            self.problem(rel, f"cannot be examined ({error.strerror or error})")
+            self.refused.add(rel)
+            return True
+        what, readers_refuse, note = self.judge_entry(rel, path, info, file=file)
+        if what is None:
+            return False
+        self.reported.add(rel)
+        if stray:
+            self.warn(rel, f"{what.split(': the library')[0]}; it is not part of the store, so the library neither "
+                           f"reads nor writes it (writers use fresh temp names): you may delete it")
+            return readers_refuse
+        self.problem(rel, what + (f"; {note}" if note else ""))
+        if readers_refuse:
+            self.refused.add(rel)
+        return readers_refuse
+
+    def is_refused(self, rel: str) -> bool:
+        """Whether ``rel`` or a folder holding it was reported as an entry readers refuse."""
+        parts = rel.split("/")
+        return any("/".join(parts[:index]) in self.refused for index in range(1, len(parts) + 1))
+
+    def judge_entry(self, rel: str, path: Path, info: os.stat_result, *, file: bool) -> tuple[str | None, bool, str]:
+        """(what is wrong with the entry or None, whether readers refuse it too, how to fix it)."""
+        fix_link = f"replace the link by the {'file' if file else 'folder'} itself (to keep a store on another disk, " \
+                   f"link or mount the whole store folder, not the entries in it)"
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(path)
+            try:
+                real = os.path.realpath(path, strict=True)
+            except FileNotFoundError:
+                return (f"a link to {target}, which does not exist (a dangling link): the library refuses it, and a "
+                        f"writer never creates a link's target", True, "remove the link")
+            except OSError:
+                return f"a link to {target} that loops: the library refuses it", True, "remove the link"
+            if real != self.root and not real.startswith(self.root.rstrip(os.sep) + os.sep):
+                where = "/dev/zero, a device" if real == "/dev/zero" else real
+                return (f"a link leading out of the store folder (to {where}): the library refuses it, for reading "
+                        f"and writing (it never reads or writes outside the folder)", True, fix_link)
+            try:
+                info = os.stat(path)
+            except OSError as error:
+                return f"a link to {target} that cannot be followed ({error.strerror})", True, "remove the link"
+            inner, refused, _ = self.judge_entry(rel, Path(real), info, file=file)
+            if inner is not None:
+                return f"a link to {target}, which is {inner.removeprefix('a ').removeprefix('an ')}", refused, fix_link
+            return (f"a link (to {target}, inside the folder): readers follow it, but a writer refuses a store "
+                    f"holding links, so that nothing is ever written through one", False, fix_link)
+        if stat.S_ISDIR(info.st_mode):
+            return None, False, ""  # a folder where a file belongs is reported by the checks of that file
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                    else "a device")
+            return (f"{kind}, not a regular file: the library refuses it without opening it (reading it could block "
+                    f"forever or never end)", True, "replace it by the store's file, or delete it")
+        cap = CAPS.get(rel) or ((folderio.MAX_JSON_BYTES, "JSON files") if rel.endswith(".json") else None)
+        if cap is not None and info.st_size > cap[0]:
+            return (f"{info.st_size} bytes, over the {cap[0]}-byte cap on {cap[1]}: the library refuses to read it "
+                    f"(it is not a file this library wrote)", True,
+                    "delete it (the statistics are rebuilt from the live episodes)" if rel == RUNNING
+                    else "replace it by a copy of the store's own")
+        if info.st_nlink > 1:
+            return (f"a hard link shared with {info.st_nlink - 1} other name(s): a writer refuses it (a write would "
+                    f"change the other names too)", False,
+                    f"give it a copy of its own (cp {rel} {rel}.copy && mv {rel}.copy {rel})")
+        return None, False, ""
+
+    def check_entries(self) -> None:
+        """Every entry of the store's layout: links, special files, shared hard links and files over their caps
+        are problems (the library refuses them); such entries outside the layout are warnings (it ignores them)."""
+        if not self.report.is_store:
+            return
+        try:
+            names = sorted(os.listdir(self.folder))
+        except OSError as error:
+            self.problem(".", f"the folder cannot be listed ({error.strerror or error})")
+            return
+        for name in names:
+            self.report.checked["entries"] += 1
+            if name in TOP_FILES:
+                self.refuse(name, file=True)
+            elif name in LAYOUT_DIRS:
+                if not self.refuse(name, file=False) and (self.folder / name).is_dir():
+                    self.check_layout_dir(name, depth=1)
+            else:
+                self.refuse(name, file=True, stray=True)
+
+    def check_layout_dir(self, rel: str, depth: int) -> None:
+        top = rel.split("/")[0]
+        known = self.known_names(top)
+        try:
+            names = sorted(os.listdir(self.folder / rel))
+        except OSError as error:
+            self.problem(rel, f"cannot be listed ({error.strerror or error})")
+            return
+        for name in names:
+            child = f"{rel}/{name}"
+            self.report.checked["entries"] += 1
+            is_dir = os.path.isdir(self.folder / child) and not os.path.islink(self.folder / child)
+            if top == fmt.STATS_DIR and is_dir and depth < STATS_DEPTH:
+                self.check_layout_dir(child, depth + 1)
+                continue
+            stray = known is not None and child not in known and not (top == fmt.STATS_DIR and is_dir)
+            self.refuse(child, file=not is_dir, stray=stray)
+
+    def known_names(self, top: str) -> set[str] | None:
+        """The entries of a layout folder the library reads or writes (None: every entry is the library's)."""
+        if top == fmt.STATS_DIR:
+            return {RUNNING}
+        groups = {fmt.STEPS_DIR: "fields", fmt.META_DIR: "meta_fields"}
+        if top in groups:
+            if self.schema is None:
+                return None
+            return {f"{top}/{name}.npy" for name in getattr(self.schema, groups[top])}
+        if top == fmt.EPISODES_DIR:
+            return {f"{top}/{name}.npy" for name in fmt.TABLE}
+        return None  # priorities/, ratelimit/: run state the library owns, every entry
+
+    # ---- stats/running.npz -------------------------------------------------------------------------------
+
+    def check_running(self) -> None:
+        """The members of stats/running.npz against the names and sizes the schema allows (read from the zip's
+        directory and each member's .npy header, never inflated)."""
+        path = self.folder / RUNNING
+        if self.schema is None or self.is_refused(RUNNING) or not path.exists() or path.is_dir():
+            return
+        expected, findings = expected_members(self.schema), []
+        try:
+            with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file, \
+                    zipfile.ZipFile(file) as archive:
+                for info in archive.infolist():
+                    name = info.filename.removesuffix(".npy")
+                    if name not in expected or not info.filename.endswith(".npy"):
+                        findings.append(f"an unknown member {info.filename!r} ({info.file_size} bytes)")
+                    elif info.file_size > expected[name] + NPY_HEADER_ROOM:
+                        findings.append(f"member {info.filename!r} holds {info.file_size} bytes (expected at most "
+                                        f"{expected[name] + NPY_HEADER_ROOM})")
+                    else:
+                        with archive.open(info) as member:
+                            findings += self.member_header(info.filename, member, expected[name])
+        except (ReplayError, OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as error:
+            self.warn(RUNNING, f"not a readable .npz ({error}); the library rebuilds the statistics from the live "
+                               f"episodes (derived data, not data)")
+            return
+        for finding in findings[:MAX_LISTED]:
+            self.problem(RUNNING, f"{finding}: the library refuses the file (it never inflates a member it does not "
+                                  f"expect) and rebuilds the statistics; delete it")
+        if len(findings) > MAX_LISTED:
+            self.problem(RUNNING, f"and {len(findings) - MAX_LISTED} more members like these")
+
+    @staticmethod
+    def member_header(name: str, member, nbytes: int) -> list[str]:
+        """What is wrong with a member's .npy header (its declared array must fit the expected bytes)."""
+        try:
+            version = np.lib.format.read_magic(member)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"format version {version}")
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(member)
+        except (ValueError, SyntaxError, EOFError, OSError, tokenize.TokenError, zipfile.BadZipFile) as error:
+            return [f"member {name!r} is not a readable .npy ({error})"]
+        if dtype.hasobject:
+            return [f"member {name!r} holds Python objects (dtype {dtype})"]
+        declared = dtype.itemsize * math.prod(shape)
+        if declared > nbytes:
+            return [f"member {name!r} declares an array of {declared} bytes ({dtype}, shape {shape}; expected at most "
+                    f"{nbytes})"]
+        return []
+
     # ---- .npy files ----------------------------------------------------------------------------------
 
     def check_files(self) -> None:
@@ -255,11 +467,13 @@ class StoreChecker:
         """Check one .npy file; a read-only map of its first ``need`` rows if they are all there."""
         report = self.warn if note else self.problem
         path, expected = self.folder / rel, f"{dtype} rows of shape {shape}"
+        if self.is_refused(rel):
+            return None  # a link out of the folder, a FIFO, ...: reported, never opened
         if not path.is_file():
             report(rel, f"{'missing' if not path.exists() else 'not a file'} (expected a .npy file of {expected}){note}")
             return None
         try:
-            with open(path, "rb") as file:
+            with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file:
                 size = os.fstat(file.fileno()).st_size
                 version = np.lib.format.read_magic(file)
                 if version not in ((1, 0), (2, 0)):
@@ -267,7 +481,7 @@ class StoreChecker:
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 found_shape, fortran, found = read(file)
                 offset = file.tell()
-        except (OSError, ValueError, SyntaxError, EOFError) as error:
+        except (ReplayError, OSError, ValueError, SyntaxError, EOFError, tokenize.TokenError) as error:
             report(rel, f"not a readable .npy file (expected a standard .npy header of {expected}; {error}){note}")
             return None
         self.report.checked["npy_files"] += 1
@@ -297,7 +511,12 @@ class StoreChecker:
                            f"grow leaves this; harmless)")
         if rows < need or size < offset + need * row_bytes or need == 0:
             return None
-        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(need, *shape))
+        try:
+            with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file:
+                return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(need, *shape))
+        except (ReplayError, OSError, ValueError) as error:  # replaced since its header was read
+            report(rel, f"cannot be mapped ({error}){note}")
+            return None
 
     # ---- the episode table -----------------------------------------------------------------------------
 
@@ -358,7 +577,7 @@ class StoreChecker:
 
     def check_priorities(self) -> None:
         directory, capacity = self.folder / fmt.PRIORITIES_DIR, self.capacity
-        if not directory.exists() or capacity is None:
+        if not directory.exists() or capacity is None or self.is_refused(fmt.PRIORITIES_DIR):
             return
         if not directory.is_dir():
             self.warn(fmt.PRIORITIES_DIR, "not a folder (expected the optional folder of sampler priorities); "
@@ -381,14 +600,15 @@ class StoreChecker:
                 if not (directory / (name[:-4] + ".owner.npy")).exists():
                     self.warn(rel, f"has no {name[:-4]}.owner.npy beside it (expected one){PRIORITY_NOTE}")
             elif name.endswith(".json"):
-                self.check_view_spec(path, rel)
+                if not self.is_refused(rel):
+                    self.check_view_spec(path, rel)
             elif not name.endswith(".lock"):
                 self.warn(rel, "not a priorities file (expected <name>.npy, .owner.npy, .json, .lock); samplers ignore it")
 
     def check_view_spec(self, path: Path, rel: str) -> None:
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as error:
+            spec = folderio.read_json(self.folder, path, doing="verify")
+        except (ReplayError, OSError) as error:
             spec = error
         if not isinstance(spec, dict):
             self.warn(rel, f"not a JSON object naming the view of these priorities (found {spec!r}){PRIORITY_NOTE}")
@@ -399,7 +619,12 @@ class StoreChecker:
                 self.warn(where, what)
 
     def check_checksums(self) -> None:
-        if self.report.is_store and (self.checksums or (self.checksums is None and (self.folder / MANIFEST).exists())):
+        manifest = self.folder / MANIFEST
+        if self.report.is_store and self.is_refused(MANIFEST) and self.checksums is not False:
+            self.warn(MANIFEST, "not read (see its problem), so no file was checked against it")
+            return
+        if self.report.is_store and (self.checksums or (self.checksums is None and (manifest.exists() or
+                                                                                   manifest.is_symlink()))):
             for line, warn in judge(check_manifest(self.folder, progress=self.progress), self.folder):
                 (self.report.warnings if warn else self.report.problems).append(line)
             self.report.checked["checksums"] = len(read_manifest(self.folder)[0] or ())

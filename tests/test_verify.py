@@ -10,11 +10,15 @@ line exits 1 (0 for warnings only) and prints the file's name.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -232,7 +236,7 @@ def test_healthy_store_report(folder):
     assert isinstance(report, VerifyReport)
     assert report.ok and report.problems == [] and report.warnings == [] and report.is_store
     assert report.checked == {"meta_json": 1, "npy_files": 11, "live_episodes": 3, "live_rows": 13, "priority_files": 2,
-                              "checksums": 0}
+                              "checksums": 0, "entries": 21}  # 7 in the folder, 14 in its layout folders
     text = str(report)
     assert text.splitlines()[0] == f"{folder}: OK, 0 warnings"
     assert "3 live episodes" in text and "13 live rows" in text and "11 .npy headers" in text
@@ -459,6 +463,187 @@ def test_uncommitted_tail_is_ignored_and_reclaimed(folder):
         for name, values in episode_arrays(3, 4).items():
             np.testing.assert_array_equal(data[name][3, :4].numpy(), values, err_msg=name)
     assert verify(folder).ok and not verify(folder).warnings
+
+
+# ---- entries the library refuses: links, special files, hard links, files over their caps -----------------
+
+
+@pytest.fixture
+def alarm():
+    """A hang (verify blocking on a FIFO, reading /dev/zero) fails the test instead of stopping the suite."""
+    def rang(signum, frame):
+        raise TimeoutError("verify blocked")
+    previous = signal.signal(signal.SIGALRM, rang)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def outside_file(folder: Path, name: str, data: bytes = b"someone else's file\n") -> Path:
+    path = folder.parent / "outside" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def planted(rel, make):
+    """Replace ``rel`` in the store by what ``make(folder, path)`` plants there."""
+    def mutate(folder):
+        path = folder / rel
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        make(folder, path)
+    return mutate
+
+
+def link_out(folder, path):
+    path.symlink_to(outside_file(folder, path.name))
+
+
+def sparse(size):
+    def mutate(folder):
+        path = folder / mutate.rel
+        with open(path, "ab") as file:
+            file.truncate(size)
+    return mutate
+
+
+def sized(rel, size):
+    mutate = sparse(size)
+    mutate.rel = rel
+    return mutate
+
+
+def hard_linked(rel):
+    return lambda folder: os.link(folder / rel, outside_file(folder, "x").parent / "shared")
+
+
+def moved_inside(rel):
+    def mutate(folder):
+        (folder / rel).rename(folder / (rel + ".real"))
+        (folder / rel).symlink_to(Path(rel + ".real").name)
+    return mutate
+
+
+OUT = r"a link leading out of the store folder \(to .*outside.*\): the library refuses it, for reading and writing"
+FIFO = r"a FIFO \(named pipe\), not a regular file: the library refuses it without opening it"
+WRITER = r"readers follow it, but a writer refuses a store holding links"
+REFUSED = [
+    pytest.param(planted("meta.json", link_out), "meta.json", OUT, id="meta-link-out"),
+    pytest.param(planted("steps/obs.npy", link_out), "steps/obs.npy", OUT + r".*replace the link by the file itself",
+                 id="step-file-link-out"),
+    pytest.param(planted("steps", lambda folder, path: path.symlink_to(outside_file(folder, "x").parent)), "steps",
+                 r"a link leading out .*replace the link by the folder itself", id="steps-folder-link-out"),
+    pytest.param(planted("card.json", lambda folder, path: path.symlink_to("/dev/zero")), "card.json",
+                 r"a link leading out of the store folder \(to /dev/zero, a device\)", id="card-to-dev-zero"),
+    pytest.param(planted("checksums.sha256", lambda folder, path: path.symlink_to("/dev/zero")), "checksums.sha256",
+                 r"to /dev/zero", id="checksums-to-dev-zero"),
+    pytest.param(planted("writer.lock", lambda folder, path: path.symlink_to(folder.parent / "absent")), "writer.lock",
+                 r"a link to .*absent, which does not exist \(a dangling link\).*a writer never creates", id="lock-dangling"),
+    pytest.param(planted("episodes/id.npy", lambda folder, path: path.symlink_to("id.npy")), "episodes/id.npy",
+                 r"a link to id\.npy that loops", id="table-file-loop"),
+    pytest.param(planted("meta.json", lambda folder, path: os.mkfifo(path)), "meta.json", FIFO, id="meta-fifo"),
+    pytest.param(planted("steps/reward.npy", lambda folder, path: os.mkfifo(path)), "steps/reward.npy", FIFO, id="step-file-fifo"),
+    pytest.param(planted("priorities/steps.json", lambda folder, path: os.mkfifo(path)), "priorities/steps.json", FIFO,
+                 id="priorities-json-fifo"),
+    pytest.param(planted("stats/running.npz", lambda folder, path: os.mkfifo(path)), "stats/running.npz", FIFO,
+                 id="running-npz-fifo"),
+    pytest.param(sized("meta.json", 1 << 30), "meta.json", r"1073741824 bytes, over the 4194304-byte cap on JSON files",
+                 id="meta-1GiB-sparse"),
+    pytest.param(sized("checksums.sha256", (4 << 20) + 1), "checksums.sha256",
+                 r"4194305 bytes, over the 4194304-byte cap on checksums\.sha256", id="checksums-over-cap"),
+    pytest.param(sized("stats/running.npz", (64 << 20) + 1), "stats/running.npz",
+                 r"67108865 bytes, over the 67108864-byte cap on stats/running\.npz.*rebuilt", id="running-npz-over-cap"),
+    pytest.param(hard_linked("steps/obs.npy"), "steps/obs.npy",
+                 r"a hard link shared with 1 other name\(s\): a writer refuses it .*cp steps/obs\.npy", id="hard-link"),
+    pytest.param(hard_linked("meta.json"), "meta.json", r"a hard link shared with 1 other", id="meta-hard-link"),
+    pytest.param(moved_inside("steps/obs.npy"), "steps/obs.npy", r"a link \(to obs\.npy\.real, inside the folder\): " + WRITER,
+                 id="link-inside"),
+    pytest.param(moved_inside("steps"), "steps", r"a link \(to steps\.real, inside the folder\)", id="folder-link-inside"),
+]
+
+
+@pytest.mark.parametrize("mutate, rel, match", REFUSED)
+def test_entries_the_library_refuses_are_problems(folder, mutate, rel, match, alarm, capsys):
+    mutate(folder)
+    report = verify(folder)
+    mine = [line for line in report.problems if line.startswith(f"{rel}: ")]
+    assert not report.ok and len(mine) == 1, report  # reported once, naming the entry
+    assert re.search(match, mine[0]), mine[0]
+    assert main(["verify", str(folder)]) == 1
+    assert f"{rel}: " in capsys.readouterr().out
+
+
+def test_the_folder_itself_may_be_a_link(folder, tmp_path):
+    (tmp_path / "elsewhere").symlink_to(folder)  # how a store is put on another disk
+    report = verify(tmp_path / "elsewhere")
+    assert report.ok and not report.warnings, report
+
+
+def test_readers_are_not_refused_what_writers_are(folder):
+    moved_inside("steps/obs.npy")(folder)
+    hard_linked("meta.json")(folder)
+    report = verify(folder)
+    assert len(report.problems) == 2 and report.checked["live_rows"] == 13, report  # read through the inside link
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        assert_intact(buffer)
+
+
+def test_stray_links_and_fifos_are_warnings(folder, alarm):
+    (folder / "meta.json.tmp").symlink_to(outside_file(folder, "secret.txt"))
+    (folder / "stats/running.npz.tmp").symlink_to(outside_file(folder, "secret.txt"))
+    os.mkfifo(folder / "steps/old.npy")
+    report = verify(folder)
+    assert report.ok, report
+    lines = {line.split(": ")[0]: line for line in report.warnings if "not part of the store, so the library" in line}
+    assert set(lines) == {"meta.json.tmp", "stats/running.npz.tmp", "steps/old.npy"}, report.warnings
+    assert re.search(r"a link leading out of the store folder \(to .*secret\.txt\); it is not part", lines["meta.json.tmp"])
+    assert lines["steps/old.npy"].startswith("steps/old.npy: a FIFO (named pipe), not a regular file; it is not part")
+
+
+def running_npz(folder: Path, **members: bytes) -> None:
+    """stats/running.npz with raw ``members`` added (replacing any of the same name)."""
+    path = folder / "stats/running.npz"
+    with zipfile.ZipFile(path) as source:
+        kept = {info.filename: source.read(info) for info in source.infolist() if info.filename not in members}
+    with zipfile.ZipFile(path, "w") as out:
+        for name, data in {**kept, **members}.items():
+            out.writestr(name, data)
+
+
+def npy_header(descr: str, shape: tuple) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("members, match", [
+    pytest.param({"extra.npy": npy_header("<f8", (1 << 29,)) + bytes(16)}, r"an unknown member 'extra\.npy' \(\d+ bytes\)",
+                 id="unknown-member"),
+    pytest.param({"notes.txt": b"hello"}, r"an unknown member 'notes\.txt'", id="unknown-non-npy-member"),
+    pytest.param({"obs.mean.npy": npy_header("<f8", (1 << 29,)) + bytes(16)},
+                 r"member 'obs\.mean\.npy' declares an array of 4294967296 bytes \(float64, shape \(536870912,\); "
+                 r"expected at most 24\)", id="member-header-declares-4GiB"),
+    pytest.param({"obs.m2.npy": npy_header("<f8", (1 << 16,)) + bytes(8 << 16)},
+                 r"member 'obs\.m2\.npy' holds 524416 bytes \(expected at most \d+\)", id="oversized-member"),
+    pytest.param({"obs.min.npy": npy_header("|O", (3,)) + bytes(24)}, r"member 'obs\.min\.npy' holds Python objects",
+                 id="object-member"),
+])
+def test_running_statistics_members_are_checked_without_inflating(folder, members, match):
+    running_npz(folder, **members)
+    report = verify(folder)
+    mine = [line for line in report.problems if line.startswith("stats/running.npz: ")]
+    assert len(mine) == 1 and re.search(match, mine[0]) and "rebuilds the statistics" in mine[0], report
+
+
+def test_unreadable_running_statistics_are_a_warning(folder):
+    (folder / "stats/running.npz").write_bytes(b"not a zip" * 10)
+    report = verify(folder)
+    assert report.ok and any(line.startswith("stats/running.npz: not a readable .npz") and "rebuilds" in line
+                             for line in report.warnings), report
 
 
 # ---- the command line ----------------------------------------------------------------------------------

@@ -18,14 +18,23 @@ counters); every file of the layout (steps/, meta/, episodes/) is present, is a 
 pickled objects) with the dtype, row shape and row count meta.json says, and is as long as its
 header declares; the live episode table (each live slot holds its episode id, start, length, end
 code and final flag in range, rows within the stored rows, no two live episodes on the same row,
-write_head after the newest episode); the optional priorities/ files. Step data is not read, unless
-the folder has a checksums.sha256 (written by `checksum` or `pack`): then every file it lists is read
-and hashed, and a file that differs from it, is missing, or is not listed is reported.
+write_head after the newest episode); the optional priorities/ files; stats/running.npz's members
+(names and sizes the schema allows, read from the zip directory and .npy headers, never inflated).
+Every entry of the folder is examined without being opened: a link leading out of the folder (or
+dangling, or looping), a FIFO, device or socket, a file over its size cap (JSON files and
+checksums.sha256 4 MiB, stats/running.npz 64 MiB) is a problem, since the library refuses it; so
+are a link that stays inside the folder and a hard link shared with another file, which readers
+accept but a writer refuses. Such entries outside the store's layout are warnings (the library
+ignores them). Step data is not read, unless the folder has a checksums.sha256 (written by
+`checksum` or `pack`): then every file it lists is read and hashed, and a file that differs from
+it, is missing, or is not listed is reported.
 --checksums also reports a missing checksums.sha256; --no-checksums skips them (fast).
 
 A problem is damage (readers refuse the store, or plain numpy cannot read a file). A warning is
 harmless: a stray file, a meta.json.tmp left by a crash, a damaged priorities/ file (sampler state,
-which a prioritized sampler starts afresh), a priorities/ file that differs from its checksum.
+which a prioritized sampler starts afresh), a priorities/ file that differs from its checksum, an
+unreadable stats/running.npz (rebuilt from the live episodes). A folder verify calls OK is one the
+library will neither read outside of, write outside of, nor block on.
 
 {EXIT_CODES}
 
