@@ -20,6 +20,7 @@ A folder verify calls OK is therefore one the library will neither leak from nor
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -284,7 +285,7 @@ class StoreChecker:
             self.problem(rel, f"cannot be examined ({error.strerror or error})")
             self.refused.add(rel)
             return True
-        what, readers_refuse, note = self.judge_entry(rel, path, info, file=file)
+        what, readers_refuse, note = self.judge_entry(rel, path, info, file=file, stray=stray)
         if what is None:
             return False
         self.reported.add(rel)
@@ -302,8 +303,10 @@ class StoreChecker:
         parts = rel.split("/")
         return any("/".join(parts[:index]) in self.refused for index in range(1, len(parts) + 1))
 
-    def judge_entry(self, rel: str, path: Path, info: os.stat_result, *, file: bool) -> tuple[str | None, bool, str]:
-        """(what is wrong with the entry or None, whether readers refuse it too, how to fix it)."""
+    def judge_entry(self, rel: str, path: Path, info: os.stat_result, *, file: bool,
+                    stray: bool = False) -> tuple[str | None, bool, str]:
+        """(what is wrong with the entry or None, whether readers refuse it too, how to fix it). For a stray entry
+        (not the store's) only links and special files are findings: the library never opens it."""
         fix_link = f"replace the link by the {'file' if file else 'folder'} itself (to keep a store on another disk, " \
                    f"link or mount the whole store folder, not the entries in it)"
         if stat.S_ISLNK(info.st_mode):
@@ -313,8 +316,11 @@ class StoreChecker:
             except FileNotFoundError:
                 return (f"a link to {target}, which does not exist (a dangling link): the library refuses it, and a "
                         f"writer never creates a link's target", True, "remove the link")
-            except OSError:
-                return f"a link to {target} that loops: the library refuses it", True, "remove the link"
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    return f"a link to {target} that loops: the library refuses it", True, "remove the link"
+                return (f"a link to {target} that cannot be followed ({error.strerror}): the library refuses it", True,
+                        "remove the link")
             if real != self.root and not real.startswith(self.root.rstrip(os.sep) + os.sep):
                 where = "/dev/zero, a device" if real == "/dev/zero" else real
                 return (f"a link leading out of the store folder (to {where}): the library refuses it, for reading "
@@ -323,7 +329,7 @@ class StoreChecker:
                 info = os.stat(path)
             except OSError as error:
                 return f"a link to {target} that cannot be followed ({error.strerror})", True, "remove the link"
-            inner, refused, _ = self.judge_entry(rel, Path(real), info, file=file)
+            inner, refused, _ = self.judge_entry(rel, Path(real), info, file=file, stray=stray)
             if inner is not None:
                 return f"a link to {target}, which is {inner.removeprefix('a ').removeprefix('an ')}", refused, fix_link
             return (f"a link (to {target}, inside the folder): readers follow it, but a writer refuses a store "
@@ -335,6 +341,8 @@ class StoreChecker:
                     else "a device")
             return (f"{kind}, not a regular file: the library refuses it without opening it (reading it could block "
                     f"forever or never end)", True, "replace it by the store's file, or delete it")
+        if stray:
+            return None, False, ""
         cap = CAPS.get(rel) or ((folderio.MAX_JSON_BYTES, "JSON files") if rel.endswith(".json") else None)
         if cap is not None and info.st_size > cap[0]:
             return (f"{info.st_size} bytes, over the {cap[0]}-byte cap on {cap[1]}: the library refuses to read it "

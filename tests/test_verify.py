@@ -596,8 +596,12 @@ def test_stray_links_and_fifos_are_warnings(folder, alarm):
     (folder / "meta.json.tmp").symlink_to(outside_file(folder, "secret.txt"))
     (folder / "stats/running.npz.tmp").symlink_to(outside_file(folder, "secret.txt"))
     os.mkfifo(folder / "steps/old.npy")
+    with open(folder / "notes.json", "wb") as file:  # a big file of the user's: not the library's, not capped
+        file.truncate(8 << 20)
     report = verify(folder)
     assert report.ok, report
+    assert [line for line in report.warnings if line.startswith("notes.json")] == [
+        "notes.json: not part of the store (readers ignore it)"]
     lines = {line.split(": ")[0]: line for line in report.warnings if "not part of the store, so the library" in line}
     assert set(lines) == {"meta.json.tmp", "stats/running.npz.tmp", "steps/old.npy"}, report.warnings
     assert re.search(r"a link leading out of the store folder \(to .*secret\.txt\); it is not part", lines["meta.json.tmp"])
