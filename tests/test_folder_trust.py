@@ -774,7 +774,7 @@ def test_fuzzed_folders_raise_only_library_errors(tmp_path):
     (tmp_path / "work").mkdir()
     spec = dict(template=str(template), work=str(tmp_path / "work"), examples=FUZZ_EXAMPLES)
     child = subprocess.run([sys.executable, __file__, "--fuzz", json.dumps(spec)], capture_output=True,
-                           timeout=CASE_SECONDS * FUZZ_EXAMPLES * 4 + STARTUP_SECONDS)
+                           timeout=900)  # a backstop: every example has its own alarm
     report = (child.stdout + child.stderr).decode(errors="replace")
     assert child.returncode == 0, f"the fuzzer found an escape (or a hang):\n{report[-6000:]}"
     seen = json.loads(child.stdout.decode().splitlines()[-1])
