@@ -330,17 +330,32 @@ def open_npy(folder: Path | None, path: Path):
     return os.fdopen(fd, "rb")
 
 
+def parse_npy_header(file) -> tuple[np.dtype, tuple[int, ...], bool]:
+    """(dtype, shape, fortran order) of the .npy header at ``file``'s position, leaving it after the header.
+    Anything malformed is a ValueError: numpy's parser also raises SyntaxError, tokenize's TokenError, ...
+    for headers a stranger wrote, and reads at most its header size limit."""
+    try:
+        version = np.lib.format.read_magic(file)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"format version {version[0]}.{version[1]}, not 1.0 or 2.0")
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(file)
+    except (OSError, ValueError):
+        raise
+    except Exception as error:  # (a header is data from anyone: every way it can be malformed)
+        raise ValueError(f"{type(error).__name__}: {error}"[:300]) from None
+    return dtype, tuple(shape), fortran
+
+
 def read_npy_header(path: Path, folder: Path | None = None) -> tuple[int, np.dtype, tuple[int, ...], int]:
     """(header length, dtype, shape, file size) of a .npy file inside ``folder`` (by default its own folder),
     with clear errors for damage."""
     with open_npy(folder, path) as file:
         try:
             size = os.fstat(file.fileno()).st_size
-            version = np.lib.format.read_magic(file)
-            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = reader(file)
+            dtype, shape, fortran = parse_npy_header(file)
             offset = file.tell()
-        except (ValueError, OSError, SyntaxError) as error:
+        except (ValueError, OSError) as error:
             raise CorruptStoreError(f"{path} is not a readable .npy file ({error})") from None
     if fortran:
         raise CorruptStoreError(f"{path} must be in C order (got Fortran order)")

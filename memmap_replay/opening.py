@@ -131,7 +131,7 @@ def check_live_ids(store) -> None:
         )
     if not len(ids):
         return
-    table = store.live_table()
+    table = store.live_table(catch_up=False)  # (of ``state``: a newer meta.json is the retry's business)
     if not len(table):  # a writer evicted them all since meta.json was read (the table leaves them out)
         return
     where = lambda i, files: f"{store.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import folderio
 from .errors import InvalidDataError
-from .format import STATS_DIR
+from .format import STATS_DIR, parse_npy_header
 from .options import names as check_names
 from .options import number
 
@@ -161,6 +161,11 @@ def read_running(folder: Path, schema) -> dict[str, np.ndarray]:
                 if name not in expected or info.file_size > expected[name] + NPY_HEADER_ROOM:
                     raise ValueError(f"{path} holds a member {info.filename!r} of {info.file_size} bytes that this "
                                      f"store's statistics never have")
+                with archive.open(info) as member:  # numpy allocates what the header declares: check it first
+                    dtype, shape, _ = parse_npy_header(member)
+                if dtype.hasobject or dtype.itemsize * math.prod(shape) > expected[name]:
+                    raise ValueError(f"{path}: member {info.filename!r} declares {dtype} of shape {shape}, more "
+                                     f"than this store's statistics hold")
         file.seek(0)
         with np.load(file, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}

@@ -206,7 +206,7 @@ class EpisodeStore:
             info = os.stat(self.folder / fmt.META_FILE)
         return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
 
-    def live_table(self, *, catch_up: bool = False) -> EpisodeTable:
+    def live_table(self, *, catch_up: bool = True) -> EpisodeTable:
         """The live episodes (oldest first) with their entries in the episode table. The writer's own store
         reads its own state. Any other reader gets a consistent snapshot while a writer in another process (or
         another store object) commits, as a seqlock around the read of the table:
@@ -215,8 +215,9 @@ class EpisodeStore:
         meta.json is unchanged since ``meta`` was read (``read_stamp``) and every slot holds the id read for
         it (``episodes/id.npy``), the table is whole. Otherwise meta.json is read again: the episodes still
         live then were never touched while their entries were read; the ones evicted meanwhile are left out.
-        ``catch_up=True`` (views): then the newer meta.json is taken instead (as ``refresh`` does) and the
-        table read again, up to ``CONSISTENCY_RETRIES`` times."""
+        ``catch_up=True`` (the default): then the newer meta.json is taken instead (as ``refresh`` does) and
+        the table read again, up to ``CONSISTENCY_RETRIES`` times, so that ``meta`` (``num_episodes``) and
+        the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out."""
         table, stored = self._table_of(self.meta.state)
         if self.is_writer:
             return table

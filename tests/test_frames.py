@@ -211,17 +211,44 @@ def test_a_buffer_and_a_store_are_accepted(folder, tmp_path):
         store.close()
 
 
-def test_frames_of_an_episode_the_ring_evicted_meanwhile_are_refused(tmp_path):
+def test_a_stale_store_shows_the_live_episodes_never_an_evicted_ones_rows(tmp_path):
     folder = make_store(tmp_path / "ring", lengths=(3, 3), max_episodes=2, circular=True)
-    stale = EpisodeStore.open(folder, "r")  # its episode table is read before the writer evicts
+    stale = EpisodeStore.open(folder, "r")  # its meta.json is read before the writer evicts episode 0
     try:
         with ReplayBuffer.from_folder(folder) as writer:
             writer.store_episode(**{name: np.stack([store(picture(9, t)) for t in range(3)])
                                     for name, (_, store, _) in LAYOUT_FIELDS.items()},
                                  action=np.zeros((3, 2)), goal=np.zeros((H, W)))
+        shown = contact_sheet(stale, "hwc", episodes=[0, 1], labels=False).image  # the table catches up
+        assert stale.num_episodes == 2 and stale.live_table().ids.tolist() == [1, 2]
+        with ReplayBuffer.from_folder(folder, read_only=True) as fresh:
+            np.testing.assert_array_equal(shown, contact_sheet(fresh, "hwc", episodes=[0, 1], labels=False).image)
+    finally:
+        stale.close()
+
+
+def test_frames_of_an_episode_the_ring_evicted_while_they_were_read_are_refused(tmp_path, monkeypatch):
+    folder = make_store(tmp_path / "ring", lengths=(3, 3), max_episodes=2, circular=True)
+    stale = EpisodeStore.open(folder, "r")
+    read_rows = stale.step_array
+
+    def evicting(name):  # the writer evicts episode 0 after the table was read, while its rows are read
+        with ReplayBuffer.from_folder(folder) as writer:
+            writer.store_episode(**{key: np.stack([store(picture(9, t)) for t in range(3)])
+                                    for key, (_, store, _) in LAYOUT_FIELDS.items()},
+                                 action=np.zeros((3, 2)), goal=np.zeros((H, W)))
+        monkeypatch.setattr(stale, "step_array", read_rows)
+        return read_rows(name)
+
+    try:
+        monkeypatch.setattr(stale, "step_array", evicting)
         with pytest.raises(SampleExpiredError, match=r"episode id 0 was evicted .* run again"):
             contact_sheet(stale, "hwc", episodes=0)
-        with pytest.raises(SampleExpiredError, match=r"episode id 0 was evicted"):
+        stale.close()
+        stale = EpisodeStore.open(folder, "r")
+        read_rows = stale.step_array
+        monkeypatch.setattr(stale, "step_array", evicting)
+        with pytest.raises(SampleExpiredError, match=r"episode id 1 was evicted"):
             write_video(stale, "hwc", tmp_path / "v.gif", episode=0)
         assert not (tmp_path / "v.gif").exists()
     finally:

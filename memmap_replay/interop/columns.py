@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from .. import format as fmt
 from ..errors import InvalidDataError, UnsupportedFormatError
 from .common import require
 
@@ -96,9 +97,7 @@ class NpzColumns:
 
     def _header(self, stream, key: str):
         try:
-            version = np.lib.format.read_magic(stream)
-            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = reader(stream)
+            dtype, shape, fortran = fmt.parse_npy_header(stream)
         except ValueError as error:
             raise UnsupportedFormatError(f"{self.path}: {key!r} is not a .npy array ({error})") from None
         if dtype.hasobject:
