@@ -302,9 +302,9 @@ def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
     with folderio.errors_named(folder, "list"):
         paths = sorted(folder.iterdir())
     for path in paths:
-        if path.name == fmt.META_FILE + ".tmp":
+        if re.fullmatch(rf"{re.escape(fmt.META_FILE)}(\.\d+\.[0-9a-f]+)?\.tmp", path.name):
             strays.append((path.name, "left by a commit that was interrupted (a crash or kill); readers ignore it and "
-                                      "the next commit replaces it; you may delete it"))
+                                      "the next writer removes it; you may delete it"))
         elif path.name.endswith(".tmp"):
             strays.append((path.name, "a temporary file left by an interrupted write (of the card or the "
                                       "checksums); you may delete it"))

@@ -179,6 +179,8 @@ def pack(folder: str | os.PathLike, archive: str | os.PathLike, *, progress: boo
     with os_errors("pack", folder, "no archive was written"):
         with writer_locked(folder, "pack"), folder_lock(folder):
             report = verify(folder, progress=progress)
+            if report.failures:  # the system failed a read (EIO, EACCES, ...): not damage
+                raise report.failures[0]
             if not report.ok:
                 raise CorruptStoreError(f"{folder} fails verify, so it is not packed ({len(report.problems)} problems: "
                                         f"{'; '.join(report.problems[:LISTED])}); `python -m memmap_replay verify {folder}` "
@@ -576,6 +578,8 @@ def file_limits(temp: Path, archive: Path, max_bytes: int) -> tuple[Callable[[st
     may take together (never more than ``max_bytes``). A meta.json that cannot be read is refused here."""
     try:
         meta = fmt.read_meta(temp)
+    except (StoreIOError, ReadOnlyError, DiskFullError):  # the system failed the read: not the archive's fault
+        raise
     except ReplayError as error:
         raise CorruptStoreError(f"archive {archive} is refused: its {fmt.META_FILE} cannot be read "
                                 f"({str(error).replace(str(temp), '<archive>')}); nothing was unpacked") from None
@@ -624,6 +628,8 @@ def check_unpacked(archive: Path, temp: Path, *, progress: bool) -> None:
         raise CorruptStoreError(f"archive {archive} does not match its own checksums, so nothing was unpacked: "
                                 f"{'; '.join(problems[:LISTED])}; download or copy it again")
     report = verify(temp, checksums=False)
+    if report.failures:  # the system failed a read (EIO, EACCES, ...): not damage
+        raise report.failures[0]
     if not report.ok:
         raise CorruptStoreError(f"archive {archive} holds a damaged store, so nothing was unpacked: "
                                 f"{'; '.join(report.problems[:LISTED])}")

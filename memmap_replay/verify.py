@@ -4,7 +4,7 @@ The checks read ``meta.json``, every ``.npy`` header and the live slots of the e
 step data, so they take about as long as opening the store. Each finding names the file, what is
 wrong, what was expected and what was found. A *problem* is damage: a reader refuses the store, or
 plain numpy cannot read a file. A *warning* is something readers ignore or a sampler rebuilds: a stray
-file, the ``meta.json.tmp`` a crash leaves behind, a damaged ``priorities/`` file (sampler state, not
+file, the ``meta.json*.tmp`` a crash leaves behind, a damaged ``priorities/`` file (sampler state, not
 data). With a ``checksums.sha256`` (see ``checksums``), every file it lists is hashed too: a file that
 differs is a problem. ``python -m memmap_replay verify FOLDER`` prints the same report.
 
@@ -36,7 +36,8 @@ import numpy as np
 from . import folderio
 from . import format as fmt
 from .checksums import MANIFEST, check_manifest, judge, read_manifest, stray_files
-from .errors import InvalidDataError, NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
+from .errors import (DiskFullError, InvalidDataError, NotAFolderError, ReadOnlyError, ReplayError, SchemaError,
+                     StoreIOError, StoreNotFoundError)
 from .stats import MAX_RUNNING_BYTES, NPY_HEADER_ROOM, RUNNING_FILE, expected_members
 from .format import Capacity, State
 from .schema import Schema
@@ -70,6 +71,9 @@ class VerifyReport:
     warnings: list[str] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKED_WORDS, 0))
     is_store: bool = True
+    # the system calls that failed while checking (EIO, EACCES, ENOSPC, ...) as the library's errors: a problem
+    # the system caused, not damage (``pack`` raises the first of them rather than calling the store damaged)
+    failures: list[ReplayError] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -124,10 +128,15 @@ class StoreChecker:
         self.refused: set[str] = set()  # entries reported as ones the library refuses: not opened again
         self.reported: set[str] = set()  # entries reported by the entry checks (each once)
 
-    def problem(self, where: str, what: str) -> None:
+    def problem(self, where: str, what: str, error: BaseException | None = None) -> None:
+        """Report a problem; ``error``, when a system call failed (not damage), is kept in ``failures`` too."""
         self.report.problems.append(f"{where}: {what}")
+        if isinstance(error, OSError) and not isinstance(error, ReplayError):
+            error = folderio.library_error(error, self.folder / where, "verify")
+        if isinstance(error, (StoreIOError, ReadOnlyError, DiskFullError)):
+            self.report.failures.append(error)
 
-    def warn(self, where: str, what: str) -> None:
+    def warn(self, where: str, what: str, error: BaseException | None = None) -> None:  # (harmless: error unused)
         self.report.warnings.append(f"{where}: {what}")
 
     def run(self) -> None:
@@ -136,7 +145,7 @@ class StoreChecker:
             try:
                 check()
             except Exception as error:  # noqa: BLE001 - damage nobody foresaw is reported, never raised
-                self.problem(check.__name__.removeprefix("check_"), f"could not be checked ({error!r})")
+                self.problem(check.__name__.removeprefix("check_"), f"could not be checked ({error!r})", error)
 
     # ---- meta.json ---------------------------------------------------------------------------------
 
@@ -176,7 +185,7 @@ class StoreChecker:
         try:
             raw = folderio.read_bounded(self.folder, path, folderio.MAX_JSON_BYTES, doing="verify")
         except (ReplayError, OSError) as error:
-            self.problem("meta.json", f"cannot be read (expected a JSON file; {error})")
+            self.problem("meta.json", f"cannot be read (expected a JSON file; {error})", error)
             return None
         try:
             text = raw.decode("utf-8")
@@ -481,7 +490,7 @@ class StoreChecker:
                 found, found_shape, fortran = fmt.parse_npy_header(file)
                 offset = file.tell()
         except (ReplayError, OSError, ValueError) as error:
-            report(rel, f"not a readable .npy file (expected a standard .npy header of {expected}; {error}){note}")
+            report(rel, f"not a readable .npy file (expected a standard .npy header of {expected}; {error}){note}", error)
             return None
         self.report.checked["npy_files"] += 1
         if found.hasobject:
@@ -514,7 +523,7 @@ class StoreChecker:
             with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file:
                 return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(need, *shape))
         except (ReplayError, OSError, ValueError) as error:  # replaced since its header was read
-            report(rel, f"cannot be mapped ({error}){note}")
+            report(rel, f"cannot be mapped ({error}){note}", error)
             return None
 
     # ---- the episode table -----------------------------------------------------------------------------

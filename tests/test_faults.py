@@ -416,14 +416,7 @@ def run_case(stage: Stage, template: Path, root: Path, faults: Faults, fail_at: 
     return [f"{where}: {problem}" for problem in problems]
 
 
-PACK_READS = pytest.mark.xfail(strict=True, reason=(
-    "issue 20 item 4, open in pack.py / verify.py (not this file's): an I/O error (EIO, EACCES, ENOSPC) while "
-    "pack or unpack verifies the store's files is reported as CorruptStoreError ('fails verify', 'holds a "
-    "damaged store') instead of StoreIOError / ReadOnlyError / DiskFullError; remove this mark once fixed"))
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=PACK_READS) if name in ("pack", "unpack") else name
-                                  for name in STAGES])
+@pytest.mark.parametrize("name", list(STAGES))
 def test_a_fault_at_every_call_of_each_stage(name, tmp_path, monkeypatch):
     stage = STAGES[name]()
     template = tmp_path / "template"
