@@ -276,7 +276,11 @@ def remove_temps(folder, name: str) -> None:
     under which ``name`` is written, so no temp file of it is anyone else's)."""
     pattern = re.compile(rf"{re.escape(name)}(\.\d+\.[0-9a-f]+)?\.tmp")
     with errors_named(folder, "clean up"):
-        for entry in os.listdir(folder):
+        try:
+            entries = os.listdir(folder)
+        except FileNotFoundError:
+            return
+        for entry in entries:
             if pattern.fullmatch(entry):
                 remove(folder, Path(folder, entry))
 

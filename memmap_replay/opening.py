@@ -5,6 +5,7 @@ whether the episode table agrees with meta.json. Nothing here writes, except ``m
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from .schema import NAME_PATTERN, Schema
 __all__ = ["MODES", "locate", "make_folder", "check_replaceable", "check_live_ids", "holds_episodes", "check_matches"]
 
 MODES = ("r", "r+", "a", "w", "w-")
+LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (check_claim)
 # the names a store's subfolders may hold (anything else belongs to someone else, and is never deleted)
 FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
 OWN_FILES = {
@@ -120,6 +122,7 @@ def check_live_ids(store) -> None:
     """The live slots of an ``EpisodeStore``'s episode table agree with its meta.json: O(episodes), no step
     data read."""
     state, max_timesteps = store.meta.state, store.meta.capacity.max_timesteps
+    check_claim(store)
     ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
     stored = store.table["id"].array()[ids % store.meta.capacity.max_episodes]
     if not np.array_equal(stored, ids):
@@ -161,6 +164,21 @@ def check_live_ids(store) -> None:
     if state.write_head not in (0, ends[-1]):
         raise CorruptStoreError(f"{store.folder}: meta.json's state.write_head is {state.write_head} (expected "
                                 f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
+
+
+def check_claim(store) -> None:
+    """A reader holds the live episodes' table in memory (about 50 bytes an episode): beyond ``LARGE_TABLE``
+    episodes, meta.json's count must be backed by ids actually written in ``episodes/id.npy``, so a stranger's
+    folder of sparse files cannot make a reader allocate memory for billions of episodes it does not hold."""
+    live = store.meta.state.next_episode - store.meta.state.first_episode
+    if live <= LARGE_TABLE:
+        return
+    path = store.table["id"].path
+    written = os.stat(path).st_blocks * 512
+    if written < live * 8 // 2:
+        raise UnsafeEntryError(
+            f"{path} holds {written} bytes on disk, but meta.json declares {live} live episodes ({live * 8} bytes of "
+            f"ids): a store this library wrote has them written; the folder is damaged or not what it claims")
 
 
 def holds_episodes(folder: Path) -> bool:

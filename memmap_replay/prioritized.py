@@ -72,6 +72,7 @@ class PriorityFiles:
         except (ReadOnlyError, DiskFullError, UnsafeEntryError) as error:
             raise type(error)(f"{error}; pass persist=False to keep priorities in memory") from None
         try:
+            folderio.remove_temps(directory, f"{name}.json")  # a killed sampler's (the lock is ours now)
             self._check_spec(directory / f"{name}.json", spec, name)
             self.values_path = values_path = directory / f"{name}.npy"
             owner_path = directory / f"{name}.owner.npy"

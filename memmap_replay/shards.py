@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 
 from .dataset import Sample, flag
 from .errors import InvalidDataError, SampleExpiredError, StoreNotFoundError
+from .folderio import inside
 from .format import META_FILE
 from .loader import BatchIndexSampler, ReplayDataLoader, make_dataset
 from .options import integer, seed_option
@@ -87,7 +88,11 @@ class ShardSet:
             return self.listed
         if not self.root.is_dir():
             raise StoreNotFoundError(f"{self.root} is not a folder of shards; the writers create it")
-        return sorted(path.parent for path in self.root.glob(f"*/{META_FILE}"))
+        shards = sorted(path.parent for path in self.root.glob(f"*/{META_FILE}"))
+        for shard in shards:  # a shard linked to a store elsewhere is never read as one of these
+            if shard.is_symlink():
+                inside(self.root, shard)
+        return shards
 
     def refresh(self) -> bool:
         """Open shards that appeared since, and re-read every shard's meta.json; True if anything changed."""

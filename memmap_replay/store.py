@@ -62,6 +62,8 @@ class EpisodeStore:
         self.meta = meta
         # meta_stamp() taken before ``meta`` was read, when known (a refresh); None: not known
         self.read_stamp: tuple | None = None
+        # a stamp of meta.json at which every episode of ``meta`` was seen live (a writer appended since)
+        self._table_stamp: tuple | None = None
         self.writable = writable
         self.durable = durable
         self._lock = lock
@@ -225,7 +227,7 @@ class EpisodeStore:
             if not len(table):
                 return table
             stamp = self.meta_stamp()  # after the reads of the table
-            if stamp == self.read_stamp and np.array_equal(stored, table.ids):
+            if stamp in (self.read_stamp, self._table_stamp) and np.array_equal(stored, table.ids):
                 return table
             fresh = fmt.read_meta(self.folder)
             if fresh.store_id != self.meta.store_id:
@@ -241,6 +243,8 @@ class EpisodeStore:
             if live.all():  # (episodes committed since are for the next refresh)
                 if fresh.state == self.meta.state:
                     self.read_stamp = stamp  # ``meta`` is as read after this stamp: next time, the fast way
+                # every episode of ``meta`` was live at ``stamp``: while meta.json keeps it, the fast way holds
+                self._table_stamp = stamp
                 return table
             if not catch_up or attempt == CONSISTENCY_RETRIES - 1:
                 break
@@ -276,7 +280,7 @@ class EpisodeStore:
 
     def _adopt(self, meta: StoreMeta) -> None:
         """Take a newer meta.json; the step files have grown to its row count before it was written."""
-        self.meta = meta
+        self.meta, self._table_stamp = meta, None
         for file in self.steps.values():
             file.rows = max(file.rows, meta.state.rows)
 
@@ -300,7 +304,8 @@ class EpisodeStore:
             folderio.check_for_writing(self.folder, fmt.writer_entries(self.meta.schema))
             self._lock = WriterLock(self.folder / fmt.LOCK_FILE, folder=self.folder)
             try:
-                folderio.remove_temps(self.folder, fmt.META_FILE)  # a killed writer's
+                for directory, name in ((self.folder, fmt.META_FILE), (self.folder / fmt.STATS_DIR, "running.npz")):
+                    folderio.remove_temps(directory, name)  # a killed writer's
                 self.refresh()  # another writer may have committed since this store was opened
             except BaseException:
                 self._lock.release()
@@ -342,6 +347,9 @@ class EpisodeStore:
         for offset, (start, episode) in enumerate(plan):
             episode_id = state.next_episode + offset
             slot = episode_id % self.capacity.max_episodes
+            # the slot's id goes to -1 while its entries are rewritten, and the new id comes last: a reader
+            # that reads the ids after the entries (``live_table``) never takes a torn entry for a whole one
+            self.table["id"].write_rows(slot, np.array([-1], dtype=fmt.TABLE["id"]))
             for name, chunks in episode.rows.items():
                 position = start
                 for chunk in chunks:

@@ -241,3 +241,76 @@ def test_a_damaged_meta_json_is_still_a_corrupt_store(store):
     (folder / "meta.json").write_bytes(b"\xff{")
     with pytest.raises(CorruptStoreError, match=r"meta.json is not valid JSON .*damaged"):
         ReplayBuffer.from_folder(folder, read_only=True)
+
+
+def test_a_claim_of_billions_of_episodes_in_sparse_files_is_refused_before_any_allocation(store):
+    from memmap_replay.format import npy_header
+
+    folder, _ = store
+    declared = 5 * 10**10  # 373 GiB of ids, in table files that hold a few KiB on disk
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["capacity"]["max_episodes"] = declared
+    meta["state"].update(first_episode=0, next_episode=declared)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    for path in [*(folder / "episodes").iterdir(), *(folder / "meta").iterdir()]:
+        dtype = np.load(path, mmap_mode="r").dtype
+        header = npy_header(dtype, (declared,))
+        with open(path, "r+b") as file:
+            file.write(header)
+            file.truncate(len(header) + declared * dtype.itemsize)
+    with pytest.raises(UnsafeEntryError, match=r"id.npy holds \d+ bytes on disk, but meta.json declares 50000000000"):
+        ReplayBuffer.from_folder(folder, read_only=True)
+
+
+def test_a_shard_linked_to_a_store_outside_the_root_is_refused(tmp_path):
+    from memmap_replay import ShardSet, shard_folder
+
+    root, private = tmp_path / "root", tmp_path / "private"
+    for folder, value in ((shard_folder(root, 0), 0.0), (private, 42.0)):
+        with ReplayBuffer(folder, max_episodes=4, max_timesteps=4, fields=dict(obs="float")) as buffer:
+            buffer.store_episode(obs=np.full(3, value))
+    (root / "shard-000001").symlink_to(private, target_is_directory=True)
+    with pytest.raises(UnsafeEntryError, match=r"shard-000001 leads out of the store folder"):
+        ShardSet(root)
+    (root / "shard-000001").unlink()
+    (root / "shard-000001").symlink_to(shard_folder(root, 0), target_is_directory=True)  # inside: read
+    assert len(ShardSet(root).stores) == 2
+
+
+def test_a_slot_being_rewritten_is_never_read_as_its_old_episode(tmp_path):
+    """The writer sets a reused slot's id to -1 before its entries: a reader whose meta.json stamp did not
+    change (a coarse clock) still never pairs the old id with the new start."""
+    folder = tmp_path / "ring"
+    writer = ReplayBuffer(folder, max_episodes=2, max_timesteps=8, fields=dict(obs="float"), circular=True)
+    writer.store_episode(obs=np.zeros(3))
+    writer.store_episode(obs=np.ones(5))
+    reader = ReplayBuffer.from_folder(folder, read_only=True).episode_store
+    seen = []
+    starts = writer.episode_store.table["start"]
+    write_start = starts.write_rows
+
+    def torn(slot, values):  # the new start is on disk, the rest of the slot not yet
+        write_start(slot, values)
+        reader.read_stamp = reader.meta_stamp()  # as if meta.json's stamp had not changed since it was read
+        seen.append(reader.live_table(catch_up=False))
+
+    starts.write_rows = torn
+    writer.store_episode(obs=np.full(2, 2.0))  # evicts episode 0 and reuses its slot 0
+    starts.write_rows = write_start
+    (table,) = seen
+    assert 0 not in table.ids.tolist() and table.ids.tolist() == [1] and table.start.tolist() == [3]
+    writer.close()
+    reader.close()
+
+
+def test_temp_files_of_killed_writers_and_samplers_are_removed_under_their_lock(store):
+    folder, _ = store
+    with ReplayBuffer.from_folder(folder) as writer:
+        writer.sampler("prioritized", name="steps").close()
+    stale = [folder / "stats" / "running.npz.999.0badc0de.tmp", folder / "priorities" / "steps.json.999.0badc0de.tmp"]
+    for path in stale:
+        path.write_bytes(b"half")
+    with ReplayBuffer.from_folder(folder) as writer:
+        writer.store_episode(obs=np.zeros((2, 3)), reward=np.zeros(2), task_id=9)
+        writer.sampler("prioritized", name="steps").close()
+    assert not any(path.exists() for path in stale)
