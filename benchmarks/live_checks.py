@@ -150,6 +150,19 @@ class Live:
             os.write(log, b"done %d\n" % episode_id)
         buffer.close()
 
+    @staticmethod
+    def draw(sampler, batch_size, tally):
+        """One batch, counting the redraws an eviction caused; None when every redraw expired too (counted, no
+        row returned)."""
+        before = tally.expired
+        try:
+            batch = sampler.batch(batch_size)
+        except SampleExpiredError:
+            tally.failed += 1
+            return None
+        tally.redrawn += tally.expired > before
+        return batch
+
     def sampler_reader(self, folder, stop_file, result, seed, batch_size=64):
         """A uniform sampler with refresh() before each draw; every batch checked."""
         deadline = time.monotonic() + self.LIFETIME
@@ -161,13 +174,9 @@ class Live:
             counting(sampler.view, tally)
             while not stopped(stop_file, deadline):
                 sampler.refresh()
-                before = tally.expired
-                try:
-                    batch = sampler.batch(batch_size)
-                except SampleExpiredError:  # every redraw expired too: counted, and no row was returned
-                    tally.failed += 1
+                batch = self.draw(sampler, batch_size, tally)
+                if batch is None:
                     continue
-                tally.redrawn += tally.expired > before
                 ids, t = np.divmod(batch["_key"].numpy(), self.MAX_T)
                 self.check(tally, self.numpy_batch(batch), ids, t, batch["tag"].numpy())
                 if tally.batches == 1:
@@ -208,13 +217,9 @@ class Live:
             while not stopped(stop_file, deadline):
                 if limiter is not None:
                     limiter.inserted(batch_size)  # as an actor would: room for one more batch
-                before = tally.expired
-                try:
-                    batch = sampler.batch(batch_size)
-                except SampleExpiredError:  # every redraw expired too: counted, and no row was returned
-                    tally.failed += 1
+                batch = self.draw(sampler, batch_size, tally)
+                if batch is None:
                     continue
-                tally.redrawn += tally.expired > before
                 keys = batch["_key"].numpy()
                 ids, t = np.divmod(keys, self.MAX_T)
                 tags = batch["tag"].numpy()

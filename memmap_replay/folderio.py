@@ -36,17 +36,20 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-def library_error(error: OSError, path, doing: str) -> ReplayError:
-    """The library's error for an ``OSError`` met while ``doing`` something with ``path``."""
+def library_error(error: OSError, path, doing: str, *, after: str | None = None,
+                  denied_fix: str = "check the folder's permissions, or open it with read_only=True to read") -> ReplayError:
+    """The library's error for an ``OSError`` met while ``doing`` something with ``path``; ``after``, when
+    given, says what was left behind (before the fix), ``denied_fix`` what to do about a permission."""
     if isinstance(error, ReplayError):
         return error
-    why = error.strerror or str(error)
+    why = error.strerror or str(error) or type(error).__name__
+    named = f"{path}" if not error.filename or str(error.filename) == str(path) else f"{path} ({error.filename})"
+    then = f"; {after}: " if after else "; "
     if error.errno in DISK_FULL:
-        mapped: ReplayError = DiskFullError(f"no space left on the device (or quota) to {doing} {path} ({why}); "
-                                            f"free some space (or raise the quota) and try again")
+        mapped: ReplayError = DiskFullError(f"no space left on the device (or quota) to {doing} {named} ({why})"
+                                            f"{then}free some space (or raise the quota) and try again")
     elif error.errno in DENIED:
-        mapped = ReadOnlyError(f"no permission to {doing} {path} ({why}); check the folder's permissions, or "
-                               f"open it with read_only=True to read")
+        mapped = ReadOnlyError(f"no permission to {doing} {named} ({why}){then}{denied_fix}")
     elif error.errno == errno.ELOOP:
         mapped = UnsafeEntryError(f"cannot {doing} {path}: it is a link, and the library never writes through "
                                   f"links (or the link loops); replace it by a regular file")
@@ -55,8 +58,9 @@ def library_error(error: OSError, path, doing: str) -> ReplayError:
     elif isinstance(error, IsADirectoryError):
         mapped = CorruptStoreError(f"{path} is a folder where the store must have a file; cannot {doing} it")
     else:
-        mapped = StoreIOError(f"the system failed to {doing} {path} ({why})")
-    mapped.errno = error.errno  # (a filename attribute would change how the message prints: it is in the text)
+        mapped = StoreIOError(f"the system failed to {doing} {named} ({why})"
+                              + (f"{then}check the disk, then try again" if after else ""))
+    mapped.errno = error.errno  # (a filename attribute would change how the message prints: the path is in it)
     return mapped
 
 

@@ -37,7 +37,6 @@ temporary folder, and a store it was replacing stays in place.
 from __future__ import annotations
 
 import bz2
-import errno
 import gzip
 import lzma
 import math
@@ -77,8 +76,6 @@ STATS_ROWS = 16  # stats/ and unnamed files may take 64 MiB plus this many float
 FIRST = (MANIFEST, "card.json", "README.md", fmt.META_FILE)
 BEFORE_META = ("", MANIFEST, "card.json", "README.md")  # what may come before meta.json ("" is the top folder)
 LISTED = 5
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
 MAGIC = ((b"\x1f\x8b", "gz"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"), (b"\x5d\x00\x00", "xz"),
          (b"\x28\xb5\x2f\xfd", "zst"))
 
@@ -124,21 +121,9 @@ def compression(archive: Path) -> str:
 def library_error(error: OSError, doing: str, path, after: str) -> ReplayError:
     """The library's error for an ``OSError`` met while ``doing`` something with ``path``; ``after`` says
     what was left behind and how to go on."""
-    if isinstance(error, ReplayError):
-        return error
-    why = error.strerror or str(error) or type(error).__name__
-    named = f"{path}" if not error.filename or str(error.filename) == str(path) else f"{path} ({error.filename})"
-    if error.errno in DISK_FULL:
-        mapped: ReplayError = DiskFullError(f"no space left on the device (or quota) to {doing} {named} ({why}); "
-                                            f"{after}: free some space (or raise the quota) and try again")
-    elif error.errno in DENIED:
-        mapped = ReadOnlyError(f"no permission to {doing} {named} ({why}); {after}: choose a place you may "
-                               f"write to (or that you may read), or fix its permissions")
-    else:
-        mapped = StoreIOError(f"the system failed to {doing} {named} ({why}); {after}: check the disk, then try "
-                              f"again")
-    mapped.errno = error.errno  # (a filename attribute would change how the message prints: the path is in it)
-    return mapped
+    return folderio.library_error(error, path, doing, after=after,
+                                  denied_fix="choose a place you may write to (or that you may read), or fix its "
+                                             "permissions")
 
 
 @contextmanager
@@ -314,7 +299,7 @@ def unpack(archive: str | os.PathLike, folder: str | os.PathLike, *, progress: b
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            if error.errno in DISK_FULL + DENIED:
+            if error.errno in folderio.DISK_FULL + folderio.DENIED:
                 raise library_error(error, "create the folder", folder.parent, after) from None
             raise NotAFolderError(f"{folder.parent} cannot be created ({error.strerror}); choose another folder") from None
     temp = folder.parent / f".{folder.name}.unpacking-{uuid.uuid4().hex[:8]}"

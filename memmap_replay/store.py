@@ -8,7 +8,6 @@ samplers index with one gather per field.
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import sys
@@ -34,7 +33,6 @@ __all__ = ["EpisodeStore", "PendingEpisode", "MODES"]
 MIN_GROWTH_ROWS = 1024
 CONSISTENCY_RETRIES = 20
 REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # what a write raises when the device or the quota is full
 
 
 @dataclass
@@ -322,7 +320,7 @@ class EpisodeStore:
         try:
             return self._commit(episodes)
         except OSError as error:
-            if not isinstance(error, DiskFullError) and error.errno not in DISK_FULL:
+            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
                 raise
             raise DiskFullError(
                 f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
@@ -432,7 +430,7 @@ class EpisodeStore:
         try:
             fmt.write_meta(self.folder, meta, durable=self.durable)
         except OSError as error:
-            if error.errno not in DISK_FULL:
+            if error.errno not in folderio.DISK_FULL:
                 raise
             raise DiskFullError(f"no space left for {self.folder} to write meta.json ({error.strerror}): the store "
                                 f"is as it was; free some space (or raise the quota) and try again") from None

@@ -298,22 +298,29 @@ def check_readers_exercised(tallies):
         assert tally.expired > 0 and tally.redrawn > 0, f"{name}: the seqlock check never fired: {tally}"
 
 
-def test_readers_in_other_processes_while_a_ring_writer_overwrites(tmp_path, workers):
+def read_against_a_ring_writer(tmp_path, workers, readers: dict) -> dict:
+    """Reader processes (name -> (function, *extra arguments)) against a ring writer for READ_SECONDS; their
+    tallies, once every row they read and everything the writer logged are checked."""
     folder, stop, log = tmp_path / "ring", tmp_path / "stop", tmp_path / "writer.log"
     ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
     writer = workers.start(writer_main, folder, stop, log)
-    results = {"sampler": tmp_path / "sampler.json", "view": tmp_path / "view.json"}
-    readers = [workers.start(sampler_reader, folder, stop, results["sampler"], 1),
-               workers.start(view_reader, folder, stop, results["view"], 2)]
-    wait_for_readers(workers, readers, results.values())
+    results = {name: tmp_path / f"{name}.json" for name in readers}
+    pids = [workers.start(function, folder, stop, results[name], *extra)
+            for name, (function, *extra) in readers.items()]
+    wait_for_readers(workers, pids, results.values())
     time.sleep(READ_SECONDS)
     stop.touch()
-    for pid in readers + [writer]:
+    for pid in pids + [writer]:
         workers.finish(pid)
     tallies = {name: Tally.load(path) for name, path in results.items()}
     check_readers_exercised(tallies)
     check_store(folder, [log], exited=True)  # what the writer logged is what the store holds
     expect_only_good_rows(**tallies)
+    return tallies
+
+
+def test_readers_in_other_processes_while_a_ring_writer_overwrites(tmp_path, workers):
+    read_against_a_ring_writer(tmp_path, workers, {"sampler": (sampler_reader, 1), "view": (view_reader, 2)})
 
 
 SAMPLER_KINDS = ("prioritized", "nstep", "sequence", "limited", "uniform")  # live_checks.Live.prioritized_reader
@@ -322,21 +329,8 @@ SAMPLER_KINDS = ("prioritized", "nstep", "sequence", "limited", "uniform")  # li
 def test_samplers_following_a_ring_writer_in_another_process_get_their_keys_rows(tmp_path, workers):
     """Prioritized (steps, n-step, rate-limited), sequence and uniform samplers with follow="disk" against a
     ring writer: every row is the row its _key names, and update_priorities takes every batch's own keys."""
-    folder, stop, log = tmp_path / "ring", tmp_path / "stop", tmp_path / "writer.log"
-    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
-    writer = workers.start(writer_main, folder, stop, log)
-    results = {kind: tmp_path / f"{kind}.json" for kind in SAMPLER_KINDS}
-    readers = [workers.start(prioritized_reader, folder, stop, path, seed, kind)
-               for seed, (kind, path) in enumerate(results.items(), 10)]
-    wait_for_readers(workers, readers, results.values())
-    time.sleep(READ_SECONDS)
-    stop.touch()
-    for pid in readers + [writer]:
-        workers.finish(pid)
-    tallies = {name: Tally.load(path) for name, path in results.items()}
-    check_readers_exercised(tallies)
-    check_store(folder, [log], exited=True)
-    expect_only_good_rows(**tallies)
+    tallies = read_against_a_ring_writer(tmp_path, workers, {kind: (prioritized_reader, seed, kind)
+                                                             for seed, kind in enumerate(SAMPLER_KINDS, 10)})
     for kind in SAMPLER_KINDS[:-1]:
         assert tallies[kind].updated > 0, f"{kind}: {tallies[kind]}"
 
