@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from memmap_replay import InvalidDataError, RateLimiter, ReplayBuffer, SampleExpiredError
-from memmap_replay.loader import BatchIndexSampler
+from memmap_replay.views.loader import BatchIndexSampler
 
 KINDS = ("good", "stale", "torn", "wrong_meta")
 NSTEP = 3  # the n of an n-step reader

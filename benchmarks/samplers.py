@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from memmap_replay import ReplayBuffer  # noqa: E402
-from memmap_replay.sumtree import SumTree  # noqa: E402
+from memmap_replay.samplers.sumtree import SumTree  # noqa: E402
 
 T_STEPS = read.T_STEPS
 READ = read.READ  # ('image', 'action', 'reward')

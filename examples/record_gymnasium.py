@@ -11,8 +11,8 @@ import gymnasium
 import numpy as np
 
 from memmap_replay import ReplayBuffer
-from memmap_replay.card import read_card
-from memmap_replay.format import END_NAMES
+from memmap_replay.sharing.card import read_card
+from memmap_replay.core.format import END_NAMES
 from memmap_replay.recording import RecordEpisodes, RecordVectorEpisodes
 
 

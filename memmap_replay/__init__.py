@@ -10,62 +10,62 @@ import typing as _typing
 
 from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
-from .card import DatasetCard, add_provenance, read_card, update_card, write_card
-from .checksums import check_manifest, write_manifest
+from .sharing.card import DatasetCard, add_provenance, read_card, update_card, write_card
+from .sharing.checksums import check_manifest, write_manifest
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
-from .format import FORMAT_VERSION
-from .frames import FramesWritten, contact_sheet, write_video
+from .core.format import FORMAT_VERSION
+from .sharing.frames import FramesWritten, contact_sheet, write_video
 from .interop import export_d4rl, export_minari, import_d4rl, import_minari
-from .pack import pack, unpack
-from .ratelimit import LimitedSampler, RateCounts, RateLimiter
-from .schema import FieldSpec, Schema
-from .stats import FieldStats, StoreStats
-from .store import EpisodeStore
-from .verify import VerifyReport, verify
-from .writer import VectorEpisodeWriter
+from .sharing.pack import pack, unpack
+from .distributed.ratelimit import LimitedSampler, RateCounts, RateLimiter
+from .core.schema import FieldSpec, Schema
+from .sharing.stats import FieldStats, StoreStats
+from .core.store import EpisodeStore
+from .sharing.verify import VerifyReport, verify
+from .core.writer import VectorEpisodeWriter
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time these come from __getattr__
-    from .dataset import Sample
-    from .her import HindsightView
-    from .loader import BatchIndexSampler, ReplayDataLoader
-    from .prioritized import PrioritizedSampler, SequenceSampler
-    from .samplers import ReplaySampler, UniformSampler
-    from .shards import ConcatView, ShardedSampler, ShardSet, shard_folder
-    from .views import NStepView, TimestepView, TrajectoryView, WindowView
+    from .views.dataset import Sample
+    from .views.hindsight import HindsightView
+    from .views.loader import BatchIndexSampler, ReplayDataLoader
+    from .samplers.prioritized import PrioritizedSampler, SequenceSampler
+    from .samplers.base import ReplaySampler, UniformSampler
+    from .distributed.shards import ConcatView, ShardedSampler, ShardSet, shard_folder
+    from .views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
 # every command and every numpy-only user would pay for nothing.
 _LAZY = {
-    "TrajectoryView": "views",
-    "TimestepView": "views",
-    "WindowView": "views",
-    "NStepView": "views",
-    "HindsightView": "her",
-    "Sample": "dataset",
-    "BatchIndexSampler": "loader",
-    "ReplayDataLoader": "loader",
-    "ReplaySampler": "samplers",
-    "UniformSampler": "samplers",
-    "PrioritizedSampler": "prioritized",
-    "SequenceSampler": "prioritized",
-    "ShardSet": "shards",
-    "ShardedSampler": "shards",
-    "ConcatView": "shards",
-    "shard_folder": "shards",
+    "TrajectoryView": "views.kinds",
+    "TimestepView": "views.kinds",
+    "WindowView": "views.kinds",
+    "NStepView": "views.kinds",
+    "HindsightView": "views.hindsight",
+    "Sample": "views.dataset",
+    "BatchIndexSampler": "views.loader",
+    "ReplayDataLoader": "views.loader",
+    "ReplaySampler": "samplers.base",
+    "UniformSampler": "samplers.base",
+    "PrioritizedSampler": "samplers.prioritized",
+    "SequenceSampler": "samplers.prioritized",
+    "ShardSet": "distributed.shards",
+    "ShardedSampler": "distributed.shards",
+    "ConcatView": "distributed.shards",
+    "shard_folder": "distributed.shards",
     # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``
     # works on the core install (listed by dir() all the same)
     "RecordEpisodes": "recording",
     "RecordVectorEpisodes": "recording",
     "gymnasium_fields": "recording",
     # the Ray side needs the [ray] extra: out of __all__, as the recording names are
-    "RayShardedSampler": "distributed",
-    "create_shard": "distributed",
-    "ShardActor": "distributed",
-    "call_shard": "distributed",
+    "RayShardedSampler": "distributed.ray",
+    "create_shard": "distributed.ray",
+    "ShardActor": "distributed.ray",
+    "call_shard": "distributed.ray",
 }
-_EXTRAS = frozenset(name for name, module in _LAZY.items() if module in ("recording", "distributed"))
+_EXTRAS = frozenset(name for name, module in _LAZY.items() if module in ("recording", "distributed.ray"))
 
 
 def __getattr__(name: str):

@@ -16,12 +16,12 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from .errors import EpisodeStateError, InvalidDataError, SchemaError
-from .format import Capacity
-from .schema import Schema
-from .store import EpisodeStore
-from .options import flag, integer
-from .update import plan_update
-from .writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
+from .core.format import Capacity
+from .core.schema import Schema
+from .core.store import EpisodeStore
+from .core.options import flag, integer
+from .core.update import plan_update
+from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
 __all__ = ["ReplayBuffer", "EpisodeMeta"]
 
@@ -337,7 +337,7 @@ class ReplayBuffer:
 
         ``n_steps=`` -> n-step transitions, ``timestep_level=True`` -> single steps, ``window=`` ->
         windows, else whole trajectories. Reading never writes to the store."""
-        from .loader import make_dataset
+        from .views.loader import make_dataset
 
         return make_dataset(self._store, **options)
 
@@ -346,7 +346,7 @@ class ReplayBuffer:
 
         Also takes ``shuffle``, ``drop_last``, ``seed``, ``to_named_tuple``, ``device``, ``non_blocking``,
         ``dataset``, ``dataset_kwargs`` and DataLoader's ``num_workers``, ``pin_memory``, ... ."""
-        from .loader import make_dataloader
+        from .views.loader import make_dataloader
 
         return make_dataloader(self._store, batch_size, **options)
 
@@ -355,7 +355,7 @@ class ReplayBuffer:
         needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
         ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
         sampler, the rest to ``dataset(...)`` (default: single timesteps)."""
-        from .sampling import make_sampler
+        from .samplers.factory import make_sampler
 
         return make_sampler(self._store, kind, **options)
 
@@ -375,7 +375,7 @@ class ReplayBuffer:
         """Every live episode as torch tensors, padded to the longest: step fields (N, T_max, ...), meta
         fields (N, ...), and ``episode_lens`` (N,). Oldest episode first. ``fields`` and ``meta_fields`` take
         a name or a tuple of names; with only one of them given, the other selects nothing."""
-        from .tensors import padded_episodes
+        from .views.tensors import padded_episodes
 
         if fields is None and meta_fields is None:
             fields, meta_fields = self.fieldnames, self.meta_fieldnames + ("episode_lens",)
@@ -388,8 +388,8 @@ class ReplayBuffer:
         return summary. Small numeric fields are kept up to date as episodes commit; other ``fields`` are
         read from the live episodes. ``recompute=True`` reads the live episodes instead of the running
         moments (which, in a ring, also count evicted episodes)."""
-        from .stats import compute_stats
+        from .sharing.stats import compute_stats, running_stats
 
         recompute = flag(recompute, "recompute")
-        running = self._store.running if self._store.track_stats else None
+        running = running_stats(self._store)
         return compute_stats(self._store, running, fields=fields, quantiles=quantiles, recompute=recompute)

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from memmap_replay import CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreNotFoundError, __version__
-from memmap_replay import card as card_module
-from memmap_replay.card import (DatasetCard, add_provenance, read_card, space_from_json, space_to_json, update_card,
+from memmap_replay.sharing import card as card_module
+from memmap_replay.sharing.card import (DatasetCard, add_provenance, read_card, space_from_json, space_to_json, update_card,
                                 write_card)
-from memmap_replay.checksums import check_manifest, write_manifest
+from memmap_replay.sharing.checksums import check_manifest, write_manifest
 from memmap_replay.cli import main
 
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from memmap_replay import CorruptStoreError, ReplayBuffer, StoreLockedError, StoreNotFoundError
-from memmap_replay.card import update_card
-from memmap_replay.checksums import MANIFEST, check_manifest, is_store_path, read_manifest, store_files, write_manifest
+from memmap_replay.sharing.card import update_card
+from memmap_replay.sharing.checksums import MANIFEST, check_manifest, is_store_path, read_manifest, store_files, write_manifest
 from memmap_replay.cli import main
 
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays

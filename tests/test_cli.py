@@ -27,7 +27,12 @@ def test_import_does_not_import_torch():
     code = """
         import sys
         import memmap_replay, memmap_replay.cli
-        from memmap_replay import ReplayBuffer, verify, pack, DatasetCard, StoreStats, export_d4rl
+        from memmap_replay import ReplayBuffer
+        from memmap_replay.sharing import verify
+        from memmap_replay.sharing import pack
+        from memmap_replay import DatasetCard
+        from memmap_replay import StoreStats
+        from memmap_replay import export_d4rl
         heavy = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "gymnasium", "h5py"))
         assert not heavy, heavy
         assert callable(verify) and callable(pack)  # the functions, not the modules of the same name
@@ -50,11 +55,11 @@ def test_torch_names_load_on_first_use():
     code = """
         import sys
         import memmap_replay
-        assert "memmap_replay.views" not in sys.modules
+        assert "memmap_replay.views.kinds" not in sys.modules
         from memmap_replay import TrajectoryView
-        from memmap_replay.views import TrajectoryView as same
+        from memmap_replay.views.kinds import TrajectoryView as same
         assert TrajectoryView is same and "torch" in sys.modules
-        assert memmap_replay.ShardSet is sys.modules["memmap_replay.shards"].ShardSet
+        assert memmap_replay.ShardSet is sys.modules["memmap_replay.distributed.shards"].ShardSet
         assert "TrajectoryView" in dir(memmap_replay) and "Sample" in dir(memmap_replay)
         try:
             memmap_replay.NoSuchName

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from memmap_replay import ReplayBuffer
-from memmap_replay.card import DatasetCard, write_card
+from memmap_replay.sharing.card import DatasetCard, write_card
 from memmap_replay.cli import main
 from memmap_replay.cli.info import columns, figure, human_bytes
-from memmap_replay.format import NpyFile
+from memmap_replay.core.format import NpyFile
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", image=("uint8", (8, 40, 40)))
 LENGTHS = (5, 12, 30, 1, 17)

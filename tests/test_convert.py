@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from memmap_replay import InvalidDataError
-from memmap_replay.convert import coerce
-from memmap_replay.schema import parse_field
+from memmap_replay.core.convert import coerce
+from memmap_replay.core.schema import parse_field
 
 U8 = parse_field("image", ("uint8", (2,)))
 I32 = parse_field("count", "int")

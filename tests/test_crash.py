@@ -37,8 +37,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import ReplayBuffer, StoreNotFoundError, verify
-from memmap_replay.format import END_CODES, State
+from memmap_replay import ReplayBuffer
+from memmap_replay import StoreNotFoundError
+from memmap_replay.sharing import verify
+from memmap_replay.core.format import END_CODES, State
 
 from conftest import reap
 
@@ -104,7 +106,7 @@ CHILD_MAIN = r'''
 import json, os, shutil, signal, sys, time
 from dataclasses import asdict
 
-import memmap_replay.format as fmt
+import memmap_replay.core.format as fmt
 from memmap_replay import ReplayBuffer
 
 cfg = json.loads(sys.argv[1])

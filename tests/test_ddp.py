@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from memmap_replay import InvalidDataError, ReplayBuffer, ReplayDataLoader, ShardSet, shard_folder
-from memmap_replay.shards import SHARD_STRIDE
+from memmap_replay.distributed.shards import SHARD_STRIDE
 
 from conftest import reap
 

@@ -36,10 +36,10 @@ import numpy as np
 import pytest
 
 from memmap_replay import DiskFullError, ReadOnlyError, ReplayBuffer, ReplayError, StoreIOError
-from memmap_replay.card import read_card, update_card
-from memmap_replay.checksums import check_manifest, write_manifest
-from memmap_replay.pack import pack, unpack
-from memmap_replay.store import EpisodeStore
+from memmap_replay.sharing.card import read_card, update_card
+from memmap_replay.sharing.checksums import check_manifest, write_manifest
+from memmap_replay.sharing.pack import pack, unpack
+from memmap_replay.core.store import EpisodeStore
 
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 
@@ -710,7 +710,7 @@ def test_update_card_and_write_manifest_on_a_full_disk(tmp_path, monkeypatch):
 
 def test_rate_limiter_files_are_never_written_through_a_link(tmp_path):
     from memmap_replay import UnsafeEntryError
-    from memmap_replay.ratelimit import RATELIMIT_DIR, RateLimiter
+    from memmap_replay.distributed.ratelimit import RATELIMIT_DIR, RateLimiter
 
     folder, outside = tmp_path / "store", tmp_path / "outside.npy"
     make_store(folder, range(2))

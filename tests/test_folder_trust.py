@@ -6,7 +6,7 @@ dangling and looping links, links that stay inside, FIFOs, 1 GiB sparse files, h
 outside, zip bombs and unknown or oversized members in ``stats/running.npz``, temp names planted as links)
 crossed with every entry point (``ENTRIES``: opening read-only and reading, a DataLoader batch, prioritized
 samplers read-only and writable (persist=True, the default), ``buffer.stats()``, a writer's commit, the
-``info``, ``stats`` and ``verify`` commands, ``memmap_replay.verify`` and ``pack``).
+``info``, ``stats`` and ``verify`` commands, ``memmap_replay.sharing.verify`` and ``pack``).
 
 Every case runs in a child process (this file run as a script) under ``RLIMIT_AS`` = 3 GiB and an alarm of
 ``CASE_SECONDS``: the cases of one entry point share a child, which is restarted after a case that hangs or
@@ -75,7 +75,7 @@ def build_template(root: Path) -> Path:
     """root/store (3 episodes, persisted priorities, running statistics, a card), root/outside (the targets
     of the links, each carrying a marker) and root/bombs (hostile stats/running.npz files)."""
     from memmap_replay import ReplayBuffer
-    from memmap_replay.card import update_card
+    from memmap_replay.sharing.card import update_card
 
     store, outside, bombs = root / "store", root / "outside", root / "bombs"
     with ReplayBuffer(store, max_episodes=MAX_EPISODES, max_timesteps=MAX_TIMESTEPS, fields=SMALL_FIELDS,
@@ -421,8 +421,9 @@ def archive_leaks(path: Path) -> bool:
 
 def enter(entry: str, store: Path, outdir: Path) -> str:
     """Run one entry point on ``store``; returns what it read or printed (for the leak checks)."""
-    from memmap_replay import ReplayBuffer, verify
-    from memmap_replay.pack import pack
+    from memmap_replay import ReplayBuffer
+    from memmap_replay.sharing import verify
+    from memmap_replay.sharing.pack import pack
 
     if entry == "open_ro":
         with ReplayBuffer.from_folder(store, read_only=True) as buffer:
@@ -511,8 +512,8 @@ def child_main(spec: dict) -> None:
     if spec["entry"] in TORCH_ENTRIES:
         import torch  # noqa: F401 - imported before the first case's alarm
     import memmap_replay.cli  # noqa: F401
-    import memmap_replay.pack  # noqa: F401
-    import memmap_replay.verify  # noqa: F401
+    import memmap_replay.sharing.pack  # noqa: F401
+    import memmap_replay.sharing.verify  # noqa: F401
 
     template, work = Path(spec["template"]), Path(spec["work"])
     with open(spec["results"], "a", buffering=1) as results:
@@ -649,7 +650,9 @@ def fuzz_main(spec: dict) -> None:
     from hypothesis import strategies as st
 
     import torch  # noqa: F401
-    from memmap_replay import ReplayBuffer, ReplayError, verify
+    from memmap_replay import ReplayBuffer
+    from memmap_replay import ReplayError
+    from memmap_replay.sharing import verify
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     signal.signal(signal.SIGALRM, on_alarm)

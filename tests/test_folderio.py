@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from memmap_replay import DiskFullError, ReadOnlyError, ReplayBuffer, ReplayError
-from memmap_replay import folderio
+from memmap_replay.core import folderio
 from memmap_replay.errors import CorruptStoreError, MissingFileError, StoreIOError, UnsafeEntryError
-from memmap_replay.stats import read_running
+from memmap_replay.sharing.stats import read_running
 
 
 @contextmanager
@@ -244,7 +244,7 @@ def test_a_damaged_meta_json_is_still_a_corrupt_store(store):
 
 
 def test_a_claim_of_billions_of_episodes_in_sparse_files_is_refused_before_any_allocation(store):
-    from memmap_replay.format import npy_header
+    from memmap_replay.core.format import npy_header
 
     folder, _ = store
     declared = 5 * 10**10  # 373 GiB of ids, in table files that hold a few KiB on disk

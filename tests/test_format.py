@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from memmap_replay import CorruptStoreError, ReplayBuffer, UnsupportedFormatError
-from memmap_replay import format as fmt
-from memmap_replay.format import StoreMeta, read_meta
+from memmap_replay.core import format as fmt
+from memmap_replay.core.format import StoreMeta, read_meta
 
 from conftest import episode_arrays
 
 
 def spec_example() -> dict:
-    """The JSON example embedded in the spec docstring of memmap_replay.format."""
+    """The JSON example embedded in the spec docstring of memmap_replay.core.format."""
     doc = fmt.__doc__
     start = doc.index("Example")
     block = doc[doc.index("{", start): doc.index("\n\n-", start)]

@@ -1,4 +1,4 @@
-"""Contact sheets and videos of image fields (memmap_replay.frames, ``frames`` and ``video`` commands).
+"""Contact sheets and videos of image fields (memmap_replay.sharing.frames, ``frames`` and ``video`` commands).
 
 One store holds the same picture, ``picture(e, t)``, in every layout and dtype an image field may have;
 each test reads back what was written (pillow for PNG and GIF, imageio for mp4) and compares pixels.
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from memmap_replay import InvalidDataError, NotAFolderError, ReplayBuffer, SampleExpiredError, StoreNotFoundError
-from memmap_replay import frames as frames_module
+from memmap_replay.sharing import frames as frames_module
 from memmap_replay.cli import main
-from memmap_replay.frames import MissingExtraError, contact_sheet, image_layout, write_video
-from memmap_replay.store import EpisodeStore
+from memmap_replay.sharing.frames import MissingExtraError, contact_sheet, image_layout, write_video
+from memmap_replay.core.store import EpisodeStore
 
 Image = pytest.importorskip("PIL.Image")
 

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from memmap_replay import InvalidDataError, ReplayBuffer, SampleExpiredError, ShardSet, shard_folder
-from memmap_replay.index import position_rows
-from memmap_replay.shards import SHARD_STRIDE
+from memmap_replay.core.index import position_rows
+from memmap_replay.distributed.shards import SHARD_STRIDE
 
 from conftest import reap
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from memmap_replay import InvalidDataError, ReplayBuffer
-from memmap_replay.loader import BatchIndexSampler
+from memmap_replay.views.loader import BatchIndexSampler
 
 from conftest import episode_arrays
 
@@ -135,7 +135,7 @@ def test_reader_process_view_from_folder(filled, tmp_path):
 
 @pytest.mark.parametrize("size", [1, 2, 3, 1000, 100_003, (1 << 20) + 7])
 def test_lazy_permutation_is_a_seeded_bijection(size):
-    from memmap_replay.loader import LazyPermutation
+    from memmap_replay.views.loader import LazyPermutation
 
     values = LazyPermutation(size, [5, 0])[slice(0, size)]
     assert np.array_equal(np.sort(values), np.arange(size))

@@ -16,7 +16,7 @@ import pytest
 from memmap_replay import (EpisodeStore, ReadOnlyError, ReplayBuffer, ReplayError, SchemaError, SchemaMismatchError,
                            StoreLockedError)
 from memmap_replay.errors import CorruptStoreError
-from memmap_replay.writer import whole_episode
+from memmap_replay.core.writer import whole_episode
 
 from conftest import reap
 
@@ -391,7 +391,7 @@ def test_forked_child_cannot_write_through_parents_buffer(tmp_path):
 
 def test_creation_rechecks_after_taking_the_lock(tmp_path, monkeypatch):
     """If another writer creates the store while we wait for the lock, we open it instead of wiping it."""
-    from memmap_replay import lock as lock_module
+    from memmap_replay.core import lock as lock_module
 
     folder = tmp_path / "race"
     spec = dict(max_episodes=4, max_timesteps=5, fields=dict(x="float"))

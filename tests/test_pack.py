@@ -18,10 +18,10 @@ import pytest
 
 from memmap_replay import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreLockedError,
                            StoreNotFoundError, UnsupportedFormatError, verify)
-from memmap_replay.card import read_card
-from memmap_replay.checksums import MANIFEST, write_manifest
+from memmap_replay.sharing.card import read_card
+from memmap_replay.sharing.checksums import MANIFEST, write_manifest
 from memmap_replay.cli import main
-from memmap_replay.pack import pack, unpack
+from memmap_replay.sharing.pack import pack, unpack
 
 from test_checksums import make_store
 
@@ -415,7 +415,7 @@ def test_cli_help_teaches(capsys):
 
 # ---- unpack's limits: re-spelled duplicates, bombs before and after meta.json, sparse members ----------------
 
-pack_module = sys.modules["memmap_replay.pack"]
+pack_module = sys.modules["memmap_replay.sharing.pack"]
 GIB = 1 << 30
 READ_BOUND = 2 << 20  # a refused archive may make unpack read (from the archive file plus out of members) this much
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from conftest import episode_arrays, reap
 from memmap_replay import (InvalidDataError, NotAFolderError, ReplayBuffer, ReplayError,
                            StoreNotFoundError, UnsafeEntryError)
-from memmap_replay.ratelimit import RATELIMIT_DIR, LimitedSampler, RateCounts, RateLimitedError, RateLimiter
+from memmap_replay.distributed.ratelimit import RATELIMIT_DIR, LimitedSampler, RateCounts, RateLimitedError, RateLimiter
 
 PATIENCE = 60.0  # seconds a test waits for something that must happen (never asserted on)
 
@@ -182,7 +182,7 @@ def test_timeout_and_raise_mode_raise_a_clear_error_and_count_nothing(tmp_path):
 CHILD = r"""
 import json, sys
 import numpy as np
-from memmap_replay.ratelimit import RateLimiter, RateLimitedError
+from memmap_replay.distributed.ratelimit import RateLimiter, RateLimitedError
 
 config = json.loads(sys.argv[1])
 limiter = RateLimiter.join(config["folder"], timeout=config["patience"])
@@ -248,7 +248,7 @@ def test_two_actors_and_a_learner_in_other_processes_keep_the_ratio(tmp_path):
 
 HOLDER = r"""
 import json, os, signal, sys, time
-from memmap_replay.ratelimit import RateLimiter
+from memmap_replay.distributed.ratelimit import RateLimiter
 
 config = json.loads(sys.argv[1])
 limiter = RateLimiter.join(config["folder"])
@@ -382,7 +382,7 @@ def test_a_wrapped_sampler_waits_counts_and_gives_back_a_failed_draw(make_buffer
 
 
 def test_importing_the_limiter_imports_no_torch():
-    code = "import sys, memmap_replay.ratelimit; assert 'torch' not in sys.modules and 'ray' not in sys.modules"
+    code = "import sys, memmap_replay.distributed.ratelimit; assert 'torch' not in sys.modules and 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -440,7 +440,7 @@ def test_bad_calls_and_folders_are_refused(tmp_path):
 
 
 def test_shared_counters_belong_to_the_store_overwrite_removes_them_and_verify_accepts_them(tmp_path):
-    from memmap_replay import verify
+    from memmap_replay.sharing import verify
 
     folder = tmp_path / "s"
     with ReplayBuffer(folder, max_episodes=4, max_timesteps=5, fields=dict(x="float")) as buffer:

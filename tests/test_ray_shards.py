@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 from memmap_replay import InvalidDataError, RateLimitedError, RateLimiter, ReplayBuffer  # noqa: E402
 from memmap_replay.distributed import (RayShardedSampler, Refused, ShardServer, ShardUnavailableError,  # noqa: E402
                                        call_shard, create_shard)
-from memmap_replay.shards import SHARD_STRIDE  # noqa: E402
+from memmap_replay.distributed.shards import SHARD_STRIDE  # noqa: E402
 
 from test_sumtree import chi_square_ok  # noqa: E402
 

@@ -14,10 +14,10 @@ from gymnasium import spaces  # noqa: E402
 from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from memmap_replay import ReplayBuffer  # noqa: E402
-from memmap_replay.card import read_card, space_to_json  # noqa: E402
+from memmap_replay.sharing.card import read_card, space_to_json  # noqa: E402
 from memmap_replay.errors import (EpisodeStateError, InvalidDataError, ReadOnlyError, SchemaError,  # noqa: E402
                                   SchemaMismatchError)
-from memmap_replay.format import END_NAMES  # noqa: E402
+from memmap_replay.core.format import END_NAMES  # noqa: E402
 from memmap_replay.recording import RecordEpisodes, RecordVectorEpisodes, gymnasium_fields  # noqa: E402
 
 
@@ -336,7 +336,7 @@ def test_field_mapping_of_every_supported_space():
 def test_field_names_are_interops_and_give_the_space_back():
     """interop's own reading of the names (leaf_paths, space_for) gives back the recorded space."""
     from memmap_replay.interop.spaces import space_for
-    from memmap_replay.schema import Schema
+    from memmap_replay.core.schema import Schema
 
     observation = spaces.Dict({"a": spaces.Tuple((spaces.Discrete(3), spaces.Dict({"b": spaces.Box(0, 1, (2,))}))),
                                "c": spaces.MultiBinary(4)})

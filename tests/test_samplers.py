@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 
 from memmap_replay import (InvalidDataError, PrioritizedSampler, ReplayBuffer, Sample, SampleExpiredError,
                            SequenceSampler, StoreLockedError, UniformSampler)
-from memmap_replay.views import TimestepView
+from memmap_replay.views.kinds import TimestepView
 
 from conftest import episode_arrays
 from test_sumtree import chi_square_ok

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import FieldSpec, Schema, SchemaError
-from memmap_replay.schema import parse_field
+from memmap_replay.core.schema import parse_field
 
 
 @pytest.mark.parametrize("info, dtype, shape, default", [

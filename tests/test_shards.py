@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import (ConcatView, InvalidDataError, ReplayBuffer, ShardSet, StoreNotFoundError, shard_folder)
-from memmap_replay.shards import SHARD_STRIDE
+from memmap_replay.distributed.shards import SHARD_STRIDE
 
 from conftest import reap
 from test_sumtree import chi_square_ok

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import InvalidDataError, ReplayBuffer
-from memmap_replay.stats import STATS_DIR, RUNNING_FILE, TRACK_LIMIT, Moments
+from memmap_replay.sharing.stats import STATS_DIR, RUNNING_FILE, TRACK_LIMIT, Moments
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", done="bool", image=("uint8", (4, 16, 32)))
 
@@ -240,8 +240,8 @@ def test_refusals(tmp_path, kwargs, match):
 
 
 def test_big_fields_are_left_to_on_request_reads():
-    from memmap_replay.schema import Schema
-    from memmap_replay.stats import tracked_by_default
+    from memmap_replay.core.schema import Schema
+    from memmap_replay.sharing.stats import tracked_by_default
 
     schema = Schema.parse(dict(small=("float", TRACK_LIMIT), big=("float", TRACK_LIMIT + 1), c="complex64",
                                flag="bool"))

@@ -115,7 +115,7 @@ def test_episodes_are_contiguous_and_final_row_follows(make_buffer):
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memmap_replay.writer import whole_episode
+from memmap_replay.core.writer import whole_episode
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

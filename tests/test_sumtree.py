@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memmap_replay import InvalidDataError
-from memmap_replay.sumtree import SumTree
+from memmap_replay.samplers.sumtree import SumTree
 
 
 @settings(max_examples=60, deadline=None)

@@ -28,8 +28,8 @@ import pytest
 import memmap_replay
 from memmap_replay import (CorruptStoreError, InvalidDataError, NotAFolderError, ReplayBuffer, ReplayError,
                            StoreNotFoundError, UnsupportedFormatError, VerifyReport, verify)
-from memmap_replay.card import update_card
-from memmap_replay.checksums import write_manifest
+from memmap_replay.sharing.card import update_card
+from memmap_replay.sharing.checksums import write_manifest
 from memmap_replay.cli import main
 
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
@@ -307,7 +307,7 @@ def test_truncation_past_the_live_rows_is_refused_too(folder):
     header_rows = rows + 100
     path = folder / "steps/reward.npy"
     with open(path, "r+b") as file:
-        header = memmap_replay.format.npy_header(np.dtype(np.float32), (header_rows,))
+        header = memmap_replay.core.format.npy_header(np.dtype(np.float32), (header_rows,))
         file.write(header)
         file.truncate(len(header) + (rows + 10) * 4)
     report = verify(folder)

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memmap_replay import InvalidDataError, ReplayBuffer
-from memmap_replay.views import NStepView, TimestepView, TrajectoryView, WindowView
+from memmap_replay.views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 
 from conftest import episode_arrays
 
@@ -245,7 +245,7 @@ def test_output_names_never_silently_collide(make_buffer):
 
 
 def test_output_pool_keeps_bounded_memory():
-    from memmap_replay.dataset import OutputPool
+    from memmap_replay.views.dataset import OutputPool
 
     pool = OutputPool()
     source = np.zeros((1000, 1024), np.uint8)

@@ -14,8 +14,8 @@ import json
 import os
 import sys
 
-from .. import __version__
-from ..format import FORMAT_VERSION
+from .._version import __version__
+from ..core.format import FORMAT_VERSION
 
 __all__ = ["main", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "not_a_store"]
 

@@ -8,8 +8,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..card import MAX_DEPTH, TEXT_KEYS, DatasetCard, read_card, write_card
-from ..checksums import store_folder
+from ..sharing.card import MAX_DEPTH, TEXT_KEYS, DatasetCard, read_card, write_card
+from ..sharing.checksums import store_folder
 from ..errors import InvalidDataError
 from . import EXIT_OK
 from .checksum import SHARE_EXIT_CODES, guarded

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from ..checksums import MANIFEST, check_manifest, read_manifest, store_folder, write_manifest
+from ..sharing.checksums import MANIFEST, check_manifest, read_manifest, store_folder, write_manifest
 from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, StoreLockedError,
                       StoreIOError, StoreNotFoundError, UnsupportedFormatError)
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store

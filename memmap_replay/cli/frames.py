@@ -8,7 +8,7 @@ import json
 import sys
 
 from ..errors import CorruptStoreError, NotAFolderError, ReplayError, StoreNotFoundError, UnsupportedFormatError
-from ..frames import LAYOUTS, STACK_MODES, contact_sheet, write_video
+from ..sharing.frames import LAYOUTS, STACK_MODES, contact_sheet, write_video
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
 
 EXIT_CODES = f"""exit codes:

@@ -17,13 +17,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .. import folderio
-from .. import format as fmt
-from ..card import read_card
-from ..checksums import MANIFEST, store_files
+from ..core import folderio
+from ..core import format as fmt
+from ..sharing.card import read_card
+from ..sharing.checksums import MANIFEST, store_files
 from ..errors import CorruptStoreError, ReadOnlyError, ReplayError, StoreIOError
-from ..stats import RUNNING_FILE, episode_summary
-from ..store import EpisodeStore
+from ..sharing.stats import RUNNING_FILE, episode_summary
+from ..core.store import EpisodeStore
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from .checksum import guarded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..pack import SUFFIXES, pack
+from ..sharing.pack import SUFFIXES, pack
 from . import EXIT_OK
 from .checksum import SHARE_EXIT_CODES, add_common, guarded, show_progress
 

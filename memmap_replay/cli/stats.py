@@ -10,8 +10,8 @@ import sys
 import numpy as np
 
 from ..errors import InvalidDataError
-from ..stats import FieldStats, RunningStats, StoreStats, compute_stats
-from ..store import EpisodeStore
+from ..sharing.stats import FieldStats, RunningStats, StoreStats, compute_stats
+from ..core.store import EpisodeStore
 from . import EXIT_OK
 from .checksum import guarded, show_progress
 from .info import READ_EXIT_CODES, columns, episode_lines, figure, json_safe, read_store

@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 
-from ..pack import DEFAULT_MAX_BYTES, unpack
+from ..sharing.pack import DEFAULT_MAX_BYTES, unpack
 from . import EXIT_OK
 from .checksum import SHARE_EXIT_CODES, add_common, guarded, show_progress
 

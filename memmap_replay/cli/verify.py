@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import NotAFolderError, StoreNotFoundError
-from ..verify import verify
+from ..sharing.verify import verify
 from . import EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, not_a_store
 
 VERIFY_HELP = f"""\

@@ -1,33 +1,34 @@
-"""Beyond one machine: shard actors on Ray, and a learner's sampler across them (the ``[ray]`` extra).
+"""The distributed room: many writers (one store a shard, read as one by ``ShardSet``), rate limits
+(Reverb's samples-per-insert), and, in ``distributed.ray`` (the ``[ray]`` extra), shard actors and a
+learner's sampler across them.
 
-- ``create_shard(folder, max_episodes, max_timesteps, fields, ..., node_id=None)`` starts a ``ShardActor``
-  (a ``ShardServer`` as a Ray actor, pinned to its node, restarted from its folder when its process dies):
-  writers call ``add_episode``, learners ``sample`` / ``update_priorities``; also ``info``, ``stats``,
-  ``checkpoint``.
-- ``RayShardedSampler(actors, kind="prioritized", seed=0, prefetch=2)`` draws across the shards exactly as
-  one store would (``batch(n)``, ``sample(n)``, ``update_priorities(keys, priorities)`` sent without waiting,
-  ``wait()``), gathering from the folders itself on the shards' node.
-- ``call_shard(actor, method, ...)`` calls a shard and sends the call again across a restart
-  (``ShardUnavailableError`` after ``timeout``).
-- ``create_shard(..., rate_limiter=dict(samples_per_insert=..., error_buffer=...))``: each shard holds its
-  inserts and draws to a ratio; callers wait for room or raise ``RateLimitedError``
-  (``rate_limit="block"|"raise"`` of ``call_shard`` and ``RayShardedSampler``; ``limits.py``).
-
-``import memmap_replay`` never imports Ray; this package does.
+Names load on first use: the shards need torch and the Ray names need Ray, and ``import memmap_replay``
+imports neither (the rate limiter is numpy only).
 """
 
-import importlib.util
+import importlib as _importlib
 
-from ..errors import MissingExtraError
+_LAZY = {
+    "ShardSet": "shards", "ShardedSampler": "shards", "ConcatView": "shards", "shard_folder": "shards",
+    "RateLimiter": "ratelimit", "RateCounts": "ratelimit", "LimitedSampler": "ratelimit",
+    # the Ray side (``memmap_replay.distributed.ray``): these names are kept here for
+    # ``from memmap_replay.distributed import create_shard``
+    "ShardActor": "ray", "ShardServer": "ray", "create_shard": "ray", "RayShardedSampler": "ray",
+    "ShardCall": "ray", "ShardUnavailableError": "ray", "call_shard": "ray", "Refused": "ray",
+}
 
-if importlib.util.find_spec("ray") is None:  # pragma: no cover - the extra is not installed
-    raise MissingExtraError("memmap_replay.distributed needs Ray: pip install 'memmap-replay[ray]'")
 
-from .actor import ShardActor, create_shard  # noqa: E402
-from .calls import ShardCall, ShardUnavailableError, call_shard  # noqa: E402
-from .limits import Refused  # noqa: E402
-from .sampler import RayShardedSampler  # noqa: E402
-from .server import ShardServer  # noqa: E402
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-__all__ = ["ShardActor", "ShardServer", "create_shard", "RayShardedSampler", "ShardCall", "ShardUnavailableError",
-           "call_shard", "Refused"]
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [name for name, module in _LAZY.items() if module != "ray"]

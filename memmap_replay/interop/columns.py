@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import format as fmt
+from ..core import format as fmt
 from ..errors import InvalidDataError, UnsupportedFormatError
 from .common import require
 

@@ -28,14 +28,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .. import folderio
-from .. import format as fmt
+from ..core import folderio
+from ..core import format as fmt
 from ..buffer import ReplayBuffer
-from ..checksums import check_new_path
+from ..sharing.checksums import check_new_path
 from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
-from ..schema import NAME_PATTERN, RESERVED_NAMES
-from ..store import EpisodeStore
-from ..writer import whole_episode
+from ..core.schema import NAME_PATTERN, RESERVED_NAMES
+from ..core.store import EpisodeStore
+from ..core.writer import whole_episode
 
 __all__ = ["TargetExistsError", "Transfer", "StoreBuilder", "StoredEpisode", "read_store", "stored_episodes",
            "flatten", "require", "progress_bar", "pick_roles", "provenance_record", "same_bytes", "place", "temporary_sibling"]
@@ -85,7 +85,7 @@ def require(module: str, what: str) -> Any:
 
 def provenance_record(kind: str, source: Any, **details: Any) -> dict:
     """A provenance record as ``card.add_provenance`` makes one, for a card written elsewhere (an export)."""
-    from .. import __version__
+    from .._version import __version__
 
     return {"kind": kind, "source": os.fspath(source), "tool": f"memmap_replay {__version__}",
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"), **details}
@@ -251,7 +251,7 @@ class StoreBuilder:
         self.pending, self.pending_bytes = [], 0
 
     def finish(self, card: Mapping[str, Any], kind: str, source: str, details: Mapping[str, Any]) -> Path:
-        from ..card import add_provenance, update_card
+        from ..sharing.card import add_provenance, update_card
 
         self.flush()
         self.buffer.close()

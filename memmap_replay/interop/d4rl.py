@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import format as fmt
+from ..core import format as fmt
 from ..errors import InvalidDataError, SchemaError, StoreNotFoundError, UnsupportedFormatError
-from ..folderio import errors_named
+from ..core.folderio import errors_named
 from .columns import METADATA_LIMIT, STRING, Column, RowWindow, decode_value, encode_value, kind_of, open_columns, write_columns
 from .common import (ACTION, ALSO_TRUNCATED, INFO, NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
                      Transfer, check_target, field_name, pick_roles, place, progress_bar, provenance_record,
@@ -245,7 +245,7 @@ class OurMetadata:
     def __init__(self, source, episodes: int, notes: list[str]):
         self.card, self.ends, self.meta, self.meta_fields = {}, None, {}, {}
         if OURS + "card" in source.keys:
-            from ..card import DatasetCard
+            from ..sharing.card import DatasetCard
 
             known = set(DatasetCard.__dataclass_fields__) - {"unknown"}
             try:
@@ -278,7 +278,7 @@ def export_d4rl(folder: str | os.PathLike, path: str | os.PathLike, *, observati
     ``next_observations``: 'auto' (from the field next_observation, or the final rows when every episode
     has one, else none), 'require' (error if neither), 'drop'. ``compression``: None or 'gzip' (HDF5) /
     any value (npz: deflate)."""
-    from ..card import read_card
+    from ..sharing.card import read_card
 
     if next_observations not in ("auto", "require", "drop"):
         raise SchemaError(f"next_observations must be 'auto', 'require' or 'drop' (got {next_observations!r})")
@@ -369,7 +369,7 @@ class D4rlPlan:
         return None
 
     def metadata_of(self, store, table, card, extra, folder) -> dict:
-        from ..card import DatasetCard
+        from ..sharing.card import DatasetCard
 
         out = {"metadata/" + key: decode_value(value) for key, value in (extra.get("metadata") or {}).items()}
         card = DatasetCard.from_json(card.to_json()) if card else DatasetCard()

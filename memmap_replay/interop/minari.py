@@ -217,7 +217,7 @@ def flat_attrs(attr: dict, prefix: str = ""):
 
 def card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     """Card fields and provenance details from the dataset's metadata (and a card an export put there)."""
-    from ..card import DatasetCard, space_to_json
+    from ..sharing.card import DatasetCard, space_to_json
 
     raw = json.loads((Path(dataset.storage.data_path) / "metadata.json").read_text())
     ours = raw.get("memmap_replay", {}).get("card") if isinstance(raw.get("memmap_replay"), dict) else None
@@ -249,7 +249,7 @@ def card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
 
 
 def valid_name(name: str) -> bool:
-    from ..card import DatasetCard
+    from ..sharing.card import DatasetCard
 
     try:
         DatasetCard(name=name).to_json()

@@ -40,7 +40,7 @@ def export_minari(folder: str | os.PathLike, dataset_id: str, *, datasets_path: 
     from minari.data_collector import EpisodeBuffer
     from minari.dataset.minari_storage import MinariStorage
 
-    from ..card import read_card
+    from ..sharing.card import read_card
 
     if not isinstance(dataset_id, str) or not DATASET_ID.fullmatch(dataset_id):
         raise SchemaError(f"dataset_id must look like 'namespace/name-vN' (namespace optional), e.g. "
@@ -143,7 +143,7 @@ class ExportPlan:
             return None
 
     def metadata(self, dataset_id: str, version: str, folder) -> dict:
-        from ..card import DatasetCard
+        from ..sharing.card import DatasetCard
 
         card = DatasetCard.from_json(self.card.to_json()) if self.card else DatasetCard()
         out = {"dataset_id": dataset_id, "minari_version": version}

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import SchemaError
-from ..schema import FieldSpec
+from ..core.schema import FieldSpec
 from .common import SEP
 
 __all__ = ["leaf_paths", "space_for", "nest"]
@@ -94,7 +94,7 @@ def space_for(names: list[str], prefix: str, specs: dict[str, FieldSpec], card_s
               notes: list[str]) -> tuple[Any, dict[Path, str]]:
     """The space of the value the fields ``names`` make up, and their paths: the card's space (a
     ``space_to_json`` dict) when its leaves are these fields with their shapes, else one inferred."""
-    from ..card import space_from_json
+    from ..sharing.card import space_from_json
 
     paths = leaf_paths(names, prefix)
     if card_space is not None:

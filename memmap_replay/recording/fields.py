@@ -16,8 +16,8 @@ from gymnasium import spaces
 from ..errors import InvalidDataError, SchemaError
 from ..interop.common import ACTION, INFO, OBSERVATION, REWARD, SEP, flatten
 from ..interop.spaces import leaf_paths, nest, space_leaves
-from ..options import short
-from ..schema import Schema
+from ..core.options import short
+from ..core.schema import Schema
 
 __all__ = ["FieldMap", "gymnasium_fields"]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..buffer import ReplayBuffer
 from ..errors import InvalidDataError, SchemaError, SchemaMismatchError, StoreNotFoundError
-from ..options import choice, flag, integer
+from ..core.options import choice, flag, integer
 from .fields import FieldMap
 
 __all__ = ["Recorder", "field_copies"]
@@ -115,7 +115,7 @@ class Recorder:
                    created: bool) -> None:
         """The env on the card. A store created over an old one (overwrite) keeps its card's descriptive keys,
         but not its env, provenance and seeds."""
-        from ..card import add_provenance, read_card, update_card
+        from ..sharing.card import add_provenance, read_card, update_card
 
         folder, ours = self.buffer.folder, spec_json(spec)
         theirs = None if created else getattr(read_card(folder), "env_spec", None)
@@ -143,7 +143,7 @@ class Recorder:
         self.closed = True
         try:
             if self.card and self.seeds:
-                from ..card import read_card, update_card
+                from ..sharing.card import read_card, update_card
 
                 card = read_card(self.buffer.folder)
                 seeds = card.seeds if card is not None and isinstance(card.seeds, dict) else {}

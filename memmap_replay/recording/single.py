@@ -10,7 +10,7 @@ import numpy as np
 from ..buffer import ReplayBuffer
 from ..errors import EpisodeStateError
 from ..interop.common import REWARD
-from ..writer import EpisodeWriter, StagingBuffer
+from ..core.writer import EpisodeWriter, StagingBuffer
 from .recorder import Recorder, field_copies
 
 __all__ = ["RecordEpisodes"]

@@ -11,8 +11,8 @@ from gymnasium.vector import VectorEnv, VectorWrapper
 from ..buffer import ReplayBuffer
 from ..errors import EpisodeStateError, InvalidDataError
 from ..interop.common import REWARD
-from ..options import short
-from ..writer import VectorEpisodeWriter
+from ..core.options import short
+from ..core.writer import VectorEpisodeWriter
 from .recorder import Recorder, field_copies
 
 __all__ = ["RecordVectorEpisodes"]

@@ -1,0 +1,163 @@
+"""Turning what users pass (numpy arrays, torch tensors, Python scalars and lists) into rows of a field.
+
+Every write goes through ``coerce``: it never loses information silently. A cast is allowed when it
+keeps every value (2.0 into an int field, 1 into a bool field) and refused with an ``InvalidDataError``
+that names the field when it would not (2.5 into an int field, 300 into uint8, NaN into an int field).
+Float to narrower float (float64 -> float32) is allowed as long as no finite value overflows.
+Torch is never imported here: tensors are recognised by their type's module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidDataError
+from .schema import FieldSpec
+
+__all__ = ["as_array", "coerce", "validate_index"]
+
+
+def is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def as_array(value: Any, label: str) -> np.ndarray:
+    """Any array-like of numbers as a numpy array (no copy for numpy input)."""
+    if isinstance(value, np.ndarray):
+        array = value
+    elif is_tensor(value):
+        try:
+            array = value.detach().cpu().numpy()
+        except TypeError as error:  # e.g. bfloat16 has no numpy dtype
+            raise InvalidDataError(
+                f"{label} must be convertible to numpy (got a {value.dtype} tensor: {error}); "
+                f"convert it with .float() first"
+            ) from None
+    else:
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise InvalidDataError(f"{label} must be an array of numbers (got {type(value).__name__}: {error})") from None
+    if array.dtype.kind not in "biufc":
+        big_ints = array.dtype.kind == "O" and array.size and all(type(x) is int for x in array.flat)
+        hint = "an integer too large for int64" if big_ints else "only numbers, bools and arrays of them can be stored"
+        raise InvalidDataError(
+            f"{label} must hold numbers (got {type(value).__name__} of dtype {array.dtype}: {hint})"
+        )
+    return array
+
+
+def fit_shape(spec: FieldSpec, array: np.ndarray, lead: tuple[int, ...], label: str) -> np.ndarray:
+    expected = lead + spec.shape
+    if array.shape == expected:
+        return array
+    tail = array.shape[len(lead):]
+    if array.shape[: len(lead)] == lead:
+        # the seed package's leniency: a trailing singleton may be added or dropped
+        if spec.shape == () and tail == (1,):
+            return array[..., 0]
+        if spec.shape == (1,) and tail == ():
+            return array[..., None]
+    if array.ndim == 0 and lead == ():
+        return np.broadcast_to(array, expected)  # a scalar fills the whole row
+    raise InvalidDataError(f"{label} must have shape {expected} (got {array.shape})")
+
+
+def check_integral(spec: FieldSpec, array: np.ndarray, label: str) -> None:
+    if not np.isfinite(array).all():
+        bad = array[~np.isfinite(array)].flat[0]
+        raise InvalidDataError(f"{label} has dtype {spec.dtype} and cannot hold {bad} (got a non-finite {array.dtype} value)")
+    fractional = array != np.trunc(array)
+    if fractional.any():
+        raise InvalidDataError(
+            f"{label} has dtype {spec.dtype} and cannot hold {array[fractional].flat[0]} without losing its "
+            f"fraction (got {array.dtype}); round or scale it first"
+        )
+
+
+def check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
+    if array.size == 0 or np.can_cast(array.dtype, spec.dtype, "safe"):
+        return
+    info = np.iinfo(spec.dtype)
+    low, high = array.min(), array.max()
+    if array.dtype.kind == "f":
+        # compare floats against powers of two, which floats hold exactly (iinfo.max may round up)
+        too_low, too_high = float(low) < float(info.min), float(high) >= 2.0 ** (info.bits - (info.kind == "i"))
+    else:
+        too_low, too_high = int(low) < info.min, int(high) > info.max
+    if too_low or too_high:
+        bad = low if too_low else high
+        raise InvalidDataError(
+            f"{label} has dtype {spec.dtype} whose range is [{info.min}, {info.max}] (got {bad}); "
+            f"clip it or choose a wider dtype"
+        )
+
+
+def component_size(dtype: np.dtype) -> int:
+    """Bytes of one real number of the dtype (a complex number has two)."""
+    return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
+
+def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
+    source, target = array.dtype, spec.dtype
+    if source == target:
+        return array
+    if target.kind in "fc":
+        if source.kind == "c" and target.kind == "f":
+            raise InvalidDataError(f"{label} has dtype {target} and cannot hold complex values (got {source})")
+        with np.errstate(over="ignore"):
+            result = array.astype(target)
+        if source.kind in "iu" and source.itemsize * 8 > np.finfo(target).nmant + 1:  # e.g. 2**53 + 1 into float64
+            with np.errstate(invalid="ignore", over="ignore"):
+                real = result.real if result.dtype.kind == "c" else result
+                inexact = ~np.isfinite(real) | (real.astype(source) != array)  # 16777217 has no float32
+            if inexact.any():
+                raise InvalidDataError(
+                    f"{label} has dtype {target} and cannot hold {array[inexact].flat[0]} exactly (got {source}); "
+                    f"choose a wider float dtype or convert it yourself"
+                )
+        if source.kind in "fc" and component_size(source) > component_size(target):
+            overflow = np.isinf(result) & np.isfinite(array)
+            if overflow.any():
+                raise InvalidDataError(
+                    f"{label} has dtype {target} and {array[overflow].flat[0]} overflows it (got {source})"
+                )
+        return result
+    if source.kind == "c":
+        raise InvalidDataError(f"{label} has dtype {target} and cannot hold complex values (got {source})")
+    if target.kind == "b":
+        if source.kind != "b" and not ((array == 0) | (array == 1)).all():
+            bad = array[(array != 0) & (array != 1)].flat[0]
+            raise InvalidDataError(f"{label} has dtype bool and holds only 0/1 or False/True (got {bad})")
+        return array.astype(target)
+    if source.kind == "f":
+        check_integral(spec, array, label)
+    if source.kind != "b":
+        check_range(spec, array, label)
+    return array.astype(target)
+
+
+def coerce(spec: FieldSpec, value: Any, lead: tuple[int, ...] = (), *, kind: str = "field") -> np.ndarray:
+    """``value`` as an array of ``spec.dtype`` with shape ``lead + spec.shape``, or InvalidDataError."""
+    label = f"{kind} {spec.name!r}"
+    array = as_array(value, label)
+    array = fit_shape(spec, array, lead, label)
+    return cast(spec, array, label)
+
+
+def validate_index(value, size: int, what: str) -> np.ndarray:
+    """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
+        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
+    if array.dtype.kind not in "iu" or array.ndim > 1:
+        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
+    array = np.atleast_1d(array)
+    if array.size:
+        low, high = array.min(), array.max()  # in the given dtype: a uint64 beyond int64 must not wrap
+        if low < 0 or high >= size:
+            raise InvalidDataError(f"{what} must be in [0, {size}) (got {low}..{high})")
+    return array.astype(np.int64)

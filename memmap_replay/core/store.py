@@ -1,0 +1,510 @@
+"""EpisodeStore: a folder of per-field .npy files, the episode table, capacity, ring eviction and commits.
+
+Numpy only. Writers hand it whole episodes (``commit``); it places them, evicts the oldest episodes in
+circular mode, writes the rows and commits ``meta.json`` (see ``format`` for the protocol). Readers
+get read-only maps of every file and the live episodes' table (``live_table``), which views and
+samplers index with one gather per field.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from . import folderio
+from . import format as fmt
+from ..errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
+                     StoreNotFoundError, UnsupportedFormatError)
+from .format import Capacity, NpyFile, StoreMeta
+from .index import EpisodeTable
+from .lock import WriterLock
+from .checks import MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder
+from .schema import Schema
+
+__all__ = ["EpisodeStore", "PendingEpisode", "MODES", "CommitObserver", "observe_commits"]
+
+MIN_GROWTH_ROWS = 1024
+CONSISTENCY_RETRIES = 20
+REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
+
+
+class CommitObserver:
+    """What another room does around a writer's changes (running statistics, the checksum manifest): the
+    store calls these hooks and nothing else. ``changing`` before each change (the first one of a store is
+    its first write), ``committing``/``committed`` around a commit (``committed`` after meta.json is replaced),
+    ``flush`` on ``sync`` and ``close``. Every hook runs under the writer lock."""
+
+    def changing(self, store: "EpisodeStore") -> None:
+        pass
+
+    def committing(self, store: "EpisodeStore", episodes: list["PendingEpisode"]) -> None:
+        pass
+
+    def committed(self, store: "EpisodeStore", episodes: list["PendingEpisode"]) -> None:
+        pass
+
+    def flush(self, store: "EpisodeStore", *, closing: bool) -> None:
+        pass
+
+
+# factories of the observers each writing store gets (None: none for this store); rooms register theirs
+OBSERVERS: list[Callable[["EpisodeStore"], CommitObserver | None]] = []
+
+
+def observe_commits(factory: Callable[["EpisodeStore"], CommitObserver | None]):
+    """Register a factory of commit observers for every store that writes (usable as a decorator)."""
+    OBSERVERS.append(factory)
+    return factory
+
+
+@dataclass
+class PendingEpisode:
+    """A finished episode ready to commit: its rows per step field (as chunks), meta values, and end."""
+
+    rows: Mapping[str, list[np.ndarray]]
+    length: int
+    end: str | None = None
+    final: bool = False
+    meta: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        return self.length + int(self.final)
+
+
+class EpisodeStore:
+    """Open with ``EpisodeStore.open(folder, mode, schema=..., capacity=...)``; modes as h5py/zarr:
+    'r' read-only, 'r+' read/write (must exist), 'a' read/write (create if absent), 'w' create (wiping a
+    store already there), 'w-' create (fail if a store is there)."""
+
+    def __init__(self, folder: Path, meta: StoreMeta, *, writable: bool, lock: WriterLock | None, durable: bool):
+        self.folder = folder
+        self.meta = meta
+        # meta_stamp() taken before ``meta`` was read, when known (a refresh); None: not known
+        self.read_stamp: tuple | None = None
+        # a stamp of meta.json at which every episode of ``meta`` was seen live (a writer appended since)
+        self._table_stamp: tuple | None = None
+        self.writable = writable
+        self.durable = durable
+        self._lock = lock
+        self._closed = False
+        self.track_stats = True  # read by the running statistics' observer (sharing/stats.py)
+        self._observers: list[CommitObserver] | None = None  # made at the first change
+        self.steps: dict[str, NpyFile] = {}
+        self.metas: dict[str, NpyFile] = {}
+        self.table: dict[str, NpyFile] = {}
+        self._open_files()
+
+    # ---- opening -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, folder, mode: str = "r", *, schema: Schema | None = None, capacity: Capacity | None = None,
+             durable: bool = False) -> "EpisodeStore":
+        # a damaged folder gets the library's error naming the file, and where to get the full list
+        hint = f"; `python -m memmap_replay verify {folder}` lists every problem of the folder"
+        try:
+            return cls._open(folder, mode, schema=schema, capacity=capacity, durable=durable)
+        except (CorruptStoreError, UnsupportedFormatError) as error:
+            raise type(error)(f"{error}{hint}") from None
+        except IsADirectoryError as error:  # a folder where the layout has a file
+            raise CorruptStoreError(f"{error.filename} is a folder where the store must have a file{hint}") from None
+
+    @classmethod
+    def _open(cls, folder, mode: str, *, schema: Schema | None, capacity: Capacity | None,
+              durable: bool) -> "EpisodeStore":
+        folder, exists = locate(folder, mode)
+        if mode == "r":
+            return cls(folder, fmt.read_meta(folder), writable=False, lock=None, durable=durable)
+        if exists and mode in ("r+", "a"):
+            # an existing store opened for writing takes the writer lock at its first write, so that
+            # reopening a folder a writer in this or another process has open (the seed package's
+            # `from_folder` idiom) works; a second writer gets StoreLockedError when it writes
+            meta = fmt.read_meta(folder)
+            check_matches(folder, meta, schema, capacity)
+            return cls(folder, meta, writable=True, lock=None, durable=durable)
+        check_replaceable(folder)  # before any file is made: another program's files are never touched
+        make_folder(folder)
+        lock = WriterLock(folder / fmt.LOCK_FILE, folder=folder)
+        try:
+            folderio.remove_temps(folder, fmt.META_FILE)  # a killed writer's
+            if mode != "w" and (folder / fmt.META_FILE).exists():
+                # another writer created the store between our first look and taking the lock
+                if mode == "w-":
+                    raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True to replace it")
+                meta = fmt.read_meta(folder)
+                check_matches(folder, meta, schema, capacity)
+                folderio.check_for_writing(folder, fmt.writer_entries(meta.schema))
+                return cls(folder, meta, writable=True, lock=lock, durable=durable)
+            if schema is None or capacity is None:
+                raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
+            if mode != "w" and not (folder / REPLACING).exists() and holds_episodes(folder):
+                raise CorruptStoreError(
+                    f"{folder} holds a store's episode table with episodes in it but no meta.json (it was lost or "
+                    f"deleted): creating a store here would delete them; restore meta.json from a copy, or pass "
+                    f"overwrite=True to start afresh; `python -m memmap_replay verify {folder}` lists what is there")
+            meta = cls._create(folder, schema, capacity, durable)
+            return cls(folder, meta, writable=True, lock=lock, durable=durable)
+        except BaseException:
+            lock.release()
+            raise
+
+    @staticmethod
+    def _create(folder: Path, schema: Schema, capacity: Capacity, durable: bool) -> StoreMeta:
+        """Remove only the files the format owns, write fresh ones, then commit meta.json last. An old
+        meta.json is first renamed to a marker, so that a creation killed half-way is known for one (and
+        never mistaken for a store whose meta.json was lost)."""
+        with folderio.errors_named(folder, "create a store in"):
+            if (folder / fmt.META_FILE).exists():
+                os.replace(folder / fmt.META_FILE, folder / REPLACING)  # renames a link itself, never its target
+            for name in fmt.OWNED:
+                path = folder / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)  # never follows links inside
+                else:
+                    folderio.remove(folder, path)
+        for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
+            folderio.make_dir(folder, folder / name)
+        for _, spec, path, rows in fmt.layout(schema, capacity):
+            fmt.create_npy(folder, folder / path, spec, rows or 0)
+        meta = StoreMeta.new(schema, capacity)
+        fmt.write_meta(folder, meta, durable=durable)
+        folderio.remove(folder, folder / REPLACING)
+        return meta
+
+    def _open_files(self) -> None:
+        groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
+        try:
+            for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity):
+                file = groups[group][spec.name] = NpyFile.open(
+                    self.folder, self.folder / path, spec, self.meta.state.rows if rows is None else rows,
+                    writable=self.writable)
+                # a reader maps every row the header declares: they must all be on disk
+                needed, size = file.offset + file.rows * spec.row_nbytes, file.size
+                if size < needed:
+                    raise CorruptStoreError(f"{file.path} is truncated: its header declares {file.rows} rows "
+                                            f"({needed} bytes) (got {size} bytes on disk)")
+        except BaseException:
+            self.close()
+            raise
+        for attempt in range(CONSISTENCY_RETRIES):
+            try:
+                check_live_ids(self)
+                return
+            except CorruptStoreError:
+                # a writer may have committed between our read of meta.json and of the table: look again,
+                # and call it damage only if meta.json stays the same
+                try:
+                    fresh = fmt.read_meta(self.folder)
+                except CorruptStoreError:
+                    fresh = self.meta
+                if fresh.state == self.meta.state or attempt == CONSISTENCY_RETRIES - 1:
+                    self.close()
+                    raise
+                self._adopt(fresh)
+
+    # ---- reading -----------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> Schema:
+        return self.meta.schema
+
+    @property
+    def capacity(self) -> Capacity:
+        return self.meta.capacity
+
+    @property
+    def num_episodes(self) -> int:
+        return self.meta.state.next_episode - self.meta.state.first_episode
+
+    @property
+    def is_writer(self) -> bool:
+        """This object holds the folder's writer lock: its in-memory state is the newest committed one."""
+        return self._lock is not None and not self._lock.inherited
+
+    def meta_stamp(self) -> tuple:
+        """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction)."""
+        with folderio.errors_named(self.folder / fmt.META_FILE, "look at"):
+            info = os.stat(self.folder / fmt.META_FILE)
+        return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
+
+    def live_table(self, *, catch_up: bool = True) -> EpisodeTable:
+        """The live episodes (oldest first) with their entries in the episode table. The writer's own store
+        reads its own state. Any other reader gets a consistent snapshot while a writer in another process (or
+        another store object) commits, as a seqlock around the read of the table:
+
+        A writer commits an eviction in meta.json before it reuses the evicted episode's slot or rows. So if
+        meta.json is unchanged since ``meta`` was read (``read_stamp``) and every slot holds the id read for
+        it (``episodes/id.npy``), the table is whole. Otherwise meta.json is read again: the episodes still
+        live then were never touched while their entries were read; the ones evicted meanwhile are left out.
+        ``catch_up=True`` (the default): then the newer meta.json is taken instead (as ``refresh`` does) and
+        the table read again, up to ``CONSISTENCY_RETRIES`` times, so that ``meta`` (``num_episodes``) and
+        the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out."""
+        table, stored = self._table_of(self.meta.state)
+        if self.is_writer:
+            return table
+        for attempt in range(CONSISTENCY_RETRIES if catch_up else 1):
+            if not len(table):
+                return table
+            stamp = self.meta_stamp()  # after the reads of the table
+            if stamp in (self.read_stamp, self._table_stamp) and np.array_equal(stored, table.ids):
+                return table
+            fresh = fmt.read_meta(self.folder)
+            if fresh.store_id != self.meta.store_id:
+                raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+            live = table.ids >= fresh.state.first_episode
+            wrong = live & (stored != table.ids)
+            if wrong.any():  # no writer reuses a live episode's slot: the table itself is damaged
+                i = int(np.argmax(wrong))
+                raise CorruptStoreError(
+                    f"{self.folder}: episodes/id.npy does not match meta.json's live episodes (slot "
+                    f"{table.slots[i]} must hold episode {table.ids[i]}, got {stored[i]}); the episode table is "
+                    f"damaged; `python -m memmap_replay verify {self.folder}` lists every problem of the folder")
+            if live.all():  # (episodes committed since are for the next refresh)
+                if fresh.state == self.meta.state:
+                    self.read_stamp = stamp  # ``meta`` is as read after this stamp: next time, the fast way
+                # every episode of ``meta`` was live at ``stamp``: while meta.json keeps it, the fast way holds
+                self._table_stamp = stamp
+                return table
+            if not catch_up or attempt == CONSISTENCY_RETRIES - 1:
+                break
+            self.read_stamp = stamp
+            self._adopt(fresh)
+            table, stored = self._table_of(fresh.state)
+        return table.select(live)
+
+    def _table_of(self, state: fmt.State) -> tuple[EpisodeTable, np.ndarray]:
+        """The table of ``state``'s live episodes as the slots hold it now, and the ids the slots hold."""
+        ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
+        slots = ids % self.meta.capacity.max_episodes
+        get = lambda name: np.asarray(self.table[name].array()[slots])
+        table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
+        return table, (get("id") if not self.is_writer else ids)
+
+    def step_array(self, name: str) -> np.ndarray:
+        return self.steps[name].array()
+
+    def meta_array(self, name: str) -> np.ndarray:
+        return self.metas[name].array()
+
+    def refresh(self) -> bool:
+        """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
+        stamp = self.meta_stamp()  # before the read: a commit after it makes the next stamp differ
+        meta = fmt.read_meta(self.folder)
+        self.read_stamp = stamp
+        if meta.store_id != self.meta.store_id:
+            raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+        changed = meta.state != self.meta.state
+        self._adopt(meta)
+        return changed
+
+    def _adopt(self, meta: StoreMeta) -> None:
+        """Take a newer meta.json; the step files have grown to its row count before it was written."""
+        self.meta, self._table_stamp = meta, None
+        for file in self.steps.values():
+            file.rows = max(file.rows, meta.state.rows)
+
+    def _files(self) -> tuple[NpyFile, ...]:
+        return (*self.steps.values(), *self.metas.values(), *self.table.values())
+
+    # ---- writing -----------------------------------------------------------------------------------
+
+    def require_writable(self, action: str) -> None:
+        """Raise unless this store may write; takes the writer lock on the first write."""
+        if not self.writable:
+            raise ReadOnlyError(f"cannot {action}: {self.folder} is open read-only; open it with read_only=False")
+        if self._closed:
+            raise ReadOnlyError(f"cannot {action}: the store at {self.folder} is closed")
+        if self._lock is not None and self._lock.inherited:
+            raise ReadOnlyError(
+                f"cannot {action}: this buffer was inherited through fork() and its parent holds the writer "
+                f"lock of {self.folder}; a forked process must open the folder itself (read_only=True to read)"
+            )
+        if self._lock is None:
+            folderio.check_for_writing(self.folder, fmt.writer_entries(self.meta.schema))
+            self._lock = WriterLock(self.folder / fmt.LOCK_FILE, folder=self.folder)
+            try:
+                folderio.remove_temps(self.folder, fmt.META_FILE)  # a killed writer's
+                self.refresh()  # another writer may have committed since this store was opened
+            except BaseException:
+                self._lock.release()
+                self._lock = None
+                raise
+
+    def commit(self, episodes: Iterable[PendingEpisode]) -> list[int]:
+        """Place, write and commit finished episodes; returns their slots. All or nothing on a full store
+        (or a full disk: then none of them is committed, and every episode committed before is intact)."""
+        episodes = list(episodes)
+        self.require_writable("store episodes")
+        if not episodes:
+            return []
+        try:
+            return self._commit(episodes)
+        except OSError as error:
+            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
+                raise
+            raise DiskFullError(
+                f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
+                f"committed, and every episode committed before is intact (in a ring, except those already evicted "
+                f"to make room for them); free some space (or raise the quota) and store them again"
+            ) from None
+
+    def _commit(self, episodes: list[PendingEpisode]) -> list[int]:
+        for observer in self._changing():
+            observer.committing(self, episodes)
+        state = self.meta.state
+        first, plan = self._plan(episodes)
+        # phase 1: evictions are committed before any row is overwritten (episodes of this very commit
+        # that a later one evicts were never live, so the committed first id stops at next_episode)
+        evicted_first = min(first, state.next_episode)
+        if evicted_first != state.first_episode:
+            self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1))
+        self._ensure_rows(max(start + episode.num_rows for start, episode in plan))
+        slots = []
+        for offset, (start, episode) in enumerate(plan):
+            episode_id = state.next_episode + offset
+            slot = episode_id % self.capacity.max_episodes
+            # the slot's id goes to -1 while its entries are rewritten, and the new id comes last: a reader
+            # that reads the ids after the entries (``live_table``) never takes a torn entry for a whole one
+            self.table["id"].write_rows(slot, np.array([-1], dtype=fmt.TABLE["id"]))
+            for name, chunks in episode.rows.items():
+                position = start
+                for chunk in chunks:
+                    self.steps[name].write_rows(position, chunk)
+                    position += len(chunk)
+            for name, value in episode.meta.items():
+                self.metas[name].write_rows(slot, value[None])
+            entry = {"start": start, "length": episode.length, "end": fmt.END_CODES[episode.end],
+                     "final": episode.final, "id": episode_id}
+            for name, value in entry.items():
+                self.table[name].write_rows(slot, np.array([value], dtype=fmt.TABLE[name]))
+            slots.append(slot)
+        last_start, last = plan[-1]
+        if self.durable:
+            for file in self._files():
+                file.sync()
+        self._write_meta(replace(self.meta.state, first_episode=first, next_episode=state.next_episode + len(plan),
+                                 write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1))
+        for observer in self.observers:
+            observer.committed(self, episodes)
+        return slots
+
+    @property
+    def observers(self) -> list[CommitObserver]:
+        """This store's commit observers (made from the registered factories at the first change)."""
+        if self._observers is None:
+            self._observers = [observer for factory in OBSERVERS if (observer := factory(self)) is not None]
+        return self._observers
+
+    def _changing(self) -> list[CommitObserver]:
+        for observer in self.observers:
+            observer.changing(self)
+        return self.observers
+
+    def _plan(self, episodes: list[PendingEpisode]) -> tuple[int, list[tuple[int, PendingEpisode]]]:
+        """Where each episode goes, and the new first live id after the evictions that makes necessary."""
+        capacity, state = self.capacity, self.meta.state
+        first, head, next_id = state.first_episode, state.write_head, state.next_episode
+        planned: dict[int, tuple[int, int]] = {}  # id -> (start, rows) for episodes of this commit
+        table = self.live_table()
+        ends = table.start + table.length + table.final
+        plan = []
+        for episode in episodes:
+            rows = episode.num_rows
+            if rows > capacity.max_steps:
+                raise BufferFullError(f"an episode of {rows} rows cannot fit in max_steps={capacity.max_steps} rows")
+            start = head
+            if start + rows > capacity.max_steps:
+                if not capacity.circular:
+                    raise self._full(f"an episode of {rows} rows does not fit in the {capacity.max_steps - start} "
+                                     f"rows left of max_steps={capacity.max_steps}")
+                start = 0
+            if next_id - first >= capacity.max_episodes:
+                if not capacity.circular:
+                    raise self._full(f"all {capacity.max_episodes} episode slots are used")
+                first += 1
+            # evict oldest first, up to the newest live episode whose rows the new one would overwrite
+            # (after a wrap to row 0 the oldest episodes sit at the end and need not overlap themselves)
+            hit = table.ids[(table.start < start + rows) & (start < ends)]
+            hit = [int(hit.max())] if hit.size else []
+            hit += [i for i, (s, n) in planned.items() if s < start + rows and start < s + n]
+            first = max([first] + [i + 1 for i in hit])
+            planned[next_id] = (start, rows)
+            plan.append((start, episode))
+            head, next_id = start + rows, next_id + 1
+        return first, plan
+
+    def _full(self, what: str) -> BufferFullError:
+        return BufferFullError(
+            f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest "
+            f"episodes, raise max_episodes/max_steps when creating it, or call clear()"
+        )
+
+    def _ensure_rows(self, rows: int) -> None:
+        state = self.meta.state
+        if rows <= state.rows:
+            return
+        grown = min(self.capacity.max_steps, max(rows, 2 * state.rows, MIN_GROWTH_ROWS))
+        for file in self.steps.values():
+            if file.rows < grown:
+                file.grow(grown)
+        state.rows = grown  # committed with the next meta.json; files never shrink, so this is safe
+
+    def _write_meta(self, state: fmt.State) -> None:
+        meta = StoreMeta(self.meta.schema, self.meta.capacity, state, self.meta.store_id)
+        try:
+            fmt.write_meta(self.folder, meta, durable=self.durable)
+        except OSError as error:
+            if error.errno not in folderio.DISK_FULL:
+                raise
+            raise DiskFullError(f"no space left for {self.folder} to write meta.json ({error.strerror}): the store "
+                                f"is as it was; free some space (or raise the quota) and try again") from None
+        self.meta = meta
+
+    def clear(self) -> None:
+        """Drop every episode (ids keep counting, so old slot contents can never look live again)."""
+        self.require_writable("clear")
+        self._changing()
+        state = self.meta.state
+        self._write_meta(replace(state, first_episode=state.next_episode, write_head=0, commits=state.commits + 1))
+
+    def update_rows(self, name: str, start: int, values: np.ndarray) -> None:
+        self.require_writable("update")
+        self._changing()
+        self.steps[name].write_rows(start, values)
+
+    def update_meta(self, name: str, slot: int, values: np.ndarray) -> None:
+        self.require_writable("update")
+        self._changing()
+        self.metas[name].write_rows(slot, values)
+
+    def sync(self) -> None:
+        """fsync every data file and meta.json's folder: what is committed survives a power cut."""
+        for observer in self._observers or ():
+            observer.flush(self, closing=False)
+        if self._lock is not None:
+            for file in self._files():
+                file.sync()
+            fmt.fsync_folder(self.folder)
+
+    def __del__(self) -> None:
+        # a buffer that is never closed still releases its descriptors and the writer lock
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    def close(self) -> None:
+        if not self._closed and not sys.is_finalizing():  # (at interpreter exit, no open() is left)
+            for observer in self._observers or ():
+                observer.flush(self, closing=True)
+        self._closed = True
+        for file in self._files():
+            file.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+

@@ -1,0 +1,404 @@
+"""Episode writers: steps are staged in RAM and handed to the store as whole episodes on commit.
+
+Staging makes the per-step path a few memory copies (no page faults on fresh file pages, no I/O) and
+makes an episode atomic: until it commits nothing on disk changes, so an exception or a crash
+mid-episode leaves the store exactly as it was. Each staging row buffer is reused across episodes.
+
+- ``EpisodeWriter``: one episode, step by step (``one_episode`` / ``begin_episode`` of the buffer).
+- ``VectorEpisodeWriter``: N environments stepping together (gymnasium ``VectorEnv`` style); each
+  env's episode commits on its own ``terminated``/``truncated`` flag and a fresh one begins.
+- ``whole_episode``: a complete episode given as arrays (``store_episode``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from .convert import as_array, coerce, validate_index
+from ..errors import InvalidDataError
+from .options import integer, short
+from .schema import FieldSpec, Schema
+from .store import EpisodeStore, PendingEpisode
+
+__all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "check_end", "coerce_meta"]
+
+ENDS = ("terminated", "truncated")
+
+
+def unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
+    return InvalidDataError(f"unknown {kind} {sorted(names)}: the store's {kind}s are {sorted(known)}")
+
+
+def check_end(end: Any) -> str | None:
+    if end is None:
+        return None
+    if not isinstance(end, str) or end not in ENDS:  # an array is refused, never compared elementwise
+        raise InvalidDataError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
+    return str(end)
+
+
+def check_final(final: Any) -> Mapping[str, Any] | None:
+    """A final observation: None, or a dict of field -> value (one row)."""
+    if final is not None and not isinstance(final, Mapping):
+        raise InvalidDataError(f"final must be a dict of field -> value, e.g. final=dict(obs=next_obs) "
+                               f"(got {type(final).__name__}: {short(final)})")
+    return final
+
+
+def coerce_meta(schema: Schema, meta: Mapping[str, Any], lead: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    extra = set(meta) - set(schema.meta_fields)
+    if extra:
+        raise unknown(extra, schema.meta_fields, "meta field")
+    return {name: coerce(schema.meta_fields[name], value, lead, kind="meta field") for name, value in meta.items()}
+
+
+def full_meta(schema: Schema, meta: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: meta[name] if name in meta else spec.default_row() for name, spec in schema.meta_fields.items()}
+
+
+def coerce_steps(schema: Schema, steps: Mapping[str, Any], lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+    extra = set(steps) - set(schema.fields)
+    if extra:
+        raise unknown(extra, schema.fields, "field")
+    return {name: coerce(schema.fields[name], value, lead) for name, value in steps.items()}
+
+
+def exact_scalar_check(spec: FieldSpec):
+    """A cheap test that a Python scalar fits a scalar field as it is (else the full ``coerce`` runs)."""
+    if spec.shape != ():
+        return lambda value: False
+    kind = spec.dtype.kind
+    if kind == "f":
+        limit = float(np.finfo(spec.dtype).max)
+        return lambda value: (type(value) is float and not limit < abs(value) < math.inf) or type(value) is bool
+    if kind in "iu":
+        info = np.iinfo(spec.dtype)
+        low, high = int(info.min), int(info.max)
+        return lambda value: (type(value) is int and low <= value <= high) or type(value) is bool
+    return lambda value: type(value) is bool
+
+
+def check_staging_memory(schema: Schema, num_envs: int, max_timesteps: int) -> None:
+    """Refuse a number of envs whose staging rows (and per-env meta) cannot fit in this machine's RAM."""
+    rows = min(max_timesteps + 1, StagingBuffer.INITIAL_ROWS)
+    per_env = rows * sum(spec.row_nbytes for spec in schema.fields.values()) + 8 \
+        + sum(spec.row_nbytes for spec in schema.meta_fields.values())
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # the OS does not say: numpy's allocation decides
+        return
+    if num_envs * per_env > ram:
+        raise InvalidDataError(
+            f"num_envs must be at most {max(1, ram // per_env)} on this machine (got {num_envs}): each env stages "
+            f"{per_env} bytes in RAM ({rows} rows of every field), {num_envs * per_env} bytes in all, more than "
+            f"its {ram} bytes of memory; use fewer environments per writer")
+
+
+class StagingBuffer:
+    """RAM rows for ``num_envs`` episodes in progress: (num_envs, rows, *shape) per field, where rows
+    grows by doubling up to max_timesteps + 1 (the final-observation row) as episodes get longer."""
+
+    INITIAL_ROWS = 256
+
+    def __init__(self, schema: Schema, num_envs: int, max_timesteps: int):
+        self.schema = schema
+        self.num_envs = num_envs
+        self.max_timesteps = max_timesteps
+        self.rows = min(max_timesteps + 1, self.INITIAL_ROWS)
+        self.arrays = {name: np.empty((num_envs, self.rows, *spec.shape), spec.dtype)
+                       for name, spec in schema.fields.items()}
+        self.defaults = {name: spec.default_row() for name, spec in schema.fields.items()}
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def ensure(self, rows: int) -> bool:
+        """Room for ``rows`` rows per env; True if the arrays were replaced (row views must be renewed)."""
+        if rows <= self.rows:
+            return False
+        grown = min(self.max_timesteps + 1, max(rows, 2 * self.rows))
+        for name, array in self.arrays.items():
+            bigger = np.empty((self.num_envs, grown, *array.shape[2:]), array.dtype)
+            bigger[:, : self.rows] = array
+            self.arrays[name] = bigger
+        self.rows = grown
+        return True
+
+    def put(self, values: Mapping[str, np.ndarray], envs, rows) -> None:
+        """Write one row per env (values already coerced); fields not given take their default."""
+        self.ensure(int(np.max(rows, initial=-1)) + 1)
+        for name, array in self.arrays.items():
+            array[envs, rows] = values[name] if name in values else self.defaults[name]
+
+    def pending(self, env: int, *, end: str | None, final: Mapping[str, np.ndarray] | None,
+                meta: Mapping[str, np.ndarray]) -> PendingEpisode:
+        length = int(self.lengths[env])
+        if final is not None:
+            self.put(final, env, length)
+        rows = length + (final is not None)
+        return PendingEpisode({name: [array[env, :rows]] for name, array in self.arrays.items()},
+                              length, end, final is not None, meta)
+
+
+class EpisodeWriter:
+    """One episode in progress. ``meta`` is a dict the caller may fill until the episode commits."""
+
+    def __init__(self, store: EpisodeStore, staging: StagingBuffer, meta: Mapping[str, Any]):
+        self.target = store
+        self.schema = store.schema
+        coerce_meta(self.schema, meta)  # fail early, before any step
+        self.meta: dict[str, Any] = dict(meta)
+        self.staging = staging
+        staging.lengths[0] = 0
+        self._t = 0  # steps so far, a Python int: the per-step path avoids numpy scalars
+        self._max = staging.max_timesteps
+        self.end: str | None = None
+        self.final: dict[str, np.ndarray] | None = None
+        # the per-step fast path, by name: (field spec, this episode's staging rows, scalar test, default)
+        self._renew_views()
+
+    @property
+    def length(self) -> int:
+        return self._t
+
+    def _renew_views(self) -> None:
+        staging = self.staging
+        self._fast = {name: (spec, staging.arrays[name][0], exact_scalar_check(spec), staging.defaults[name])
+                      for name, spec in self.schema.fields.items()}
+        self._room = min(staging.rows, self._max)
+
+    def store(self, step: Mapping[str, Any]) -> None:
+        t = self._t
+        if t >= self._room:
+            if t >= self._max:
+                raise InvalidDataError(
+                    f"the episode must have at most max_timesteps={self._max} steps (got one more); "
+                    f"create the buffer with a larger max_timesteps"
+                )
+            self.staging.ensure(t + 1)
+            self._renew_views()
+        fast = self._fast
+        for name, value in step.items():
+            entry = fast.get(name)
+            if entry is None:
+                raise unknown([name], self.schema.fields, "field")
+            spec, rows, fits, _ = entry
+            if type(value) is np.ndarray:
+                if value.dtype != spec.dtype or value.shape != spec.shape:
+                    value = coerce(spec, value)
+            elif not fits(value):
+                value = coerce(spec, value)
+            rows[t] = value
+        if len(step) != len(fast):
+            for name, (_, rows, _, default) in fast.items():
+                if name not in step:
+                    rows[t] = default
+        self._t = t + 1
+
+    def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
+        end, final = check_end(end), check_final(final)
+        final = None if final is None else coerce_steps(self.schema, final, ())
+        self.end, self.final = end, final  # both checked before either changes
+
+    def commit(self) -> int | None:
+        """Commit the episode; returns its slot, or None for an empty episode (nothing is stored)."""
+        if self.length == 0:
+            return None
+        meta = full_meta(self.schema, coerce_meta(self.schema, self.meta))
+        self.staging.lengths[0] = self._t
+        episode = self.staging.pending(0, end=self.end, final=self.final, meta=meta)
+        return self.target.commit([episode])[0]
+
+
+class VectorEpisodeWriter:
+    """N environments stepping together; each env's episode commits on its own end flag.
+
+    ``store(terminated=..., truncated=..., final=..., **steps)`` takes arrays with a leading axis of
+    length ``num_envs``. When ``terminated[i]`` or ``truncated[i]`` is set, env i's episode (including
+    this step) commits, with ``final[field][i]`` as its final observation if ``final`` is given, and
+    env i starts a fresh episode. Meta values set with ``set_meta`` (scalars, or one per env) apply to
+    each env's current and later episodes. If the schema has fields named ``terminated`` or
+    ``truncated``, the flags are stored in them too.
+    """
+
+    def __init__(self, store: EpisodeStore, num_envs: int, max_timesteps: int, **meta: Any):
+        num_envs = integer(num_envs, "num_envs", low=1)
+        check_staging_memory(store.schema, num_envs, max_timesteps)
+        self.target = store
+        self.schema = store.schema
+        self.num_envs = num_envs
+        try:
+            self.staging = StagingBuffer(self.schema, num_envs, max_timesteps)
+        except (MemoryError, ValueError) as error:  # numpy's 'array is too big' is a ValueError
+            raise InvalidDataError(f"num_envs={num_envs} needs more staging memory than this process can get "
+                                   f"({error}); use fewer environments per writer") from None
+        self.meta = {name: spec.default_row()[None].repeat(num_envs, 0) for name, spec in self.schema.meta_fields.items()}
+        self.set_meta(**meta)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Steps stored so far in each env's current episode."""
+        return self.staging.lengths.copy()
+
+    def set_meta(self, **meta: Any) -> None:
+        """Meta values for each env's current and later episodes: one value for all, or one per env."""
+        extra = set(meta) - set(self.schema.meta_fields)
+        if extra:
+            raise unknown(extra, self.schema.meta_fields, "meta field")
+        values = {}
+        for name, value in meta.items():  # all checked before any changes
+            spec = self.schema.meta_fields[name]
+            value = as_array(value, f"meta field {name!r}")
+            per_env = value.ndim == len(spec.shape) + 1
+            values[name] = coerce(spec, value, (self.num_envs,) if per_env else (), kind="meta field")
+        for name, value in values.items():
+            self.meta[name][:] = value
+
+    def _flags(self, flags: Any, name: str) -> np.ndarray:
+        if flags is None:
+            return np.zeros(self.num_envs, dtype=bool)
+        return coerce(FieldSpec(name, np.dtype(bool)), flags, (self.num_envs,), kind="flag")
+
+    def store(self, *, terminated: Any = None, truncated: Any = None, final: Mapping[str, Any] | None = None,
+              active: Any = None, **steps: Any) -> list[int]:
+        """Append one step for every active env; returns the slots of the episodes this call committed.
+
+        ``active`` (bool per env, default all) skips envs whose step is not a real transition, e.g. the
+        reset step of gymnasium's NEXT_STEP autoreset. ``final`` values may be gymnasium's object arrays
+        with None for envs that did not end; an env that ended with None in every field of ``final``
+        commits without a final observation."""
+        n = self.num_envs
+        terminated, truncated = self._flags(terminated, "terminated"), self._flags(truncated, "truncated")
+        active = np.ones(n, dtype=bool) if active is None else self._flags(active, "active")
+        for name, flags in (("terminated", terminated), ("truncated", truncated)):
+            if name in self.schema.fields and name not in steps:
+                steps[name] = flags
+        values = coerce_steps(self.schema, steps, (n,))
+        envs = np.flatnonzero(active)
+        done = envs[(terminated | truncated)[envs]]
+        finals, given = (None, None) if final is None else self._finals(final, done)
+        lengths = self.staging.lengths
+        full = envs[lengths[envs] >= self.staging.max_timesteps]
+        if full.size:
+            raise InvalidDataError(
+                f"env {int(full[0])}'s episode must have at most max_timesteps={self.staging.max_timesteps} steps "
+                f"(got one more); pass truncated=True on an episode's last allowed step, commit_all(envs=[...]) or "
+                f"discard(envs=[...]) it, or create the buffer with a larger max_timesteps"
+            )
+        self.staging.put({name: value[envs] for name, value in values.items()}, envs, lengths[envs])
+        lengths[envs] += 1
+        if done.size == 0:
+            return []
+        episodes = []
+        for env in done:
+            end = "terminated" if terminated[env] else "truncated"
+            row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
+            meta = {name: value[env].copy() for name, value in self.meta.items()}
+            episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
+        try:
+            return self.target.commit(episodes)
+        finally:
+            lengths[done] = 0
+
+    def _finals(self, final: Mapping[str, Any], done: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Final observations per env: arrays (num_envs, ...), or sequences with None where no env ended;
+        and per env whether it has one. An env that ended with None in every field commits without one."""
+        if not isinstance(final, Mapping):
+            raise InvalidDataError(f"final must be a dict of field -> values per env (got {type(final).__name__})")
+        extra = set(final) - set(self.schema.fields)
+        if extra:
+            raise unknown(extra, self.schema.fields, "field")
+        out, nones = {}, {}
+        for name, value in final.items():
+            spec = self.schema.fields[name]
+            rows = value if isinstance(value, (list, tuple)) else None
+            if isinstance(value, np.ndarray) and value.dtype == object:
+                rows = list(value)
+            if rows is not None and any(row is None for row in rows):
+                if len(rows) != self.num_envs:
+                    raise InvalidDataError(f"final {name!r} must have one entry per env ({self.num_envs}) (got {len(rows)})")
+                out[name] = np.stack([spec.default_row() if row is None else coerce(spec, row) for row in rows])
+                nones[name] = np.array([row is None for row in rows])
+            else:
+                out[name] = coerce(spec, value, (self.num_envs,))
+        if not nones:
+            return out, np.ones(self.num_envs, dtype=bool)
+        none = np.array([nones.get(name, np.zeros(self.num_envs, dtype=bool)) for name in out])  # (fields, envs)
+        mixed = done[(none.any(0) & ~none.all(0))[done]]
+        if mixed.size:  # a partial final observation: refused, never completed with defaults
+            env, names = int(mixed[0]), list(out)
+            missing = [name for i, name in enumerate(names) if none[i, env]]
+            present = [name for i, name in enumerate(names) if not none[i, env]]
+            raise InvalidDataError(
+                f"final {missing[0]!r} is None for env {env}, which ended, while final {present[0]!r} holds its "
+                f"final observation: give every field of final for an env that ended, or None in all of them "
+                f"(it then commits without a final observation)")
+        return out, ~none.all(0)
+
+    def commit_all(self, end: str | None = None, *, envs: Any = None,
+                   final: Mapping[str, Any] | None = None) -> list[int]:
+        """Commit the episodes in progress of ``envs`` (default: all; empty ones are skipped); they start afresh.
+
+        ``final`` gives them final observations, in ``store``'s form: field -> values for every env (arrays
+        of num_envs rows, or sequences with None for envs without one); an env with None in every field
+        commits without a final observation. ``final`` is checked before anything changes."""
+        end = check_end(end)
+        chosen = np.unique(self._envs(envs))  # an env named twice commits once
+        ready = chosen[self.staging.lengths[chosen] > 0]
+        finals, given = (None, None) if final is None else self._finals(final, ready)
+        episodes = []
+        for env in ready:
+            row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
+            meta = {name: value[env].copy() for name, value in self.meta.items()}
+            episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
+        try:
+            return self.target.commit(episodes)
+        finally:
+            self.staging.lengths[chosen] = 0
+
+    def _envs(self, envs: Any) -> np.ndarray:
+        if envs is None:
+            return np.arange(self.num_envs)
+        return validate_index(envs, self.num_envs, "envs")
+
+    def discard(self, *, envs: Any = None) -> None:
+        """Drop the episodes in progress of ``envs`` (default: all)."""
+        self.staging.lengths[self._envs(envs)] = 0
+
+
+def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any], *, end: str | None = None,
+                  final: Mapping[str, Any] | None = None) -> PendingEpisode:
+    """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside."""
+    end, final = check_end(end), check_final(final)
+    extra = set(arrays) - set(schema.fields) - set(schema.meta_fields)
+    if extra:
+        raise InvalidDataError(f"unknown field {sorted(extra)}: the store's fields are {sorted(schema.fields)} "
+                               f"and its meta fields {sorted(schema.meta_fields)}")
+    step_values = {name: value for name, value in arrays.items() if name in schema.fields}
+    meta_values = {name: value for name, value in arrays.items() if name not in schema.fields}
+    if not step_values:
+        raise InvalidDataError(f"store_episode needs at least one step field of {sorted(schema.fields)} (got {sorted(arrays)})")
+    first = next(iter(step_values))
+    spec = schema.fields[first]
+    step_values[first] = as_array(step_values[first], f"field {first!r}")
+    shape = step_values[first].shape
+    if len(shape) - len(spec.shape) != 1 and not (spec.shape == () and len(shape) == 2):
+        raise InvalidDataError(
+            f"field {first!r} in store_episode must have shape (T, *{spec.shape}) with a time axis "
+            f"(got {shape})"
+        )
+    length = int(shape[0])
+    if not 1 <= length <= max_timesteps:
+        raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})")
+    values = coerce_steps(schema, step_values, (length,))
+    meta = full_meta(schema, coerce_meta(schema, meta_values))
+    final_values = None if final is None else coerce_steps(schema, final, ())
+    rows = {}
+    for name, spec in schema.fields.items():
+        chunk = values[name] if name in values else np.full((length, *spec.shape), spec.default_row(), spec.dtype)
+        rows[name] = [chunk]
+        if final_values is not None:
+            rows[name].append((final_values[name] if name in final_values else spec.default_row())[None])
+    return PendingEpisode(rows, length, end, final_values is not None, meta)

@@ -1,0 +1,478 @@
+"""Rate limiting: hold learners' samples and actors' inserts to a ratio (Reverb's ``SampleToInsertRatio``).
+
+Counters: inserts ``I`` (steps, or episodes with ``unit="episodes"``, committed to a store), samples ``S``
+(items learners drew), deletes ``D`` (items the ring evicted); the size is ``I - D``. With
+``spi = samples_per_insert`` and an error window ``[min_diff, max_diff]``:
+
+- a sample of ``n`` is allowed iff ``I - D >= min_size_to_sample`` and ``I * spi - (S + n) >= min_diff``;
+- an insert of ``n`` is allowed iff ``I - D + n <= min_size_to_sample`` (filling up is free) or
+  ``(I + n) * spi - S <= max_diff``.
+
+``error_buffer=e`` makes the window ``spi * min_size_to_sample -/+ e``: once sampling began,
+``(I - min_size_to_sample) * spi - S`` stays in ``[-e, e]`` (while nothing is evicted); a pair
+``(low, high)`` is the window as given. These are Reverb's rules (``CanSample``/``CanInsert``, for any
+``n``) and checks: ``samples_per_insert > 0``, ``min_size_to_sample >= 1``, a window at least
+``2 * max(1, spi)`` wide, ``min_diff <= spi * min_size_to_sample``. Make the window at least
+``a * spi + b`` wide for inserts of up to ``a`` and samples of up to ``b``: narrower, an insert and a
+sample can each wait for the other forever. A request that can never pass (an insert with ``n * spi``,
+a sample with ``n``, wider than the window) raises ``InvalidDataError`` rather than wait.
+
+``await_*(n)`` wait until allowed, then count, in one step (a reservation: no ``inserted``/``sampled``
+for it); ``mode="raise"`` raises ``RateLimitedError`` at once instead, ``timeout=`` after that long.
+``can_*`` only look (for a single-threaded owner such as a Ray actor, which then calls ``inserted`` /
+``sampled``). ``inserting(...)`` around a commit and ``wrap_sampler`` do it all for writers and learners.
+
+``folder=None``: counters in memory, for the threads of one process (no thread of its own; pickles with
+a copy of its counts). ``folder=`` a store or shards' root: in ``ratelimit/<name>.npy`` (three int64;
+the limits in ``<name>.json``, which ``join`` reads), for every process of the machine (not over NFS).
+Each check-and-count holds ``flock`` on ``<name>.lock`` for microseconds, so the bounds hold exactly
+across processes; a waiter polls (1 ms, doubling up to ``poll``), so it sees room another process
+made within ``poll`` (10 ms). A participant killed (SIGKILL, even holding the lock: the kernel drops
+it) leaves its counts, since what it committed or drew is done (killed between a reservation and its
+commit, the reservation stays). The counters persist with the folder: a restarted run carries on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+import weakref
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple
+
+import numpy as np
+
+from ..core import folderio
+from ..errors import (CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, RateLimitedError,
+                     ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
+from ..core.format import RATELIMIT_DIR, read_npy_header
+from ..core.options import choice, integer, number, short
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+__all__ = ["RateLimiter", "RateCounts", "RateLimitedError", "LimitedSampler", "RATELIMIT_DIR"]
+
+FORMAT_NAME = "memmap_replay.ratelimit"
+FIRST_POLL = 0.001  # a waiter on a shared limiter sleeps this long first, then twice as long, up to poll
+INSERT, SAMPLE, DELETE = 0, 1, 2  # the counters' columns
+WHAT = {INSERT: "an insert", SAMPLE: "a sample"}
+_DEFAULT = object()  # timeout not given: the limiter's own
+_SHARED: "weakref.WeakSet[RateLimiter]" = weakref.WeakSet()
+
+
+def _reopen_in_child() -> None:
+    """A forked child shares its parent's lock descriptor (flock could not tell them apart): reopen it."""
+    for limiter in list(_SHARED):
+        limiter._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_in_child)
+
+
+class RateCounts(NamedTuple):
+    """Items inserted, sampled and evicted (deleted) so far."""
+
+    inserts: int
+    samples: int
+    deletes: int
+
+    @property
+    def size(self) -> int:
+        return self.inserts - self.deletes
+
+
+def error_window(spi: float, min_size: int, error_buffer: Any) -> tuple[float, float]:
+    """(min_diff, max_diff) of a number (centred on ``spi * min_size``) or a (low, high) pair, checked."""
+    if isinstance(error_buffer, (tuple, list)):
+        if len(error_buffer) != 2:
+            raise InvalidDataError(f"error_buffer must be a number or a (low, high) pair (got {short(error_buffer)})")
+        low, high = (number(value, "error_buffer") for value in error_buffer)
+    else:
+        half = number(error_buffer, "error_buffer", low=0)
+        low, high = spi * min_size - half, spi * min_size + half
+    if high - low < 2 * max(1.0, spi):
+        raise InvalidDataError(f"error_buffer must leave a window at least 2 * max(1, samples_per_insert) = "
+                               f"{2 * max(1.0, spi)} wide (got [{low}, {high}]), else inserts and samples could both "
+                               f"block: widen it")
+    if low > spi * min_size:
+        raise InvalidDataError(f"error_buffer's low end must be at most samples_per_insert * min_size_to_sample = "
+                               f"{spi * min_size} (got {low}), else sampling could never start")
+    return low, high
+
+
+def limiter_name(name: Any) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise InvalidDataError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
+    return name
+
+
+def folder_of(value: Any) -> Path:
+    """The folder of a path, a ReplayBuffer or an EpisodeStore; it must exist."""
+    folder = Path(getattr(value, "folder", value))
+    if not folder.exists():
+        raise StoreNotFoundError(f"{folder} does not exist: a shared rate limiter keeps its counters in an existing "
+                                 f"folder (the store's, or the shards' root); create the store first")
+    if not folder.is_dir():
+        raise NotAFolderError(f"{folder} is not a folder: pass the store's folder (or the shards' root)")
+    return folder
+
+
+class RateLimiter:
+    """A samples-per-insert rate limiter (the rules and the files: see the module docstring).
+
+    ``RateLimiter(samples_per_insert, error_buffer=..., min_size_to_sample=1, unit="steps", folder=None,
+    name="default", mode="block", timeout=None, poll=0.01)``."""
+
+    def __init__(self, samples_per_insert: float, *, error_buffer: Any, min_size_to_sample: int = 1,
+                 unit: str = "steps", folder: Any = None, name: str = "default", mode: str = "block",
+                 timeout: float | None = None, poll: float = 0.01):
+        self.samples_per_insert = number(samples_per_insert, "samples_per_insert", low=0, low_open=True)
+        self.min_size_to_sample = integer(min_size_to_sample, "min_size_to_sample", low=1)
+        self.min_diff, self.max_diff = error_window(self.samples_per_insert, self.min_size_to_sample, error_buffer)
+        self.unit = choice(unit, "unit", ("steps", "episodes"))
+        self.mode = choice(mode, "mode", ("block", "raise"))
+        self.timeout = None if timeout is None else number(timeout, "timeout", low=0)
+        self.poll = number(poll, "poll", low=0, high=60, low_open=True)
+        self.name = limiter_name(name)
+        self.blocked = {"insert": 0, "sample": 0}  # this object's calls that had to wait (or were refused)
+        self._cond = threading.Condition(threading.Lock())
+        self._fd = -1
+        self.folder = None if folder is None else folder_of(folder)
+        self._counts = np.zeros(3, dtype=np.int64)
+        if self.folder is not None:
+            self._open()
+            _SHARED.add(self)
+
+    @classmethod
+    def join(cls, folder: Any, name: str = "default", **options: Any) -> "RateLimiter":
+        """The shared limiter ``name`` of ``folder``, with the limits it was created with."""
+        root = folder_of(folder)
+        path = root / RATELIMIT_DIR / f"{limiter_name(name)}.json"
+        try:  # bounded, a regular file inside the folder (folderio)
+            spec = folderio.read_json(root, path, doing="read the rate limiter's limits")
+            limits = dict(samples_per_insert=spec["samples_per_insert"], min_size_to_sample=spec["min_size_to_sample"],
+                          error_buffer=(spec["min_diff"], spec["max_diff"]), unit=spec["unit"])
+        except MissingFileError:
+            raise StoreNotFoundError(f"no rate limiter {name!r} in {folder}: create it with RateLimiter(folder=) first") from None
+        except CorruptStoreError as error:
+            raise CorruptStoreError(f"{error}; create the limiter again with its options") from None
+        except (ValueError, KeyError, TypeError) as error:
+            raise CorruptStoreError(f"{path} is damaged ({error!r}); create the limiter again with its options") from None
+        return cls(**limits, folder=folder, name=name, **options)
+
+    @property
+    def config(self) -> dict:
+        """The limits as plain keyword arguments: ``RateLimiter(**config)`` has the same limits."""
+        return dict(samples_per_insert=self.samples_per_insert, min_size_to_sample=self.min_size_to_sample,
+                    error_buffer=(self.min_diff, self.max_diff), unit=self.unit)
+
+    def __repr__(self) -> str:
+        where = "in memory" if self.folder is None else f"{self.folder / RATELIMIT_DIR / self.name}.npy"
+        return (f"RateLimiter(samples_per_insert={self.samples_per_insert}, window=[{self.min_diff}, {self.max_diff}], "
+                f"min_size_to_sample={self.min_size_to_sample}, unit={self.unit!r}, {where}, {self.counts})")
+
+    # ---- the shared files ------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        directory = self.folder / RATELIMIT_DIR
+        try:  # walked from the folder without following links (folderio): nothing is written outside it
+            folderio.make_dir(self.folder, directory, doing="make the rate limiter's folder")
+            self._fd = self._lock_file(os.O_CREAT)
+        except ReadOnlyError as error:
+            raise ReadOnlyError(f"cannot keep rate limiter counters in {directory}: {error}; give folder= a folder "
+                                f"this process may write") from None
+        with self._cond, self._flock():
+            self._check_spec(directory / f"{self.name}.json")
+            self._counts = counter_file(directory / f"{self.name}.npy", self.folder)
+
+    def _lock_file(self, flags: int = 0) -> int:
+        """A descriptor of ``ratelimit/<name>.lock`` (opened without following links: folderio)."""
+        path = self.folder / RATELIMIT_DIR / f"{self.name}.lock"
+        return folderio.open_write(self.folder, path, os.O_RDWR | flags, doing="lock")
+
+    def _check_spec(self, path: Path) -> None:
+        spec = dict(format=FORMAT_NAME, version=1, samples_per_insert=self.samples_per_insert, min_diff=self.min_diff,
+                    max_diff=self.max_diff, min_size_to_sample=self.min_size_to_sample, unit=self.unit)
+        try:
+            stored = folderio.read_json(self.folder, path, doing="read the rate limiter's limits")
+        except (MissingFileError, CorruptStoreError):
+            stored = None  # none yet, or a creation cut short (or damaged): (re)write it
+        if isinstance(stored, dict) and stored.get("format") == FORMAT_NAME and stored != spec:
+            raise InvalidDataError(
+                f"the rate limiter {self.name!r} in {path.parent} has other limits ({stored}); this one asks for "
+                f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete {path.parent}/{self.name}.*")
+        if stored != spec:
+            folderio.write_atomic(self.folder, path, json.dumps(spec).encode("utf-8"),
+                                  doing="write the rate limiter's limits")
+
+    @contextmanager
+    def _flock(self) -> Iterator[None]:
+        """The lock between processes (the caller holds this object's thread lock)."""
+        if self.folder is None or fcntl is None:
+            yield
+            return
+        if self._fd < 0:
+            raise InvalidDataError(f"this rate limiter was closed ({self.folder / RATELIMIT_DIR / self.name}); open it again")
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _after_fork(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        if self._fd >= 0:
+            os.close(self._fd)
+            try:
+                self._fd = self._lock_file()
+            except OSError:  # the folder went away (or the lock file is not ours): the child's copy is closed
+                self._fd = -1
+
+    def close(self) -> None:
+        """Let go of the shared files (the counters stay in the folder); nothing to do in memory."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        _SHARED.discard(self)
+
+    def __enter__(self) -> "RateLimiter":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.config, mode=self.mode, timeout=self.timeout, poll=self.poll, name=self.name)
+        return dict(state, folder=str(self.folder)) if self.folder is not None else dict(state, counts=self.counts)
+
+    def __setstate__(self, state: dict) -> None:
+        counts = state.pop("counts", None)
+        self.__init__(**state)
+        if counts is not None:
+            self._counts[:] = counts
+
+    # ---- the rules ---------------------------------------------------------------------------------------
+
+    @property
+    def counts(self) -> RateCounts:
+        """The counters now (one consistent snapshot, across processes too)."""
+        with self._cond, self._flock():
+            return RateCounts(*map(int, self._counts))
+
+    def _allows(self, kind: int, n: int) -> bool:
+        inserts, samples, deletes = map(int, self._counts)
+        if kind == SAMPLE:
+            return (inserts - deletes >= self.min_size_to_sample
+                    and inserts * self.samples_per_insert - (samples + n) >= self.min_diff)
+        return (inserts - deletes + n <= self.min_size_to_sample
+                or (inserts + n) * self.samples_per_insert - samples <= self.max_diff)
+
+    def _never(self, kind: int, n: int) -> None:
+        """Raise if no number of the other side's calls could let a blocked request through."""
+        spi = self.samples_per_insert
+        widest = n * spi if kind == INSERT else n + max(0.0, spi * self.min_size_to_sample - self.max_diff)
+        if widest > self.max_diff - self.min_diff:
+            raise InvalidDataError(f"{WHAT[kind]} of {n} never fits the error window [{self.min_diff}, {self.max_diff}] "
+                                   f"(samples_per_insert={spi}): make it smaller, or widen error_buffer to {widest / 2}")
+
+    def _refused(self, kind: int, n: int, counts: RateCounts, timeout: float | None) -> RateLimitedError:
+        spi, (inserts, samples, deletes) = self.samples_per_insert, counts
+        if kind == SAMPLE:
+            behind = max(self.min_size_to_sample - inserts + deletes, math.ceil((samples + n + self.min_diff) / spi) - inserts)
+            need = f"the actors are behind: it needs about {behind} more {self.unit} inserted"
+        else:
+            need = f"the learners are behind: it needs {math.ceil((inserts + n) * spi - samples - self.max_diff)} more sampled"
+        when = "at once (mode='raise')" if timeout is None else f"within timeout={timeout} s"
+        return RateLimitedError(
+            f"rate limiter {self.name!r}: {WHAT[kind]} of {n} was not allowed {when} ({counts}, samples_per_insert="
+            f"{spi}, window [{self.min_diff}, {self.max_diff}], min_size_to_sample={self.min_size_to_sample}): {need}; "
+            f"wait longer (timeout=, mode='block') or keep the other side running")
+
+    # ---- the calls -------------------------------------------------------------------------------------
+
+    def can_insert(self, n: int = 1) -> bool:
+        """Whether an insert of ``n`` is allowed now (counts nothing)."""
+        return self._look(INSERT, n)
+
+    def can_sample(self, n: int = 1) -> bool:
+        """Whether a sample of ``n`` is allowed now (counts nothing)."""
+        return self._look(SAMPLE, n)
+
+    def _look(self, kind: int, n: Any) -> bool:
+        n = integer(n, "n", low=1)
+        with self._cond, self._flock():
+            return self._allows(kind, n)
+
+    def await_insert(self, n: int = 1, *, timeout: Any = _DEFAULT) -> None:
+        """Wait until an insert of ``n`` is allowed, then count it (no ``inserted`` for it)."""
+        self._acquire(INSERT, n, timeout)
+
+    def await_sample(self, n: int = 1, *, timeout: Any = _DEFAULT) -> None:
+        """Wait until a sample of ``n`` is allowed, then count it (no ``sampled`` for it)."""
+        self._acquire(SAMPLE, n, timeout)
+
+    def _acquire(self, kind: int, n: Any, timeout: Any) -> None:
+        """Count ``n`` once allowed; wait for it (as the mode and the timeout say: None is forever) or raise."""
+        n = integer(n, "n", low=1)
+        if timeout is _DEFAULT:
+            timeout = self.timeout
+        elif timeout is not None:
+            timeout = number(timeout, "timeout", low=0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay, waited = FIRST_POLL, False
+        with self._cond:
+            while True:
+                with self._flock():
+                    counts = RateCounts(*map(int, self._counts))
+                    if self._allows(kind, n):
+                        self._counts[kind] += n
+                        break
+                if not waited:
+                    self.blocked["sample" if kind == SAMPLE else "insert"] += 1
+                    waited = True
+                self._never(kind, n)
+                left = None if deadline is None else deadline - time.monotonic()
+                if self.mode == "raise" or (left is not None and left <= 0):
+                    raise self._refused(kind, n, counts, None if self.mode == "raise" else timeout)
+                if self.folder is not None:  # another process may make room: look again soon
+                    left = delay if left is None else min(delay, left)
+                    delay = min(2 * delay, self.poll)
+                self._cond.wait(left)
+            self._cond.notify_all()
+
+    def inserted(self, n: int = 1) -> None:
+        """Count ``n`` inserts, allowed or not (after ``can_insert``; never after ``await_insert``)."""
+        self._add(INSERT, integer(n, "n", low=0))
+
+    def sampled(self, n: int = 1) -> None:
+        """Count ``n`` samples, allowed or not (after ``can_sample``; never after ``await_sample``)."""
+        self._add(SAMPLE, integer(n, "n", low=0))
+
+    def removed(self, n: int = 1) -> None:
+        """Count ``n`` items the store evicted (they no longer count towards ``min_size_to_sample``)."""
+        self._add(DELETE, integer(n, "n", low=0))
+
+    def _add(self, kind: int, n: int, deletes: int = 0) -> None:
+        with self._cond:
+            with self._flock():
+                if kind == DELETE and self._counts[DELETE] + n > self._counts[INSERT]:
+                    raise InvalidDataError(f"removed({n}) would remove more than was inserted "
+                                           f"({RateCounts(*map(int, self._counts))})")
+                self._counts[kind] += n
+                self._counts[DELETE] += deletes
+            self._cond.notify_all()
+
+    # ---- integrations ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def inserting(self, n: int | None = None, *, buffer: Any = None, timeout: Any = _DEFAULT) -> Iterator[None]:
+        """Around a commit: waits for room for ``n`` inserts and counts them; if the block raises they are
+        taken back. With ``buffer=`` (the writer's ReplayBuffer or EpisodeStore) what the block committed
+        and evicted is counted instead (``n=None``: waits for room for one). ::
+
+            with limiter.inserting(len(obs), buffer=buffer):
+                buffer.store_episode(obs=obs, action=action, reward=reward)
+        """
+        store = None if buffer is None else getattr(buffer, "episode_store", buffer)
+        if store is None and n is None:
+            raise InvalidDataError("inserting() needs n= (what the block inserts) or buffer= (to measure it)")
+        reserved = 1 if n is None else integer(n, "n", low=1)
+        since = None if store is None else store.meta.state.next_episode
+        live_before = None if store is None else self._live(store, since)[0]
+        self._acquire(INSERT, reserved, timeout)
+        failed = False
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            if store is not None:  # what was committed, and evicted, in place of the reservation
+                live_after, committed = self._live(store, since)
+                self._add(INSERT, committed - reserved, deletes=live_before + committed - live_after)
+            elif failed:
+                self._add(INSERT, -reserved)
+
+    def _live(self, store: Any, since: int) -> tuple[int, int]:
+        """(live items of a store, items of its episodes with an id from ``since`` on)."""
+        table = store.live_table()
+        items = table.length if self.unit == "steps" else np.ones(len(table.ids), dtype=np.int64)
+        return int(items.sum()), int(items[table.ids >= since].sum())
+
+    def wrap_sampler(self, sampler: Any) -> "LimitedSampler":
+        """``sampler`` whose ``sample``/``batch`` wait for the limiter and count their draws."""
+        return LimitedSampler(sampler, self)
+
+
+def counter_file(path: Path, folder: Path) -> np.ndarray:
+    """The map of ``path`` (three int64) inside ``folder``, made afresh (zeros) if it is missing or damaged.
+    Opened without following links (folderio), so the counters are never written outside the folder."""
+    try:
+        offset, dtype, shape, size = read_npy_header(path, folder)
+        if dtype == np.int64 and shape == (3,) and size >= offset + 24:
+            return map_counters(path, folder, offset)
+    except UnsafeEntryError:
+        raise  # a link out of the folder, a FIFO, ...: never written through
+    except CorruptStoreError:
+        pass  # missing or damaged
+    folderio.write_atomic(folder, path, lambda out: np.save(out, np.zeros(3, dtype=np.int64)),
+                          doing="make the rate limiter's counters")
+    offset = read_npy_header(path, folder)[0]
+    return map_counters(path, folder, offset)
+
+
+def map_counters(path: Path, folder: Path, offset: int) -> np.ndarray:
+    fd = folderio.open_write(folder, path, os.O_RDWR, doing="map the rate limiter's counters")
+    with os.fdopen(fd, "r+b") as file, folderio.errors_named(path, "map the rate limiter's counters"):
+        return np.memmap(file, dtype=np.int64, mode="r+", offset=offset, shape=(3,))
+
+
+class LimitedSampler:
+    """A sampler (anything with ``sample(n)``, ``batch(n)``) behind a rate limiter: a draw of ``n`` first
+    waits for ``limiter.await_sample(n)``; a draw that fails gives its count back. The rest (``view``,
+    ``update_priorities``, ``state_dict``, ...) is the sampler's."""
+
+    def __init__(self, sampler: Any, limiter: RateLimiter):
+        if not callable(getattr(sampler, "sample", None)):
+            raise InvalidDataError(f"wrap_sampler needs a sampler (with sample(n)); got {type(sampler).__name__}")
+        self.sampler, self.limiter = sampler, limiter
+
+    def _draw(self, method: str, batch_size: Any, timeout: Any) -> Any:
+        n = integer(batch_size, "batch_size", low=1)
+        self.limiter._acquire(SAMPLE, n, timeout)
+        try:
+            return getattr(self.sampler, method)(n)
+        except BaseException:
+            self.limiter._add(SAMPLE, -n)
+            raise
+
+    def sample(self, batch_size: int, *, timeout: Any = _DEFAULT) -> Any:
+        return self._draw("sample", batch_size, timeout)
+
+    def batch(self, batch_size: int, *, timeout: Any = _DEFAULT) -> Any:
+        return self._draw("batch", batch_size, timeout)
+
+    def batches(self, batch_size: int, num_batches: int | None = None) -> Iterator[Any]:
+        """Samples of ``batch_size`` (endless if ``num_batches`` is None), each waited for: a batch sampler
+        for a DataLoader over ``sampler.view``."""
+        n = integer(batch_size, "batch_size", low=1)
+        total = None if num_batches is None else integer(num_batches, "num_batches", low=0)
+        return (self.sample(n) for _ in (iter(int, 1) if total is None else range(total)))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("sampler", "limiter") or name.startswith("__"):  # unpickling, protocols: not the sampler's
+            raise AttributeError(name)
+        return getattr(self.sampler, name)

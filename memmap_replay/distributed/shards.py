@@ -1,0 +1,339 @@
+"""Many writers: one shard folder per actor, and readers that see all the shards as one store.
+
+Each actor process writes its own store (``shard_folder(root, index)``), so writers never share a lock
+or a file: nothing central on the hot path. A ``ShardSet`` opens every shard under a root (or any list
+of store folders: the seed package's concat view) read-only, and offers:
+
+- ``dataset(**view options)``: a ``ConcatView``, the shards' views one after the other (item numbers
+  run through shard 0's items, then shard 1's, ...), for epoch-style reading with ``dataloader``;
+- ``sampler(kind, **options)``: a ``ShardedSampler`` that draws across shards exactly as one store would:
+  how many draws each shard serves is multinomial in its share of the positions (uniform) or of the
+  priority mass (prioritized), each shard draws its share with its own sampler, and importance weights
+  are normalised over every shard (by the smallest priority of all).
+
+Keys of a sharded draw are ``shard_key * SHARD_STRIDE + shard``. ``refresh()`` picks up new shards and new
+commits; a sharded sampler follows each shard's writer (another process) at each draw, re-reading a
+shard's ``meta.json`` only when it changed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..views.dataset import Sample, flag
+from ..errors import InvalidDataError, SampleExpiredError, StoreNotFoundError
+from ..core.folderio import inside
+from ..core.format import META_FILE
+from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset
+from ..core.options import integer, seed_option
+from ..samplers.prioritized import PrioritizedSampler, as_numpy
+from ..samplers.base import REDRAWS, ReplaySampler, batch_size_of, damaged, distributed_rank
+from ..samplers.factory import make_sampler
+from ..core.store import EpisodeStore
+
+__all__ = ["ShardSet", "ConcatView", "ShardedSampler", "ShardSample", "shard_folder", "SHARD_STRIDE", "shard_counts",
+           "global_weights", "drawn_leaves"]
+
+SHARD_STRIDE = 1 << 16  # keys of a sharded draw: shard key * SHARD_STRIDE + shard (so at most 65,536 shards)
+
+
+def shard_counts(rng: np.random.Generator, masses: Any, n: int) -> np.ndarray:
+    """How many of ``n`` draws each shard serves: multinomial in its share of ``masses`` (its positions, or
+    its priority mass: the sum of ``priority ** alpha``). The first level of every sharded draw."""
+    masses = np.asarray(masses, dtype=np.float64)
+    total = masses.sum()
+    if not total > 0:
+        raise InvalidDataError("nothing to sample: no shard holds a position of this view yet; add episodes first")
+    return rng.multinomial(n, masses / total)
+
+
+def global_weights(leaves: np.ndarray, lowest: Any, beta: float) -> np.ndarray:
+    """Importance weights of draws across shards, as one store would give them: ``(N P_i) ** -beta`` over
+    its largest value with ``P_i = leaves_i / total mass``. ``N`` and the total cancel, leaving
+    ``(lowest / leaves_i) ** beta`` (which cannot overflow); ``lowest``: the smallest leaf of all shards, or
+    each shard's smallest leaf (``inf`` for an empty shard). float32."""
+    return ((np.min(lowest) / leaves) ** beta).astype(np.float32)
+
+
+def drawn_leaves(sampler: PrioritizedSampler, sample: Sample) -> np.ndarray:
+    """The leaves (``priority ** alpha``) of a prioritized sampler's fresh draw."""
+    table, episode, t = sample.hint  # the rows drawn: each episode's first row + t
+    return sampler.tree.leaves[table.start[episode] + t]
+
+
+def shard_folder(root: str | Path, index: int) -> Path:
+    """The folder of writer ``index``'s shard under ``root``: give each actor process its own."""
+    index = integer(index, "a shard index", low=0, high=10**6 - 1)
+    return Path(root) / f"shard-{index:06d}"
+
+
+class ShardSet:
+    """Several stores read as one: the shards under ``root`` (folders holding a meta.json), or ``folders``."""
+
+    def __init__(self, root: str | Path | None = None, *, folders: Any = None):
+        if (root is None) == (folders is None):
+            raise InvalidDataError("pass either root= (a folder of shard folders) or folders= (a list of stores)")
+        self.root = None if root is None else Path(root)
+        self.listed = None if folders is None else [Path(folder) for folder in folders]
+        self.stores: list[EpisodeStore] = []
+        self.refresh()
+
+    def _folders(self) -> list[Path]:
+        if self.listed is not None:
+            return self.listed
+        if not self.root.is_dir():
+            raise StoreNotFoundError(f"{self.root} is not a folder of shards; the writers create it")
+        shards = sorted(path.parent for path in self.root.glob(f"*/{META_FILE}"))
+        for shard in shards:  # a shard linked to a store elsewhere is never read as one of these
+            if shard.is_symlink():
+                inside(self.root, shard)
+        return shards
+
+    def refresh(self) -> bool:
+        """Open shards that appeared since, and re-read every shard's meta.json; True if anything changed."""
+        folders = self._folders()
+        known = {store.folder: store for store in self.stores}
+        changed = len(folders) != len(self.stores)
+        stores = []
+        for folder in folders:
+            store = known.get(folder)
+            if store is None:
+                store = EpisodeStore.open(folder, "r")
+            else:
+                changed |= store.refresh()
+            stores.append(store)
+        if stores:
+            schema = stores[0].schema
+            for store in stores[1:]:
+                if store.schema != schema:
+                    raise InvalidDataError(f"every shard must have the same fields: {store.folder} differs from "
+                                           f"{stores[0].folder}")
+        self.stores = stores
+        return changed
+
+    def __len__(self) -> int:
+        return len(self.stores)
+
+    @property
+    def num_episodes(self) -> int:
+        return sum(store.num_episodes for store in self.stores)
+
+    def _require_shards(self) -> None:
+        if not self.stores:
+            raise InvalidDataError(f"no shards under {self.root}: no writer has committed an episode yet")
+
+    def dataset(self, **options: Any) -> "ConcatView":
+        """The shards' views (``buffer.dataset`` options) one after the other."""
+        self._require_shards()
+        return ConcatView([make_dataset(store, **options) for store in self.stores])
+
+    def dataloader(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False, seed: int | None = None,
+                   **options: Any) -> ReplayDataLoader:
+        """A DataLoader over ``dataset(**options)`` (DataLoader options such as num_workers pass through)."""
+        from ..views.loader import LOADER_KEYWORDS
+
+        loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
+        if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
+            loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
+        view = self.dataset(**options)
+        sampler = BatchIndexSampler(len(view), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
+        return ReplayDataLoader(view, sampler, **loader_options)
+
+    def sampler(self, kind: str = "uniform", **options: Any) -> "ShardedSampler":
+        """A sampler across the shards, as ``buffer.sampler`` takes (priorities stay in memory)."""
+        self._require_shards()
+        return ShardedSampler(self, kind, **options)
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+        self.stores = []
+
+
+def merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tensor]:
+    """One batch of the shards' batches: concatenated, then put back into request order."""
+    if len(parts) == 1 and order is None:
+        return parts[0]
+    batch = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+    if order is not None:
+        index = torch.from_numpy(order)
+        batch = {name: value[index] for name, value in batch.items()}
+    return batch
+
+
+class ConcatView(Dataset):
+    """Views of several shards as one Dataset: item numbers run through each shard's items in turn."""
+
+    def __init__(self, views: list):
+        self.views = views
+        self.ends = np.cumsum([len(view) for view in views])
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
+        if isinstance(items, ShardSample):
+            return self.sample_batch(items)
+        items = np.asarray(items, dtype=np.int64)
+        if items.ndim != 1 or (items.size and (items.min() < 0 or items.max() >= len(self))):
+            raise IndexError(f"item indices must be a 1-d array in [0, {len(self)}) (got {items!r:.80})")
+        shard = np.searchsorted(self.ends, items, side="right")
+        starts = self.ends - np.array([len(view) for view in self.views])
+        parts, where = [], []
+        for index in np.unique(shard):
+            chosen = np.flatnonzero(shard == index)
+            parts.append(self.views[index].__getitems__(items[chosen] - starts[index]))
+            where.append(chosen)
+        return merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1 else None)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        if not isinstance(item, (int, np.integer)):
+            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
+        return {name: value[0] for name, value in self.__getitems__([int(item)]).items()}
+
+    def sample_batch(self, sample: "ShardSample") -> dict[str, torch.Tensor]:
+        parts = [self.views[shard].__getitems__(part) for shard, part in sample.parts]
+        for (shard, _), batch in zip(sample.parts, parts):
+            batch["_key"] = batch["_key"] * SHARD_STRIDE + shard
+        batch = merge(parts, None)
+        if sample.weights is not None:
+            batch["_weight"] = torch.from_numpy(sample.weights)
+        return batch
+
+
+class ShardSample:
+    """A sharded draw: (shard, that shard's Sample) parts, and weights normalised over all shards."""
+
+    __slots__ = ("parts", "weights", "keys")
+
+    def __init__(self, parts: list[tuple[int, Sample]], weights: np.ndarray | None):
+        self.parts, self.weights = parts, weights
+        self.keys = np.concatenate([part.keys * SHARD_STRIDE + shard for shard, part in parts])
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class ShardedSampler:
+    """A sampler over a ShardSet: per-shard samplers of one kind, drawn from as if they were one store."""
+
+    def __init__(self, shards: ShardSet, kind: str = "uniform", *, seed: int | None = None, follow: bool = True,
+                 **options: Any):
+        seed = seed_option(seed)
+        if options.get("replacement") is False:
+            raise InvalidDataError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
+        self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
+        if kind == "uniform":
+            self.options.pop("persist")
+        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
+        # the split across shards is each rank's own too (rank 0's is the stream a single learner gets)
+        self.rank, self.world_size = distributed_rank(options.get("rank"), options.get("world_size"))
+        self.rng = np.random.default_rng([self.seed, 1 << 20, self.rank])
+        self.follow = flag(follow, "follow")
+        self.draws = 0
+        self.samplers: list[ReplaySampler] = []
+        self._stamps: list[tuple] = []
+        self._open_new_shards()
+
+    def _open_new_shards(self) -> None:
+        for index in range(len(self.samplers), len(self.shards.stores)):
+            store = self.shards.stores[index]
+            self.samplers.append(make_sampler(store, self.kind, seed=self.seed + index, allow_empty=True, **self.options))
+            self._stamps.append(store.meta_stamp())
+        self.view = ConcatView([sampler.view for sampler in self.samplers])
+
+    def sync(self) -> None:
+        """New shards, and each shard's new commits (its meta.json re-read only when it changed)."""
+        if self.shards.listed is None and len(self.shards._folders()) != len(self.shards.stores):
+            self.shards.refresh()
+            self._open_new_shards()
+        for index, sampler in enumerate(self.samplers):
+            stamp = sampler.view.store.meta_stamp()
+            if stamp != self._stamps[index]:
+                self._stamps[index] = stamp
+                sampler.refresh()
+
+    def _masses(self) -> np.ndarray:
+        if isinstance(self.samplers[0], PrioritizedSampler):
+            return np.array([sampler.tree.total if len(sampler.view) else 0.0 for sampler in self.samplers])
+        return np.array([len(sampler.view) for sampler in self.samplers], dtype=np.float64)
+
+    def sample(self, batch_size: int) -> ShardSample:
+        batch_size = batch_size_of(batch_size)
+        if self.follow:
+            self.sync()
+        counts = shard_counts(self.rng, self._masses(), batch_size)
+        parts = []
+        for shard, count in enumerate(counts):
+            if count:
+                sampler = self.samplers[shard]
+                sampler.draws = self.draws  # one beta schedule for every shard: this sampler's draws
+                parts.append((shard, sampler.sample(int(count))))
+        weights = None
+        if isinstance(self.samplers[0], PrioritizedSampler):
+            leaves = np.concatenate([drawn_leaves(self.samplers[shard], part) for shard, part in parts])
+            lowest = [sampler.tree.min for sampler in self.samplers if len(sampler.view)]
+            weights = global_weights(leaves, lowest, self.samplers[0].beta)
+        self.draws += 1
+        return ShardSample(parts, weights)
+
+    def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A batch across the shards; drawn again if a ring writer evicts what was drawn (as a sampler does)."""
+        for _ in range(REDRAWS):
+            try:
+                return self.view.__getitems__(self.sample(batch_size))
+            except SampleExpiredError:
+                self.sync()
+                for sampler in self.samplers:
+                    sampler.refresh()
+        return self.view.__getitems__(self.sample(batch_size))
+
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Priorities for a sharded batch's ``_key`` (each shard's part goes to its sampler)."""
+        keys, priorities = as_numpy(keys), as_numpy(priorities)
+        if keys.dtype.kind not in "iu" or keys.ndim != 1 or priorities.shape[:1] != keys.shape:
+            raise InvalidDataError(f"keys must be a batch's '_key' and priorities one per key (got {keys.shape}, "
+                                   f"{priorities.shape})")
+        shard, local = keys % SHARD_STRIDE, keys // SHARD_STRIDE
+        if shard.size and shard.max() >= len(self.samplers):
+            raise InvalidDataError(f"keys must be a sharded batch's '_key': some name shard {shard.max()} of "
+                                   f"{len(self.samplers)}")
+        applied = 0
+        for index in np.unique(shard):
+            chosen = shard == index
+            applied += self.samplers[int(index)].update_priorities(local[chosen], priorities[chosen])
+        return applied
+
+    def state_dict(self) -> dict:
+        return {"type": "ShardedSampler", "seed": self.seed, "rng": self.rng.bit_generator.state, "draws": self.draws,
+                "shards": [sampler.state_dict() for sampler in self.samplers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict()`` (the shards' states in order; shards opened since keep theirs). Every value is
+        checked first, so a refused state changes nothing."""
+        if not isinstance(state, dict) or state.get("type") != "ShardedSampler":
+            found = state.get("type") if isinstance(state, dict) else type(state).__name__
+            raise InvalidDataError(f"this is a ShardedSampler's state_dict()? it holds a {found!r}")
+        try:
+            generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
+            generator.state = state["rng"]
+            draws = integer(state.get("draws", 0), "draws", low=0)
+            shards = state["shards"]
+            if not isinstance(shards, list) or len(shards) > len(self.samplers):
+                raise InvalidDataError(f"shards must be a list of at most {len(self.samplers)} shard states (one per "
+                                       f"shard of this sampler)")
+            for sampler, shard_state in zip(self.samplers, shards):
+                if not isinstance(shard_state, dict) or shard_state.get("type") != type(sampler).__name__:
+                    raise InvalidDataError(f"each shard's state must be a {type(sampler).__name__}'s state_dict()")
+            values = [sampler._checked_state(shard_state) for sampler, shard_state in zip(self.samplers, shards)]
+        except (KeyError, TypeError, ValueError, OverflowError) as error:  # (InvalidDataError is a ValueError)
+            raise damaged(error) from None
+        self.rng.bit_generator.state = generator.state
+        self.draws = draws
+        for sampler, shard_values in zip(self.samplers, values):
+            sampler._apply_state(shard_values)

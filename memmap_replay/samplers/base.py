@@ -1,0 +1,359 @@
+"""Samplers: numpy-only draws of the positions a view may use, as ``Sample`` keys any view turns into a batch.
+
+Every sampler follows one protocol:
+
+- ``sample(batch_size) -> Sample``: keys (episode id * ``view.key_stride`` + t, stable while the episode is
+  live) and, for prioritized draws, importance weights;
+- ``batch(batch_size) -> dict``: ``view.__getitems__(sample(batch_size))``, with ``_key`` (and ``_weight``);
+- ``batches(batch_size, num_batches=None)``: a torch batch sampler (endless for draws with replacement,
+  one epoch without); ``dataloader(batch_size, ...)`` wraps it in a ``ReplayDataLoader``;
+- a seeded ``np.random.Generator`` (``seed``; each ``rank`` of a distributed job gets its own stream),
+  ``state_dict()`` / ``load_state_dict()`` (plain JSON-able values);
+- ``follow=True``: each draw first takes in the episodes committed (and evicted) since the last one by the
+  store object the sampler shares with a writer in this process; ``follow="disk"``: also by a writer in
+  another process (each draw ``stat``s ``meta.json`` and reads it again only when it changed);
+  ``refresh()`` re-reads ``meta.json`` once. Following costs O(episodes) numpy work when something
+  changed, never a scan of the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ..views.dataset import Sample, StoreView, flag
+from ..errors import InvalidDataError, SampleExpiredError
+from ..core.index import EpisodeTable, Positions
+from ..core.options import integer, seed_option, short
+
+__all__ = ["ReplaySampler", "UniformSampler", "SampleBatches", "distributed_rank"]
+
+REDRAWS = 3  # batch(): draws again this many times when a ring writer evicts what was drawn
+
+
+def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world size): as given, else torch.distributed's when it is initialized, else (0, 1)."""
+    if rank is None and world_size is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank = integer(0 if rank is None else rank, "rank", low=0)
+    world_size = integer(1 if world_size is None else world_size, "world_size", low=None)
+    if world_size < 1:  # (options.integer would word it "a positive int")
+        raise InvalidDataError(f"world_size must be an int >= 1 (got {world_size})")
+    if rank >= world_size:
+        raise InvalidDataError(f"rank must be below world_size={world_size} (got {rank})")
+    return rank, world_size
+
+
+def batch_size_of(value: Any) -> int:
+    return integer(value, "batch_size", low=1)
+
+
+def follow_option(value: Any) -> bool | str:
+    """True, False (Python or numpy bools) or 'disk'."""
+    if isinstance(value, str) and value == "disk":
+        return "disk"
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidDataError(f"follow must be True, False or 'disk' (got {short(value)})")
+    return bool(value)
+
+
+def damaged(error: Exception) -> InvalidDataError:
+    """The error of a state_dict that cannot be loaded (the library's own reason, or a builtin's repr)."""
+    reason = str(error) if isinstance(error, InvalidDataError) else repr(error)
+    return InvalidDataError(f"a damaged sampler state_dict ({reason}); save it again with state_dict()")
+
+
+def optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
+    """``check(state[key], key, **options)``, or ``default`` when the state has no such key."""
+    return check(state[key], key, **options) if key in state else default
+
+
+class ReplaySampler:
+    """The protocol's common part. Subclasses implement ``_draw(batch_size) -> Sample`` and, if they keep
+    per-position state, ``_changed(old_table, old_positions)``."""
+
+    endless = True  # draws with replacement: batches() never ends unless told how many
+
+    def __init__(self, view: StoreView, *, seed: int | None = None, rank: int | None = None,
+                 world_size: int | None = None, follow: bool = True):
+        if not isinstance(view, StoreView):
+            raise InvalidDataError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
+        seed = seed_option(seed)
+        self.view = view
+        self.rank, self.world_size = distributed_rank(rank, world_size)
+        self.follow = follow_option(follow)
+        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
+        # each rank its own stream: the seed sequence (seed, rank)
+        self.rng = np.random.default_rng([self.seed, self.rank])
+        self._stamp = view.store.meta_stamp() if follow == "disk" else None
+        self.draws = 0
+        self._seen = (view.table, view.positions)  # the snapshot this sampler's own state matches
+
+    # ---- following the store ---------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """Take in what the writer of this process (with ``follow="disk"``: of any process) committed or
+        evicted since the last draw."""
+        if self.follow == "disk":
+            stamp = self.view.store.meta_stamp()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                return self._update(reread=True)
+        return self._update(reread=False)
+
+    def refresh(self) -> bool:
+        """Re-read ``meta.json`` (a writer in another process), then take in what changed."""
+        return self._update(reread=True)
+
+    def _update(self, reread: bool) -> bool:
+        self.view.refresh(reread=reread)
+        return self.reconcile()
+
+    def reconcile(self) -> bool:
+        """Bring this sampler's state to the view's snapshot, whoever refreshed the view (this sampler,
+        another one sharing it, the view itself catching up while it gathers); True if it changed."""
+        table, positions = self._seen
+        if self.view.table is table:
+            return False
+        self._seen = (self.view.table, self.view.positions)
+        self._changed(table, positions)
+        return True
+
+    def _changed(self, old_table: EpisodeTable, old_positions: Positions) -> None:
+        """Hook: the view's table and positions were replaced."""
+
+    # ---- drawing ---------------------------------------------------------------------------------------
+
+    def sample(self, batch_size: int) -> Sample:
+        batch_size = batch_size_of(batch_size)
+        if self.follow:
+            self.sync()
+        else:
+            self.reconcile()
+        if len(self.view) == 0:
+            raise InvalidDataError(
+                f"nothing to sample: the view has no items ({self.view.store.num_episodes} episodes in the buffer); "
+                f"store more episodes first"
+            )
+        sample = self._draw(batch_size)
+        self.draws += 1
+        return sample
+
+    def _draw(self, batch_size: int) -> Sample:
+        raise NotImplementedError
+
+    def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted).
+        A draw whose episode a ring writer evicts before or while it is read is drawn again."""
+        for _ in range(REDRAWS):
+            try:
+                return self.view.__getitems__(self.sample(batch_size))
+            except SampleExpiredError:
+                self.refresh()
+        return self.view.__getitems__(self.sample(batch_size))
+
+    def keys_of(self, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Keys of (episode position in the view's table, t)."""
+        return self.view.table.ids[episode] * self.view.key_stride + t
+
+    def sample_of(self, episode: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Sample:
+        """The Sample of (episode position in the view's table, t), with the hint for this view."""
+        return Sample(self.keys_of(episode, t), weights, (self.view.table, episode, t))
+
+    def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
+        """A torch batch sampler: ``num_batches`` draws (endless if None and the sampler draws with
+        replacement; one epoch of this rank's share without replacement)."""
+        return SampleBatches(self, batch_size_of(batch_size), num_batches, flag(drop_last, "drop_last"))
+
+    def dataloader(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False,
+                   **loader_options: Any):
+        """A ``ReplayDataLoader`` over the view whose batches this sampler draws (in the main process;
+        DataLoader workers only gather)."""
+        from ..views.loader import LOADER_KEYWORDS, ReplayDataLoader
+
+        unknown = sorted(set(loader_options) - LOADER_KEYWORDS - {"device", "non_blocking"})
+        if unknown:
+            raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
+                                   f"{sorted(LOADER_KEYWORDS | {'device', 'non_blocking'})}")
+        if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
+            loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
+        return ReplayDataLoader(self.view, self.batches(batch_size, num_batches, drop_last=drop_last), **loader_options)
+
+    # ---- state -----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The sampler's own state (JSON-able): its generator, draws so far and subclass counters."""
+        return {"type": type(self).__name__, "seed": self.seed, "rank": self.rank,
+                "rng": self.rng.bit_generator.state, "draws": self.draws}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict()``: every value is checked first, so a refused state changes nothing."""
+        if not isinstance(state, dict) or state.get("type") != type(self).__name__:
+            found = state.get("type") if isinstance(state, dict) else type(state).__name__
+            raise InvalidDataError(f"this is a {type(self).__name__}'s state_dict()? it holds a {found!r}")
+        try:
+            values = self._checked_state(state)
+        except (KeyError, TypeError, ValueError, OverflowError) as error:  # (InvalidDataError is a ValueError)
+            raise damaged(error) from None
+        self._apply_state(values)
+
+    def _checked_state(self, state: dict) -> dict:
+        """The values of ``state`` to load, checked (raises KeyError, ..., InvalidDataError); subclasses add theirs."""
+        generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
+        generator.state = state["rng"]
+        return {"rng": generator.state, "draws": integer(state["draws"], "draws", low=0),
+                "seed": seed_option(state["seed"], optional=False)}
+
+    def _apply_state(self, values: dict) -> None:
+        """Load checked values (cannot fail)."""
+        self.rng.bit_generator.state = values["rng"]
+        self.draws, self.seed = values["draws"], values["seed"]
+
+
+class SampleBatches:
+    """The batch sampler ``sampler.batches(...)`` returns: yields ``Sample`` objects for a DataLoader."""
+
+    def __init__(self, sampler: ReplaySampler, batch_size: int, num_batches: int | None, drop_last: bool):
+        if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer))
+                                        or num_batches < 0):
+            raise InvalidDataError(f"num_batches must be an int >= 0 or None (got {num_batches!r})")
+        self.sampler, self.batch_size, self.num_batches, self.drop_last = sampler, batch_size, num_batches, drop_last
+
+    def __iter__(self) -> Iterator[Sample]:
+        sampler = self.sampler
+        if sampler.endless:
+            count = 0
+            while self.num_batches is None or count < self.num_batches:
+                yield sampler.sample(self.batch_size)
+                count += 1
+            return
+        yield from sampler.epoch(self.batch_size, self.num_batches, self.drop_last)
+
+    def __len__(self) -> int:
+        if self.num_batches is not None:
+            return self.num_batches if self.sampler.endless else min(self.num_batches, self._epoch_batches())
+        if self.sampler.endless:
+            raise TypeError("an endless batch sampler has no length; pass num_batches=")
+        return self._epoch_batches()
+
+    def _epoch_batches(self) -> int:
+        full, rest = divmod(self.sampler.remaining(), self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+
+class UniformSampler(ReplaySampler):
+    """Uniform over the view's valid positions (steps, window starts, n-step starts, ...) of committed
+    episodes. With ``replacement`` (the default) each draw is independent and the stream is endless;
+    without, each epoch visits every position once in a seeded order, and the ranks of a distributed job
+    get disjoint shares of it (as torch's DistributedSampler: padded by wrapping so all are equal). A
+    position whose episode the ring evicts during an epoch is replaced by a uniform draw from the live
+    ones (seeded), so every rank still gets as many batches. An epoch resumes from ``state_dict`` exactly
+    when the store holds the same episodes as when it began; otherwise a new epoch begins."""
+
+    def __init__(self, view: StoreView, *, replacement: bool = True, **options: Any):
+        super().__init__(view, **options)
+        self.replacement = flag(replacement, "replacement")
+        self.endless = self.replacement
+        self.epochs = 0
+        self._order: np.ndarray | None = None  # this rank's share of the current epoch (keys)
+        self._cursor = 0
+        self._epoch_table = None  # the table the epoch's keys were made from
+        self._epoch_ids = (0, 0)  # the first and next episode id of that table
+
+    def _draw(self, batch_size: int) -> Sample:
+        if self.replacement:
+            items = self.rng.integers(0, len(self.view), batch_size)
+            return self.sample_of(*self.view.positions.locate(items))
+        parts, wanted = [], batch_size
+        while wanted:  # a batch that reaches an epoch's end carries on into the next epoch
+            if self._order is None or self._cursor >= len(self._order):
+                self._start_epoch()
+            keys = self._take(wanted)
+            parts.append(keys)
+            wanted -= len(keys)
+        return Sample(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def _take(self, count: int) -> np.ndarray:
+        """The next ``count`` keys of the epoch (a copy), evicted ones replaced by live ones."""
+        begin = self._cursor
+        keys = self._order[begin: begin + count].copy()
+        self._cursor += len(keys)
+        table = self.view.table
+        if table is not self._epoch_table:
+            gone = np.flatnonzero(~np.isin(keys // self.view.key_stride, table.ids))
+            if gone.size:
+                rng = np.random.default_rng([self.seed, self.epochs, self.rank, begin])
+                keys[gone] = self.keys_of(*self.view.positions.locate(rng.integers(0, len(self.view), gone.size)))
+        return keys
+
+    def share(self) -> int:
+        """Positions this rank visits per epoch."""
+        return -(-len(self.view) // self.world_size)
+
+    def remaining(self) -> int:
+        """Positions left in the epoch in progress, else in a new epoch."""
+        if self._order is not None and self._cursor < len(self._order):
+            return len(self._order) - self._cursor
+        return self.share()
+
+    def _start_epoch(self) -> None:
+        """This rank's share of a permutation common to all ranks (seeded by seed and epoch, not rank)."""
+        size = len(self.view)
+        order = np.random.default_rng([self.seed, self.epochs]).permutation(size)
+        share = -(-size // self.world_size)
+        if share * self.world_size > size:  # pad by wrapping, so that every rank has as many
+            order = np.resize(order, share * self.world_size)
+        mine = order[self.rank::self.world_size]
+        self._order = self.keys_of(*self.view.positions.locate(mine))
+        self._cursor = 0
+        self._epoch_table = self.view.table
+        self._epoch_ids = self.view.state
+        self.epochs += 1
+
+    def epoch(self, batch_size: int, num_batches: int | None, drop_last: bool) -> Iterator[Sample]:
+        """The epoch in progress (else a new one) of this rank's share, in batches."""
+        if self.follow:
+            self.sync()
+        if self._order is None or self._cursor >= len(self._order):
+            self._start_epoch()
+        count = 0
+        while self._cursor < len(self._order) and (num_batches is None or count < num_batches):
+            if drop_last and len(self._order) - self._cursor < batch_size:
+                self._cursor = len(self._order)
+                break
+            if self.follow:
+                self.sync()
+            self.draws += 1
+            count += 1
+            yield Sample(self._take(batch_size))
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(replacement=self.replacement, epochs=self.epochs, cursor=self._cursor,
+                     in_epoch=self._order is not None and self._cursor < len(self._order),
+                     epoch_ids=list(self._epoch_ids))
+        return state
+
+    def _checked_state(self, state: dict) -> dict:
+        values = super()._checked_state(state)
+        values["epochs"] = optional(state, "epochs", 0, integer, low=0)
+        values["cursor"] = optional(state, "cursor", 0, integer, low=0)
+        values["in_epoch"] = optional(state, "in_epoch", False, flag)
+        epoch_ids = state.get("epoch_ids", ()) if values["in_epoch"] else ()
+        if not isinstance(epoch_ids, (list, tuple)) or len(epoch_ids) not in (0, 2):
+            raise InvalidDataError(f"epoch_ids must be a list of 2 episode ids (got {short(epoch_ids)})")
+        values["epoch_ids"] = tuple(integer(value, "epoch_ids", low=0) for value in epoch_ids)
+        return values
+
+    def _apply_state(self, values: dict) -> None:
+        super()._apply_state(values)
+        self.epochs = values["epochs"]
+        self._order, self._cursor = None, 0
+        if self.follow:
+            self.sync()
+        if values["in_epoch"] and not self.replacement and self.epochs > 0 and values["epoch_ids"] == self.view.state:
+            self.epochs -= 1  # the store holds what it held: rebuild the epoch in progress and carry on
+            self._start_epoch()
+            self._cursor = values["cursor"]

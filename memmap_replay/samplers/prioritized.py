@@ -1,0 +1,453 @@
+"""Prioritized replay (Schaul et al. 2015) and prioritized sequences (R2D2), over a view's positions.
+
+Each valid position of the view (a step, an n-step start, a window start) is the leaf of a sum tree at
+its row in the store (``start + t``), holding ``priority ** alpha``. Draws are stratified over the tree's
+total; importance weights are ``(N * P(i)) ** -beta / max_j (N * P(j)) ** -beta``, the maximum over every
+position in the buffer (which reduces to ``(p_i / p_min) ** (-alpha * beta)``). New positions enter at the
+largest priority seen so far. ``update_priorities`` takes the ``_key`` of a batch: a key names
+(episode id, t), so an update aimed at an episode that the ring evicted meanwhile (its slot and rows
+possibly refilled) is dropped, never applied to the newcomer.
+
+Priorities persist in the store folder (``priorities/<name>.npy``: the raw priority per row, float64,
+then the largest priority seen;
+``priorities/<name>.owner.npy``: per episode slot, the id whose priorities the rows hold, -1 for none),
+written as they change, so a sampler opened again on the folder samples as before. They are sampler
+state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
+folder ignores any row whose episode is no longer live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..views.dataset import Sample, StoreView, flag
+from ..core import folderio
+from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, MissingFileError, ReadOnlyError,
+                     StoreLockedError, UnsafeEntryError)
+from ..core.format import PRIORITIES_DIR, npy_header, read_npy_header
+from ..core.index import EpisodeTable, position_rows
+from ..core.lock import WriterLock
+from ..core.options import INT64_MAX, integer, number
+from ..core.options import bounded
+from .base import ReplaySampler, optional
+from .sumtree import SumTree
+from ..views.kinds import WindowView
+
+__all__ = ["PrioritizedSampler", "SequenceSampler"]
+
+MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
+FLOAT_MAX = float(np.finfo(np.float64).max)
+STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
+
+
+def priorities_name(name: Any) -> str:
+    """A name of files under priorities/: ASCII letters, digits, '_' and '-' (not only those two), at most 64
+    (non-ASCII letters take up to 4 bytes each: 64 of them would not fit a file system's 255-byte names)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
+        raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
+    return name
+
+
+class PriorityFiles:
+    """``priorities/<name>.npy`` and ``.owner.npy`` in the store folder, memory-mapped for writing, under
+    a lock of their own (one sampler per name at a time). Opened under the folder rules of ``folderio``:
+    never through a link, never a special or shared file."""
+
+    def __init__(self, folder: Path, name: str, rows: int, slots: int, spec: dict):
+        self.folder = folder = Path(folder)
+        directory = folder / PRIORITIES_DIR
+        try:
+            folderio.make_dir(folder, directory)
+            self.lock = WriterLock(directory / f"{name}.lock", folder=folder)
+        except StoreLockedError:
+            raise StoreLockedError(
+                f"another sampler (in this or another process) keeps the priorities {name!r} of {folder}; close it "
+                f"first, or give this one another name= (or persist=False)"
+            ) from None
+        except (ReadOnlyError, DiskFullError, UnsafeEntryError) as error:
+            raise type(error)(f"{error}; pass persist=False to keep priorities in memory") from None
+        try:
+            folderio.remove_temps(directory, f"{name}.json")  # a killed sampler's (the lock is ours now)
+            self._check_spec(directory / f"{name}.json", spec, name)
+            self.values_path = values_path = directory / f"{name}.npy"
+            owner_path = directory / f"{name}.owner.npy"
+            self.values, fresh = self._open(values_path, np.float64, rows, 0.0)
+            if fresh:  # new (or replaced after damage): no slot owns any priority any more
+                folderio.remove(folder, owner_path)
+            self.owner, _ = self._open(owner_path, np.int64, slots, -1)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _check_spec(self, path: Path, spec: dict, name: str) -> None:
+        """The priorities under a name belong to one kind of view: refuse another's."""
+        try:
+            stored = folderio.read_json(self.folder, path)
+        except MissingFileError:
+            stored = None
+        except UnsafeEntryError:
+            raise
+        except CorruptStoreError:
+            stored = "damaged"
+        if stored == spec:
+            return
+        if stored not in (None, "damaged") and os.path.lexists(path.with_suffix(".npy")):
+            raise InvalidDataError(
+                f"the priorities {name!r} in {path.parent} belong to another view ({stored}); this sampler "
+                f"draws from {spec}: pass another name= (or delete {path.parent}/{name}.*)"
+            )
+        for stale in (path.with_suffix(".npy"), path.with_name(f"{name}.owner.npy")):
+            folderio.remove(self.folder, stale)  # no record of their view: start afresh
+        folderio.write_atomic(self.folder, path, json.dumps(spec).encode())
+
+    def _open(self, path: Path, dtype, length: int, fill) -> tuple[np.ndarray, bool]:
+        """The file's map, and whether it was made afresh."""
+        try:
+            offset, found, shape, size = read_npy_header(path, self.folder)
+            whole = found == dtype and shape == (length,) and size >= offset + length * found.itemsize
+        except MissingFileError:
+            whole = None
+        except UnsafeEntryError:
+            raise
+        except CorruptStoreError:
+            whole = False
+        if whole:  # (numpy would silently pad a truncated file with zeros: priority 0, never drawn)
+            return self._map(path, folderio.open_write(self.folder, path, os.O_RDWR), dtype, length, offset), False
+        if whole is not None:
+            folderio.remove(self.folder, path)  # damaged or of another size: start this file afresh
+        header = npy_header(np.dtype(dtype), (length,))
+        fd = folderio.open_write(self.folder, path, os.O_RDWR | os.O_CREAT | os.O_EXCL, doing="create")
+        try:  # blocks reserved now: a full disk fails here, never as a SIGBUS on a later write to the map
+            with folderio.errors_named(path, "create"):
+                folderio.write_all(fd, header)
+                os.posix_fallocate(fd, 0, len(header) + length * np.dtype(dtype).itemsize)
+        except BaseException as error:
+            os.close(fd)
+            folderio.remove(self.folder, path)
+            if isinstance(error, DiskFullError):
+                raise DiskFullError(f"{error}; or pass persist=False to keep priorities in memory") from None
+            raise
+        array = self._map(path, fd, dtype, length, len(header))
+        if fill:
+            array[:] = fill
+        return array, True
+
+    @staticmethod
+    def _map(path: Path, fd: int, dtype, length: int, offset: int) -> np.ndarray:
+        """A writable map of ``length`` items after ``offset`` of the file open at ``fd`` (closed here)."""
+        with os.fdopen(fd, "r+b") as file, folderio.errors_named(path, "map"):
+            return np.memmap(file, dtype=dtype, mode="r+", offset=offset, shape=(length,))
+
+    def close(self) -> None:
+        for array in (self.values, self.owner):
+            array.flush()
+        self.lock.release()
+
+
+class PrioritizedSampler(ReplaySampler):
+    """Proportional prioritized draws over a view's positions.
+
+    ``alpha``: how much priorities count (0 = uniform). ``beta``: importance-weight exponent, annealed
+    linearly to ``beta_final`` over ``beta_steps`` draws (0: kept fixed). ``name``/``persist``: the
+    priorities are kept in ``priorities/<name>.npy`` of the store folder (``persist=False``: in memory)."""
+
+    endless = True
+
+    def __init__(self, view: StoreView, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
+                 beta_steps: int = 0, name: str | None = None, persist: bool | None = None, **options: Any):
+        super().__init__(view, **options)
+        self.alpha = bounded(alpha, "alpha", 0.0, None)
+        self.beta0 = bounded(beta, "beta", 0.0, 1.0)
+        self.beta_final = bounded(beta_final, "beta_final", 0.0, 1.0)
+        self.beta_steps = integer(beta_steps, "beta_steps", low=0)
+        capacity = view.store.capacity
+        self.max_steps = capacity.max_steps
+        # the largest priority: the tree's total (of up to max_steps leaves, each priority ** alpha) stays finite
+        try:
+            self.max_raw = (FLOAT_MAX / (2 * self.max_steps)) ** (1.0 / self.alpha) if self.alpha > 0 else FLOAT_MAX
+        except OverflowError:
+            self.max_raw = FLOAT_MAX
+        self.tree = SumTree(min(capacity.max_steps, MIN_TREE))  # grows with the rows in use
+        self.max_priority = 1.0
+        self.dropped = 0  # priority updates dropped because their episode had been evicted
+        persist = view.store.writable if persist is None else flag(persist, "persist")
+        if persist and not view.store.writable:
+            raise ReadOnlyError(f"persist=True keeps priorities in {view.folder}/priorities, but the store is open "
+                                f"read-only and a reader never writes its folder: pass persist=False (or leave it "
+                                f"out) to keep them in memory, or open the store with read_only=False")
+        if name is None:
+            name = view.kind + (f"-rank{self.rank}" if self.world_size > 1 else "")
+        self.name = priorities_name(name)
+        spec = {"view": view.position_spec(), "key_stride": view.key_stride}
+        self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
+            if persist else None
+        self._load()
+
+    # ---- the tree follows the view -------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Fill the tree for every live position: stored priorities where the slot's owner is the live
+        episode, the largest stored (or 1.0) elsewhere."""
+        table = self.view.table
+        rows, episode = position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))
+        raw = np.full(len(rows), np.nan)
+        if self.files is not None:
+            owned = self.files.owner[table.slots] == table.ids
+            known = owned[episode]
+            raw[known] = self.files.values[rows[known]]
+            stored_max = float(self.files.values[-1])
+            if stored_max > 0:
+                self.max_priority = stored_max
+            elif known.any():
+                self.max_priority = max(float(raw[known].max()), np.finfo(np.float64).tiny)
+        self._raise_max(self.max_priority)
+        self._set(rows, np.where(np.isnan(raw), self.max_priority, raw), table)
+        self._sort_starts()
+
+    def _raise_max(self, priority: float) -> None:
+        """The largest priority seen (new positions enter at it), kept after the rows' priorities."""
+        self.max_priority = priority
+        if self.files is not None:
+            self.files.values[-1] = priority
+
+    def _changed(self, old_table: EpisodeTable, old_positions) -> None:
+        """Leaves of episodes gone from the table go to 0, then new ones enter at the largest priority. An
+        episode is kept only if its whole entry (id, slot, start, length, end, final) is unchanged: if its
+        rows were different (a snapshot that held them wrong), the old rows go and the new ones come."""
+        table = self.view.table
+        kept, kept_new = old_table.unchanged(table)
+        gone = ~kept
+        if gone.any():
+            rows, _ = position_rows(old_positions, old_table, gone)
+            self.tree.update(rows, 0.0)
+        new = ~kept_new
+        if new.any():
+            rows, _ = position_rows(self.view.positions, table, new)
+            self._set(rows, np.full(len(rows), self.max_priority), table.select(new))
+        self._sort_starts()
+
+    def _set(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
+        """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
+        if len(rows) and rows.max() >= self.tree.capacity:
+            self._grow(int(rows.max()) + 1)
+        self.tree.set_leaves(rows, raw ** self.alpha if self.alpha != 1.0 else raw)
+        if self.files is not None:
+            self.files.values[rows] = raw
+            if owners is not None:
+                self.files.owner[owners.slots] = owners.ids
+
+    def _grow(self, rows: int) -> None:
+        """A tree of at least ``rows`` leaves (doubling, at most max_steps), rebuilt from the old leaves."""
+        old = self.tree
+        tree = SumTree(min(self.max_steps, max(rows, 2 * old.capacity)))
+        leaves = np.zeros(tree.capacity)
+        leaves[: old.capacity] = old.leaves
+        tree.load_leaves(leaves)
+        self.tree = tree
+
+    def _sort_starts(self) -> None:
+        """Episodes by first row, to find the episode of a drawn row with one searchsorted (and, for
+        listed positions, their rows in order, to check the keys of updates)."""
+        self._by_start = np.argsort(self.view.table.start, kind="stable")
+        self._starts = self.view.table.start[self._by_start]
+        if not hasattr(self.view.positions, "counts"):
+            table = self.view.table
+            self._listed_rows = np.sort(position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))[0])
+
+    # ---- drawing and updating ------------------------------------------------------------------------
+
+    @property
+    def beta(self) -> float:
+        if not self.beta_steps:
+            return self.beta0
+        return self.beta0 + (self.beta_final - self.beta0) * min(1.0, self.draws / self.beta_steps)
+
+    def _draw(self, batch_size: int) -> Sample:
+        tree = self.tree
+        for _ in range(STRAY_REDRAWS):
+            rows, leaves = tree.sample_with_values(batch_size, self.rng)
+            episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
+            t = rows - self.view.table.start[episode]
+            stray = self._stray(rows, episode, t)
+            if stray is None:
+                break
+            self.tree.update(rows[stray], 0.0)  # a leaf no position of the view owns: never drawn again
+        else:
+            raise CorruptStoreError(f"the sum tree of this sampler keeps drawing rows that no live episode holds "
+                                    f"(row {int(rows[stray][0])}); make the sampler again")
+        weights = (tree.min / leaves) ** self.beta  # = (leaves / min) ** -beta, which could overflow
+        return self.sample_of(episode, t, weights.astype(np.float32))
+
+    def _stray(self, rows: np.ndarray, episode: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+        """The draws whose row is no position of the view (a check, one gather and compare per batch), or None.
+        Every nonzero leaf is a position of a live episode: this keeps a broken invariant from ever handing
+        out a row of no episode (or of a neighbour, with t past its episode's end)."""
+        counts = getattr(self.view.positions, "counts", None)
+        if counts is not None:
+            bad = (t < 0) | (t >= counts[episode])
+        else:
+            listed = self._listed_rows
+            found = np.minimum(np.searchsorted(listed, rows), max(len(listed) - 1, 0))
+            bad = (t < 0) | (listed[found] != rows) if len(listed) else np.ones(len(rows), dtype=bool)
+        return np.flatnonzero(bad) if bad.any() else None
+
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
+        Updates for episodes evicted since the draw are dropped; returns how many were applied."""
+        keys, raw, highest, top = self._checked(keys, priorities)
+        if not len(keys):
+            return 0
+        if self.follow:
+            self.sync()
+        else:
+            self.reconcile()
+        if top // self.view.key_stride >= self.view.state[1]:
+            raise InvalidDataError(f"keys must come from this sampler's batches ('_key'): key {top} names episode "
+                                   f"{top // self.view.key_stride}, which was never committed to this buffer")
+        ids, t = np.divmod(keys, self.view.key_stride)
+        table = self.view.table
+        where = table.positions_of(ids)
+        if where is None:  # some episodes were evicted since the draw: drop their updates
+            where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
+            live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
+            self.dropped += int((~live).sum())
+            where, t, raw = where[live], t[live], raw[live]
+            if not len(where):
+                return 0
+            highest = raw.max()
+        rows = table.start[where] + t
+        counts = getattr(self.view.positions, "counts", None)
+        if counts is not None:
+            valid = (t < counts[where]).all()
+        else:  # listed positions (filter_fields): the rows must be listed ones
+            found = np.minimum(np.searchsorted(self._listed_rows, rows), max(len(self._listed_rows) - 1, 0))
+            valid = len(self._listed_rows) > 0 and np.array_equal(self._listed_rows[found], rows)
+        if not valid:
+            raise InvalidDataError("keys must come from this sampler's batches ('_key'): some name no position of "
+                                   "its view")
+        if highest > self.max_priority:
+            self._raise_max(float(highest))
+        self._set(rows, raw)
+        return len(where)
+
+    def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float, int]:
+        """int64 keys, float64 priorities, the largest priority and the largest key; or InvalidDataError."""
+        keys = as_numpy(keys)
+        if keys.dtype.kind not in "iu" or keys.ndim != 1:
+            raise InvalidDataError(f"keys must be a 1-d int array, a batch's '_key' (got {keys.dtype} {keys.shape})")
+        priorities = as_numpy(priorities)
+        if priorities.dtype.kind not in "biuf" or priorities.shape != keys.shape:
+            raise InvalidDataError(f"priorities must be {len(keys)} numbers, one per key (got {priorities.dtype} "
+                                   f"{priorities.shape})")
+        if not len(keys):
+            return keys.astype(np.int64), np.zeros(0), 0.0, 0
+        lowest, highest = priorities.min(), priorities.max()  # NaN makes both NaN
+        if not (lowest >= 0 and highest < np.inf):
+            bad = priorities[~np.isfinite(priorities) | (priorities < 0)][0]
+            raise InvalidDataError(f"priorities must be finite and >= 0 (got {bad}); e.g. abs(td_error) + 1e-6")
+        highest = float(highest)  # (a float16 scalar compared with a large Python float would overflow)
+        if highest > self.max_raw:
+            raise InvalidDataError(self._too_large(highest, self.max_raw))
+        low, top = int(keys.min()), int(keys.max())
+        if low < 0:
+            raise InvalidDataError(f"keys must be >= 0, a batch's '_key' (got {low})")
+        if top > INT64_MAX:  # uint64 keys that int64 cannot hold
+            raise InvalidDataError(f"keys must be a batch's '_key', at most {INT64_MAX} (got {top})")
+        return keys.astype(np.int64, copy=False), priorities.astype(np.float64, copy=False), highest, top
+
+    def _too_large(self, priority: Any, limit: float) -> str:
+        return (f"priorities must be at most {limit:.6g} (got {priority}): the sum of priority ** alpha "
+                f"(alpha={self.alpha}) over up to {self.max_steps} positions must stay a finite float64; scale them down")
+
+    # ---- state ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(max_priority=self.max_priority, dropped=self.dropped)
+        return state
+
+    def _checked_state(self, state: dict) -> dict:
+        values = super()._checked_state(state)
+        values["max_priority"] = optional(state, "max_priority", self.max_priority, number, low=0.0, low_open=True,
+                                          high=self.max_raw)
+        values["dropped"] = optional(state, "dropped", 0, integer, low=0)
+        return values
+
+    def _apply_state(self, values: dict) -> None:
+        super()._apply_state(values)
+        self._raise_max(values["max_priority"])
+        self.dropped = values["dropped"]
+
+    def close(self) -> None:
+        """Flush the priorities to the folder and let another sampler keep them."""
+        files, self.files = getattr(self, "files", None), None
+        if files is not None:
+            files.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the OS drops the lock with the process anyway
+            pass
+
+
+class SequenceSampler(PrioritizedSampler):
+    """Prioritized windows (R2D2): a ``WindowView``'s windows drawn by priority; ``update_priorities`` takes
+    one priority per window, or per step ``(B, L)`` (e.g. ``|td_error|``), which becomes
+    ``eta * max + (1 - eta) * mean`` over the window. For uniform windows use ``UniformSampler``."""
+
+    def __init__(self, view: WindowView, *, eta: float = 0.9, **options: Any):
+        if not isinstance(view, WindowView):
+            raise InvalidDataError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
+                                   f"(got a {type(view).__name__})")
+        self.eta = bounded(eta, "eta", 0.0, 1.0)
+        super().__init__(view, **options)
+
+    def update_priorities(self, keys: Any, priorities: Any, mask: Any = None) -> int:
+        """Priorities per window ``(B,)``, or per step ``(B, L)`` (``(L, B)`` from a time-major view),
+        combined as ``eta * max + (1 - eta) * mean`` over each window's steps; ``mask`` (the batch's
+        ``_mask`` of partial windows) leaves the padding steps out."""
+        priorities = as_numpy(priorities)
+        if priorities.ndim != 2:
+            if mask is not None:
+                raise InvalidDataError("mask= goes with step priorities (batch, window); these are one per window")
+            return super().update_priorities(keys, priorities)
+        window = self.view.window
+        if self.view.time_major:
+            priorities = priorities.T
+        if priorities.shape[1] != window:
+            layout = f"({window}, batch) from this time-major view" if self.view.time_major else f"(batch, {window})"
+            raise InvalidDataError(f"step priorities must be {layout} (got {priorities.shape})")
+        if priorities.dtype.kind not in "biuf":
+            raise InvalidDataError(f"step priorities must be numbers (got {priorities.dtype})")
+        if priorities.size:
+            highest = float(priorities.max())
+            if not (priorities.min() >= 0 and highest < np.inf):
+                raise InvalidDataError("step priorities must be finite and >= 0; e.g. abs(td_error) + 1e-6")
+            limit = min(self.max_raw, FLOAT_MAX / (2 * window))  # (a window's mean sums its steps)
+            if highest > limit:
+                raise InvalidDataError("step " + self._too_large(highest, limit))
+        priorities = priorities.astype(np.float64)
+        if mask is None:
+            return super().update_priorities(keys, self.eta * priorities.max(axis=1)
+                                             + (1 - self.eta) * priorities.mean(axis=1))
+        mask = as_numpy(mask)
+        mask = mask.T if self.view.time_major and mask.shape != priorities.shape else mask
+        if mask.shape != priorities.shape or mask.dtype != bool or not mask[:, 0].all():
+            raise InvalidDataError(f"mask must be the batch's '_mask': bools of shape {priorities.shape}, True at "
+                                   f"each window's first step (got {mask.dtype} {mask.shape})")
+        steps = mask.sum(axis=1)
+        highest = np.where(mask, priorities, 0.0).max(axis=1)
+        mean = np.where(mask, priorities, 0.0).sum(axis=1) / steps
+        return super().update_priorities(keys, self.eta * highest + (1 - self.eta) * mean)
+
+
+def as_numpy(values: Any) -> np.ndarray:
+    """A numpy array of a tensor (on any device) or of anything numpy takes."""
+    return np.asarray(values.detach().cpu().numpy() if hasattr(values, "detach") else values)

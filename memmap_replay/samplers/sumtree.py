@@ -1,0 +1,158 @@
+"""A vectorized sum tree (and min tree) for proportional prioritized replay. Numpy only.
+
+Leaves hold priorities; every inner node holds the sum (and the minimum) of its two children, in one
+flat array (node i has children 2i and 2i + 1, leaf j is node ``size + j``). The tree stops at a flat
+top level of ``top`` nodes (nodes ``top .. 2 * top - 1``): nothing above it is stored. A draw takes the
+cumulative sum of that level (a few thousand numbers, recomputed exactly for each batch, so nothing
+drifts) and one ``searchsorted``, then descends the remaining levels; an update rewrites its leaves and
+recomputes the parents it touched, from their children, up to the top level. The two children of a node
+sit side by side, so a view of the array as complex numbers reads both with one gather. Each level is a
+handful of numpy calls on arrays of the batch's size: no Python loop per item.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidDataError
+from ..core.options import integer, short
+
+__all__ = ["SumTree"]
+
+TOP = 1 << 12  # default flat top level: 4,096 nodes (a cumsum of a few microseconds)
+
+
+class SumTree:
+    """``capacity`` leaves of non-negative priority (0 = never drawn). ``top``: nodes of the flat top
+    level, a power of two (fewer means a deeper descent, more a longer cumulative sum per draw)."""
+
+    def __init__(self, capacity: int, *, top: int | None = None):
+        self.capacity = integer(capacity, "capacity", low=1)
+        self.size = 1 << max(0, (self.capacity - 1).bit_length())  # leaves, padded to a power of two
+        top = TOP if top is None else top
+        if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)) or top < 1 or top & (top - 1):
+            raise InvalidDataError(f"top must be a power of two (got {short(top)})")
+        self.top = min(int(top), self.size)
+        self.levels = (self.size // self.top).bit_length() - 1  # levels below the top one
+        self.sums = np.zeros(2 * self.size, dtype=np.float64)
+        self.mins = np.full(2 * self.size, np.inf, dtype=np.float64)
+        # children pairs: pair i = (node 2i, node 2i + 1), the two children of node i
+        self._sum_pairs = self.sums.view(np.complex128)
+        self._min_pairs = self.mins.view(np.complex128)
+
+    @property
+    def _top_sums(self) -> np.ndarray:
+        return self.sums[self.top: 2 * self.top]
+
+    @property
+    def total(self) -> float:
+        return float(self._top_sums.sum())
+
+    @property
+    def min(self) -> float:
+        """The smallest positive priority (inf when every leaf is 0)."""
+        return float(self.mins[self.top: 2 * self.top].min())
+
+    @property
+    def leaves(self) -> np.ndarray:
+        return self.sums[self.size: self.size + self.capacity]
+
+    def update(self, indices, priorities) -> None:
+        """Set the priorities of leaves ``indices`` (if an index repeats, its last value wins)."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if priorities.shape != indices.shape:
+            priorities = np.broadcast_to(priorities, indices.shape)
+        if indices.size == 0:
+            return
+        if indices.min() < 0 or indices.max() >= self.capacity:
+            raise InvalidDataError(f"leaf indices must be in [0, {self.capacity}) (got {indices.min()}..{indices.max()})")
+        if not np.isfinite(priorities).all() or (priorities < 0).any():
+            raise InvalidDataError("priorities must be finite and >= 0")
+        self.set_leaves(indices, priorities)
+
+    def set_leaves(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """``update`` without its checks: int64 indices in range, float64 priorities finite and >= 0,
+        of the same shape (for callers that checked them already)."""
+        sums, mins, sum_pairs, min_pairs = self.sums, self.mins, self._sum_pairs, self._min_pairs
+        node = indices + self.size
+        sums[node] = priorities
+        mins[node] = np.where(priorities > 0, priorities, np.inf)
+        for _ in range(self.levels):
+            node >>= 1
+            pair = sum_pairs[node]
+            sums[node] = pair.real + pair.imag
+            pair = min_pairs[node]
+            mins[node] = np.minimum(pair.real, pair.imag)
+
+    def find(self, values) -> np.ndarray:
+        """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
+        Leaves of priority 0 are never returned."""
+        return self._find(np.array(values, dtype=np.float64, copy=True).reshape(-1), np.cumsum(self._top_sums))[0]
+
+    def _find(self, values: np.ndarray, cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``find`` of float64 ``values`` (consumed), given the top level's cumsum; also the leaves' values."""
+        top = self._top_sums
+        where = np.minimum(np.searchsorted(cumulative, values, side="right"), self.top - 1)
+        values -= cumulative[where] - top[where]
+        node = where + self.top
+        sum_pairs = self._sum_pairs
+        pair = None
+        for _ in range(self.levels):
+            pair = sum_pairs[node]
+            left = pair.real
+            right = values >= left
+            values -= left * right
+            node += node
+            node += right
+        # the chosen leaf's value: the last pair read holds it (padding leaves past capacity hold 0)
+        found = top[where] if pair is None else np.where(right, pair.imag, pair.real)
+        node -= self.size
+        stray = np.flatnonzero(found <= 0)
+        if stray.size:  # rounding at an interval's edge landed on an empty leaf: take the nearest filled one
+            node[stray] = self._nearest_filled(np.minimum(node[stray], self.capacity - 1))
+            found[stray] = self.leaves[node[stray]]
+        return node, found
+
+    def _nearest_filled(self, leaves_at: np.ndarray) -> np.ndarray:
+        """The closest leaf with positive priority before (else after) each given leaf; rare, so plain."""
+        filled = np.flatnonzero(self.leaves > 0)
+        where = np.searchsorted(filled, leaves_at)
+        before = filled[np.maximum(where - 1, 0)]
+        after = filled[np.minimum(where, len(filled) - 1)]
+        return np.where(where > 0, before, after)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """Stratified draws: one uniform value in each of ``batch_size`` equal slices of the total."""
+        return self.sample_with_values(batch_size, rng)[0]
+
+    def sample_with_values(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``sample``, and the drawn leaves' values."""
+        cumulative = np.cumsum(self._top_sums)
+        total = cumulative[-1]
+        if not total > 0:
+            raise InvalidDataError("cannot sample: every priority is 0 (nothing to draw)")
+        values = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
+        np.minimum(values, np.nextafter(total, 0), out=values)
+        return self._find(values, cumulative)
+
+    def load_leaves(self, leaves: np.ndarray) -> None:
+        """Rebuild the whole tree from leaf priorities (e.g. read back from the store folder)."""
+        leaves = np.asarray(leaves, dtype=np.float64)
+        if leaves.shape != (self.capacity,):
+            raise InvalidDataError(f"leaves must have shape ({self.capacity},) (got {leaves.shape})")
+        if not np.isfinite(leaves).all() or (leaves < 0).any():
+            raise InvalidDataError("priorities must be finite and >= 0")
+        size = self.size
+        self.sums[:] = 0
+        self.mins[:] = np.inf
+        self.sums[size: size + self.capacity] = leaves
+        self.mins[size: size + self.capacity] = np.where(leaves > 0, leaves, np.inf)
+        width = size
+        while width > self.top:
+            width //= 2
+            level = slice(width, 2 * width)
+            pairs = self._sum_pairs[level]
+            self.sums[level] = pairs.real + pairs.imag
+            pairs = self._min_pairs[level]
+            self.mins[level] = np.minimum(pairs.real, pairs.imag)

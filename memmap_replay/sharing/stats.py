@@ -1,0 +1,398 @@
+"""Field statistics for normalization: running moments kept as episodes commit, and on-demand summaries.
+
+Running moments. For each tracked step field, per element of the field (an observation of shape (17,)
+gets 17 means): count, mean, M2 (the sum of squared deviations), min and max, in float64. Each commit
+folds its episodes in with Chan et al.'s pairwise update (stable: no sum of squares is ever formed), so
+keeping them costs a pass over the episode's rows already in RAM, never a reread of the store.
+
+- They count the transition rows of every episode committed since the store was created (not the
+  final-observation row). In a ring buffer that includes evicted episodes, as a running normalizer's
+  statistics do; ``stats(recompute=True)`` gives them over the live episodes only, by reading them.
+- Tracked by default: numeric (bool, int, float) fields with at most ``TRACK_LIMIT`` numbers per row:
+  observations, actions, rewards, not images. Any other field's statistics are computed on request by
+  reading the live episodes (``stats(fields=['image'])``), as are quantiles.
+- On disk: ``stats/running.npz`` (plain arrays, read with ``allow_pickle=False``): per field
+  ``<field>.count|mean|m2|min|max``; ``covers``, the episode ids folded in (ids below it);
+  ``episodes``, how many episodes that is; ``store_id``, the store they belong to. It is derived data, saved atomically at most once a second and on close: whoever
+  reads it folds in the live episodes it does not cover yet, and a damaged or missing file starts afresh
+  from the live episodes. After a crash of a ring writer, episodes evicted before the file caught up are
+  missing from the running moments (``StoreStats.episodes_counted`` says how many are in).
+
+Episode summaries (always over the live episodes): count, and min/max/mean/std of the length and,
+when the store has a scalar ``reward`` (or ``rewards``) field, of the return (the sum of rewards).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from ..core import folderio
+from ..errors import InvalidDataError
+from ..core.format import STATS_DIR, parse_npy_header
+from ..core.options import names as check_names
+from ..core.options import number
+from ..core.store import CommitObserver, observe_commits
+
+__all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT"]
+
+TRACK_LIMIT = 1024  # numbers per row: fields up to this size are tracked on commit
+RUNNING_FILE = "running.npz"
+MAX_RUNNING_BYTES = 64 << 20  # stats/running.npz is refused (and rebuilt) beyond this
+NPY_HEADER_ROOM = 4096  # what a member may hold beyond its array's bytes (numpy's header)
+SAVE_EVERY = 1.0  # seconds between saves of the running moments by a writer
+REWARD_FIELDS = ("reward", "rewards")
+READ_BYTES = 16 << 20  # float64 bytes per read when computing from the live episodes (bounds memory)
+
+
+@dataclass
+class Moments:
+    """count, mean, M2, min, max per element (float64 arrays of the field's shape)."""
+
+    count: int
+    mean: np.ndarray
+    m2: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...]) -> "Moments":
+        return cls(0, np.zeros(shape), np.zeros(shape), np.full(shape, np.inf), np.full(shape, -np.inf))
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> "Moments":
+        if len(rows) == 0:
+            return cls.empty(rows.shape[1:])
+        x = rows.astype(np.float64, copy=False)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the data: NaN moments, as numpy's
+            mean = x.mean(axis=0)
+            return cls(len(x), mean, np.square(x - mean).sum(axis=0), x.min(axis=0), x.max(axis=0))
+
+    def merge(self, other: "Moments") -> "Moments":
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            return other
+        n = self.count + other.count
+        with np.errstate(invalid="ignore", over="ignore"):
+            delta = other.mean - self.mean
+            return Moments(n, self.mean + delta * (other.count / n),
+                           self.m2 + other.m2 + np.square(delta) * (self.count * other.count / n),
+                           np.minimum(self.low, other.low), np.maximum(self.high, other.high))
+
+
+@dataclass
+class FieldStats:
+    """Statistics of one field, per element: arrays of the field's shape (float64)."""
+
+    count: int
+    mean: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    quantiles: dict[float, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, moments: Moments) -> "FieldStats":
+        std = np.sqrt(moments.m2 / moments.count) if moments.count else np.full_like(moments.mean, np.nan)
+        nan = np.full_like(moments.mean, np.nan)
+        empty = moments.count == 0
+        return cls(moments.count, nan if empty else moments.mean, std, nan if empty else moments.low,
+                   nan if empty else moments.high)
+
+    def to_json(self) -> dict:
+        out = {"count": self.count, **{key: as_json(getattr(self, key)) for key in ("mean", "std", "min", "max")}}
+        if self.quantiles:
+            out["quantiles"] = {str(q): as_json(value) for q, value in self.quantiles.items()}
+        return out
+
+
+@dataclass
+class StoreStats:
+    """What ``buffer.stats()`` returns: per field statistics and a summary of the live episodes."""
+
+    fields: dict[str, FieldStats]
+    episodes: dict[str, Any]
+    episodes_counted: int  # episodes in the running moments (every committed one unless recompute=True)
+
+    def to_json(self) -> dict:
+        return {"fields": {name: value.to_json() for name, value in self.fields.items()},
+                "episodes": self.episodes, "episodes_counted": self.episodes_counted}
+
+
+def as_json(array: np.ndarray) -> Any:
+    """A float array as JSON (NaN and inf as null: JSON has neither)."""
+    clean = np.where(np.isfinite(array), array, np.nan).astype(object)
+    clean[~np.isfinite(array)] = None
+    return clean.tolist()
+
+
+def tracked_by_default(schema) -> tuple[str, ...]:
+    return tuple(name for name, spec in schema.fields.items()
+                 if spec.dtype.kind in "biuf" and math.prod(spec.shape) <= TRACK_LIMIT)
+
+
+def expected_members(schema) -> dict[str, int]:
+    """The members stats/running.npz may hold, and the bytes of each array."""
+    sizes = {"covers": 8, "episodes": 8, "store_id": 4 * 64}
+    for name in tracked_by_default(schema):
+        nbytes = 8 * math.prod(schema.fields[name].shape)
+        sizes.update({f"{name}.count": 8, **{f"{name}.{part}": nbytes for part in ("mean", "m2", "min", "max")}})
+    return sizes
+
+
+def read_running(folder: Path, schema) -> dict[str, np.ndarray]:
+    """The arrays of stats/running.npz, read only after every member was checked against the names and sizes the
+    schema allows (an unknown or oversized member, a zip bomb, is never inflated: ValueError)."""
+    path = folder / STATS_DIR / RUNNING_FILE
+    expected = expected_members(schema)
+    with os.fdopen(folderio.open_read(folder, path), "rb") as file:
+        if os.fstat(file.fileno()).st_size > MAX_RUNNING_BYTES:
+            raise ValueError(f"{path} is over {MAX_RUNNING_BYTES} bytes")
+        with zipfile.ZipFile(file) as archive:
+            for info in archive.infolist():
+                name = info.filename[:-4] if info.filename.endswith(".npy") else None
+                if name not in expected or info.file_size > expected[name] + NPY_HEADER_ROOM:
+                    raise ValueError(f"{path} holds a member {info.filename!r} of {info.file_size} bytes that this "
+                                     f"store's statistics never have")
+                with archive.open(info) as member:  # numpy allocates what the header declares: check it first
+                    dtype, shape, _ = parse_npy_header(member)
+                if dtype.hasobject or dtype.itemsize * math.prod(shape) > expected[name]:
+                    raise ValueError(f"{path}: member {info.filename!r} declares {dtype} of shape {shape}, more "
+                                     f"than this store's statistics hold")
+        file.seek(0)
+        with np.load(file, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+
+
+class RunningStats:
+    """The running moments of the tracked fields and the episode ids they cover."""
+
+    def __init__(self, moments: dict[str, Moments], covers: int, episodes: int, store_id: str):
+        self.moments, self.covers, self.episodes, self.store_id = moments, covers, episodes, store_id
+        self.saved_at = time.monotonic()
+
+    @classmethod
+    def fresh(cls, schema, store_id: str) -> "RunningStats":
+        moments = {name: Moments.empty(schema.fields[name].shape) for name in tracked_by_default(schema)}
+        return cls(moments, 0, 0, store_id)
+
+    @classmethod
+    def load(cls, folder: Path, schema, store_id: str) -> "RunningStats":
+        """From ``stats/running.npz``; a fresh start when it is missing, damaged, or another store's."""
+        try:
+            arrays = read_running(Path(folder), schema)
+            if str(arrays["store_id"]) != store_id:
+                raise ValueError("another store's statistics (the folder was overwritten)")
+            moments = {}
+            for name in tracked_by_default(schema):
+                parts = [arrays[f"{name}.{part}"] for part in ("count", "mean", "m2", "min", "max")]
+                if any(part.shape != schema.fields[name].shape or part.dtype != np.float64 for part in parts[1:]):
+                    raise ValueError(f"{name}: wrong shape")
+                moments[name] = Moments(int(parts[0]), *parts[1:])
+            return cls(moments, int(arrays["covers"]), int(arrays["episodes"]), store_id)
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError):
+            return cls.fresh(schema, store_id)
+
+    def save(self, folder: Path) -> None:
+        """Atomically (tmp file, then replace); a failure leaves the previous file (it is derived data)."""
+        directory = Path(folder) / STATS_DIR
+        arrays = {"covers": np.int64(self.covers), "episodes": np.int64(self.episodes),
+                  "store_id": np.str_(self.store_id)}
+        for name, moments in self.moments.items():
+            arrays.update({f"{name}.count": np.int64(moments.count), f"{name}.mean": moments.mean,
+                           f"{name}.m2": moments.m2, f"{name}.min": moments.low, f"{name}.max": moments.high})
+        try:
+            folderio.make_dir(folder, directory)
+            folderio.write_atomic(folder, directory / RUNNING_FILE, lambda out: np.savez(out, **arrays))
+        except OSError:  # a full disk, a read-only folder: the previous file stays (a fresh temp name is removed)
+            return
+        self.saved_at = time.monotonic()
+
+    def add(self, rows: Mapping[str, list[np.ndarray]], length: int) -> None:
+        """Fold in one episode's transition rows (its rows as chunks, as a writer hands them over)."""
+        for name in self.moments:
+            taken = 0
+            for chunk in rows[name]:
+                part = chunk[: length - taken]
+                taken += len(part)
+                self.moments[name] = self.moments[name].merge(Moments.of(part))
+
+    def committed(self, episodes: Iterable, next_episode: int, folder: Path) -> None:
+        """A writer's hook after a commit: fold the episodes in, save now and then."""
+        for episode in episodes:
+            self.add(episode.rows, episode.length)
+            self.episodes += 1
+        self.covers = next_episode
+        if time.monotonic() - self.saved_at >= SAVE_EVERY:
+            self.save(folder)
+
+    def catch_up(self, store) -> None:
+        """Fold in the live episodes this has not seen (committed after the last save, or never saved)."""
+        table = store.live_table()
+        new = table.ids >= self.covers
+        if new.any():
+            for name in self.moments:
+                self.moments[name] = self.moments[name].merge(
+                    read_moments(store, name, table.start[new], table.length[new]))
+            self.episodes += int(new.sum())
+        self.covers = max(self.covers, store.meta.state.next_episode)
+
+
+def read_moments(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> Moments:
+    """Moments of a field over the given row ranges, read from the store in bounded chunks."""
+    array = store.steps[name].array()
+    moments = Moments.empty(store.meta.schema.fields[name].shape)
+    for _, rows in chunks(starts, lengths, read_rows(store, name)):
+        moments = moments.merge(Moments.of(array[rows]))
+    return moments
+
+
+def read_rows(store, name: str) -> int:
+    """Rows per read of a field: READ_BYTES as float64."""
+    return max(1, READ_BYTES // (8 * max(1, math.prod(store.meta.schema.fields[name].shape))))
+
+
+def chunks(starts: np.ndarray, lengths: np.ndarray, size: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """(episodes, rows): whole episodes in row order (indices into ``starts``) and their rows, about
+    ``size`` rows at a time (one episode at least), so a read is one sorted gather per chunk."""
+    order = np.argsort(starts, kind="stable")
+    ends = np.cumsum(lengths[order])
+    first = 0
+    while first < len(order):
+        begin = ends[first] - lengths[order[first]]
+        last = max(first + 1, int(np.searchsorted(ends, begin + size, "right")))
+        picked = order[first:last]
+        n = lengths[picked]
+        offsets = np.repeat(starts[picked] - (np.cumsum(n) - n), n)
+        yield picked, np.arange(int(n.sum()), dtype=np.int64) + offsets
+        first = last
+
+
+def summary(values: np.ndarray) -> dict:
+    if values.size == 0:
+        return {"min": None, "max": None, "mean": None, "std": None}
+    values = values.astype(np.float64)
+    return {"min": float(values.min()), "max": float(values.max()), "mean": float(values.mean()),
+            "std": float(values.std())}
+
+
+def episode_summary(store) -> dict:
+    table = store.live_table()
+    out = {"count": int(len(table.ids)), "steps": int(table.length.sum()), "length": summary(table.length)}
+    reward = next((name for name in REWARD_FIELDS if name in store.meta.schema.fields
+                   and store.meta.schema.fields[name].shape == ()
+                   and store.meta.schema.fields[name].dtype.kind in "biuf"), None)
+    if reward is not None:
+        out["return_field"] = reward
+        out["return"] = summary(episode_returns(store, reward, table.start, table.length))
+    return out
+
+
+def episode_returns(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sum of the field over each episode's transition rows (in float64), by differences of running sums."""
+    array = store.steps[name].array()
+    returns = np.zeros(len(starts))
+    for picked, rows in chunks(starts, lengths, read_rows(store, name)):
+        sums = np.concatenate(([0.0], np.cumsum(array[rows], dtype=np.float64)))
+        ends = np.cumsum(lengths[picked])
+        returns[picked] = sums[ends] - sums[ends - lengths[picked]]
+    return returns
+
+
+def compute_stats(store, running: RunningStats | None, *, fields: Any = None, quantiles: Any = None,
+                  recompute: bool = False) -> StoreStats:
+    """The statistics ``buffer.stats()`` returns (see the module docstring). ``running`` is the writer's
+    (current); None loads the saved moments and folds in what they miss, in memory."""
+    schema = store.meta.schema
+    if fields is None:
+        wanted = None
+    else:
+        wanted = check_names(fields, "fields", schema.fields)
+        complex_ = [name for name in wanted if schema.fields[name].dtype.kind not in "biuf"]
+        if complex_:
+            raise InvalidDataError(f"statistics are kept for bool, int and float fields (got {complex_}, of dtype "
+                                   f"{schema.fields[complex_[0]].dtype}); take .real/.imag yourself")
+    qs = check_quantiles(quantiles)
+    if running is None:
+        running = RunningStats.load(store.folder, schema, store.meta.store_id)
+        running.catch_up(store)
+    table = store.live_table()
+    if wanted is None:
+        wanted = tuple(name for name, spec in schema.fields.items() if spec.dtype.kind in "biuf") \
+            if recompute else tuple(running.moments)
+    out = {}
+    for name in wanted:
+        if name in running.moments and not recompute:
+            moments = running.moments[name]
+        else:
+            moments = read_moments(store, name, table.start, table.length)
+        out[name] = FieldStats.of(moments)
+        if qs:
+            out[name].quantiles = live_quantiles(store, name, table, qs)
+    counted = len(table.ids) if recompute else running.episodes
+    return StoreStats(out, episode_summary(store), counted)
+
+
+def live_quantiles(store, name: str, table, qs: tuple[float, ...]) -> dict[float, np.ndarray]:
+    """Exact quantiles over the live transition rows (they are read into memory: one field at a time)."""
+    shape = store.meta.schema.fields[name].shape
+    if not len(table.ids):
+        return {q: np.full(shape, np.nan) for q in qs}
+    array = store.steps[name].array()
+    rows = np.concatenate([array[part] for _, part in chunks(table.start, table.length, read_rows(store, name))])
+    return dict(zip(qs, np.quantile(rows.astype(np.float64), qs, axis=0)))
+
+
+def check_quantiles(quantiles: Any) -> tuple[float, ...]:
+    if quantiles is None:
+        return ()
+    if isinstance(quantiles, (int, float, np.integer, np.floating)) and not isinstance(quantiles, bool):
+        quantiles = (quantiles,)
+    if not isinstance(quantiles, (tuple, list)) or not quantiles:
+        raise InvalidDataError(f"quantiles must be a number in [0, 1] or a non-empty tuple of them (got {quantiles!r})")
+    return tuple(number(q, "each quantile", low=0.0, high=1.0) for q in quantiles)
+
+
+class StatsObserver(CommitObserver):
+    """Keeps a writer's running statistics: loaded and caught up before its first commit, fed each commit's
+    rows (already in RAM), saved now and then and on ``sync``/``close``."""
+
+    def __init__(self) -> None:
+        self.running: RunningStats | None = None
+
+    def changing(self, store) -> None:
+        if self.running is None:
+            folderio.remove_temps(Path(store.folder) / STATS_DIR, RUNNING_FILE)  # a killed writer's
+
+    def committing(self, store, episodes) -> None:
+        if self.running is None:  # the saved moments, caught up with the live episodes
+            self.running = RunningStats.load(store.folder, store.meta.schema, store.meta.store_id)
+            self.running.catch_up(store)
+
+    def committed(self, store, episodes) -> None:
+        self.running.committed(episodes, store.meta.state.next_episode, store.folder)
+
+    def flush(self, store, *, closing: bool) -> None:
+        if self.running is not None:
+            self.running.save(store.folder)
+
+
+@observe_commits
+def track(store) -> StatsObserver | None:
+    return StatsObserver() if store.track_stats else None
+
+
+def running_stats(store) -> RunningStats | None:
+    """The running moments a writing store keeps in this process (None: not tracked, or nothing committed yet)."""
+    if not store.track_stats:
+        return None
+    return next((observer.running for observer in store._observers or () if isinstance(observer, StatsObserver)),
+                None)

@@ -1,0 +1,423 @@
+"""The base of every view: a torch Dataset that carries a folder and an episode snapshot, not arrays.
+
+A view is built over the episodes live when it is made (filtered by meta values if asked). It holds
+the folder path, the store's id and that small episode table; each process (a DataLoader worker under
+fork, spawn or forkserver) reopens the files read-only on first use, so a pickled view is a few KB
+and reading never writes to the store. ``__getitems__`` gathers a whole batch with one numpy indexing
+call per field; ``__getitem__`` is the same for one item.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import CorruptStoreError, InvalidDataError, SampleExpiredError
+from ..core.index import EpisodeTable, Positions
+from ..core.store import EpisodeStore
+from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
+from ..core.options import names as option_names, short
+
+__all__ = ["StoreView", "ExplicitPositions", "Sample"]
+
+
+class Sample:
+    """What a sampler draws: ``keys`` (int64, episode id * ``key_stride`` + t; stable while the episode is
+    live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it.
+    In the sampler's own process it also carries where the keys point in the table they were drawn
+    from, so that a view holding that very table skips looking them up; a pickled Sample drops it."""
+
+    __slots__ = ("keys", "weights", "hint")
+
+    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None, hint: tuple | None = None):
+        self.keys, self.weights, self.hint = keys, weights, hint  # hint: (table, episode positions, t)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getstate__(self):
+        return self.keys, self.weights
+
+    def __setstate__(self, state) -> None:
+        (self.keys, self.weights), self.hint = state, None
+
+    def __repr__(self) -> str:
+        return f"Sample({len(self.keys)} keys{', weighted' if self.weights is not None else ''})"
+
+
+class OutputPool:
+    """Batch output memory, reused once the batch that used it is gone.
+
+    A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed
+    the previous one back to the OS. Large outputs are arrays kept here, one list per shape and dtype;
+    an array is free again when nothing but the pool refers to it (its reference count: every tensor,
+    slice or view of it holds a reference), so memory still held by a user is never reused."""
+
+    KEEP = 8  # arrays kept per shape and dtype
+    MIN_BYTES = 1 << 17  # below this, glibc's malloc serves (and reuses) memory from its heap
+    MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept in all, whatever the mix of batch sizes
+    UNUSED = 3  # references to a free array while take() checks it: its list, the loop variable, the call
+
+    def __init__(self) -> None:
+        self.free: dict[tuple, list[np.ndarray]] = {}
+        self.kept = 0
+
+    def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
+        buffer) with one ``np.take``; large outputs go to pooled memory."""
+        shape = rows.shape + source.shape[1:]
+        nbytes = math.prod(shape) * source.itemsize
+        if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
+            return np.take(source, rows, axis=0, mode="clip")
+        key = (shape, source.dtype)
+        bucket = self.free.get(key)
+        if bucket is None:
+            bucket = self.free[key] = []
+        for out in bucket:
+            if sys.getrefcount(out) == self.UNUSED:
+                break
+        else:
+            out = np.empty(shape, source.dtype)
+            if len(bucket) < self.KEEP and self.kept + nbytes <= self.MAX_KEPT_BYTES:
+                bucket.append(out)
+                self.kept += nbytes
+        np.take(source, rows, axis=0, out=out, mode="clip")
+        return out
+
+
+OUTPUTS = OutputPool()
+
+
+class ExplicitPositions:
+    """Positions listed one by one (after a per-step ``filter_fields``): item i is (episode[i], t[i])."""
+
+    def __init__(self, episode: np.ndarray, t: np.ndarray):
+        self.episode, self.t = episode.astype(np.int64), t.astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.episode)
+
+    def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.episode[items], self.t[items]
+
+
+def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
+    names = option_names(names, f"{what}s")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise InvalidDataError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+    return names
+
+
+def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
+    """A ``filter_meta`` / ``filter_fields`` dict of known names (None: no filter); True if it filters."""
+    if filters is None:
+        return False
+    if not isinstance(filters, Mapping):  # never 0, '' or [] as 'no filter', never an array's truth value
+        raise InvalidDataError(f"{option} must be a dict of {what} -> value, e.g. {{'name': 1}} (got {short(filters)})")
+    for name in filters:
+        if not isinstance(name, str):
+            raise InvalidDataError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
+    unknown = [name for name in filters if name not in known]
+    if unknown:
+        raise InvalidDataError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+    return bool(filters)
+
+
+def describe(value: Any) -> str:
+    """An array by its dtype and shape, anything else by its (short) repr."""
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return short(value)
+
+
+class StoreView(Dataset):
+    """Base view. Subclasses set ``self.positions`` and implement ``gather(episode, t) -> dict``."""
+
+    def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
+                 filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
+                 return_indices: bool = False):
+        if not isinstance(store, EpisodeStore):
+            fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
+                   else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
+            raise InvalidDataError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
+        self.folder = store.folder
+        self.store_id = store.meta.store_id
+        schema = store.schema
+        self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
+        self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
+                            else check_names(meta_fields, schema.meta_fields, "meta field"))
+        if fieldname_map is not None and not isinstance(fieldname_map, Mapping):
+            raise InvalidDataError(f"fieldname_map must be a dict of output name -> new name (got {fieldname_map!r})")
+        self.fieldname_map = dict(fieldname_map or {})
+        for source, target in self.fieldname_map.items():
+            if not isinstance(source, str) or not isinstance(target, str) or not target:
+                raise InvalidDataError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
+        self.return_indices = flag(return_indices, "return_indices")
+        self._store: EpisodeStore | None = store
+        self._sources: dict[str, np.ndarray] = {}
+        self.filter_meta = filter_meta
+        self.key_stride = store.capacity.max_timesteps  # sample keys: episode id * key_stride + t
+        self._snapshot(store)
+        self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
+
+    def _snapshot(self, store: EpisodeStore) -> None:
+        # the table first: reading it consistently may take a newer meta.json (store.live_table), whose
+        # state and stamp are then the snapshot's.
+        self.table = select_episodes(store, self.filter_meta)
+        # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
+        # first check after a gather then reads meta.json again, once)
+        self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
+        state = store.meta.state
+        self.state = (state.first_episode, state.next_episode)
+
+    kind = "trajectories"  # names a sampler's priorities by default
+
+    def position_spec(self) -> dict:
+        """What decides this view's positions (JSON-able): priorities kept for one view fit only an
+        equal one. Subclasses add their parameters."""
+        described = lambda options: None if not options else sorted([name, repr(value)] for name, value in options.items())
+        return {"view": type(self).__name__, "filter_meta": described(self.filter_meta),
+                "filter_fields": described(getattr(self, "filter_fields", None))}
+
+    def build(self) -> None:
+        """Set ``self.positions`` (and what else depends on ``self.table``); subclasses override."""
+        self.positions = Positions.from_counts(np.ones(len(self.table)))
+
+    def refresh(self, *, reread: bool = True) -> bool:
+        """Take in the episodes committed (and evicted) since the view was built; True if they changed.
+        ``reread`` re-reads ``meta.json`` first (a writer in another process); without it the view follows
+        the store object it shares with a writer in this process."""
+        store = self.store
+        if reread:
+            store.refresh()
+        state = store.meta.state
+        if (state.first_episode, state.next_episode) == self.state:
+            return False
+        self._snapshot(store)
+        self._sources = {}  # the files may have grown: map them again on the next read
+        self.build()
+        return True
+
+    # ---- pickling: paths, not arrays --------------------------------------------------------------------
+
+    def output_names(self) -> list[str]:
+        """The names a batch carries before ``fieldname_map`` (subclasses add theirs)."""
+        names = list(self.fields) + list(self.meta_fields)
+        return names + (["_index", "_t"] if self.return_indices else [])
+
+    def check_outputs(self) -> None:
+        """Every output name must be distinct, after fieldname_map too: nothing silently replaces another."""
+        names = self.output_names()
+        unknown = sorted(set(self.fieldname_map) - set(names))
+        if unknown:
+            raise InvalidDataError(f"fieldname_map renames {unknown}, which this view does not output; it outputs {names}")
+        for candidates in (names, [self.fieldname_map.get(name, name) for name in names]):
+            clashes = sorted({name for name in candidates if candidates.count(name) > 1})
+            if clashes:
+                break
+        if clashes:
+            raise InvalidDataError(
+                f"this view would output {clashes} twice (its outputs: {names}); select fewer fields or rename "
+                f"one with fieldname_map"
+            )
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        state["_sources"] = {}
+        return state
+
+    @property
+    def store(self) -> EpisodeStore:
+        if self._store is None:
+            self._store = EpisodeStore.open(self.folder, "r")
+            if self._store.meta.store_id != self.store_id:
+                raise CorruptStoreError(f"{self.folder} now holds another store (overwritten); build the view again")
+        return self._store
+
+    # ---- torch Dataset -----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
+        """The batch of the given item numbers (checked; negative numbers count from the end), or of a
+        sampler's ``Sample`` (then with ``_key`` and, for prioritized draws, ``_weight``)."""
+        if isinstance(items, Sample):
+            return self.sample_batch(items)
+        return self.batch(self.checked(items))
+
+    def sample_batch(self, sample: "Sample") -> dict[str, torch.Tensor]:
+        """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
+        is live, whatever this view's snapshot; a view that does not know an episode yet refreshes."""
+        keys, weights = sample.keys, sample.weights
+        # what a sampler draws: cheap checks (one dtype / shape check each, one min below)
+        if not isinstance(keys, np.ndarray) or keys.dtype.kind != "i" or keys.ndim != 1:
+            raise InvalidDataError(f"a Sample's keys must be a 1-d int64 array, as samplers draw them (got "
+                                   f"{describe(keys)}); draw from a sampler over this view")
+        if weights is not None and (not isinstance(weights, np.ndarray) or weights.dtype.kind != "f"
+                                    or weights.shape != keys.shape):
+            raise InvalidDataError(f"a Sample's weights must be None or a float array of one weight per key, shape "
+                                   f"{keys.shape} (got {describe(weights)})")
+        store = self._store
+        if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
+            self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
+        hint = sample.hint
+        if hint is not None and hint[0] is self.table:
+            episode, t = hint[1], hint[2]
+        else:
+            if len(keys) and keys.min() < 0:
+                raise InvalidDataError(f"a Sample's keys must be >= 0 (episode id * {self.key_stride} + t) (got "
+                                       f"{int(keys.min())}); draw from a sampler over this view")
+            ids, t = np.divmod(keys, self.key_stride)
+            episode = self.episodes_of(ids)
+        if episode is None:
+            self.refresh()
+            episode = self.episodes_of(ids)
+        if episode is None:
+            self._missing_episodes(ids)
+        if hint is None or hint[0] is not self.table:
+            counts = getattr(self.positions, "counts", None)
+            if counts is not None and (t >= counts[episode]).any():
+                raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
+                                       "kind of view?); draw from a sampler over this view")
+        batch = self.assemble(episode, t)
+        batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
+        if weights is not None:
+            batch["_weight"] = torch.from_numpy(weights)
+        return batch
+
+    def _missing_episodes(self, ids: np.ndarray) -> None:
+        """Raise for a sample's episode ids that this view (refreshed) does not hold: why, and what to do."""
+        state = self.store.meta.state
+        never = ids[ids >= state.next_episode]
+        if len(never):
+            raise InvalidDataError(
+                f"the sample names episode {int(never[0])}, which was never in the buffer (its episode ids so far are "
+                f"below {state.next_episode}): keys of another store? draw from a sampler over this view"
+            )
+        gone = ids[ids < state.first_episode]
+        if len(gone):
+            raise SampleExpiredError(
+                f"the sample refers to episode {int(gone[0])}, which is no longer in the buffer (the ring evicted "
+                f"it since the draw); draw again"
+            )
+        raise InvalidDataError(f"the sample names episodes {sorted(set(ids.tolist()) - set(self.table.ids.tolist()))} "
+                               f"that this view does not hold (its filter_meta leaves them out); draw from a sampler "
+                               f"over this view")
+
+    def _check_not_evicted(self, episode: np.ndarray) -> None:
+        """After a gather from a ring: raise if the writer (another process or thread) evicted any of the
+        batch's episodes since the snapshot, for their rows may have been overwritten during the read. A
+        writer commits an eviction in meta.json before it overwrites a row, so a meta.json unchanged after
+        the read means the rows read were intact (a seqlock); a changed one is read again and its first
+        live id decides. The writer's own store object always holds the newest state."""
+        store = self.store
+        if not store.is_writer and store.meta_stamp() != self._stamp:
+            store.refresh()
+            self._stamp = store.read_stamp
+        oldest = self.table.ids[episode.min()]  # table ids ascend
+        first = store.meta.state.first_episode
+        if oldest < first:
+            raise SampleExpiredError(
+                f"episode {int(oldest)} was evicted by the ring writer while this batch was read (the oldest live "
+                f"episode is now {first}); draw again (a sampler's batch() does), or refresh() the view"
+            )
+
+    def episodes_of(self, ids: np.ndarray) -> np.ndarray | None:
+        """Positions in ``self.table`` of episode ids, or None if any is not in it."""
+        return self.table.positions_of(ids)
+
+    def checked(self, items: Any) -> np.ndarray:
+        """Item numbers as a 1-d int64 array in [0, len) (negative ones count from the end): a dtype check
+        and one min/max."""
+        try:
+            raw = items if isinstance(items, np.ndarray) else np.asarray(items)
+        except (ValueError, TypeError, OverflowError):  # ragged lists, ...
+            raise IndexError(f"item indices must be a 1-d array of ints (got {short(items)})") from None
+        size = len(self)
+        if raw.size and raw.dtype.kind not in "iu":  # 0.5 or True must not quietly name an item
+            if raw.dtype.kind == "O" and all(type(item) is int for item in raw.flat):  # ints beyond 64 bits
+                raise IndexError(f"item indices must be in [0, {size}) (got {min(raw.flat)}..{max(raw.flat)})")
+            raise IndexError(f"item indices must be ints (got {raw.dtype}: {short(raw.flat[0])})")
+        if raw.ndim != 1:
+            raise IndexError(f"item indices must be a 1-d array (got shape {raw.shape})")
+        if not raw.size:
+            return np.zeros(0, dtype=np.int64)
+        low, high = raw.min(), raw.max()
+        if low < -size or high >= size:  # before the cast: uint64 values >= 2**63 must not wrap
+            raise IndexError(f"item indices must be in [0, {size}) (got {low}..{high})")
+        items = raw.astype(np.int64, copy=False)  # no copy for the int64 arrays samplers yield
+        if low < 0:
+            items = np.where(items < 0, items + size, items)
+        return items
+
+    def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler)."""
+        return self.assemble(*self.positions.locate(items))
+
+    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
+        batch = self.gather(episode, t)
+        for name in self.meta_fields:
+            batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
+        if self._stamp is not None and len(episode):  # after every read of the batch's rows and slots
+            self._check_not_evicted(episode)
+        if self.return_indices:
+            batch["_index"] = torch.from_numpy(self.table.slots[episode])
+            batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))
+        return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
+        item, size = int(item), len(self)
+        if not -size <= item < size:  # here, in Python ints: 2**63 and beyond must not overflow numpy
+            raise IndexError(f"item indices must be in [0, {size}) (got {item})")
+        return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
+
+    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    # ---- helpers for subclasses --------------------------------------------------------------------------
+
+    def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
+        """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
+        values = self.values_of(name, rows)
+        if keep is not None and not keep.all():
+            values[~keep] = 0
+        return torch.from_numpy(values)
+
+    def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
+        source = self._sources.get(name)
+        if source is None:  # the map as of the first read covers every row of the snapshot
+            source = self._sources[name] = self.store.step_array(name)
+        return OUTPUTS.take(source, rows)
+
+
+def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
+    """The live episodes whose meta values equal every value of ``filter_meta``."""
+    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
+        return store.live_table(catch_up=True)
+    table = store.live_table(catch_up=True)
+    keep = np.ones(len(table), dtype=bool)
+    for name in filter_meta:
+        spec = store.schema.meta_fields[name]
+        try:
+            wanted = np.asarray(filter_meta[name])
+        except (ValueError, TypeError):  # a ragged list, ...
+            wanted = np.asarray(None)
+        if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
+            raise InvalidDataError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
+                                   f"(got {short(filter_meta[name])})")
+        values = store.meta_array(name)[table.slots]
+        equal = values == wanted
+        keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
+    return table.select(keep)

@@ -1,0 +1,270 @@
+"""DataLoaders: batch samplers that yield index arrays, and the seed-compatible dataset()/dataloader().
+
+The sampler yields a numpy array of item numbers per batch; the DataLoader hands it to the view's
+``__getitems__``, which gathers the batch with one indexing call per field; the collate function only
+passes it through. Named tuples and the move to a device happen in the main process, so workers work
+under every start method.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from collections import namedtuple
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from ..errors import InvalidDataError
+from ..core.store import EpisodeStore
+from .dataset import StoreView, flag
+from .hindsight import HindsightView
+from ..core.options import INT64_MAX, integer, short
+from .tensors import device_option
+from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
+
+__all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
+
+EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
+# DataLoader keywords passed through as they are
+LOADER_KEYWORDS = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
+                   "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
+
+
+class BatchIndexSampler(Sampler):
+    """Batches of item numbers as int64 arrays; a fresh permutation per epoch when ``shuffle``.
+
+    ``seed`` fixes the order of every epoch (epoch e uses the seed sequence (seed, e)); without it the
+    order follows ``generator`` (or torch's global RNG), as torch's own RandomSampler does."""
+
+    def __init__(self, size: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                 seed: int | None = None, generator: torch.Generator | None = None):
+        self.shuffle, self.drop_last = flag(shuffle, "shuffle"), flag(drop_last, "drop_last")
+        # any int: its low 63 bits seed the permutations
+        if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
+            raise InvalidDataError(f"seed must be an int or None (got {short(seed)})")
+        self.seed = None if seed is None else int(seed)
+        self.generator = generator_option(generator)
+        self.batch_size = integer(batch_size, "batch_size", low=1)
+        self.size = item_count(size, "size")
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        order = None
+        if self.shuffle:
+            seed = self.seed
+            if seed is None:  # torch's generator (the given one, else the global one), as torch's samplers do
+                seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+            entropy = [seed & (2**63 - 1), self.epoch]
+            # a full permutation up to a million items; beyond, a lazy one (no O(size) work per epoch)
+            order = (np.random.default_rng(entropy).permutation(self.size) if self.size <= EAGER_PERMUTATION
+                     else LazyPermutation(self.size, entropy))
+        self.epoch += 1
+        stop = len(self) * self.batch_size if self.drop_last else self.size
+        for begin in range(0, stop, self.batch_size):
+            end = min(begin + self.batch_size, stop)
+            yield np.arange(begin, end, dtype=np.int64) if order is None else order[begin:end]
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.size, self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+
+class LazyPermutation:
+    """A seeded bijection of [0, size) computed slice by slice: a 4-round Feistel network over the
+    smallest even-bit domain that holds ``size``, with cycle walking back into range."""
+
+    MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, size: int, entropy):
+        self.size = size
+        self.half = max(1, (int(size - 1).bit_length() + 1) // 2)
+        self.mask = np.uint64((1 << self.half) - 1)
+        self.keys = np.random.default_rng(entropy).integers(0, 2**63, size=4, dtype=np.uint64)
+
+    def _encrypt(self, values: np.ndarray) -> np.ndarray:
+        half, mask = np.uint64(self.half), self.mask
+        left, right = values >> half, values & mask
+        for key in self.keys:
+            mixed = ((right ^ key) * self.MULTIPLIER) >> np.uint64(64 - self.half)
+            left, right = right, left ^ (mixed & mask)
+        return (left << half) | right
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        out = self._encrypt(np.arange(where.start, where.stop, dtype=np.uint64))
+        outside = out >= self.size
+        while outside.any():
+            out[outside] = self._encrypt(out[outside])
+            outside = out >= self.size
+        return out.astype(np.int64)
+
+
+def item_count(value: Any, name: str) -> int:
+    """A number of items: an int in [0, 2**63 - 1] (so that ``len()`` of a sampler over them works)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value > INT64_MAX:
+        raise InvalidDataError(f"{name} must be an int in [0, {INT64_MAX}] (got {value})")
+    return integer(value, name, low=0)
+
+
+def generator_option(value: Any) -> torch.Generator | None:
+    if value is not None and not isinstance(value, torch.Generator):
+        raise InvalidDataError(f"generator must be a torch.Generator or None (got {short(value)})")
+    return value
+
+
+def named_tuple_option(value: Any) -> tuple[str, ...] | None:
+    """``to_named_tuple``: batch names (leading underscores are dropped in the tuple's field names)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
+        raise InvalidDataError(f"to_named_tuple must be a tuple of names (got {short(value)})")
+    names = tuple(names)
+    fields = [name.lstrip("_") for name in names]
+    if (len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields)
+            or any(keyword.iskeyword(name) for name in fields)):
+        raise InvalidDataError(f"to_named_tuple names must be distinct identifiers, not Python keywords, once leading "
+                               f"underscores are dropped (got {names}); rename an output with fieldname_map")
+    return names
+
+
+def accelerator_available() -> bool:
+    """Pinned memory needs an accelerator (torch's own loader skips pinning without one, too)."""
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def pass_through(batch: dict) -> dict:
+    """The collate function: a view's ``__getitems__`` already returns a whole batch."""
+    return batch
+
+
+class ReplayDataLoader(DataLoader):
+    """A DataLoader whose batches may become named tuples and move to a device (``non_blocking``)."""
+
+    def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
+                 device: Any = None, non_blocking: bool = True, **loader_options: Any):
+        device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
+        to_named_tuple = named_tuple_option(to_named_tuple)
+        generator_option(loader_options.get("generator"))
+        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=pass_through, **loader_options)
+        self.device = device
+        self.non_blocking = non_blocking
+        self.to_named_tuple = to_named_tuple
+        if to_named_tuple is not None:
+            names = tuple(name.lstrip("_") for name in to_named_tuple)
+            self.batch_type = namedtuple("Batch", names)
+
+    def _batches(self):
+        if self.num_workers > 0:
+            yield from super().__iter__()
+            return
+        # in the main process the view already returns whole batches: skip torch's fetch machinery
+        trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
+        for items in self.batch_sampler:
+            batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
+            if self.pin_memory and accelerator_available():
+                batch = {name: value.pin_memory() for name, value in batch.items()}
+            yield batch
+
+    def __iter__(self):
+        for batch in self._batches():
+            if self.device is not None:
+                batch = {name: value.to(self.device, non_blocking=self.non_blocking) for name, value in batch.items()}
+            if self.to_named_tuple is not None:
+                missing = [name for name in self.to_named_tuple if name not in batch]
+                if missing:
+                    raise InvalidDataError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
+                batch = self.batch_type(*(batch[name] for name in self.to_named_tuple))
+            yield batch
+
+
+def keywords(cls) -> set[str]:
+    """The keyword-only parameters of the class's own ``__init__``."""
+    init = vars(cls).get("__init__")
+    if init is None:
+        return set()
+    return {name for name, p in inspect.signature(init).parameters.items() if p.kind is p.KEYWORD_ONLY}
+
+
+def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
+                 window: int | None = None, allow_empty: bool = False, **options: Any):
+    """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
+    ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors."""
+    timestep_level = flag(timestep_level, "timestep_level")
+    chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
+                                    ("window", window is not None)) if on]
+    if len(chosen) > 1:
+        raise InvalidDataError(f"choose one of n_steps, timestep_level and window (got {chosen})")
+    if "include_metadata" in options:  # the seed's switch for meta fields
+        if not flag(options.pop("include_metadata"), "include_metadata"):
+            if options.get("meta_fields"):
+                raise InvalidDataError("include_metadata=False and meta_fields contradict each other; pass one of them")
+            options["meta_fields"] = ()
+    if "return_mask" in options:
+        flag(options["return_mask"], "return_mask")
+    if options.get("return_mask") and (n_steps is not None or timestep_level):
+        raise InvalidDataError("return_mask applies to trajectories (and windows with allow_partial): "
+                               "single steps and n-step transitions have nothing to mask")
+    view, args = TrajectoryView, ()
+    hindsight = options.pop("hindsight", None)
+    if hindsight is not None:
+        if not isinstance(hindsight, dict):
+            raise InvalidDataError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
+                                   f"achieved_field='achieved', reward_fn=f) (got {hindsight!r})")
+        if timestep_level or window is not None:
+            raise InvalidDataError("hindsight relabels one-step transitions: drop timestep_level and window")
+        clash = sorted(set(hindsight) & set(options))
+        if clash:
+            raise InvalidDataError(f"{clash} given both in hindsight= and as keywords; pass them once")
+        options.update(hindsight)
+        if n_steps is not None:
+            options["n_steps"] = n_steps
+        view = HindsightView
+    elif n_steps is not None:
+        view, args = NStepView, (n_steps,)
+    elif timestep_level:
+        view = TimestepView
+    elif window is not None:
+        view, args = WindowView, (window,)
+        options.pop("return_mask", None)  # partial windows always carry their mask
+    accepted = set().union(*(keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise InvalidDataError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
+    dataset = view(store, *args, **options)
+    if len(dataset) == 0 and not allow_empty:
+        raise InvalidDataError(
+            f"the {view.__name__} has no items: the buffer holds {store.num_episodes} episodes and none give a "
+            f"{'transition' if n_steps or view is HindsightView else 'window' if window else 'step'} with these "
+            f"options; store more data"
+        )
+    return dataset
+
+
+def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                    seed: int | None = None, to_named_tuple: Any = None, device: Any = None,
+                    non_blocking: bool = True, dataset: Any = None, dataset_kwargs: dict | None = None,
+                    **options: Any) -> ReplayDataLoader:
+    """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
+    loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
+    # the loader's own options first: a refused call builds no view
+    to_named_tuple = named_tuple_option(to_named_tuple)
+    device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
+    integer(loader_options.get("num_workers", 0), "num_workers", low=0)
+    if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
+        raise InvalidDataError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
+    options.update(dataset_kwargs or {})
+    if dataset is None:
+        dataset = make_dataset(store, **options)
+    elif options:
+        raise InvalidDataError(f"view options {sorted(options)} cannot be combined with dataset=")
+    elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
+        raise InvalidDataError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
+                               f"__getitems__) (got {short(dataset)})")
+    sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                                generator=loader_options.get("generator"))
+    return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
+                            **loader_options)
