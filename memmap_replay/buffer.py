@@ -355,7 +355,7 @@ class ReplayBuffer:
         needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
         ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
         sampler, the rest to ``dataset(...)`` (default: single timesteps)."""
-        from .samplers.factory import make_sampler
+        from .views.loader import make_sampler
 
         return make_sampler(self._store, kind, **options)
 

@@ -8,12 +8,14 @@ cumulative sum of per-episode counts, and a batch of item numbers becomes (episo
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .format import END_CODES
 
-__all__ = ["EpisodeTable", "Positions", "NStepTargets", "position_rows", "stack_rows", "window_rows"]
+__all__ = ["EpisodeTable", "Positions", "ExplicitPositions", "PositionSource", "Sample", "NStepTargets",
+           "position_keys", "position_rows", "stack_rows", "window_rows"]
 
 TERMINATED = END_CODES["terminated"]
 
@@ -87,6 +89,77 @@ class Positions:
         """Item numbers -> (episode position in the table, t within the episode)."""
         episode = np.searchsorted(self.cumulative, items, side="right")
         return episode, items - self.first_item[episode]
+
+
+class ExplicitPositions:
+    """Positions listed one by one (after a per-step ``filter_fields``): item i is (episode[i], t[i])."""
+
+    def __init__(self, episode: np.ndarray, t: np.ndarray):
+        self.episode, self.t = episode.astype(np.int64), t.astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.episode)
+
+    def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.episode[items], self.t[items]
+
+
+class Sample:
+    """What a sampler draws: ``keys`` (int64, episode id * ``key_stride`` + t; stable while the episode is
+    live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it
+    and gathers the batch: the keys are all that passes from a sampler to a view."""
+
+    __slots__ = ("keys", "weights")
+
+    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None):
+        self.keys, self.weights = keys, weights
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getstate__(self):
+        return self.keys, self.weights
+
+    def __setstate__(self, state) -> None:
+        self.keys, self.weights = state
+
+    def __repr__(self) -> str:
+        return f"Sample({len(self.keys)} keys{', weighted' if self.weights is not None else ''})"
+
+
+@runtime_checkable
+class PositionSource(Protocol):
+    """What a sampler draws from, in numpy: a view provides it (every ``StoreView`` is one).
+
+    - ``table``: the episode snapshot (``EpisodeTable``), replaced (never changed in place) when it changes;
+    - ``positions``: the valid positions of each episode of ``table`` (``Positions``: ``counts`` per
+      episode, or ``ExplicitPositions``), ``len(source)`` of them; ``positions.locate(items)`` turns item
+      numbers into (episode position in ``table``, t);
+    - ``key_stride``: keys are ``table.ids[episode] * key_stride + t``;
+    - ``state``: (first, next) episode id of the snapshot;
+    - ``refresh(reread=...)``: take in the store's commits and evictions (``reread``: re-read meta.json
+      first), True if the snapshot changed;
+    - ``store`` (its ``meta_stamp()``, ``capacity``, ``writable``), ``folder``, ``kind`` and
+      ``position_spec()`` (what decides the positions: priorities kept for one source fit only an equal one).
+    """
+
+    table: EpisodeTable
+    positions: Any
+    key_stride: int
+    state: tuple
+    folder: Any
+    kind: str
+
+    def __len__(self) -> int: ...
+
+    def refresh(self, *, reread: bool = True) -> bool: ...
+
+    def position_spec(self) -> dict: ...
+
+
+def position_keys(source: PositionSource, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Keys of (episode position in the source's table, t)."""
+    return source.table.ids[episode] * source.key_stride + t
 
 
 def position_rows(positions, table: EpisodeTable, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -23,17 +23,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from ..views.dataset import Sample, flag
-from ..errors import InvalidDataError, SampleExpiredError, StoreNotFoundError
+from ..core.index import Sample
+from ..views.dataset import BatchDataset, flag
+from ..errors import InvalidDataError, StoreNotFoundError
 from ..core.folderio import inside
 from ..core.format import META_FILE
-from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset
-from ..core.options import integer, seed_option
+from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset, make_sampler
+from ..core.options import integer
 from ..samplers.prioritized import PrioritizedSampler, as_numpy
-from ..samplers.base import REDRAWS, ReplaySampler, batch_size_of, damaged, distributed_rank
-from ..samplers.factory import make_sampler
+from ..samplers.base import ReplaySampler, SamplerBase, batch_size_of, damaged
 from ..core.store import EpisodeStore
 
 __all__ = ["ShardSet", "ConcatView", "ShardedSampler", "ShardSample", "shard_folder", "SHARD_STRIDE", "shard_counts",
@@ -62,8 +61,7 @@ def global_weights(leaves: np.ndarray, lowest: Any, beta: float) -> np.ndarray:
 
 def drawn_leaves(sampler: PrioritizedSampler, sample: Sample) -> np.ndarray:
     """The leaves (``priority ** alpha``) of a prioritized sampler's fresh draw."""
-    table, episode, t = sample.hint  # the rows drawn: each episode's first row + t
-    return sampler.tree.leaves[table.start[episode] + t]
+    return sampler.leaves_of(sample.keys)
 
 
 def shard_folder(root: str | Path, index: int) -> Path:
@@ -166,7 +164,7 @@ def merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tensor
     return batch
 
 
-class ConcatView(Dataset):
+class ConcatView(BatchDataset):
     """Views of several shards as one Dataset: item numbers run through each shard's items in turn."""
 
     def __init__(self, views: list):
@@ -191,11 +189,6 @@ class ConcatView(Dataset):
             where.append(chosen)
         return merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1 else None)
 
-    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        if not isinstance(item, (int, np.integer)):
-            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
-        return {name: value[0] for name, value in self.__getitems__([int(item)]).items()}
-
     def sample_batch(self, sample: "ShardSample") -> dict[str, torch.Tensor]:
         parts = [self.views[shard].__getitems__(part) for shard, part in sample.parts]
         for (shard, _), batch in zip(sample.parts, parts):
@@ -219,21 +212,18 @@ class ShardSample:
         return len(self.keys)
 
 
-class ShardedSampler:
+class ShardedSampler(SamplerBase):
     """A sampler over a ShardSet: per-shard samplers of one kind, drawn from as if they were one store."""
 
     def __init__(self, shards: ShardSet, kind: str = "uniform", *, seed: int | None = None, follow: bool = True,
                  **options: Any):
-        seed = seed_option(seed)
         if options.get("replacement") is False:
             raise InvalidDataError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
         self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
         if kind == "uniform":
             self.options.pop("persist")
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
         # the split across shards is each rank's own too (rank 0's is the stream a single learner gets)
-        self.rank, self.world_size = distributed_rank(options.get("rank"), options.get("world_size"))
-        self.rng = np.random.default_rng([self.seed, 1 << 20, self.rank])
+        self._seed_stream(seed, options.get("rank"), options.get("world_size"), 1 << 20)
         self.follow = flag(follow, "follow")
         self.draws = 0
         self.samplers: list[ReplaySampler] = []
@@ -247,16 +237,27 @@ class ShardedSampler:
             self._stamps.append(store.meta_stamp())
         self.view = ConcatView([sampler.view for sampler in self.samplers])
 
-    def sync(self) -> None:
-        """New shards, and each shard's new commits (its meta.json re-read only when it changed)."""
+    def sync(self) -> bool:
+        """New shards, and each shard's new commits (its meta.json re-read only when it changed); True if
+        anything changed."""
+        changed = False
         if self.shards.listed is None and len(self.shards._folders()) != len(self.shards.stores):
             self.shards.refresh()
             self._open_new_shards()
+            changed = True
         for index, sampler in enumerate(self.samplers):
             stamp = sampler.view.store.meta_stamp()
             if stamp != self._stamps[index]:
                 self._stamps[index] = stamp
-                sampler.refresh()
+                changed |= sampler.refresh()
+        return changed
+
+    def refresh(self) -> bool:
+        """New shards, and every shard's meta.json read again; True if anything changed."""
+        changed = self.sync()
+        for sampler in self.samplers:
+            changed |= sampler.refresh()
+        return changed
 
     def _masses(self) -> np.ndarray:
         if isinstance(self.samplers[0], PrioritizedSampler):
@@ -281,17 +282,6 @@ class ShardedSampler:
             weights = global_weights(leaves, lowest, self.samplers[0].beta)
         self.draws += 1
         return ShardSample(parts, weights)
-
-    def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """A batch across the shards; drawn again if a ring writer evicts what was drawn (as a sampler does)."""
-        for _ in range(REDRAWS):
-            try:
-                return self.view.__getitems__(self.sample(batch_size))
-            except SampleExpiredError:
-                self.sync()
-                for sampler in self.samplers:
-                    sampler.refresh()
-        return self.view.__getitems__(self.sample(batch_size))
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Priorities for a sharded batch's ``_key`` (each shard's part goes to its sampler)."""

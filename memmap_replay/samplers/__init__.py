@@ -1,10 +1,12 @@
 """The samplers room: uniform (ring) draws, prioritized replay over a sum tree (priorities persisted in the
-store folder) and prioritized sequences. A sampler draws keys (``Sample``); a view gathers them."""
+store folder) and prioritized sequences. A sampler draws keys (``Sample``) from a view's positions (``PositionSource``); a view gathers them. The
+views room's ``make_sampler`` builds a sampler with its view. Numpy only: importing this room never
+imports torch."""
 
-from .base import ReplaySampler, UniformSampler
-from .factory import SAMPLERS, make_sampler
+from .base import BetaSchedule, ReplaySampler, Sampler, SamplerBase, UniformSampler
+from .factory import SAMPLERS, sampler_class, sampler_options
 from .prioritized import PrioritizedSampler, SequenceSampler
 from .sumtree import SumTree
 
-__all__ = ["ReplaySampler", "UniformSampler", "PrioritizedSampler", "SequenceSampler", "SumTree", "SAMPLERS",
-           "make_sampler"]
+__all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "PrioritizedSampler",
+           "SequenceSampler", "SumTree", "SAMPLERS", "sampler_class", "sampler_options"]

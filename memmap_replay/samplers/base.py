@@ -5,8 +5,9 @@ Every sampler follows one protocol:
 - ``sample(batch_size) -> Sample``: keys (episode id * ``view.key_stride`` + t, stable while the episode is
   live) and, for prioritized draws, importance weights;
 - ``batch(batch_size) -> dict``: ``view.__getitems__(sample(batch_size))``, with ``_key`` (and ``_weight``);
-- ``batches(batch_size, num_batches=None)``: a torch batch sampler (endless for draws with replacement,
-  one epoch without); ``dataloader(batch_size, ...)`` wraps it in a ``ReplayDataLoader``;
+- ``batches(batch_size, num_batches=None)``: a batch sampler for a torch DataLoader (endless for draws
+  with replacement, one epoch without); ``dataloader(batch_size, ...)``: the view wraps it in a
+  ``ReplayDataLoader`` (the views room builds it: this room never imports torch);
 - a seeded ``np.random.Generator`` (``seed``; each ``rank`` of a distributed job gets its own stream),
   ``state_dict()`` / ``load_state_dict()`` (plain JSON-able values);
 - ``follow=True``: each draw first takes in the episodes committed (and evicted) since the last one by the
@@ -14,29 +15,37 @@ Every sampler follows one protocol:
   another process (each draw ``stat``s ``meta.json`` and reads it again only when it changed);
   ``refresh()`` re-reads ``meta.json`` once. Following costs O(episodes) numpy work when something
   changed, never a scan of the steps.
+
+A sampler draws from a ``PositionSource`` (``core.index``: the episode table, the valid positions, the key
+stride and ``refresh``), which every view provides; it yields keys, and only ``batch()`` hands them to the
+view to gather. ``Sampler`` is the protocol every sampler keeps (these, the sharded and the Ray samplers,
+and a rate-limited wrapper); ``SamplerBase`` holds what they share: the seeded stream of each rank, the
+redraw loop of ``batch()``, ``batches()`` / ``dataloader()`` and the importance-weight exponent's schedule.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import sys
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
-import torch
 
-from ..views.dataset import Sample, StoreView, flag
 from ..errors import InvalidDataError, SampleExpiredError
-from ..core.index import EpisodeTable, Positions
-from ..core.options import integer, seed_option, short
+from ..core.index import EpisodeTable, PositionSource, Positions, Sample, position_keys
+from ..core.options import flag, integer, number, seed_option, short
 
-__all__ = ["ReplaySampler", "UniformSampler", "SampleBatches", "distributed_rank"]
+__all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "SampleBatches",
+           "distributed_rank"]
 
 REDRAWS = 3  # batch(): draws again this many times when a ring writer evicts what was drawn
 
 
 def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world size): as given, else torch.distributed's when it is initialized, else (0, 1)."""
-    if rank is None and world_size is None and torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    """(rank, world size): as given, else torch.distributed's when it is initialized, else (0, 1). (Never
+    imports torch: a process group exists only where torch.distributed was imported.)"""
+    dist = sys.modules.get("torch.distributed")
+    if rank is None and world_size is None and dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
     rank = integer(0 if rank is None else rank, "rank", low=0)
     world_size = integer(1 if world_size is None else world_size, "world_size", low=None)
     if world_size < 1:  # (options.integer would word it "a positive int")
@@ -70,23 +79,105 @@ def optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
     return check(state[key], key, **options) if key in state else default
 
 
-class ReplaySampler:
-    """The protocol's common part. Subclasses implement ``_draw(batch_size) -> Sample`` and, if they keep
-    per-position state, ``_changed(old_table, old_positions)``."""
+@runtime_checkable
+class Sampler(Protocol):
+    """What every sampler offers: ``sample(n)`` (keys, and weights for prioritized draws), ``batch(n)``
+    (the view's batch of a sample, drawn again if a ring evicted it), ``batches(n, num_batches)`` and
+    ``dataloader(n, ...)``, ``refresh()``, a seeded stream (``seed``, ``draws``) and ``state_dict()`` /
+    ``load_state_dict()``; ``view`` gathers its samples."""
+
+    seed: int
+    draws: int
+
+    def sample(self, batch_size: int) -> Any: ...
+
+    def batch(self, batch_size: int) -> dict: ...
+
+    def batches(self, batch_size: int, num_batches: int | None = None) -> Any: ...
+
+    def dataloader(self, batch_size: int, num_batches: int | None = None, **options: Any) -> Any: ...
+
+    def refresh(self) -> bool: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class SamplerBase:
+    """What every sampler shares: a seeded stream per rank, ``batch()`` with its redraws, ``batches()`` and
+    ``dataloader()``. Subclasses implement ``sample(n)`` and ``refresh()`` and set ``view`` (what gathers)."""
 
     endless = True  # draws with replacement: batches() never ends unless told how many
 
-    def __init__(self, view: StoreView, *, seed: int | None = None, rank: int | None = None,
-                 world_size: int | None = None, follow: bool = True):
-        if not isinstance(view, StoreView):
-            raise InvalidDataError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
+    def _seed_stream(self, seed: Any, rank: int | None, world_size: int | None, *salt: int) -> None:
+        """``seed``, ``rank``, ``world_size`` and ``rng``: each rank its own stream, the seed sequence
+        (seed, *salt, rank)."""
         seed = seed_option(seed)
-        self.view = view
         self.rank, self.world_size = distributed_rank(rank, world_size)
-        self.follow = follow_option(follow)
         self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
-        # each rank its own stream: the seed sequence (seed, rank)
-        self.rng = np.random.default_rng([self.seed, self.rank])
+        self.rng = np.random.default_rng([self.seed, *salt, self.rank])
+
+    def sample(self, batch_size: int) -> Any:
+        raise NotImplementedError
+
+    def refresh(self) -> bool:
+        raise NotImplementedError
+
+    def _gather(self, sample: Any) -> dict:
+        return self.view.__getitems__(sample)
+
+    def batch(self, batch_size: int) -> dict:
+        """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted).
+        A draw whose episode a ring writer evicts before or while it is read is drawn again."""
+        for _ in range(REDRAWS):
+            try:
+                return self._gather(self.sample(batch_size))
+            except SampleExpiredError:
+                self.refresh()
+        return self._gather(self.sample(batch_size))
+
+    def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
+        """A batch sampler for a torch DataLoader: ``num_batches`` draws (endless if None and the sampler draws
+        with replacement; one epoch of this rank's share without replacement)."""
+        return SampleBatches(self, batch_size_of(batch_size), num_batches, flag(drop_last, "drop_last"))
+
+    def dataloader(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False,
+                   **loader_options: Any):
+        """A ``ReplayDataLoader`` over the view whose batches this sampler draws (in the main process;
+        DataLoader workers only gather). The view builds it (the views room, where torch lives)."""
+        return self.view.sampler_dataloader(self.batches(batch_size, num_batches, drop_last=drop_last),
+                                            **loader_options)
+
+
+class BetaSchedule:
+    """The importance-weight exponent of prioritized draws: ``beta``, annealed linearly to ``beta_final``
+    over ``beta_steps`` draws (0: kept fixed)."""
+
+    def _schedule_beta(self, beta: float, beta_final: float, beta_steps: int) -> None:
+        self.beta0 = number(beta, "beta", low=0.0, high=1.0)
+        self.beta_final = number(beta_final, "beta_final", low=0.0, high=1.0)
+        self.beta_steps = integer(beta_steps, "beta_steps", low=0)
+
+    @property
+    def beta(self) -> float:
+        if not self.beta_steps:
+            return self.beta0
+        return self.beta0 + (self.beta_final - self.beta0) * min(1.0, self.draws / self.beta_steps)
+
+
+class ReplaySampler(SamplerBase):
+    """The common part of the samplers over one store. Subclasses implement ``_draw(batch_size) -> Sample``
+    and, if they keep per-position state, ``_changed(old_table, old_positions)``. ``view``: the
+    ``PositionSource`` drawn from (a view)."""
+
+    def __init__(self, view: PositionSource, *, seed: int | None = None, rank: int | None = None,
+                 world_size: int | None = None, follow: bool = True):
+        if not isinstance(view, PositionSource):
+            raise InvalidDataError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
+        self.view = view
+        self._seed_stream(seed, rank, world_size)
+        self.follow = follow_option(follow)
         self._stamp = view.store.meta_stamp() if follow == "disk" else None
         self.draws = 0
         self._seen = (view.table, view.positions)  # the snapshot this sampler's own state matches
@@ -144,42 +235,13 @@ class ReplaySampler:
     def _draw(self, batch_size: int) -> Sample:
         raise NotImplementedError
 
-    def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted).
-        A draw whose episode a ring writer evicts before or while it is read is drawn again."""
-        for _ in range(REDRAWS):
-            try:
-                return self.view.__getitems__(self.sample(batch_size))
-            except SampleExpiredError:
-                self.refresh()
-        return self.view.__getitems__(self.sample(batch_size))
-
     def keys_of(self, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Keys of (episode position in the view's table, t)."""
-        return self.view.table.ids[episode] * self.view.key_stride + t
+        return position_keys(self.view, episode, t)
 
     def sample_of(self, episode: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Sample:
-        """The Sample of (episode position in the view's table, t), with the hint for this view."""
-        return Sample(self.keys_of(episode, t), weights, (self.view.table, episode, t))
-
-    def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
-        """A torch batch sampler: ``num_batches`` draws (endless if None and the sampler draws with
-        replacement; one epoch of this rank's share without replacement)."""
-        return SampleBatches(self, batch_size_of(batch_size), num_batches, flag(drop_last, "drop_last"))
-
-    def dataloader(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False,
-                   **loader_options: Any):
-        """A ``ReplayDataLoader`` over the view whose batches this sampler draws (in the main process;
-        DataLoader workers only gather)."""
-        from ..views.loader import LOADER_KEYWORDS, ReplayDataLoader
-
-        unknown = sorted(set(loader_options) - LOADER_KEYWORDS - {"device", "non_blocking"})
-        if unknown:
-            raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
-                                   f"{sorted(LOADER_KEYWORDS | {'device', 'non_blocking'})}")
-        if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
-            loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
-        return ReplayDataLoader(self.view, self.batches(batch_size, num_batches, drop_last=drop_last), **loader_options)
+        """The Sample of (episode position in the view's table, t)."""
+        return Sample(position_keys(self.view, episode, t), weights)
 
     # ---- state -----------------------------------------------------------------------------------------
 
@@ -215,7 +277,7 @@ class ReplaySampler:
 class SampleBatches:
     """The batch sampler ``sampler.batches(...)`` returns: yields ``Sample`` objects for a DataLoader."""
 
-    def __init__(self, sampler: ReplaySampler, batch_size: int, num_batches: int | None, drop_last: bool):
+    def __init__(self, sampler: SamplerBase, batch_size: int, num_batches: int | None, drop_last: bool):
         if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer))
                                         or num_batches < 0):
             raise InvalidDataError(f"num_batches must be an int >= 0 or None (got {num_batches!r})")
@@ -252,7 +314,7 @@ class UniformSampler(ReplaySampler):
     ones (seeded), so every rank still gets as many batches. An epoch resumes from ``state_dict`` exactly
     when the store holds the same episodes as when it began; otherwise a new epoch begins."""
 
-    def __init__(self, view: StoreView, *, replacement: bool = True, **options: Any):
+    def __init__(self, view: PositionSource, *, replacement: bool = True, **options: Any):
         super().__init__(view, **options)
         self.replacement = flag(replacement, "replacement")
         self.endless = self.replacement

@@ -1,37 +1,33 @@
-"""``buffer.sampler(kind, **options)``: the options split between the sampler and its view."""
+"""The sampler kinds by name, and which options of ``buffer.sampler(kind, **options)`` are the sampler's
+(the rest are its view's: the views room's ``make_sampler`` builds both)."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from ..views.dataset import StoreView
 from ..errors import InvalidDataError
-from ..views.loader import keywords, make_dataset
-from .prioritized import PrioritizedSampler, SequenceSampler
 from .base import ReplaySampler, UniformSampler
-from ..core.store import EpisodeStore
+from .prioritized import PrioritizedSampler, SequenceSampler
 
-__all__ = ["SAMPLERS", "make_sampler"]
+__all__ = ["SAMPLERS", "sampler_class", "sampler_options"]
 
 SAMPLERS = {"uniform": UniformSampler, "prioritized": PrioritizedSampler, "sequence": SequenceSampler}
 
 
-def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView | None = None,
-                 allow_empty: bool = False, **options: Any) -> ReplaySampler:
-    """A ``kind`` sampler over ``view``, else over ``make_dataset(store, **view options)`` (single timesteps
-    by default; a 'sequence' sampler needs ``window=``)."""
+def sampler_class(kind: Any) -> type[ReplaySampler]:
+    """The sampler class of a kind's name."""
     cls = SAMPLERS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise InvalidDataError(f"kind must be one of {sorted(SAMPLERS)} (got {kind!r})")
-    accepted = set().union(*(keywords(klass) for klass in cls.__mro__ if issubclass(klass, ReplaySampler)))
-    sampler_options = {name: options.pop(name) for name in list(options) if name in accepted}
-    if view is None:
-        if kind == "sequence" and "window" not in options:
-            raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
-        if not {"n_steps", "window", "timestep_level", "hindsight"} & set(options):
-            options["timestep_level"] = True
-        view = make_dataset(store, allow_empty=allow_empty, **options)
-    elif options:
-        raise InvalidDataError(f"view options {sorted(options)} cannot be combined with view= (sampler options: "
-                               f"{sorted(accepted)})")
-    return cls(view, **sampler_options)
+    return cls
+
+
+def sampler_options(cls: type[ReplaySampler], options: dict) -> tuple[dict, set[str]]:
+    """The options ``cls`` takes, popped from ``options`` (what is left is the view's), and every keyword it takes."""
+    accepted = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if issubclass(klass, ReplaySampler) and init is not None:
+            accepted |= {name for name, p in inspect.signature(init).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    return {name: options.pop(name) for name in list(options) if name in accepted}, accepted

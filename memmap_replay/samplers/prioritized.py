@@ -26,18 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from ..views.dataset import Sample, StoreView, flag
 from ..core import folderio
 from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, MissingFileError, ReadOnlyError,
                      StoreLockedError, UnsafeEntryError)
 from ..core.format import PRIORITIES_DIR, npy_header, read_npy_header
-from ..core.index import EpisodeTable, position_rows
+from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.lock import WriterLock
-from ..core.options import INT64_MAX, integer, number
+from ..core.options import INT64_MAX, flag, integer, number
 from ..core.options import bounded
-from .base import ReplaySampler, optional
+from .base import BetaSchedule, ReplaySampler, optional
 from .sumtree import SumTree
-from ..views.kinds import WindowView
 
 __all__ = ["PrioritizedSampler", "SequenceSampler"]
 
@@ -150,7 +148,7 @@ class PriorityFiles:
         self.lock.release()
 
 
-class PrioritizedSampler(ReplaySampler):
+class PrioritizedSampler(BetaSchedule, ReplaySampler):
     """Proportional prioritized draws over a view's positions.
 
     ``alpha``: how much priorities count (0 = uniform). ``beta``: importance-weight exponent, annealed
@@ -159,13 +157,11 @@ class PrioritizedSampler(ReplaySampler):
 
     endless = True
 
-    def __init__(self, view: StoreView, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
+    def __init__(self, view: PositionSource, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
                  beta_steps: int = 0, name: str | None = None, persist: bool | None = None, **options: Any):
         super().__init__(view, **options)
         self.alpha = bounded(alpha, "alpha", 0.0, None)
-        self.beta0 = bounded(beta, "beta", 0.0, 1.0)
-        self.beta_final = bounded(beta_final, "beta_final", 0.0, 1.0)
-        self.beta_steps = integer(beta_steps, "beta_steps", low=0)
+        self._schedule_beta(beta, beta_final, beta_steps)
         capacity = view.store.capacity
         self.max_steps = capacity.max_steps
         # the largest priority: the tree's total (of up to max_steps leaves, each priority ** alpha) stays finite
@@ -262,12 +258,6 @@ class PrioritizedSampler(ReplaySampler):
 
     # ---- drawing and updating ------------------------------------------------------------------------
 
-    @property
-    def beta(self) -> float:
-        if not self.beta_steps:
-            return self.beta0
-        return self.beta0 + (self.beta_final - self.beta0) * min(1.0, self.draws / self.beta_steps)
-
     def _draw(self, batch_size: int) -> Sample:
         tree = self.tree
         for _ in range(STRAY_REDRAWS):
@@ -296,6 +286,12 @@ class PrioritizedSampler(ReplaySampler):
             found = np.minimum(np.searchsorted(listed, rows), max(len(listed) - 1, 0))
             bad = (t < 0) | (listed[found] != rows) if len(listed) else np.ones(len(rows), dtype=bool)
         return np.flatnonzero(bad) if bad.any() else None
+
+    def leaves_of(self, keys: np.ndarray) -> np.ndarray:
+        """The leaves (``priority ** alpha``) of this sampler's fresh draw's keys (of episodes in the view)."""
+        ids, t = np.divmod(keys, self.view.key_stride)
+        table = self.view.table
+        return self.tree.leaves[table.start[table.positions_of(ids)] + t]
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
@@ -402,8 +398,8 @@ class SequenceSampler(PrioritizedSampler):
     one priority per window, or per step ``(B, L)`` (e.g. ``|td_error|``), which becomes
     ``eta * max + (1 - eta) * mean`` over the window. For uniform windows use ``UniformSampler``."""
 
-    def __init__(self, view: WindowView, *, eta: float = 0.9, **options: Any):
-        if not isinstance(view, WindowView):
+    def __init__(self, view: PositionSource, *, eta: float = 0.9, **options: Any):
+        if not (hasattr(view, "window") and hasattr(view, "time_major")):  # a WindowView
             raise InvalidDataError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
                                    f"(got a {type(view).__name__})")
         self.eta = bounded(eta, "eta", 0.0, 1.0)

@@ -4,7 +4,7 @@ hindsight relabelling) that gather a whole batch per field in one call, and thei
 from .dataset import Sample, StoreView
 from .hindsight import HindsightView
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
-from .loader import BatchIndexSampler, ReplayDataLoader, make_dataloader, make_dataset
+from .loader import BatchIndexSampler, ReplayDataLoader, make_dataloader, make_dataset, make_sampler
 
 __all__ = ["Sample", "StoreView", "HindsightView", "NStepView", "TimestepView", "TrajectoryView", "WindowView",
-           "BatchIndexSampler", "ReplayDataLoader", "make_dataloader", "make_dataset"]
+           "BatchIndexSampler", "ReplayDataLoader", "make_dataloader", "make_dataset", "make_sampler"]

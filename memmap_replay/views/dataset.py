@@ -18,36 +18,12 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import CorruptStoreError, InvalidDataError, SampleExpiredError
-from ..core.index import EpisodeTable, Positions
+from ..core.index import EpisodeTable, ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 from ..core.options import names as option_names, short
 
-__all__ = ["StoreView", "ExplicitPositions", "Sample"]
-
-
-class Sample:
-    """What a sampler draws: ``keys`` (int64, episode id * ``key_stride`` + t; stable while the episode is
-    live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it.
-    In the sampler's own process it also carries where the keys point in the table they were drawn
-    from, so that a view holding that very table skips looking them up; a pickled Sample drops it."""
-
-    __slots__ = ("keys", "weights", "hint")
-
-    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None, hint: tuple | None = None):
-        self.keys, self.weights, self.hint = keys, weights, hint  # hint: (table, episode positions, t)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getstate__(self):
-        return self.keys, self.weights
-
-    def __setstate__(self, state) -> None:
-        (self.keys, self.weights), self.hint = state, None
-
-    def __repr__(self) -> str:
-        return f"Sample({len(self.keys)} keys{', weighted' if self.weights is not None else ''})"
+__all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
 
 class OutputPool:
@@ -93,19 +69,6 @@ class OutputPool:
 OUTPUTS = OutputPool()
 
 
-class ExplicitPositions:
-    """Positions listed one by one (after a per-step ``filter_fields``): item i is (episode[i], t[i])."""
-
-    def __init__(self, episode: np.ndarray, t: np.ndarray):
-        self.episode, self.t = episode.astype(np.int64), t.astype(np.int64)
-
-    def __len__(self) -> int:
-        return len(self.episode)
-
-    def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.episode[items], self.t[items]
-
-
 def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
     names = option_names(names, f"{what}s")
     unknown = [name for name in names if name not in known]
@@ -136,8 +99,31 @@ def describe(value: Any) -> str:
     return short(value)
 
 
-class StoreView(Dataset):
-    """Base view. Subclasses set ``self.positions`` and implement ``gather(episode, t) -> dict``."""
+class BatchDataset(Dataset):
+    """What every view shares (a store's views and a ``ConcatView`` of shards): ``__getitems__`` gathers a
+    batch, ``view[i]`` is that batch of one item, and a sampler's DataLoader is made here."""
+
+    def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
+        item, size = int(item), len(self)
+        if not -size <= item < size:  # here, in Python ints: 2**63 and beyond must not overflow numpy
+            raise IndexError(f"item indices must be in [0, {size}) (got {item})")
+        return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
+
+    def sampler_dataloader(self, batches: Any, **loader_options: Any):
+        """A ``ReplayDataLoader`` over this view whose batches a sampler draws: ``sampler.dataloader(...)``."""
+        from .loader import sampler_dataloader
+
+        return sampler_dataloader(self, batches, **loader_options)
+
+
+class StoreView(BatchDataset):
+    """Base view, a ``PositionSource`` for samplers (``core.index``). Subclasses set ``self.positions`` and
+    implement ``gather(episode, t) -> dict``."""
 
     def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
                  filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
@@ -253,7 +239,7 @@ class StoreView(Dataset):
             return self.sample_batch(items)
         return self.batch(self.checked(items))
 
-    def sample_batch(self, sample: "Sample") -> dict[str, torch.Tensor]:
+    def sample_batch(self, sample: Sample) -> dict[str, torch.Tensor]:
         """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
         is live, whatever this view's snapshot; a view that does not know an episode yet refreshes."""
         keys, weights = sample.keys, sample.weights
@@ -268,25 +254,20 @@ class StoreView(Dataset):
         store = self._store
         if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
             self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
-        hint = sample.hint
-        if hint is not None and hint[0] is self.table:
-            episode, t = hint[1], hint[2]
-        else:
-            if len(keys) and keys.min() < 0:
-                raise InvalidDataError(f"a Sample's keys must be >= 0 (episode id * {self.key_stride} + t) (got "
-                                       f"{int(keys.min())}); draw from a sampler over this view")
-            ids, t = np.divmod(keys, self.key_stride)
-            episode = self.episodes_of(ids)
+        if len(keys) and keys.min() < 0:
+            raise InvalidDataError(f"a Sample's keys must be >= 0 (episode id * {self.key_stride} + t) (got "
+                                   f"{int(keys.min())}); draw from a sampler over this view")
+        ids, t = np.divmod(keys, self.key_stride)
+        episode = self.episodes_of(ids)
         if episode is None:
             self.refresh()
             episode = self.episodes_of(ids)
         if episode is None:
             self._missing_episodes(ids)
-        if hint is None or hint[0] is not self.table:
-            counts = getattr(self.positions, "counts", None)
-            if counts is not None and (t >= counts[episode]).any():
-                raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
-                                       "kind of view?); draw from a sampler over this view")
+        counts = getattr(self.positions, "counts", None)
+        if counts is not None and (t >= counts[episode]).any():
+            raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
+                                   "kind of view?); draw from a sampler over this view")
         batch = self.assemble(episode, t)
         batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
         if weights is not None:
@@ -373,14 +354,6 @@ class StoreView(Dataset):
             batch["_index"] = torch.from_numpy(self.table.slots[episode])
             batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))
         return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
-
-    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
-            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
-        item, size = int(item), len(self)
-        if not -size <= item < size:  # here, in Python ints: 2**63 and beyond must not overflow numpy
-            raise IndexError(f"item indices must be in [0, {size}) (got {item})")
-        return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         raise NotImplementedError

@@ -24,8 +24,11 @@ from .hindsight import HindsightView
 from ..core.options import INT64_MAX, integer, short
 from .tensors import device_option
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
+from ..samplers.base import ReplaySampler
+from ..samplers.factory import sampler_class, sampler_options
 
-__all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader"]
+__all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
+           "sampler_dataloader"]
 
 EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
 # DataLoader keywords passed through as they are
@@ -268,3 +271,33 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
                                 generator=loader_options.get("generator"))
     return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
                             **loader_options)
+
+
+def sampler_dataloader(view: Dataset, batches: Any, **loader_options: Any) -> ReplayDataLoader:
+    """``sampler.dataloader(...)``: a ``ReplayDataLoader`` over ``view`` whose batches a sampler draws
+    (``batches``: its ``batches(...)``), in the main process; DataLoader workers only gather."""
+    unknown = sorted(set(loader_options) - LOADER_KEYWORDS - {"device", "non_blocking"})
+    if unknown:
+        raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
+                               f"{sorted(LOADER_KEYWORDS | {'device', 'non_blocking'})}")
+    if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
+        loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
+    return ReplayDataLoader(view, batches, **loader_options)
+
+
+def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView | None = None,
+                 allow_empty: bool = False, **options: Any) -> ReplaySampler:
+    """``buffer.sampler(kind, **options)``: a ``kind`` sampler over ``view``, else over
+    ``make_dataset(store, **view options)`` (single timesteps by default; a 'sequence' sampler needs ``window=``)."""
+    cls = sampler_class(kind)
+    chosen, accepted = sampler_options(cls, options)
+    if view is None:
+        if kind == "sequence" and "window" not in options:
+            raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
+        if not {"n_steps", "window", "timestep_level", "hindsight"} & set(options):
+            options["timestep_level"] = True
+        view = make_dataset(store, allow_empty=allow_empty, **options)
+    elif options:
+        raise InvalidDataError(f"view options {sorted(options)} cannot be combined with view= (sampler options: "
+                               f"{sorted(accepted)})")
+    return cls(view, **chosen)

@@ -46,12 +46,12 @@ import numpy as np
 import ray
 import torch
 
-from ...views.dataset import Sample
+from ...core.index import Sample
 from ...errors import InvalidDataError, RateLimitedError, SampleExpiredError
 from ...views.loader import make_dataset
 from ...core.options import choice, flag, integer, seed_option, short
 from ...core.options import bounded
-from ...samplers.base import REDRAWS, batch_size_of, damaged, distributed_rank
+from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, batch_size_of, damaged, distributed_rank
 from ..shards import SHARD_STRIDE, ShardSample, global_weights, merge, shard_counts
 from ...core.store import EpisodeStore
 from .calls import RATE_BACKOFF, RATE_LIMITS, ShardCall, timeout_option
@@ -70,7 +70,7 @@ class Request:
         self.size, self.number, self.calls = size, number, calls
 
 
-class RayShardedSampler:
+class RayShardedSampler(BetaSchedule, SamplerBase):
     """A sampler across shard actors (``ShardActor`` handles), for a learner in any process of the cluster.
 
     ``kind``: 'prioritized' or 'uniform'. ``beta``, ``beta_final``, ``beta_steps``: the importance-weight
@@ -104,9 +104,7 @@ class RayShardedSampler:
         # several learners (ranks of one job) with one seed: each its own stream, as ShardedSampler's
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self.rng = np.random.default_rng([self.seed, 1 << 20, self.rank])
-        self.beta0 = bounded(beta, "beta", 0.0, 1.0)
-        self.beta_final = bounded(beta_final, "beta_final", 0.0, 1.0)
-        self.beta_steps = integer(beta_steps, "beta_steps", low=0)
+        self._schedule_beta(beta, beta_final, beta_steps)
         self.prefetch = integer(prefetch, "prefetch", low=0)
         self.timeout = timeout_option(timeout)
         self.rate_limit = choice(rate_limit, "rate_limit", RATE_LIMITS)
@@ -174,12 +172,6 @@ class RayShardedSampler:
         self.lowest = np.array([total["lowest"] for total in totals], dtype=np.float64)
 
     # ---- drawing -------------------------------------------------------------------------------------
-
-    @property
-    def beta(self) -> float:
-        if not self.beta_steps:
-            return self.beta0
-        return self.beta0 + (self.beta_final - self.beta0) * min(1.0, self.draws / self.beta_steps)
 
     @property
     def in_flight(self) -> int:

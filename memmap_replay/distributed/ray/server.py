@@ -79,7 +79,7 @@ class ShardServer:
                  view: Mapping[str, Any] | None = None, alpha: float = 0.6, name: str | None = None,
                  kinds: Any = KINDS, lock_timeout: float = 30.0, rate_limiter: Any = None):
         from ...views.loader import make_dataset
-        from ...samplers.factory import make_sampler
+        from ...views.loader import make_sampler
 
         if isinstance(kinds, str):
             kinds = (kinds,)
