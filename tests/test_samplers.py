@@ -22,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from memmap_replay import (InvalidDataError, PrioritizedSampler, ReplayBuffer, Sample, SampleExpiredError,
-                           SequenceSampler, StoreLockedError, UniformSampler)
+from memmap_replay import (InvalidDataError, PrioritizedSampler, RateLimiter, ReplayBuffer, Sample, SampleExpiredError,
+                           SequenceSampler, ShardSet, StoreLockedError, UniformSampler)
+from memmap_replay.distributed.shards import SHARD_STRIDE, ShardSample
+from memmap_replay.samplers import Sampler
 from memmap_replay.views.kinds import TimestepView
 
 from conftest import episode_arrays
@@ -73,9 +75,10 @@ class Episodes:
         self.buffer = ReplayBuffer.from_folder(folder)
 
 
-def check_batch(batch: dict, episodes: Episodes) -> np.ndarray:
-    """The gathered values are what was written at each key's (episode, t); returns the keys."""
-    keys = batch["_key"].numpy()
+def check_batch(batch: dict, episodes: Episodes, local=lambda keys: keys) -> np.ndarray:
+    """The gathered values are what was written at each key's (episode, t); returns the keys (``local``: a
+    sharded key's key in its store)."""
+    keys = local(batch["_key"].numpy())
     assert keys.dtype == np.int64 and keys.ndim == 1 and len(keys) >= 1
     ids, t = np.divmod(keys, STRIDE)
     number = np.array([episodes.written[i][0] for i in ids])
@@ -93,13 +96,17 @@ def check_batch(batch: dict, episodes: Episodes) -> np.ndarray:
 
 # ---- the contract every sampler keeps ------------------------------------------------------------------
 
-FACTORIES = {
-    "uniform": ("uniform", {}, steps),
-    "uniform-epoch": ("uniform", dict(replacement=False), steps),
-    "prioritized": ("prioritized", {}, steps),
-    "sequence": ("sequence", dict(window=3), windows(3)),
-    "nstep-prioritized": ("prioritized", dict(n_steps=2, gamma=0.9), n_step),
-    "nstep-uniform": ("uniform", dict(n_steps=3), n_step),
+FACTORIES = {  # id: (kind, options, positions per episode, how the sampler is made)
+    "uniform": ("uniform", {}, steps, "buffer"),
+    "uniform-epoch": ("uniform", dict(replacement=False), steps, "buffer"),
+    "prioritized": ("prioritized", {}, steps, "buffer"),
+    "sequence": ("sequence", dict(window=3), windows(3), "buffer"),
+    "nstep-prioritized": ("prioritized", dict(n_steps=2, gamma=0.9), n_step, "buffer"),
+    "nstep-uniform": ("uniform", dict(n_steps=3), n_step, "buffer"),
+    "sharded-uniform": ("uniform", {}, steps, "sharded"),
+    "sharded-prioritized": ("prioritized", {}, steps, "sharded"),
+    "rate-limited": ("uniform", {}, steps, "limited"),
+    "rate-limited-prioritized": ("prioritized", {}, steps, "limited"),
 }
 
 
@@ -125,8 +132,9 @@ def closing():
 
 @pytest.fixture(params=list(FACTORIES))
 def factory(request, closing):
-    """(make(buffer, **options), count): a sampler of this kind; count(length, end, final) = its positions."""
-    kind, options, count = FACTORIES[request.param]
+    """(make(buffer, **options), count): a sampler of this kind; count(length, end, final) = its positions.
+    ``make.local(keys)``: the keys in the store (a sharded sampler's keys also name the shard)."""
+    kind, options, count, how = FACTORIES[request.param]
     names = itertools.count()
 
     def make(buffer, **overrides):
@@ -135,11 +143,22 @@ def factory(request, closing):
             chosen.pop("name", None)  # uniform samplers keep nothing in the folder
         else:
             chosen.setdefault("name", f"s{next(names)}")
-        sampler = buffer.sampler(kind, **chosen)
-        closing.append(sampler)
+        if how == "sharded":  # the buffer's folder as the one shard of a ShardSet
+            shards = ShardSet(folders=[buffer.folder])
+            closing.append(shards)
+            sampler = shards.sampler(kind, **chosen)
+        else:
+            sampler = buffer.sampler(kind, **chosen)
+            closing.append(sampler)
+        if how == "limited":  # a limiter that always lets a draw through
+            limiter = RateLimiter(1.0, error_buffer=1e12)
+            limiter.inserted(10**9)
+            sampler = limiter.wrap_sampler(sampler)
         return sampler
 
     make.kind, make.id = kind, request.param
+    make.local = (lambda keys: keys // SHARD_STRIDE) if how == "sharded" else (lambda keys: keys)
+    make.persistent = how != "sharded"  # a sharded sampler keeps its priorities in memory
     return make, count
 
 
@@ -147,22 +166,24 @@ class TestSamplerContract:
     def test_draws_are_live_valid_positions(self, factory, episodes):
         make, count = factory
         sampler = make(episodes.buffer)
+        assert isinstance(sampler, Sampler)  # the protocol's methods and attributes
         valid = episodes.valid_keys(count)
         seen = set()
         for _ in range(30):
             sample = sampler.sample(7)
             size = len(sample)  # (always 7: test_sample_has_the_requested_size)
-            assert isinstance(sample, Sample) and size >= 1
+            assert isinstance(sample, (Sample, ShardSample)) and size >= 1
             assert sample.keys.dtype == np.int64 and sample.keys.shape == (size,)
             if make.kind == "uniform":
                 assert sample.weights is None
             else:
                 assert sample.weights.dtype == np.float32 and sample.weights.shape == (size,)
                 assert ((sample.weights > 0) & (sample.weights <= 1)).all()
-            assert set(sample.keys.tolist()) <= valid
-            seen.update(sample.keys.tolist())
+            keys = make.local(sample.keys)
+            assert set(keys.tolist()) <= valid
+            seen.update(keys.tolist())
         assert len(seen) > len(valid) // 2  # the draws spread over the positions
-        assert set(check_batch(sampler.batch(3), episodes).tolist()) <= valid
+        assert set(check_batch(sampler.batch(3), episodes, make.local).tolist()) <= valid
 
     def test_sample_has_the_requested_size(self, factory, episodes):
         make, count = factory
@@ -184,7 +205,7 @@ class TestSamplerContract:
         sampler = make(episodes.buffer, name="kept")
         for _ in range(3):
             sample = sampler.sample(5)
-        if hasattr(sampler, "update_priorities"):  # priorities that matter, kept in the folder
+        if hasattr(sampler, "update_priorities") and make.persistent:  # priorities that matter, kept in the folder
             assert sampler.update_priorities(sample.keys, np.arange(1.0, 6.0) ** 2) == 5
         state = json.loads(json.dumps(sampler.state_dict()))  # plain JSON-able values
         expected = [sampler.sample(5) for _ in range(6)]
@@ -198,7 +219,8 @@ class TestSamplerContract:
         assert [s.keys.tolist() for s in got] == [s.keys.tolist() for s in expected]
         if make.kind != "uniform":
             assert [s.weights.tolist() for s in got] == [s.weights.tolist() for s in expected]
-            assert min(min(s.weights) for s in got) < 1  # the stored priorities really were used
+            if make.persistent:
+                assert min(min(s.weights) for s in got) < 1  # the stored priorities really were used
 
     @pytest.mark.parametrize("num_workers", [0, 2])
     def test_dataloader_batches_are_the_sampler_draws(self, factory, episodes, num_workers):
@@ -214,7 +236,7 @@ class TestSamplerContract:
             batches = list(loader)
             assert [b["_key"].tolist() for b in batches] == expected
             for batch in batches:
-                assert set(check_batch(batch, episodes).tolist()) <= valid
+                assert set(check_batch(batch, episodes, make.local).tolist()) <= valid
                 assert ("_weight" in batch) == (make.kind != "uniform")
 
     def test_follows_new_commits(self, factory, episodes):
@@ -223,7 +245,7 @@ class TestSamplerContract:
         sampler.sample(4)  # an epoch (without replacement) is under way
         new = episodes.store(7, "truncated")
         valid = episodes.valid_keys(count)
-        drawn = np.concatenate([check_batch(sampler.batch(8), episodes) for _ in range(20)])
+        drawn = np.concatenate([check_batch(sampler.batch(8), episodes, make.local) for _ in range(20)])
         assert set(drawn.tolist()) <= valid
         assert new in set((drawn // STRIDE).tolist())
 
@@ -237,20 +259,20 @@ class TestSamplerContract:
         evicted = before - set(episodes.live())
         assert len(evicted) >= 2 and episodes.buffer.episode_store.live_table().start.min() == 0  # rows reused
         valid = episodes.valid_keys(count)
-        drawn = np.concatenate([sampler.sample(8).keys for _ in range(20)])
+        drawn = make.local(np.concatenate([sampler.sample(8).keys for _ in range(20)]))
         assert not set((drawn // STRIDE).tolist()) & evicted
         assert set(drawn.tolist()) <= valid
-        check_batch(sampler.batch(8), episodes)
+        check_batch(sampler.batch(8), episodes, make.local)
 
     def test_refresh_follows_a_writer_elsewhere(self, factory, episodes):
         make, count = factory
         reader = ReplayBuffer.from_folder(episodes.buffer.folder, read_only=True)
         try:
-            sampler = make(reader)
+            sampler = make(reader, follow=False)
             new = episodes.store(7, "truncated")  # through the other buffer object: only meta.json tells
-            assert new not in set((sampler.sample(64).keys // STRIDE).tolist())
+            assert new not in set((make.local(sampler.sample(64).keys) // STRIDE).tolist())
             assert sampler.refresh() is True and sampler.refresh() is False
-            drawn = np.concatenate([sampler.sample(8).keys for _ in range(20)])
+            drawn = make.local(np.concatenate([sampler.sample(8).keys for _ in range(20)]))
             assert new in set((drawn // STRIDE).tolist()) and set(drawn.tolist()) <= episodes.valid_keys(count)
         finally:
             reader.close()
@@ -258,6 +280,26 @@ class TestSamplerContract:
 
 def pass_through(batch):
     return batch
+
+
+def test_the_ray_sampler_shares_the_protocol():
+    pytest.importorskip("ray", reason="Ray is not installed: the Ray sampler's contract runs where it is")
+    from memmap_replay.distributed.ray.sampler import RayShardedSampler
+    from memmap_replay.samplers import BetaSchedule, SamplerBase
+
+    assert issubclass(RayShardedSampler, SamplerBase) and issubclass(RayShardedSampler, BetaSchedule)
+    for method in ("sample", "batch", "batches", "state_dict", "load_state_dict", "update_priorities"):
+        assert callable(getattr(RayShardedSampler, method))
+
+
+def test_importing_the_samplers_room_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, memmap_replay.samplers, memmap_replay.core.index; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 # ---- property test: random stores, draws, updates and reopenings against a model ------------------------

@@ -1,5 +1,7 @@
 """Views: shapes and values pinned on small hand-built episodes, ends, padding, masks, frame stacks."""
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -261,3 +263,94 @@ def test_output_pool_keeps_bounded_memory():
     assert all(again.ctypes.data != piece.data_ptr() for piece in slices)
     del slices
     assert pool.take(source, np.arange(200)).ctypes.data == pool.free[((200, 1024), source.dtype)][0].ctypes.data
+
+
+# ---- the contract every view keeps -------------------------------------------------------------------------
+
+VIEW_KINDS = {
+    "trajectory": dict(),
+    "timestep": dict(timestep_level=True),
+    "frame-stack": dict(timestep_level=True, frame_stack=2, stack_fields=["obs"]),
+    "window": dict(window=3),
+    "partial-window": dict(window=3, allow_partial=True),
+    "nstep": dict(n_steps=2, gamma=0.9),
+    "concat": dict(timestep_level=True),
+}
+
+
+@pytest.fixture(params=list(VIEW_KINDS))
+def any_view(request, make_buffer):
+    """(buffer, make()): a fresh view of this kind over a buffer of three episodes."""
+    from conftest import episode_arrays
+    from memmap_replay import ShardSet
+
+    buffer = make_buffer("view-contract", max_episodes=8, max_timesteps=8, max_steps=64)
+    for number, length in enumerate([5, 3, 6], start=1):
+        buffer.store_episode(**episode_arrays(number, length), task_id=number, end="terminated")
+    options = VIEW_KINDS[request.param]
+    opened = []
+
+    def make():
+        if request.param == "concat":
+            shards = ShardSet(folders=[buffer.folder])
+            opened.append(shards)
+            return shards.dataset(**options)
+        return buffer.dataset(**options)
+
+    yield buffer, make
+    for shards in opened:
+        shards.close()
+
+
+def same_batch(first: dict, second: dict) -> None:
+    assert sorted(first) == sorted(second)
+    for name in first:
+        torch.testing.assert_close(first[name], second[name], rtol=0, atol=0)
+
+
+class TestViewContract:
+    def test_indexing_is_the_batch_of_one_item(self, any_view):
+        _, make = any_view
+        view = make()
+        size = len(view)
+        assert size > 0
+        for item in (0, size - 1, -1, np.int64(1)):
+            one = view.__getitems__(np.array([int(item) % size]))
+            same_batch(view[item], {name: value[0] for name, value in one.items()})
+        with pytest.raises(IndexError, match=r"item indices must be in \[0, "):
+            view[size]
+        with pytest.raises(TypeError, match="a view is indexed by an int"):
+            view[True]
+        with pytest.raises(TypeError, match="a view is indexed by an int"):
+            view[0.0]
+
+    def test_getitems_gathers_in_the_order_asked(self, any_view):
+        _, make = any_view
+        view = make()
+        items = np.random.default_rng(3).permutation(len(view))[:9]
+        batch, backwards = view.__getitems__(items), view.__getitems__(items[::-1])
+        assert sorted(batch) == sorted(backwards)
+        for name, value in batch.items():
+            if value.ndim and value.shape[0] == len(items):
+                torch.testing.assert_close(value.flip(0), backwards[name], rtol=0, atol=0)
+        with pytest.raises(IndexError, match="item indices"):
+            view.__getitems__([len(view)])
+
+    def test_pickles_as_a_folder_and_gathers_the_same(self, any_view):
+        _, make = any_view
+        view = make()
+        items = np.arange(len(view))[::2]
+        expected = view.__getitems__(items)
+        copy = pickle.loads(pickle.dumps(view))
+        same_batch(copy.__getitems__(items), expected)
+
+    def test_refresh_takes_in_new_episodes(self, any_view):
+        from conftest import episode_arrays
+
+        buffer, make = any_view
+        view = make()
+        before = len(view)
+        buffer.store_episode(**episode_arrays(9, 7), task_id=9, end="terminated")
+        assert view.refresh() is True
+        assert len(view) > before and view.refresh() is False
+        same_batch(view.__getitems__([len(view) - 1]), make().__getitems__([len(view) - 1]))

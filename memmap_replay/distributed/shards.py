@@ -174,6 +174,14 @@ class ConcatView(BatchDataset):
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
 
+    def refresh(self, *, reread: bool = True) -> bool:
+        """Every shard's view takes in its store's commits and evictions; True if any changed."""
+        changed = False
+        for view in self.views:
+            changed |= view.refresh(reread=reread)
+        self.ends = np.cumsum([len(view) for view in self.views])
+        return changed
+
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
         if isinstance(items, ShardSample):
             return self.sample_batch(items)

@@ -112,6 +112,7 @@ class BatchDataset(Dataset):
         item, size = int(item), len(self)
         if not -size <= item < size:  # here, in Python ints: 2**63 and beyond must not overflow numpy
             raise IndexError(f"item indices must be in [0, {size}) (got {item})")
+        item = item + size if item < 0 else item
         return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
 
     def sampler_dataloader(self, batches: Any, **loader_options: Any):
