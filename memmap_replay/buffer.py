@@ -15,11 +15,11 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import EpisodeStateError, InvalidDataError, SchemaError
+from .errors import EpisodeStateError, OptionError, SchemaError
 from .core.format import Capacity
 from .core.schema import Schema
 from .core.store import EpisodeStore
-from .core.options import flag, integer
+from .core.options import flag, positive
 from .core.update import plan_update
 from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
@@ -38,15 +38,11 @@ class EpisodeMeta(dict):
         self._writer.set_end(end, final)
 
 
-def bool_option(value: Any, name: str) -> bool:
-    """A True/False option of the buffer: anything else (e.g. 'no', 1) is an error, never truthy."""
-    return flag(value, name, error=SchemaError)
-
-
 def positive_int(value: Any, name: str) -> int:
-    value = integer(value, name, low=1, error=SchemaError)
+    """A capacity count: a positive int below 2**40."""
+    value = positive(value, name)
     if value >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
-        raise SchemaError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
+        raise OptionError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
     return value
 
 
@@ -73,10 +69,10 @@ class ReplayBuffer:
                  _store: EpisodeStore | None = None):
         for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable),
                             ("track_stats", track_stats)):
-            bool_option(value, name)
+            flag(value, name)
         if _store is None:
             if read_only and overwrite:
-                raise SchemaError("read_only=True and overwrite=True contradict each other; pass one of them")
+                raise OptionError("read_only=True and overwrite=True contradict each other; pass one of them")
             if read_only:
                 _store = EpisodeStore.open(folder, "r", durable=durable)
             else:
@@ -102,8 +98,8 @@ class ReplayBuffer:
         if max_steps is None:
             max_steps = max_episodes * (max_timesteps + 1)
         if positive_int(max_steps, "max_steps") < max_timesteps + 1:
-            raise SchemaError(f"max_steps must be at least max_timesteps + 1 = {max_timesteps + 1} (got {max_steps})")
-        circular = bool_option(circular, "circular")
+            raise OptionError(f"max_steps must be at least max_timesteps + 1 = {max_timesteps + 1} (got {max_steps})")
+        circular = flag(circular, "circular")
         return Schema.parse(fields, meta_fields), Capacity(max_episodes, max_timesteps, max_steps, circular)
 
     @classmethod
@@ -111,7 +107,7 @@ class ReplayBuffer:
                     track_stats: bool = True) -> "ReplayBuffer":
         """Open an existing store; read-only opens never take the writer lock."""
         for name, value in (("read_only", read_only), ("durable", durable), ("track_stats", track_stats)):
-            bool_option(value, name)
+            flag(value, name)
         return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable),
                    track_stats=track_stats)
 
@@ -367,7 +363,7 @@ class ReplayBuffer:
                 self._sampler = self.sampler("uniform")
             sampler = self._sampler
         if not hasattr(sampler, "batch") or not hasattr(sampler, "sample"):
-            raise InvalidDataError(f"sampler must be a sampler, e.g. buffer.sampler('prioritized') (got {sampler!r})")
+            raise OptionError(f"sampler must be a sampler, e.g. buffer.sampler('prioritized') (got {sampler!r})")
         return sampler.batch(batch_size)
 
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,

@@ -11,6 +11,8 @@ __all__ = [
     "SchemaError",
     "SchemaMismatchError",
     "InvalidDataError",
+    "OptionError",
+    "IndexTypeError",
     "BufferFullError",
     "EpisodeStateError",
     "ReadOnlyError",
@@ -44,6 +46,20 @@ class SchemaMismatchError(SchemaError):
 
 class InvalidDataError(ReplayError, ValueError):
     """A value given to a write does not fit its field (name, shape, dtype or range)."""
+
+
+class OptionError(InvalidDataError):
+    """An argument of a call is of the wrong type or out of range: ``batch_size=-1``, ``alpha='x'``,
+    ``overwrite='no'``, an unknown ``device`` or field name, an index that is not an int. The message says
+    what the option must be, what came, and how to fix it.
+
+    A subclass of ``InvalidDataError`` (and so of ``ReplayError`` and ``ValueError``): code that caught
+    ``InvalidDataError`` for a bad option before this class existed still catches it."""
+
+
+class IndexTypeError(OptionError, TypeError):
+    """A view was indexed by something other than an int (``view[True]``, ``view['0']``, ``view[0.5]``): an
+    ``OptionError`` that is also a ``TypeError``, as Python's own indexing errors are."""
 
 
 class BufferFullError(ReplayError, ValueError):

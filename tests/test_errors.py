@@ -30,7 +30,7 @@ from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError
                            DiskFullError, MissingExtraError, RateLimitedError,
                            ShardUnavailableError)
 from memmap_replay import errors as errors_module
-from memmap_replay.errors import MissingFileError, StoreIOError, UnsafeEntryError
+from memmap_replay.errors import IndexTypeError, MissingFileError, OptionError, StoreIOError, UnsafeEntryError
 
 # ---- the store every test starts from ---------------------------------------------------------------
 
@@ -51,6 +51,8 @@ BUILTIN = {
     SchemaError: ValueError,
     SchemaMismatchError: ValueError,
     InvalidDataError: ValueError,
+    OptionError: ValueError,
+    IndexTypeError: TypeError,
     BufferFullError: ValueError,
     EpisodeStateError: RuntimeError,
     ReadOnlyError: PermissionError,
@@ -207,6 +209,12 @@ def test_schema_mismatch_is_a_schema_error():
     assert issubclass(SchemaMismatchError, SchemaError)
 
 
+def test_option_error_is_an_invalid_data_error_and_not_a_schema_error():
+    # code that caught InvalidDataError for a bad option before OptionError existed still catches it
+    assert issubclass(OptionError, InvalidDataError) and not issubclass(OptionError, SchemaError)
+    assert issubclass(IndexTypeError, OptionError) and issubclass(IndexTypeError, TypeError)
+
+
 @pytest.mark.parametrize("name", errors_module.__all__)
 def test_every_error_is_exported_and_documented(name):
     error = getattr(errors_module, name)
@@ -299,13 +307,13 @@ def test_store_episode_typo_in_step_field_lists_the_step_fields(buffer):
 
 @pytest.mark.parametrize("kwargs", [dict(fields=("bogus",)), dict(meta_fields=("bogus",))], ids=["field", "meta_field"])
 def test_get_all_data_unknown_name(buffer, kwargs):
-    with raises(InvalidDataError, match=r"unknown (meta )?field 'bogus'"):
+    with raises(OptionError, match=r"unknown (meta )?field 'bogus'"):
         buffer.get_all_data(**kwargs)
 
 
 def test_get_all_data_unknown_name_on_empty_store(tmp_path):
     with make(tmp_path / "empty") as buf:
-        with raises(InvalidDataError, match=r"unknown field 'bogus'"):
+        with raises(OptionError, match=r"unknown field 'bogus'"):
             buf.get_all_data(fields=("bogus",))
 
 
@@ -789,7 +797,7 @@ def test_every_write_to_a_closed_buffer_raises_read_only_error(folder, write):
 
 def test_read_only_with_overwrite_is_refused(folder):
     files = files_of(folder)
-    with raises(SchemaError, match=r"read_only=True and overwrite=True contradict each other"):
+    with raises(OptionError, match=r"read_only=True and overwrite=True contradict each other"):
         make(folder, read_only=True, overwrite=True)
     assert files_of(folder) == files
 
@@ -1119,7 +1127,7 @@ def test_from_folder_on_an_empty_folder(tmp_path):
 
 
 def test_episode_store_open_with_unknown_mode(folder):
-    with raises(InvalidDataError, match=r"mode must be one of"):
+    with raises(OptionError, match=r"mode must be one of"):
         EpisodeStore.open(folder, "x")
 
 
@@ -1191,7 +1199,9 @@ SCHEMA_ERRORS = [
 def test_bad_schema_or_capacity_is_refused_before_touching_disk(tmp_path, kwargs, match):
     options = dict(max_episodes=MAX_EPISODES, max_timesteps=MAX_TIMESTEPS, meta_fields=None)
     options.update(kwargs)
-    with raises(SchemaError, match=match):
+    # a field spec is a SchemaError; a capacity or flag of the wrong type or range an OptionError
+    error = SchemaError if set(kwargs) <= {"fields", "meta_fields"} else OptionError
+    with raises(error, match=match):
         ReplayBuffer(tmp_path / "new", **options)
     assert not (tmp_path / "new").exists()
 
@@ -1354,9 +1364,9 @@ def test_batch_step_beyond_max_timesteps(buffer, writer):
 
 @pytest.mark.parametrize("num_envs", [0, -1, 1.5, True, "2"])
 def test_vector_writer_bad_num_envs(buffer, num_envs):
-    with raises(InvalidDataError, match=rf"num_envs must be a positive int \(got {re.escape(repr(num_envs))}\)"):
+    with raises(OptionError, match=rf"num_envs must be a positive int \(got {re.escape(repr(num_envs))}\)"):
         buffer.vector_writer(num_envs)
-    with raises(InvalidDataError, match=r"num_envs must be a positive int"):
+    with raises(OptionError, match=r"num_envs must be a positive int"):
         buffer.batched_episode(num_envs).__enter__()
 
 
@@ -1382,7 +1392,7 @@ BAD_ENDS = ["done", True, 1, "Terminated", ""]
 @pytest.mark.parametrize("end", BAD_ENDS)
 def test_store_episode_bad_end(buffer, end):
     before = committed(buffer)
-    with raises(InvalidDataError, match=rf"end must be 'terminated', 'truncated' or None \(got {re.escape(repr(end))}\)"):
+    with raises(OptionError, match=rf"end must be 'terminated', 'truncated' or None \(got {re.escape(repr(end))}\)"):
         buffer.store_episode(**good_episode(5, 2), end=end)
     assert_unchanged(buffer, before)
 
@@ -1394,7 +1404,7 @@ def test_bad_end_inside_an_episode_leaves_it_open(buffer, end, how):
     with buffer.one_episode() as episode:
         buffer.store(**good_step(5, 0))
         setter = buffer.set_episode_end if how == "set_episode_end" else episode.set_end
-        with raises(InvalidDataError, match=r"end must be 'terminated', 'truncated' or None"):
+        with raises(OptionError, match=r"end must be 'terminated', 'truncated' or None"):
             setter(end)
         buffer.store(**good_step(5, 1))
     episodes, _ = committed(buffer)
@@ -1403,16 +1413,19 @@ def test_bad_end_inside_an_episode_leaves_it_open(buffer, end, how):
     assert episodes[2]["end"] == 0 and not episodes[2]["final"]
 
 
-@pytest.mark.parametrize("call", [
-    pytest.param(lambda b: b.advance_episode(end="done"), id="advance_episode-bad-end"),
-    pytest.param(lambda b: b.end_episode(end="done"), id="end_episode-bad-end"),
-    pytest.param(lambda b: b.end_episode(end="truncated", final=dict(bogus=1.0)), id="end_episode-bad-final"),
-    pytest.param(lambda b: b.advance_episode(end="truncated", final=dict(obs=np.zeros(4))), id="advance_episode-bad-final"),
+# end= is an option (OptionError); final= holds the data written (InvalidDataError)
+@pytest.mark.parametrize("call, error", [
+    pytest.param(lambda b: b.advance_episode(end="done"), OptionError, id="advance_episode-bad-end"),
+    pytest.param(lambda b: b.end_episode(end="done"), OptionError, id="end_episode-bad-end"),
+    pytest.param(lambda b: b.end_episode(end="truncated", final=dict(bogus=1.0)), InvalidDataError,
+                 id="end_episode-bad-final"),
+    pytest.param(lambda b: b.advance_episode(end="truncated", final=dict(obs=np.zeros(4))), InvalidDataError,
+                 id="advance_episode-bad-final"),
 ])
-def test_bad_end_or_final_when_ending_keeps_the_episode_open(buffer, call):
+def test_bad_end_or_final_when_ending_keeps_the_episode_open(buffer, call, error):
     buffer.begin_episode()
     buffer.store(**good_step(5, 0))
-    with raises(InvalidDataError, match=r"(end must be|'bogus'|'obs')"):
+    with raises(error, match=r"(end must be|'bogus'|'obs')"):
         call(buffer)
     buffer.store(**good_step(5, 1))
     buffer.end_episode()
@@ -1431,7 +1444,7 @@ def test_vector_commit_all_bad_end_keeps_the_episodes(buffer):
     writer = buffer.vector_writer(2)
     writer.store(**good_batch([5, 6], 0))
     before = committed(buffer)
-    with raises(InvalidDataError, match=r"end must be 'terminated', 'truncated' or None \(got 'done'\)"):
+    with raises(OptionError, match=r"end must be 'terminated', 'truncated' or None \(got 'done'\)"):
         writer.commit_all("done")
     assert writer.lengths.tolist() == [1, 1]
     assert_same(before, committed(buffer))
@@ -1456,7 +1469,7 @@ def test_vector_commit_all_bad_end_keeps_the_episodes(buffer):
 ])
 def test_update_bad_indices(buffer, indices, match):
     before = committed(buffer)
-    with raises(InvalidDataError, match=match):
+    with raises(OptionError, match=match):
         buffer.update(indices, reward=99.0)
     assert_unchanged(buffer, before)
 

@@ -108,7 +108,7 @@ def test_through_the_buffer_and_a_sampler(goals):
     (dict(goal_field="goals"), "goal_field='goals' is not a step field"),
     (dict(achieved_field="reward"), "must have the same shape"),
     (dict(strategy="past"), "strategy must be one of"),
-    (dict(relabel_ratio=1.5), r"relabel_ratio must be a number in \[0, 1\]"),
+    (dict(relabel_ratio=1.5), r"relabel_ratio must be a finite number in \[0, 1\]"),
     (dict(reward_fn="reached"), "reward_fn must be a function"),
     (dict(n_steps=3), "n_steps must be 1"),
     (dict(next_fields=("obs",)), "needs the next field 'achieved'"),

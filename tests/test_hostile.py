@@ -161,8 +161,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import memmap_replay
-from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, InvalidDataError,
-                           NotAFolderError, ReadOnlyError, ReplayBuffer, ReplayError, Sample, SampleExpiredError,
+from memmap_replay import (BufferFullError, CorruptStoreError, EpisodeStateError, IndexTypeError, InvalidDataError,
+                           NotAFolderError, OptionError, ReadOnlyError, ReplayBuffer, ReplayError, Sample, SampleExpiredError,
                            SchemaError, SchemaMismatchError, StoreLockedError, StoreNotFoundError,
                            UnsupportedFormatError)
 
@@ -184,7 +184,8 @@ MAX_EPISODES, MAX_TIMESTEPS = 8, 6
 TABLE = ("start", "length", "end", "final", "id")
 
 BUILTIN = {
-    SchemaError: ValueError, SchemaMismatchError: ValueError, InvalidDataError: ValueError,
+    SchemaError: ValueError, SchemaMismatchError: ValueError, InvalidDataError: ValueError, OptionError: ValueError,
+    IndexTypeError: TypeError,
     BufferFullError: ValueError, EpisodeStateError: RuntimeError, ReadOnlyError: PermissionError,
     StoreNotFoundError: FileNotFoundError, NotAFolderError: NotADirectoryError, StoreLockedError: BlockingIOError,
     CorruptStoreError: OSError, UnsupportedFormatError: ValueError, SampleExpiredError: LookupError,
@@ -722,7 +723,7 @@ def test_capacity_must_be_a_positive_int(new_folder, key, value):
     if key == "max_steps" and value is None:  # None is the default: max_episodes * (max_timesteps + 1)
         ReplayBuffer(folder, **options).close()
         return
-    with raises(SchemaError, match=rf"^{key} must be a positive int \(got {re.escape(repr(value))}\)"):
+    with raises(OptionError, match=rf"^{key} must be a positive int \(got {re.escape(repr(value))}\)"):
         ReplayBuffer(folder, **options)
     assert files_under(folder.parent) == []
 
@@ -749,7 +750,7 @@ def test_capacity_beyond_the_format_is_refused_up_front(new_folder, key, value):
     options[key] = value
     try:
         ReplayBuffer(folder, **options).close()
-    except SchemaError as error:
+    except OptionError as error:
         assert key in str(error)
         assert files_under(folder.parent) == []
         return
@@ -759,9 +760,9 @@ def test_capacity_beyond_the_format_is_refused_up_front(new_folder, key, value):
 @fast(30)
 @given(value=garbage)
 def test_circular_must_be_a_bool(new_folder, value):
-    assume(not isinstance(value, bool))
+    assume(not isinstance(value, (bool, np.bool_)))  # numpy bools are flags too
     folder = new_folder()
-    with raises(SchemaError, match=rf"^circular must be True or False \(got {re.escape(repr(value))}\)"):
+    with raises(OptionError, match=rf"^circular must be True or False \(got {re.escape(repr(value))}\)"):
         ReplayBuffer(folder, 2, 3, dict(x="float"), circular=value)
     assert files_under(folder.parent) == []
 
@@ -775,9 +776,9 @@ def test_circular_must_be_a_bool(new_folder, value):
 def test_bool_options_refuse_non_bools_and_never_wipe(fresh, option, value):
     fresh.close()
     with unchanged_folder(fresh.folder):
-        with raises(SchemaError, match=rf"{option} must be True or False \(got {re.escape(repr(value))}\)"):
+        with raises(OptionError, match=rf"{option} must be True or False \(got {re.escape(repr(value))}\)"):
             make(fresh.folder, **{option: value}).close()
-        with raises(SchemaError, match=rf"{option} must be True or False"):
+        with raises(OptionError, match=rf"{option} must be True or False"):
             (ReplayBuffer.from_folder(fresh.folder, **{option: value}) if option != "overwrite"
              else make(fresh.folder, overwrite=value)).close()
 
@@ -811,7 +812,7 @@ PATH_CASES = [
 def test_folder_that_cannot_be_a_store_gets_a_library_error(new_folder, path, monkeypatch):
     base = new_folder().parent
     monkeypatch.chdir(base)  # '' must not reach the directory the tests run in
-    with raises((StoreNotFoundError, NotAFolderError, ReadOnlyError, SchemaError, InvalidDataError),
+    with raises((StoreNotFoundError, NotAFolderError, ReadOnlyError, SchemaError, OptionError),
                 match=r"(folder|path|store)"):
         ReplayBuffer(path(base), 2, 3, dict(x="float"))
     assert files_under(base) == []
@@ -1099,12 +1100,12 @@ def test_end_of_any_other_value_at_every_entry_point(store, end, how):
     match = r"^end must be 'terminated', 'truncated' or None \(got "
     with unchanged(store):
         if how == "store_episode":
-            with raises(InvalidDataError, match=match):
+            with raises(OptionError, match=match):
                 store.store_episode(**episode(6, 2), end=end)
         elif how == "commit_all":
             writer = store.vector_writer(2)
             writer.store(**batch_step([6, 7], 0))
-            with raises(InvalidDataError, match=match):
+            with raises(OptionError, match=match):
                 writer.commit_all(end)
             assert writer.lengths.tolist() == [1, 1]  # the episodes stay open
             writer.discard()
@@ -1113,7 +1114,7 @@ def test_end_of_any_other_value_at_every_entry_point(store, end, how):
                 store.store(**step(6, 0))
                 setter = {"set_episode_end": store.set_episode_end, "episode.set_end": handle.set_end,
                           "end_episode": store.end_episode, "advance_episode": store.advance_episode}[how]
-                with raises(InvalidDataError, match=match):
+                with raises(OptionError, match=match):
                     setter(end)
                 store.store(**step(6, 1))  # still open
 
@@ -1130,8 +1131,10 @@ END_CASES = [
 
 @pytest.mark.parametrize("call", END_CASES)
 def test_end_and_final_of_the_wrong_type(store, call):
-    with unchanged(store), raises(InvalidDataError, match=r"^(end must be|final must be a dict)"):
+    with unchanged(store), raises((OptionError, InvalidDataError), match=r"^(end must be|final must be a dict)") as info:
         call(store)
+    # end= is an option (OptionError); final= holds the data written (InvalidDataError)
+    assert isinstance(info.value, OptionError) == str(info.value).startswith("end must be")
 
 
 @pytest.mark.parametrize("final", [
@@ -1296,7 +1299,7 @@ def test_vector_writer_none_final_for_an_env_that_ended(fresh):
 @pytest.mark.parametrize("how", ["vector_writer", "batched_episode"])
 def test_huge_num_envs(store, n, how):
     call = store.vector_writer if how == "vector_writer" else lambda k: store.batched_episode(k).__enter__()
-    with unchanged(store), raises(InvalidDataError, match=r"num_envs"):
+    with unchanged(store), raises(OptionError, match=r"num_envs"):
         call(n)
 
 
@@ -1314,7 +1317,7 @@ def test_commit_all_and_discard_envs_of_any_value(store, envs):
     writer = store.vector_writer(2)
     writer.store(**batch_step([6, 7], 0))
     for call in (writer.commit_all, writer.discard):
-        with unchanged(store), raises(InvalidDataError, match=r"^envs must (be an int or a 1-d array of ints|be in \[0, 2\))"):
+        with unchanged(store), raises(OptionError, match=r"^envs must (be an int or a 1-d array of ints|be in \[0, 2\))"):
             call(envs=envs)
         assert writer.lengths.tolist() == [1, 1]
     writer.discard()
@@ -1368,7 +1371,7 @@ def test_update_indices_of_every_kind(store, indices):
     live = set(store.live_episodes.tolist())
     assume(not legal_indices(indices, live))
     assume(not (isinstance(indices, list) and indices and type(indices[0]) is int and indices[0] >= 2**63))  # a case below
-    with unchanged(store), raises(InvalidDataError, match=r"^episode (indices must be (an int or a 1-d array of ints|in \[0, 8\))"
+    with unchanged(store), raises(OptionError, match=r"^episode (indices must be (an int or a 1-d array of ints|in \[0, 8\))"
                                                           r"|slot \d+ holds no live episode)"):
         store.update(indices, reward=99.0)
 
@@ -1385,7 +1388,7 @@ UPDATE_CASES = [
 
 @pytest.mark.parametrize("indices, match", UPDATE_CASES)
 def test_update_indices_the_library_mishandles(store, indices, match):
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         store.update(indices, reward=99.0)
 
 
@@ -1413,7 +1416,7 @@ def test_update_values_of_any_shape(store, shape, name):
 def test_get_all_data_with_unknown_names(store, names, where):
     allowed = set(FIELDS) if where == "fields" else set(META) | {"episode_lens"}
     assume(any(name not in allowed for name in names))
-    with unchanged(store), raises(InvalidDataError, match=r"^unknown (meta )?field "):
+    with unchanged(store), raises(OptionError, match=r"^unknown (meta )?field "):
         store.get_all_data(**{where: tuple(names)})
 
 
@@ -1441,7 +1444,7 @@ def test_get_all_data_names_given_in_the_wrong_form(store, kwargs):
     pytest.param("cuda:0" if not torch.cuda.is_available() else "cuda:99", id="absent-accelerator"),
 ])
 def test_get_all_data_device_garbage(store, device):
-    with unchanged(store), raises(InvalidDataError, match=r"device"):
+    with unchanged(store), raises(OptionError, match=r"device"):
         store.get_all_data(device=device)
 
 
@@ -1475,7 +1478,7 @@ DATASET_OPTIONS = {
     "include_metadata": ({}, is_bool, r"include_metadata must be True or False"),
     "allow_partial": (dict(window=2), is_bool, r"allow_partial must be True or False"),
     "time_major": (dict(window=2), is_bool, r"time_major must be True or False"),
-    "gamma": (dict(n_steps=2), valid_gamma, r"gamma must be a number in \[0, 1\]"),
+    "gamma": (dict(n_steps=2), valid_gamma, r"gamma must be a finite number in \[0, 1\]"),
     "stack_pad": (dict(timestep_level=True, frame_stack=2), lambda v: isinstance(v, str) and v in ("repeat", "zero"),
                   r"stack_pad must be one of"),
     "stack_fields": (dict(timestep_level=True, frame_stack=2), lambda v: v is None or valid_names_of(FIELDS)(v),
@@ -1521,7 +1524,7 @@ def test_every_dataset_option_refuses_values_of_the_wrong_type_or_range(store, o
         assume(not isinstance(value, (np.ndarray, torch.Tensor)))
     if option == "reward_field":
         assume(hashable(value))
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         store.dataset(**others, **{option: value})
 
 
@@ -1538,7 +1541,7 @@ FILTER_CASES = [
 
 @pytest.mark.parametrize("kwargs", FILTER_CASES)
 def test_dataset_options_the_library_mishandles(store, kwargs):
-    with unchanged(store), raises(InvalidDataError, match=r"^(filter_meta|filter_fields|stack_pad|gamma needs)"):
+    with unchanged(store), raises(OptionError, match=r"^(filter_meta|filter_fields|stack_pad|gamma needs)"):
         store.dataset(**kwargs)
 
 
@@ -1551,7 +1554,7 @@ def test_dataset_unknown_keywords(store, name, kind):
              "allow_partial", "time_major", "current_fields", "next_fields", "sequence_fields", "gamma",
              "reward_field", "include_metadata", "hindsight"}
     assume(name not in known)
-    with unchanged(store), raises(InvalidDataError, match=rf"^unknown keyword \['{name}'\] for a \w+View; it takes \["):
+    with unchanged(store), raises(OptionError, match=rf"^unknown keyword \['{name}'\] for a \w+View; it takes \["):
         store.dataset(**kind, **{name: 1})
 
 
@@ -1593,7 +1596,7 @@ def test_every_dataloader_option_refuses_values_of_the_wrong_type(store, option,
             assume(not any(keyword.iskeyword(n.lstrip("_")) for n in names))  # a case below
     kwargs = {"batch_size": 2, option: value} if option != "batch_size" else {"batch_size": value}
     batch_size = kwargs.pop("batch_size")
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         next(iter(store.dataloader(batch_size, **kwargs)))
 
 
@@ -1610,7 +1613,7 @@ LOADER_CASES = [
 
 @pytest.mark.parametrize("kwargs, match", LOADER_CASES)
 def test_dataloader_options_the_library_mishandles(store, kwargs, match):
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         next(iter(store.dataloader(2, **kwargs)))
 
 
@@ -1734,7 +1737,7 @@ def test_view_refuses_hostile_sample_objects(store, views, sample, match):
 def test_view_classes_given_something_else_than_a_store(store, cls, given_store):
     thing = {"buffer": store, "path": str(store.folder), "None": None}[given_store]
     options = dict(goal_field="goal", achieved_field="achieved", reward_fn=reward_of_achievement) if cls == "HindsightView" else {}
-    with unchanged(store), raises(InvalidDataError, match=r"(EpisodeStore|store|dataset)"):
+    with unchanged(store), raises(OptionError, match=r"(EpisodeStore|store|dataset)"):
         getattr(memmap_replay, cls)(thing, **options)
 
 
@@ -1743,7 +1746,7 @@ def test_view_classes_given_something_else_than_a_store(store, cls, given_store)
 def test_batch_index_sampler_options(batch_size, shuffle, seed):
     ok = (is_int(batch_size) and batch_size >= 1, is_bool(shuffle), seed is None or is_int(seed))
     assume(not all(ok))
-    with raises(InvalidDataError, match=r"^(batch_size must be a positive int|shuffle must be True or False|"
+    with raises(OptionError, match=r"^(batch_size must be a positive int|shuffle must be True or False|"
                                         r"seed must be an int or None)"):
         memmap_replay.BatchIndexSampler(10, batch_size, shuffle=shuffle, seed=seed)
 
@@ -1756,7 +1759,7 @@ def test_batch_index_sampler_options(batch_size, shuffle, seed):
     pytest.param(2**70, id="2**70"),
 ])
 def test_batch_index_sampler_size(size):
-    with raises(InvalidDataError, match=r"^size must be an int"):
+    with raises(OptionError, match=r"^size must be an int"):
         sampler = memmap_replay.BatchIndexSampler(size, 2, shuffle=True)
         len(sampler)
         list(itertools.islice(sampler, 1))
@@ -1769,7 +1772,7 @@ def test_batch_index_sampler_size(size):
 @given(kind=st.one_of(st.text(max_size=12), garbage))
 def test_sampler_kind_of_any_value(store, kind):
     assume(kind not in ("uniform", "prioritized", "sequence") if isinstance(kind, str) else True)
-    with unchanged(store), raises(InvalidDataError, match=r"^kind must be one of \['prioritized', 'sequence', 'uniform'\] \(got "):
+    with unchanged(store), raises(OptionError, match=r"^kind must be one of \['prioritized', 'sequence', 'uniform'\] \(got "):
         store.sampler(kind)
 
 
@@ -1784,12 +1787,12 @@ SAMPLER_OPTIONS = {
     "follow": ("uniform", {}, lambda v: is_bool(v) or (isinstance(v, str) and v == "disk"), r"follow must be"),
     "rank": ("uniform", dict(world_size=2), lambda v: v is None or (is_int(v) and 0 <= v < 2), r"rank must be"),
     "world_size": ("uniform", {}, lambda v: v is None or (is_int(v) and v >= 1), r"(world_size must be|rank must be below)"),
-    "alpha": ("prioritized", dict(persist=False), valid_unit(high=None), r"alpha must be a number >= 0\.0"),
-    "beta": ("prioritized", dict(persist=False), valid_unit(), r"beta must be a number in \[0\.0, 1\.0\]"),
-    "beta_final": ("prioritized", dict(persist=False), valid_unit(), r"beta_final must be a number in \[0\.0, 1\.0\]"),
+    "alpha": ("prioritized", dict(persist=False), valid_unit(high=None), r"alpha must be a finite number >= 0\.0"),
+    "beta": ("prioritized", dict(persist=False), valid_unit(), r"beta must be a finite number in \[0\.0, 1\.0\]"),
+    "beta_final": ("prioritized", dict(persist=False), valid_unit(), r"beta_final must be a finite number in \[0\.0, 1\.0\]"),
     "beta_steps": ("prioritized", dict(persist=False), lambda v: is_int(v) and v >= 0, r"beta_steps must be an int >= 0"),
     "persist": ("prioritized", {}, lambda v: v is None or is_bool(v), r"persist must be True or False"),
-    "eta": ("sequence", dict(window=2, persist=False), valid_unit(), r"eta must be a number in \[0\.0, 1\.0\]"),
+    "eta": ("sequence", dict(window=2, persist=False), valid_unit(), r"eta must be a finite number in \[0\.0, 1\.0\]"),
 }
 
 
@@ -1803,7 +1806,7 @@ def test_every_sampler_option_refuses_values_of_the_wrong_type_or_range(store, o
         assume(not isinstance(value, (np.ndarray, torch.Tensor)))
     if option in ("alpha", "beta", "beta_final", "eta"):  # a case below: ints beyond int64
         assume(not (isinstance(value, int) and not -2**63 <= value < 2**64))
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         store.sampler(kind, **others, **{option: value})
 
 
@@ -1818,7 +1821,7 @@ def valid_priorities_name(name) -> bool:
                       st.text(alphabet=st.characters(codec="ascii"), max_size=70), st.integers(), st.none()))
 def test_priorities_name_of_any_ascii_text_stays_inside_priorities(store, name):
     if not valid_priorities_name(name):
-        with unchanged(store), raises(InvalidDataError, match=r"^name must be letters, digits, '_' or '-' \(at most 64\), "
+        with unchanged(store), raises(OptionError, match=r"^name must be letters, digits, '_' or '-' \(at most 64\), "
                                                               rf"a file name \(got {re.escape(repr(name))}\)"):
             store.sampler("prioritized", name=name)
         return
@@ -1835,7 +1838,7 @@ def test_priorities_name_of_any_ascii_text_stays_inside_priorities(store, name):
 
 
 def test_priorities_name_too_long_for_the_file_system(fresh):
-    with unchanged(fresh), raises(InvalidDataError, match=r"^name must be"):
+    with unchanged(fresh), raises(OptionError, match=r"^name must be"):
         fresh.sampler("prioritized", name="𝔞" * 64)
 
 
@@ -1850,7 +1853,7 @@ def test_sampler_batch_sizes_of_any_value(store, samplers, which, call, size):
     action = {"sample": lambda: sampler.sample(size), "batch": lambda: sampler.batch(size),
               "batches": lambda: sampler.batches(size), "dataloader": lambda: sampler.dataloader(size),
               "buffer.sample": lambda: store.sample(size, sampler=sampler)}[call]
-    with unchanged(store), raises(InvalidDataError, match=rf"^batch_size must be a positive int \(got {re.escape(repr(size))}\)"):
+    with unchanged(store), raises(OptionError, match=rf"^batch_size must be a positive int \(got {re.escape(repr(size))}\)"):
         action()
     assert sampler.state_dict() == before
 
@@ -1863,7 +1866,7 @@ def test_sampler_batches_counts_and_flags(store, samplers, which, num_batches, d
     assume(not num_ok or not is_bool(drop_last))
     for call in (lambda: samplers[which].batches(2, num_batches, drop_last=drop_last),
                  lambda: samplers[which].dataloader(2, num_batches, drop_last=drop_last)):
-        with unchanged(store), raises(InvalidDataError, match=r"^(num_batches must be an int >= 0 or None|drop_last must be True or False)"):
+        with unchanged(store), raises(OptionError, match=r"^(num_batches must be an int >= 0 or None|drop_last must be True or False)"):
             call()
 
 
@@ -1873,7 +1876,7 @@ def test_sampler_batches_counts_and_flags(store, samplers, which, num_batches, d
 ])
 def test_sampler_numbers_beyond_int64(store, option, value):
     options = dict(window=2) if option == "eta" else {}
-    with unchanged(store), raises(InvalidDataError, match=rf"^{option} must be a number"):
+    with unchanged(store), raises(OptionError, match=rf"^{option} must be a finite number .*an int beyond int64"):
         store.sampler("sequence" if option == "eta" else "prioritized", persist=False, **options, **{option: value})
 
 
@@ -1883,12 +1886,12 @@ def test_sampler_numbers_beyond_int64(store, option, value):
     pytest.param(np.int64(1), id="np.int64"),
 ])
 def test_sampler_follow_of_array_types(store, follow):
-    with unchanged(store), raises(InvalidDataError, match=r"^follow must be True, False or 'disk'"):
+    with unchanged(store), raises(OptionError, match=r"^follow must be True, False or 'disk'"):
         store.sampler("uniform", follow=follow)
 
 
 def test_sampler_dataloader_num_workers_negative(store, samplers):
-    with unchanged(store), raises(InvalidDataError, match=r"^num_workers must be an int >= 0"):
+    with unchanged(store), raises(OptionError, match=r"^num_workers must be an int >= 0"):
         samplers["uniform"].dataloader(2, num_batches=1, num_workers=-1)
 
 
@@ -2081,7 +2084,7 @@ def reward_of_achievement(achieved, goal):
 HER = dict(goal_field="goal", achieved_field="achieved", reward_fn=reward_of_achievement)
 HINDSIGHT_OPTIONS = {
     "strategy": (lambda v: isinstance(v, str) and v in ("future", "final", "episode"), r"strategy must be one of"),
-    "relabel_ratio": (valid_unit(), r"relabel_ratio must be a number in \[0, 1\]"),
+    "relabel_ratio": (valid_unit(), r"relabel_ratio must be a finite number in \[0, 1\]"),
     "seed": (lambda v: is_int(v) and v >= 0, r"seed must be an int >= 0"),
     "reward_fn": (callable, r"reward_fn must be a function"),
     "goal_field": (lambda v: v in ("goal", "achieved") if isinstance(v, str) else False,
@@ -2103,9 +2106,9 @@ def test_every_hindsight_option_refuses_values_of_the_wrong_type(store, option, 
         assume(hashable(value))  # see HINDSIGHT_CASES
     if option in ("strategy", "n_steps"):
         assume(not isinstance(value, np.ndarray))
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         store.dataset(hindsight={**HER, option: value})
-    with unchanged(store), raises(InvalidDataError, match=match):
+    with unchanged(store), raises(OptionError, match=match):
         store.sampler("uniform", hindsight={**HER, option: value})
 
 
@@ -2120,7 +2123,7 @@ HINDSIGHT_CASES = [
 
 @pytest.mark.parametrize("hindsight", HINDSIGHT_CASES)
 def test_hindsight_options_the_library_mishandles(store, hindsight):
-    with unchanged(store), raises(InvalidDataError, match=r"(goal_field|achieved_field|reward_fn|strategy|n_steps)"):
+    with unchanged(store), raises(OptionError, match=r"(goal_field|achieved_field|reward_fn|strategy|n_steps)"):
         store.dataset(hindsight=hindsight)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from memmap_replay import InvalidDataError, NotAFolderError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
+from memmap_replay import InvalidDataError, NotAFolderError, OptionError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
 from memmap_replay.cli import main  # noqa: E402
 from memmap_replay.interop import TargetExistsError, export_d4rl, import_d4rl  # noqa: E402
 
@@ -310,7 +310,7 @@ def test_bad_files_get_clear_errors_and_leave_nothing(tmp_path):
         import_d4rl(tmp_path / "x.txt", tmp_path / "store")
     with pytest.raises(StoreNotFoundError, match=r"no file at .*nowhere.hdf5"):
         import_d4rl(tmp_path / "nowhere.hdf5", tmp_path / "store")
-    with pytest.raises(SchemaError, match=r"next_observations must be one of"):
+    with pytest.raises(OptionError, match=r"next_observations must be one of"):
         import_d4rl(tmp_path / "short.hdf5", tmp_path / "store", next_observations="maybe")
 
 
@@ -346,7 +346,7 @@ def test_targets_are_not_overwritten_unless_asked(tmp_path):
 @pytest.mark.parametrize("chunk_mb", [float("inf"), float("nan"), 0, -1, True, "64", 2.0**21])
 def test_chunk_mb_must_be_a_sane_number(tmp_path, chunk_mb):
     source = write_file(tmp_path / "data.npz", d4rl_arrays())  # inf was a bare OverflowError
-    with pytest.raises(SchemaError, match=r"chunk_mb must be a number of megabytes > 0 and <= 1048576 \(got "):
+    with pytest.raises(OptionError, match=r"chunk_mb must be a number of megabytes > 0 and <= 1048576 \(got "):
         import_d4rl(source, tmp_path / "store", chunk_mb=chunk_mb)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data.npz"]
 

@@ -22,7 +22,7 @@ pytest.importorskip("h5py")
 
 from minari.data_collector import EpisodeBuffer  # noqa: E402
 
-from memmap_replay import InvalidDataError, ReplayBuffer, SchemaError, StoreNotFoundError  # noqa: E402
+from memmap_replay import InvalidDataError, OptionError, ReplayBuffer, SchemaError, StoreNotFoundError  # noqa: E402
 from memmap_replay.interop import TargetExistsError, export_minari, import_minari  # noqa: E402
 
 
@@ -331,11 +331,11 @@ def test_mistakes_get_clear_errors(root, tmp_path):
     with pytest.raises(TargetExistsError, match=r"already exists; pass overwrite=True"):
         import_minari("cartpole/random-v0", tmp_path / "store")
     import_minari("cartpole/random-v0", tmp_path / "store", overwrite=True)
-    with pytest.raises(SchemaError, match=r"dataset_id must look like 'namespace/name-vN'"):
+    with pytest.raises(OptionError, match=r"dataset_id must look like 'namespace/name-vN'"):
         export_minari(tmp_path / "store", "no version")
     with pytest.raises(TargetExistsError, match=r"random-v0 already exists"):
         export_minari(tmp_path / "store", "cartpole/random-v0")
-    with pytest.raises(SchemaError, match=r"missing_final must be one of"):
+    with pytest.raises(OptionError, match=r"missing_final must be one of"):
         export_minari(tmp_path / "store", "cartpole/x-v0", missing_final="guess")
     with pytest.raises(StoreNotFoundError, match=r"no store at"):
         export_minari(tmp_path / "nowhere", "cartpole/x-v0")

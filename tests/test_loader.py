@@ -103,7 +103,7 @@ def test_named_tuple_device_and_field_map(filled):
     (dict(n_steps=10**12), "at most the store.s max_timesteps=20"),
     (dict(timestep_level="no"), "timestep_level must be True or False"),
     (dict(return_mask="no"), "return_mask must be True or False"),
-    (dict(n_steps=2, gamma="0.9"), "gamma must be a number"),
+    (dict(n_steps=2, gamma="0.9"), "gamma must be a finite number"),
     (dict(fieldname_map={"rewrd": "r"}), "does not output"),
     (dict(fieldname_map={"obs": "reward"}), "twice"),
     (dict(fields=5), "must be a name or a tuple of names"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import (EpisodeStore, ReadOnlyError, ReplayBuffer, ReplayError, SchemaError, SchemaMismatchError,
+from memmap_replay import (EpisodeStore, ReadOnlyError, OptionError, ReplayBuffer, ReplayError, SchemaMismatchError,
                            StoreLockedError)
 from memmap_replay.errors import CorruptStoreError
 from memmap_replay.core.writer import whole_episode
@@ -307,7 +307,7 @@ def test_close_releases_the_lock(folder):
 def test_a_refused_open_does_not_keep_the_lock(folder):
     with pytest.raises(SchemaMismatchError, match="created differently"):
         ReplayBuffer(folder, **{**SPEC, "fields": dict(x="float")})
-    with pytest.raises(SchemaError, match="contradict"):
+    with pytest.raises(OptionError, match="contradict"):
         ReplayBuffer(folder, **SPEC, overwrite=True, read_only=True)
     with ReplayBuffer.from_folder(folder) as writer:
         store_numbers(writer, [3])

@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from memmap_replay import ReplayBuffer  # noqa: E402
 from memmap_replay.sharing.card import read_card, space_to_json  # noqa: E402
-from memmap_replay.errors import (EpisodeStateError, InvalidDataError, ReadOnlyError, SchemaError,  # noqa: E402
+from memmap_replay.errors import (EpisodeStateError, InvalidDataError, OptionError, ReadOnlyError, SchemaError,  # noqa: E402
                                   SchemaMismatchError)
 from memmap_replay.core.format import END_NAMES  # noqa: E402
 from memmap_replay.recording import RecordEpisodes, RecordVectorEpisodes, gymnasium_fields  # noqa: E402
@@ -374,7 +374,7 @@ def test_bad_options_are_refused(tmp_path):
         RecordEpisodes(make(), tmp_path / "a", info_fields=["x"])
     with pytest.raises(SchemaError, match="info_fields\\['x-y'\\] cannot become the field 'info__x-y'"):
         RecordEpisodes(make(), tmp_path / "a", info_fields={"x-y": "float64"})
-    with pytest.raises(SchemaError, match=r"max_timesteps is needed.*pass max_timesteps="):
+    with pytest.raises(OptionError, match=r"max_timesteps is needed.*pass max_timesteps="):
         RecordEpisodes(DictEnv(), tmp_path / "a")
     with pytest.raises(SchemaMismatchError, match="meta field 'seed' must be int64.*it is missing.*seed_field=None"):
         RecordEpisodes(make(), ReplayBuffer(tmp_path / "b", 5, 600, *gymnasium_fields(

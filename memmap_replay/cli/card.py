@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..sharing.card import MAX_DEPTH, TEXT_KEYS, DatasetCard, read_card, write_card
 from ..sharing.checksums import store_folder
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OptionError
 from . import EXIT_OK
 from .checksum import SHARE_EXIT_CODES, guarded
 
@@ -85,11 +85,11 @@ def load_json(name: str) -> dict:
 def assign(data: dict, assignment: str) -> None:
     key, equals, text = assignment.partition("=")
     if not equals:
-        raise InvalidDataError(f"--set takes KEY=VALUE (got {assignment!r}); e.g. --set license=MIT")
+        raise OptionError(f"--set takes KEY=VALUE (got {assignment!r}); e.g. --set license=MIT")
     if key.startswith("extra.") and len(key) > 6:
         data["extra"] = {**(data.get("extra") or {}), key[6:]: parse(text, strict=False, key=key)}
     elif key not in KEYS:
-        raise InvalidDataError(f"--set {key}: unknown card key (known: {', '.join(KEYS)}); use extra.{key}=VALUE for "
+        raise OptionError(f"--set {key}: unknown card key (known: {', '.join(KEYS)}); use extra.{key}=VALUE for "
                                f"a key of your own")
     elif text == "":
         data.pop(key, None)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..errors import NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
+from ..errors import NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from .checksum import fail
 
@@ -41,7 +41,7 @@ examples:
   %(prog)s data.npz store --next-observations field --overwrite
   %(prog)s data.npz store --json | jq .episodes"""
 
-USAGE_ERRORS = (SchemaError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
+USAGE_ERRORS = (SchemaError, OptionError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
 
 
 def add(commands) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from ..errors import InvalidDataError
+from ..errors import OptionError
 from ..sharing.stats import FieldStats, RunningStats, StoreStats, compute_stats
 from ..core.store import EpisodeStore
 from . import EXIT_OK
@@ -93,11 +93,11 @@ def step_fields(store: EpisodeStore, names: list[str]) -> list[str]:
     for name in names:
         if name in schema.fields:
             if schema.fields[name].dtype.kind not in "biuf":
-                raise InvalidDataError(f"field {name!r} has dtype {schema.fields[name].dtype}: statistics are kept "
+                raise OptionError(f"field {name!r} has dtype {schema.fields[name].dtype}: statistics are kept "
                                        f"for bool, int and float fields")
             continue
         what = " is a meta field (one value per episode);" if name in schema.meta_fields else " is not a field:"
-        raise InvalidDataError(f"{name!r}{what} statistics cover step fields; the store's are "
+        raise OptionError(f"{name!r}{what} statistics cover step fields; the store's are "
                                f"{', '.join(schema.fields)}")
     return list(dict.fromkeys(names))
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import folderio
 from . import format as fmt
-from ..errors import (CorruptStoreError, InvalidDataError, NotAFolderError, ReadOnlyError, SchemaMismatchError,
+from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsafeEntryError, UnsupportedFormatError)
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
@@ -37,13 +37,13 @@ OWN_FILES = {
 def locate(folder: Any, mode: str) -> tuple[Path, bool]:
     """The folder as a Path, and whether it holds a meta.json; refuses what ``mode`` cannot open."""
     if not isinstance(mode, str) or mode not in MODES:
-        raise InvalidDataError(f"mode must be one of {MODES} (got {mode!r})")
+        raise OptionError(f"mode must be one of {MODES} (got {mode!r})")
     if isinstance(folder, (str, bytes)) and not folder:
-        raise InvalidDataError("folder must be a path (got an empty one, which would mean the current directory); "
+        raise OptionError("folder must be a path (got an empty one, which would mean the current directory); "
                                "pass e.g. 'replay_data'")
     folder = Path(folder)
     if "\x00" in str(folder):
-        raise InvalidDataError(f"folder must not contain a NUL byte (got {str(folder)!r})")
+        raise OptionError(f"folder must not contain a NUL byte (got {str(folder)!r})")
     try:
         a_file = folder.exists() and not folder.is_dir()
         exists = (folder / fmt.META_FILE).exists()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OptionError
 from .schema import FieldSpec
 
 __all__ = ["as_array", "coerce", "validate_index"]
@@ -152,12 +152,12 @@ def validate_index(value, size: int, what: str) -> np.ndarray:
     try:
         array = np.asarray(value)
     except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
-        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
+        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
     if array.dtype.kind not in "iu" or array.ndim > 1:
-        raise InvalidDataError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
+        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
     array = np.atleast_1d(array)
     if array.size:
         low, high = array.min(), array.max()  # in the given dtype: a uint64 beyond int64 must not wrap
         if low < 0 or high >= size:
-            raise InvalidDataError(f"{what} must be in [0, {size}) (got {low}..{high})")
+            raise OptionError(f"{what} must be in [0, {size}) (got {low}..{high})")
     return array.astype(np.int64)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .convert import as_array, coerce, validate_index
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OptionError
 from .options import integer, short
 from .store import EpisodeStore
 
@@ -84,13 +84,13 @@ def resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.nda
     empty = isinstance(indices, (list, tuple)) and not indices  # np.asarray([]) is float64: say what it is
     slots = None if empty else validate_index(indices, max_episodes, "episode indices")
     if empty or not slots.size:
-        raise InvalidDataError(f"episode indices are empty (got {short(indices)}): update needs at least one "
+        raise OptionError(f"episode indices are empty (got {short(indices)}): update needs at least one "
                                f"episode; pass None to update every live episode")
     where = np.full(max_episodes, -1, dtype=np.int64)
     where[table.slots] = np.arange(len(table.slots))
     position = where[slots]
     if (position < 0).any():
-        raise InvalidDataError(f"episode slot {slots[position < 0][0]} holds no live episode "
+        raise OptionError(f"episode slot {slots[position < 0][0]} holds no live episode "
                                f"(live slots: {len(table.slots)} of {max_episodes})")
     return slots, table.length[position], table.start[position]
 
@@ -101,5 +101,5 @@ def slice_bounds(indices: slice, size: int) -> tuple[int, int, int]:
         if getattr(indices, what) is not None:
             integer(getattr(indices, what), f"episode indices as a slice: its {what}", low=None)  # or None
     if indices.step == 0:
-        raise InvalidDataError(f"episode indices as a slice must have a non-zero step (got {short(indices)})")
+        raise OptionError(f"episode indices as a slice must have a non-zero step (got {short(indices)})")
     return indices.indices(size)

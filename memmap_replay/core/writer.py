@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .convert import as_array, coerce, validate_index
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OptionError
 from .options import integer, short
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore, PendingEpisode
@@ -37,7 +37,7 @@ def check_end(end: Any) -> str | None:
     if end is None:
         return None
     if not isinstance(end, str) or end not in ENDS:  # an array is refused, never compared elementwise
-        raise InvalidDataError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
+        raise OptionError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
     return str(end)
 
 
@@ -92,7 +92,7 @@ def check_staging_memory(schema: Schema, num_envs: int, max_timesteps: int) -> N
     except (AttributeError, ValueError, OSError):  # the OS does not say: numpy's allocation decides
         return
     if num_envs * per_env > ram:
-        raise InvalidDataError(
+        raise OptionError(
             f"num_envs must be at most {max(1, ram // per_env)} on this machine (got {num_envs}): each env stages "
             f"{per_env} bytes in RAM ({rows} rows of every field), {num_envs * per_env} bytes in all, more than "
             f"its {ram} bytes of memory; use fewer environments per writer")
@@ -232,7 +232,7 @@ class VectorEpisodeWriter:
         try:
             self.staging = StagingBuffer(self.schema, num_envs, max_timesteps)
         except (MemoryError, ValueError) as error:  # numpy's 'array is too big' is a ValueError
-            raise InvalidDataError(f"num_envs={num_envs} needs more staging memory than this process can get "
+            raise OptionError(f"num_envs={num_envs} needs more staging memory than this process can get "
                                    f"({error}); use fewer environments per writer") from None
         self.meta = {name: spec.default_row()[None].repeat(num_envs, 0) for name, spec in self.schema.meta_fields.items()}
         self.set_meta(**meta)

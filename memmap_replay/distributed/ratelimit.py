@@ -48,7 +48,7 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from ..core import folderio
-from ..errors import (CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, RateLimitedError,
+from ..errors import (OptionError, CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, RateLimitedError,
                      ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
 from ..core.format import RATELIMIT_DIR, read_npy_header
 from ..core.options import choice, integer, number, short
@@ -94,24 +94,24 @@ def error_window(spi: float, min_size: int, error_buffer: Any) -> tuple[float, f
     """(min_diff, max_diff) of a number (centred on ``spi * min_size``) or a (low, high) pair, checked."""
     if isinstance(error_buffer, (tuple, list)):
         if len(error_buffer) != 2:
-            raise InvalidDataError(f"error_buffer must be a number or a (low, high) pair (got {short(error_buffer)})")
+            raise OptionError(f"error_buffer must be a number or a (low, high) pair (got {short(error_buffer)})")
         low, high = (number(value, "error_buffer") for value in error_buffer)
     else:
         half = number(error_buffer, "error_buffer", low=0)
         low, high = spi * min_size - half, spi * min_size + half
     if high - low < 2 * max(1.0, spi):
-        raise InvalidDataError(f"error_buffer must leave a window at least 2 * max(1, samples_per_insert) = "
+        raise OptionError(f"error_buffer must leave a window at least 2 * max(1, samples_per_insert) = "
                                f"{2 * max(1.0, spi)} wide (got [{low}, {high}]), else inserts and samples could both "
                                f"block: widen it")
     if low > spi * min_size:
-        raise InvalidDataError(f"error_buffer's low end must be at most samples_per_insert * min_size_to_sample = "
+        raise OptionError(f"error_buffer's low end must be at most samples_per_insert * min_size_to_sample = "
                                f"{spi * min_size} (got {low}), else sampling could never start")
     return low, high
 
 
 def limiter_name(name: Any) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-        raise InvalidDataError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
+        raise OptionError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
     return name
 
 
@@ -207,7 +207,7 @@ class RateLimiter:
         except (MissingFileError, CorruptStoreError):
             stored = None  # none yet, or a creation cut short (or damaged): (re)write it
         if isinstance(stored, dict) and stored.get("format") == FORMAT_NAME and stored != spec:
-            raise InvalidDataError(
+            raise OptionError(
                 f"the rate limiter {self.name!r} in {path.parent} has other limits ({stored}); this one asks for "
                 f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete {path.parent}/{self.name}.*")
         if stored != spec:
@@ -285,7 +285,7 @@ class RateLimiter:
         spi = self.samples_per_insert
         widest = n * spi if kind == INSERT else n + max(0.0, spi * self.min_size_to_sample - self.max_diff)
         if widest > self.max_diff - self.min_diff:
-            raise InvalidDataError(f"{WHAT[kind]} of {n} never fits the error window [{self.min_diff}, {self.max_diff}] "
+            raise OptionError(f"{WHAT[kind]} of {n} never fits the error window [{self.min_diff}, {self.max_diff}] "
                                    f"(samples_per_insert={spi}): make it smaller, or widen error_buffer to {widest / 2}")
 
     def _refused(self, kind: int, n: int, counts: RateCounts, timeout: float | None) -> RateLimitedError:
@@ -369,7 +369,7 @@ class RateLimiter:
         with self._cond:
             with self._flock():
                 if kind == DELETE and self._counts[DELETE] + n > self._counts[INSERT]:
-                    raise InvalidDataError(f"removed({n}) would remove more than was inserted "
+                    raise OptionError(f"removed({n}) would remove more than was inserted "
                                            f"({RateCounts(*map(int, self._counts))})")
                 self._counts[kind] += n
                 self._counts[DELETE] += deletes
@@ -388,7 +388,7 @@ class RateLimiter:
         """
         store = None if buffer is None else getattr(buffer, "episode_store", buffer)
         if store is None and n is None:
-            raise InvalidDataError("inserting() needs n= (what the block inserts) or buffer= (to measure it)")
+            raise OptionError("inserting() needs n= (what the block inserts) or buffer= (to measure it)")
         reserved = 1 if n is None else integer(n, "n", low=1)
         since = None if store is None else store.meta.state.next_episode
         live_before = None if store is None else self._live(store, since)[0]
@@ -447,7 +447,7 @@ class LimitedSampler:
 
     def __init__(self, sampler: Any, limiter: RateLimiter):
         if not callable(getattr(sampler, "sample", None)):
-            raise InvalidDataError(f"wrap_sampler needs a sampler (with sample(n)); got {type(sampler).__name__}")
+            raise OptionError(f"wrap_sampler needs a sampler (with sample(n)); got {type(sampler).__name__}")
         self.sampler, self.limiter = sampler, limiter
 
     def _draw(self, method: str, batch_size: Any, timeout: Any) -> Any:

@@ -26,7 +26,7 @@ import torch
 
 from ..core.index import Sample
 from ..views.dataset import BatchDataset, flag
-from ..errors import InvalidDataError, StoreNotFoundError
+from ..errors import InvalidDataError, OptionError, StoreNotFoundError
 from ..core.folderio import inside
 from ..core.format import META_FILE
 from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset, make_sampler
@@ -75,7 +75,7 @@ class ShardSet:
 
     def __init__(self, root: str | Path | None = None, *, folders: Any = None):
         if (root is None) == (folders is None):
-            raise InvalidDataError("pass either root= (a folder of shard folders) or folders= (a list of stores)")
+            raise OptionError("pass either root= (a folder of shard folders) or folders= (a list of stores)")
         self.root = None if root is None else Path(root)
         self.listed = None if folders is None else [Path(folder) for folder in folders]
         self.stores: list[EpisodeStore] = []
@@ -226,7 +226,7 @@ class ShardedSampler(SamplerBase):
     def __init__(self, shards: ShardSet, kind: str = "uniform", *, seed: int | None = None, follow: bool = True,
                  **options: Any):
         if options.get("replacement") is False:
-            raise InvalidDataError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
+            raise OptionError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
         self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
         if kind == "uniform":
             self.options.pop("persist")

@@ -32,7 +32,7 @@ from ..core import folderio
 from ..core import format as fmt
 from ..buffer import ReplayBuffer
 from ..sharing.checksums import check_new_path
-from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, ReplayError, SchemaError, StoreNotFoundError
+from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
 from ..core.schema import NAME_PATTERN, RESERVED_NAMES
 from ..core.store import EpisodeStore
 from ..core.writer import whole_episode
@@ -386,5 +386,5 @@ def pick_fields(store: EpisodeStore, given: Any, default: str, what: str, option
     chosen = [given] if isinstance(given, str) else list(given)
     missing = [name for name in chosen if name not in names]
     if missing or not chosen:
-        raise SchemaError(f"{option} must name fields of the store {names} (got {chosen})")
+        raise OptionError(f"{option} must name fields of the store {names} (got {chosen})")
     return chosen

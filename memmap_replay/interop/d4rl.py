@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..core import format as fmt
-from ..errors import InvalidDataError, SchemaError, StoreNotFoundError, UnsupportedFormatError
+from ..errors import InvalidDataError, OptionError, SchemaError, StoreNotFoundError, UnsupportedFormatError
 from ..core.folderio import errors_named
 from .columns import METADATA_LIMIT, STRING, Column, RowWindow, decode_value, encode_value, kind_of, open_columns, write_columns
 from .common import (ACTION, ALSO_TRUNCATED, INFO, NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
@@ -71,9 +71,9 @@ def import_d4rl(path: str | os.PathLike, folder: str | os.PathLike, *, next_obse
                 infos: bool = True, overwrite: bool = False, chunk_mb: float = 64, progress: bool = False) -> Transfer:
     """A D4RL-style ``.hdf5`` / ``.npz`` file as a new store at ``folder`` (see the module docstring)."""
     if next_observations not in NEXT_MODES:
-        raise SchemaError(f"next_observations must be one of {NEXT_MODES} (got {next_observations!r})")
+        raise OptionError(f"next_observations must be one of {NEXT_MODES} (got {next_observations!r})")
     if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float)) or not 0 < chunk_mb <= MAX_CHUNK_MB:
-        raise SchemaError(f"chunk_mb must be a number of megabytes > 0 and <= {MAX_CHUNK_MB} (got {chunk_mb!r})")
+        raise OptionError(f"chunk_mb must be a number of megabytes > 0 and <= {MAX_CHUNK_MB} (got {chunk_mb!r})")
     path = Path(path)
     if not path.is_file():
         raise StoreNotFoundError(f"no file at {path}: pass the path of a D4RL .hdf5 or .npz file")
@@ -281,9 +281,9 @@ def export_d4rl(folder: str | os.PathLike, path: str | os.PathLike, *, observati
     from ..sharing.card import read_card
 
     if next_observations not in ("auto", "require", "drop"):
-        raise SchemaError(f"next_observations must be 'auto', 'require' or 'drop' (got {next_observations!r})")
+        raise OptionError(f"next_observations must be 'auto', 'require' or 'drop' (got {next_observations!r})")
     if compression not in (None, "gzip"):
-        raise SchemaError(f"compression must be None or 'gzip' (got {compression!r})")
+        raise OptionError(f"compression must be None or 'gzip' (got {compression!r})")
     path = Path(path)
     kind_of(path)
     store = read_store(folder)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError, SchemaError
+from ..errors import InvalidDataError, OptionError, SchemaError
 from .common import (ACTION, ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, check_target, pick_roles,
                      place, progress_bar, provenance_record, read_store, remove, require, stored_episodes,
                      temporary_sibling)
@@ -43,10 +43,10 @@ def export_minari(folder: str | os.PathLike, dataset_id: str, *, datasets_path: 
     from ..sharing.card import read_card
 
     if not isinstance(dataset_id, str) or not DATASET_ID.fullmatch(dataset_id):
-        raise SchemaError(f"dataset_id must look like 'namespace/name-vN' (namespace optional), e.g. "
+        raise OptionError(f"dataset_id must look like 'namespace/name-vN' (namespace optional), e.g. "
                           f"'cartpole/random-v0' (got {dataset_id!r})")
     if missing_final not in MISSING_FINAL:
-        raise SchemaError(f"missing_final must be one of {MISSING_FINAL} (got {missing_final!r})")
+        raise OptionError(f"missing_final must be one of {MISSING_FINAL} (got {missing_final!r})")
     store = read_store(folder)
     try:
         card = read_card(folder)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 from gymnasium import spaces
 
-from ..errors import InvalidDataError, SchemaError
+from ..errors import InvalidDataError, OptionError, SchemaError
 from ..interop.common import ACTION, INFO, OBSERVATION, REWARD, SEP, flatten
 from ..interop.spaces import leaf_paths, nest, space_leaves
 from ..core.options import short
@@ -74,10 +74,10 @@ class FieldMap:
                  fields: Any = None, seed_field: str | None = "seed"):
         if info_fields is not None and (not isinstance(info_fields, Mapping) or not all(
                 isinstance(key, str) and key for key in info_fields)):
-            raise InvalidDataError(f"info_fields must be a dict of info key -> field spec, e.g. "
+            raise OptionError(f"info_fields must be a dict of info key -> field spec, e.g. "
                                    f"info_fields={{'x_position': 'float64'}} (got {short(info_fields)})")
         if seed_field is not None and not isinstance(seed_field, str):
-            raise SchemaError(f"seed_field must be a meta field name or None (got {short(seed_field)})")
+            raise OptionError(f"seed_field must be a meta field name or None (got {short(seed_field)})")
         self.observation = space_fields(observation_space, OBSERVATION, "the observation space")
         self.action = space_fields(action_space, ACTION, "the action space")
         keys = list(info_fields or {})

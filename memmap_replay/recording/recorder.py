@@ -10,7 +10,7 @@ import gymnasium
 import numpy as np
 
 from ..buffer import ReplayBuffer
-from ..errors import InvalidDataError, SchemaError, SchemaMismatchError, StoreNotFoundError
+from ..errors import OptionError, SchemaMismatchError, StoreNotFoundError
 from ..core.options import choice, flag, integer
 from .fields import FieldMap
 
@@ -40,7 +40,7 @@ def open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timest
     """The buffer to record into, whether the recorder owns it (opened it, so closes it) and created it."""
     if isinstance(target, ReplayBuffer):
         if flag(overwrite, "overwrite"):
-            raise InvalidDataError("overwrite=True needs a folder, not a ReplayBuffer, which is open already")
+            raise OptionError("overwrite=True needs a folder, not a ReplayBuffer, which is open already")
         buffer, owned = target, False
     else:
         buffer, owned = None, True
@@ -51,7 +51,7 @@ def open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timest
                 pass
         if buffer is None:
             if max_timesteps is None:
-                raise SchemaError("max_timesteps is needed to create a store for an env without a time limit "
+                raise OptionError("max_timesteps is needed to create a store for an env without a time limit "
                                   "(env.spec.max_episode_steps is None); pass max_timesteps=...")
             return ReplayBuffer(target, max_episodes, max_timesteps, fieldmap.fields, fieldmap.meta_fields,
                                 circular=circular, overwrite=overwrite), owned, True

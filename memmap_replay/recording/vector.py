@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv, VectorWrapper
 
 from ..buffer import ReplayBuffer
-from ..errors import EpisodeStateError, InvalidDataError
+from ..errors import EpisodeStateError, InvalidDataError, OptionError
 from ..interop.common import REWARD
 from ..core.options import short
 from ..core.writer import VectorEpisodeWriter
@@ -31,7 +31,7 @@ class RecordVectorEpisodes(VectorWrapper):
         mode = env.metadata.get("autoreset_mode", NEXT_STEP)  # gymnasium 1.0 had no key: NEXT_STEP only
         self.mode = getattr(mode, "value", mode)
         if self.mode not in (NEXT_STEP, SAME_STEP, DISABLED):
-            raise InvalidDataError(f"the vector env's autoreset_mode must be NEXT_STEP, SAME_STEP or DISABLED "
+            raise OptionError(f"the vector env's autoreset_mode must be NEXT_STEP, SAME_STEP or DISABLED "
                                    f"(got {short(mode)})")
         # the seed of each sub-env is known where gymnasium's own vector envs give env i the seed + i
         self._seeded = isinstance(env.unwrapped, (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv))
@@ -50,7 +50,7 @@ class RecordVectorEpisodes(VectorWrapper):
         n = self.num_envs
         mask = (options or {}).get("reset_mask")
         if mask is not None and (not isinstance(mask, np.ndarray) or mask.dtype != bool or mask.shape != (n,)):
-            raise InvalidDataError(f"options['reset_mask'] must be a bool array of shape ({n},) (got {short(mask)})")
+            raise OptionError(f"options['reset_mask'] must be a bool array of shape ({n},) (got {short(mask)})")
         envs = np.arange(n) if mask is None or self._rows is None else np.flatnonzero(mask)
         self._finish(envs)
         try:

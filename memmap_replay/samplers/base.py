@@ -30,9 +30,9 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import InvalidDataError, SampleExpiredError
+from ..errors import InvalidDataError, OptionError, SampleExpiredError
 from ..core.index import EpisodeTable, PositionSource, Positions, Sample, position_keys
-from ..core.options import flag, integer, number, seed_option, short
+from ..core.options import batch_size as batch_size_of, flag, follow_option, integer, number, rank_option, seed_option, short
 
 __all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "SampleBatches",
            "distributed_rank"]
@@ -46,26 +46,7 @@ def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int
     dist = sys.modules.get("torch.distributed")
     if rank is None and world_size is None and dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    rank = integer(0 if rank is None else rank, "rank", low=0)
-    world_size = integer(1 if world_size is None else world_size, "world_size", low=None)
-    if world_size < 1:  # (options.integer would word it "a positive int")
-        raise InvalidDataError(f"world_size must be an int >= 1 (got {world_size})")
-    if rank >= world_size:
-        raise InvalidDataError(f"rank must be below world_size={world_size} (got {rank})")
-    return rank, world_size
-
-
-def batch_size_of(value: Any) -> int:
-    return integer(value, "batch_size", low=1)
-
-
-def follow_option(value: Any) -> bool | str:
-    """True, False (Python or numpy bools) or 'disk'."""
-    if isinstance(value, str) and value == "disk":
-        return "disk"
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidDataError(f"follow must be True, False or 'disk' (got {short(value)})")
-    return bool(value)
+    return rank_option(rank, world_size)
 
 
 def damaged(error: Exception) -> InvalidDataError:
@@ -174,7 +155,7 @@ class ReplaySampler(SamplerBase):
     def __init__(self, view: PositionSource, *, seed: int | None = None, rank: int | None = None,
                  world_size: int | None = None, follow: bool = True):
         if not isinstance(view, PositionSource):
-            raise InvalidDataError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
+            raise OptionError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
         self.view = view
         self._seed_stream(seed, rank, world_size)
         self.follow = follow_option(follow)
@@ -280,7 +261,7 @@ class SampleBatches:
     def __init__(self, sampler: SamplerBase, batch_size: int, num_batches: int | None, drop_last: bool):
         if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer))
                                         or num_batches < 0):
-            raise InvalidDataError(f"num_batches must be an int >= 0 or None (got {num_batches!r})")
+            raise OptionError(f"num_batches must be an int >= 0 or None (got {num_batches!r})")
         self.sampler, self.batch_size, self.num_batches, self.drop_last = sampler, batch_size, num_batches, drop_last
 
     def __iter__(self) -> Iterator[Sample]:

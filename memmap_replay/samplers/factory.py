@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..errors import InvalidDataError
+from ..errors import OptionError
 from .base import ReplaySampler, UniformSampler
 from .prioritized import PrioritizedSampler, SequenceSampler
 
@@ -19,7 +19,7 @@ def sampler_class(kind: Any) -> type[ReplaySampler]:
     """The sampler class of a kind's name."""
     cls = SAMPLERS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise InvalidDataError(f"kind must be one of {sorted(SAMPLERS)} (got {kind!r})")
+        raise OptionError(f"kind must be one of {sorted(SAMPLERS)} (got {kind!r})")
     return cls
 
 

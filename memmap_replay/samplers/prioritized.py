@@ -27,13 +27,12 @@ from typing import Any
 import numpy as np
 
 from ..core import folderio
-from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, MissingFileError, ReadOnlyError,
+from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, MissingFileError, OptionError, ReadOnlyError,
                      StoreLockedError, UnsafeEntryError)
 from ..core.format import PRIORITIES_DIR, npy_header, read_npy_header
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.lock import WriterLock
 from ..core.options import INT64_MAX, flag, integer, number
-from ..core.options import bounded
 from .base import BetaSchedule, ReplaySampler, optional
 from .sumtree import SumTree
 
@@ -48,7 +47,7 @@ def priorities_name(name: Any) -> str:
     """A name of files under priorities/: ASCII letters, digits, '_' and '-' (not only those two), at most 64
     (non-ASCII letters take up to 4 bytes each: 64 of them would not fit a file system's 255-byte names)."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
-        raise InvalidDataError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
+        raise OptionError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
     return name
 
 
@@ -96,7 +95,7 @@ class PriorityFiles:
         if stored == spec:
             return
         if stored not in (None, "damaged") and os.path.lexists(path.with_suffix(".npy")):
-            raise InvalidDataError(
+            raise OptionError(
                 f"the priorities {name!r} in {path.parent} belong to another view ({stored}); this sampler "
                 f"draws from {spec}: pass another name= (or delete {path.parent}/{name}.*)"
             )
@@ -160,7 +159,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def __init__(self, view: PositionSource, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
                  beta_steps: int = 0, name: str | None = None, persist: bool | None = None, **options: Any):
         super().__init__(view, **options)
-        self.alpha = bounded(alpha, "alpha", 0.0, None)
+        self.alpha = number(alpha, "alpha", low=0.0)
         self._schedule_beta(beta, beta_final, beta_steps)
         capacity = view.store.capacity
         self.max_steps = capacity.max_steps
@@ -400,9 +399,9 @@ class SequenceSampler(PrioritizedSampler):
 
     def __init__(self, view: PositionSource, *, eta: float = 0.9, **options: Any):
         if not (hasattr(view, "window") and hasattr(view, "time_major")):  # a WindowView
-            raise InvalidDataError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
+            raise OptionError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
                                    f"(got a {type(view).__name__})")
-        self.eta = bounded(eta, "eta", 0.0, 1.0)
+        self.eta = number(eta, "eta", low=0.0, high=1.0)
         super().__init__(view, **options)
 
     def update_priorities(self, keys: Any, priorities: Any, mask: Any = None) -> int:

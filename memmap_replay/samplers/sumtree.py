@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OptionError
 from ..core.options import integer, short
 
 __all__ = ["SumTree"]
@@ -31,7 +31,7 @@ class SumTree:
         self.size = 1 << max(0, (self.capacity - 1).bit_length())  # leaves, padded to a power of two
         top = TOP if top is None else top
         if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)) or top < 1 or top & (top - 1):
-            raise InvalidDataError(f"top must be a power of two (got {short(top)})")
+            raise OptionError(f"top must be a power of two (got {short(top)})")
         self.top = min(int(top), self.size)
         self.levels = (self.size // self.top).bit_length() - 1  # levels below the top one
         self.sums = np.zeros(2 * self.size, dtype=np.float64)

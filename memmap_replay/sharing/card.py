@@ -30,7 +30,7 @@ from typing import Any
 from ..core import folderio
 from ..core import format as fmt
 from .checksums import TEXT_LIMIT, folder_lock, refresh_entries, store_folder, write_atomic
-from ..errors import CorruptStoreError, InvalidDataError, MissingFileError
+from ..errors import CorruptStoreError, InvalidDataError, MissingFileError, OptionError
 
 __all__ = ["CARD_FILE", "README_FILE", "DatasetCard", "read_card", "write_card", "update_card", "add_provenance",
            "space_to_json", "space_from_json"]
@@ -262,7 +262,7 @@ def read_card(folder: str | os.PathLike) -> DatasetCard | None:
 def write_card(folder: str | os.PathLike, card: DatasetCard) -> None:
     """Write ``card.json`` and ``README.md`` atomically into the store at ``folder``."""
     if not isinstance(card, DatasetCard):
-        raise InvalidDataError(f"card must be a DatasetCard (got {type(card).__name__}); build one with "
+        raise OptionError(f"card must be a DatasetCard (got {type(card).__name__}); build one with "
                                f"DatasetCard(name=...) or DatasetCard.from_json(data)")
     folder = store_folder(folder)
     with folder_lock(folder):
@@ -290,12 +290,12 @@ def add_provenance(folder: str | os.PathLike, kind: str, source: str | os.PathLi
     from .._version import __version__
 
     if not isinstance(kind, str) or not kind:
-        raise InvalidDataError(f"kind must be a non-empty string such as 'minari' or 'gymnasium' (got {kind!r})")
+        raise OptionError(f"kind must be a non-empty string such as 'minari' or 'gymnasium' (got {kind!r})")
     record = {"kind": kind, "source": os.fspath(source) if isinstance(source, os.PathLike) else source,
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
               "tool": f"memmap_replay {__version__}", **details}
     if not isinstance(record["source"], str):
-        raise InvalidDataError(f"source must be a path or a dataset id (got {source!r:.80})")
+        raise OptionError(f"source must be a path or a dataset id (got {source!r:.80})")
     folder = store_folder(folder)
     with folder_lock(folder):
         card = read_card(folder) or DatasetCard()

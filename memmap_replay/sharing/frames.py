@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core import format as fmt
 from .checksums import check_new_path
-from ..errors import InvalidDataError, MissingExtraError, SampleExpiredError
+from ..errors import InvalidDataError, MissingExtraError, OptionError, SampleExpiredError
 from ..core.folderio import errors_named
 from .images import LAYOUTS, STACK_MODES, FrameFormat, image_layout, peak, resolve_range
 from ..core.options import flag, integer, number
@@ -95,7 +95,7 @@ def image_field(store: EpisodeStore, name: Any):
     fields = store.schema.fields
     if not isinstance(name, str) or name not in fields:
         meta = " (it is a per-episode meta field)" if name in store.schema.meta_fields else ""
-        raise InvalidDataError(f"field must be a step field of the store at {store.folder}{meta}: its step fields "
+        raise OptionError(f"field must be a step field of the store at {store.folder}{meta}: its step fields "
                                f"are {sorted(fields)} (got {name!r})")
     return fields[name]
 
@@ -117,21 +117,21 @@ def pick_episodes(store: EpisodeStore, episodes: Any) -> list[int]:
             continue
         number = integer(item, "an episode", low=None)
         if not -count <= number < count:
-            raise InvalidDataError(f"episode {number} is out of range: the store at {store.folder} holds {count} "
+            raise OptionError(f"episode {number} is out of range: the store at {store.folder} holds {count} "
                                    f"episodes, 0 (the oldest) to {count - 1}, or -1 (the newest) to {-count}")
         picked.append(number % count)
     if not picked:
-        raise InvalidDataError(f"episodes selects no episode (got {episodes!r}); the store holds {count}")
+        raise OptionError(f"episodes selects no episode (got {episodes!r}); the store holds {count}")
     return picked
 
 
 def output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
     """``out`` checked before anything is read: a known suffix, in an existing folder we may write."""
     if not isinstance(out, (str, os.PathLike)) or not str(out):
-        raise InvalidDataError(f"out must be a file path ending in {', '.join(suffixes)} (got {out!r})")
+        raise OptionError(f"out must be a file path ending in {', '.join(suffixes)} (got {out!r})")
     path = Path(out)
     if path.suffix.lower() not in suffixes:
-        raise InvalidDataError(f"{what} must be written to a file ending in {', '.join(suffixes)} (got {str(path)!r})")
+        raise OptionError(f"{what} must be written to a file ending in {', '.join(suffixes)} (got {str(path)!r})")
     parent = path.parent
     if path.is_dir():
         problem = "is a folder"
@@ -142,7 +142,7 @@ def output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
     else:
         check_new_path(path, f"{what} (out)")
         return path
-    raise InvalidDataError(f"cannot write {what} to {path}: the path {problem}; choose another output path")
+    raise OptionError(f"cannot write {what} to {path}: the path {problem}; choose another output path")
 
 
 @contextmanager
@@ -242,7 +242,7 @@ def sheet_size(tiles: np.ndarray, columns: int, form: FrameFormat, label_height:
     width = GAP + columns * (form.width + GAP)
     height = int(tiles[:, 3].max()) + form.height + GAP
     if width * height > MAX_SHEET_PIXELS:
-        raise InvalidDataError(
+        raise OptionError(
             f"the contact sheet would be {width} x {height} pixels ({len(tiles)} frames), more than "
             f"{MAX_SHEET_PIXELS:,}; choose fewer episodes, a larger every, or a smaller scale")
     return width, height

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError
+from ..errors import OptionError
 from ..core.options import choice, integer, number
 
 __all__ = ["LAYOUTS", "STACK_MODES", "image_layout", "FrameFormat", "channels_last", "to_uint8", "peak",
@@ -42,7 +42,7 @@ def image_layout(shape: tuple[int, ...], layout: str | None = None, *, field: st
         choice(layout, "layout", LAYOUTS)
         channels = shape[layout.index("C")] if "C" in layout and len(shape) == len(layout) else 1
         if len(shape) != len(layout) or channels not in (1, 3, 4) or 0 in shape:
-            raise InvalidDataError(f"layout {layout!r} does not fit: {what}; {layout!r} needs {len(layout)} "
+            raise OptionError(f"layout {layout!r} does not fit: {what}; {layout!r} needs {len(layout)} "
                                    f"axes{', C in 1, 3, 4' if 'C' in layout else ''}, none of them 0")
         return layout
     guess, rgb = None, (1, 3, 4)
@@ -53,7 +53,7 @@ def image_layout(shape: tuple[int, ...], layout: str | None = None, *, field: st
     elif 0 not in shape and len(shape) == 4:
         guess = "KHWC" if shape[3] in rgb else "KCHW" if shape[1] in rgb else None
     if guess is None:
-        raise InvalidDataError(
+        raise OptionError(
             f"{what}, which is not an image: an image field has shape (H, W), (H, W, C) or (C, H, W) with C in "
             f"1, 3, 4, or is a frame stack (k, H, W), (k, H, W, C) or (k, C, H, W); choose an image field, or "
             f"pass layout= (one of {', '.join(LAYOUTS)})")
@@ -73,7 +73,7 @@ class FrameFormat:
     @classmethod
     def of(cls, spec, layout: str | None, stack: str, scale: int | None) -> "FrameFormat":
         if spec.dtype.kind not in "biuf":
-            raise InvalidDataError(f"field {spec.name!r} has dtype {spec.dtype}, which is not an image: an image "
+            raise OptionError(f"field {spec.name!r} has dtype {spec.dtype}, which is not an image: an image "
                                    f"field is uint8, bool, an integer or a float")
         layout = image_layout(spec.shape, layout, field=spec.name)
         stack = choice(stack, "stack", STACK_MODES)
@@ -135,10 +135,10 @@ def resolve_range(dtype: np.dtype, value_range: Any, largest) -> tuple[float, fl
     """The value range shown as 0..255; ``largest()`` is asked only for float fields without one."""
     if value_range is not None:
         if not isinstance(value_range, (tuple, list)) or len(value_range) != 2:
-            raise InvalidDataError(f"value_range must be a pair (low, high) (got {value_range!r})")
+            raise OptionError(f"value_range must be a pair (low, high) (got {value_range!r})")
         low, high = number(value_range[0], "value_range low"), number(value_range[1], "value_range high")
         if high <= low:
-            raise InvalidDataError(f"value_range must have high > low (got {value_range!r})")
+            raise OptionError(f"value_range must have high > low (got {value_range!r})")
         return low, high
     if dtype.kind == "f":
         return (0.0, 1.0) if largest() <= 1.0 else (0.0, 255.0)

@@ -55,7 +55,7 @@ from typing import Callable, Iterator
 from ..core import folderio, format as fmt
 from .checksums import (MANIFEST, TEXT_LIMIT, TOP_FILES, check_manifest, check_new_path, folder_lock, is_store_dir, is_store_path,
                         manifest_unlocked, read_manifest, store_files, store_folder, stray_files, writer_locked)
-from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReadOnlyError, ReplayError,
+from ..errors import (OptionError, CorruptStoreError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError,
                      StoreIOError, StoreNotFoundError, UnsupportedFormatError)
 from .verify import verify
 
@@ -107,7 +107,7 @@ def compression(archive: Path) -> str:
     name = archive.name.lower()
     method = next((method for suffix, method in SUFFIXES.items() if name.endswith(suffix)), None)
     if method is None:
-        raise InvalidDataError(f"archive {archive} must end in one of {', '.join(SUFFIXES)} (got {archive.name!r}); "
+        raise OptionError(f"archive {archive} must end in one of {', '.join(SUFFIXES)} (got {archive.name!r}); "
                                f"the suffix chooses the compression")
     if method == "zst" and "zst" not in tarfile.TarFile.OPEN_METH:
         raise UnsupportedFormatError(f"this Python's tarfile cannot write zstd ({archive.name}); use Python 3.14+, or "
@@ -156,11 +156,11 @@ def pack(folder: str | os.PathLike, archive: str | os.PathLike, *, progress: boo
     if archive.is_dir():
         raise NotAFolderError(f"archive {archive} is a folder; give the path of the file to write, e.g. data.tar.gz")
     if archive.resolve().is_relative_to(folder.resolve()):
-        raise InvalidDataError(f"archive {archive} must be outside the store's folder {folder}; write it elsewhere")
+        raise OptionError(f"archive {archive} must be outside the store's folder {folder}; write it elsewhere")
     if not archive.parent.is_dir():
         raise NotAFolderError(f"archive {archive} cannot be written: the folder {archive.parent} does not exist")
     if archive.exists() and not overwrite:
-        raise InvalidDataError(f"archive {archive} already exists; pass overwrite=True (--overwrite) to replace it")
+        raise OptionError(f"archive {archive} already exists; pass overwrite=True (--overwrite) to replace it")
     with os_errors("pack", folder, "no archive was written"):
         with writer_locked(folder, "pack"), folder_lock(folder):
             report = verify(folder, progress=progress)
@@ -292,7 +292,7 @@ def unpack(archive: str | os.PathLike, folder: str | os.PathLike, *, progress: b
     if not archive.is_file():
         raise StoreNotFoundError(f"no archive at {archive}: " + ("it is a folder" if archive.is_dir() else "no such file"))
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise InvalidDataError(f"max_bytes must be a positive integer (got {max_bytes!r})")
+        raise OptionError(f"max_bytes must be a positive integer (got {max_bytes!r})")
     replace = check_target(folder, overwrite)
     after = "nothing was unpacked"
     if not folder.parent.is_dir():
@@ -321,7 +321,7 @@ def unpack(archive: str | os.PathLike, folder: str | os.PathLike, *, progress: b
 def check_target(folder: Path, overwrite: bool) -> bool:
     """Whether unpacking replaces a store at ``folder``; refuses what must not be touched."""
     if not folder.name:
-        raise InvalidDataError(f"{folder} cannot be unpacked into; name a folder below it")
+        raise OptionError(f"{folder} cannot be unpacked into; name a folder below it")
     check_new_path(folder, "the folder to unpack into,")
     if folder.exists() and not folder.is_dir():
         raise NotAFolderError(f"{folder} must be a folder to unpack into (got a file); choose another path")
@@ -329,11 +329,11 @@ def check_target(folder: Path, overwrite: bool) -> bool:
         if not folder.exists() or not any(folder.iterdir()):
             return False
     if not overwrite:
-        raise InvalidDataError(f"{folder} is not empty; unpack into a new or empty folder, or pass overwrite=True "
+        raise OptionError(f"{folder} is not empty; unpack into a new or empty folder, or pass overwrite=True "
                                f"(--overwrite) to replace the store there")
     foreign = [name for name, _ in stray_files(folder, None)]
     if not (folder / fmt.META_FILE).is_file() or foreign:
-        raise InvalidDataError(f"{folder} is not a memmap_replay store (it holds {', '.join(foreign[:LISTED]) or 'no meta.json'}); "
+        raise OptionError(f"{folder} is not a memmap_replay store (it holds {', '.join(foreign[:LISTED]) or 'no meta.json'}); "
                                f"overwrite replaces a store only: unpack into a new or empty folder")
     return True
 

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..core import folderio
-from ..errors import InvalidDataError
+from ..errors import OptionError
 from ..core.format import STATS_DIR, parse_npy_header
 from ..core.options import names as check_names
 from ..core.options import number
@@ -318,7 +318,7 @@ def compute_stats(store, running: RunningStats | None, *, fields: Any = None, qu
         wanted = check_names(fields, "fields", schema.fields)
         complex_ = [name for name in wanted if schema.fields[name].dtype.kind not in "biuf"]
         if complex_:
-            raise InvalidDataError(f"statistics are kept for bool, int and float fields (got {complex_}, of dtype "
+            raise OptionError(f"statistics are kept for bool, int and float fields (got {complex_}, of dtype "
                                    f"{schema.fields[complex_[0]].dtype}); take .real/.imag yourself")
     qs = check_quantiles(quantiles)
     if running is None:
@@ -357,7 +357,7 @@ def check_quantiles(quantiles: Any) -> tuple[float, ...]:
     if isinstance(quantiles, (int, float, np.integer, np.floating)) and not isinstance(quantiles, bool):
         quantiles = (quantiles,)
     if not isinstance(quantiles, (tuple, list)) or not quantiles:
-        raise InvalidDataError(f"quantiles must be a number in [0, 1] or a non-empty tuple of them (got {quantiles!r})")
+        raise OptionError(f"quantiles must be a number in [0, 1] or a non-empty tuple of them (got {quantiles!r})")
     return tuple(number(q, "each quantile", low=0.0, high=1.0) for q in quantiles)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..core import folderio
 from ..core import format as fmt
 from .checksums import MANIFEST, check_manifest, judge, read_manifest, stray_files
-from ..errors import (DiskFullError, InvalidDataError, NotAFolderError, ReadOnlyError, ReplayError, SchemaError,
+from ..errors import (OptionError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError, SchemaError,
                      StoreIOError, StoreNotFoundError)
 from .stats import MAX_RUNNING_BYTES, NPY_HEADER_ROOM, RUNNING_FILE, expected_members
 from ..core.format import Capacity, State
@@ -109,7 +109,7 @@ def verify(folder: str | os.PathLike, *, checksums: bool | None = None, progress
     if not folder.is_dir():
         raise NotAFolderError(f"{folder} must be a folder (got a file); pass the folder that holds meta.json")
     if checksums is not None and not isinstance(checksums, bool):
-        raise InvalidDataError(f"checksums must be None, True or False (got {checksums!r})")
+        raise OptionError(f"checksums must be None, True or False (got {checksums!r})")
     report = VerifyReport(folder)
     StoreChecker(folder, report, checksums=checksums, progress=progress).run()
     return report

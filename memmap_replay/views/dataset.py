@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import CorruptStoreError, InvalidDataError, SampleExpiredError
+from ..errors import CorruptStoreError, InvalidDataError, OptionError, SampleExpiredError
 from ..core.index import EpisodeTable, ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
-from ..core.options import names as option_names, short
+from ..core.options import index as index_option, names as option_names, short
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
@@ -73,7 +73,7 @@ def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
     names = option_names(names, f"{what}s")
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise InvalidDataError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+        raise OptionError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
     return names
 
 
@@ -82,13 +82,13 @@ def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
     if filters is None:
         return False
     if not isinstance(filters, Mapping):  # never 0, '' or [] as 'no filter', never an array's truth value
-        raise InvalidDataError(f"{option} must be a dict of {what} -> value, e.g. {{'name': 1}} (got {short(filters)})")
+        raise OptionError(f"{option} must be a dict of {what} -> value, e.g. {{'name': 1}} (got {short(filters)})")
     for name in filters:
         if not isinstance(name, str):
-            raise InvalidDataError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
+            raise OptionError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
     unknown = [name for name in filters if name not in known]
     if unknown:
-        raise InvalidDataError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+        raise OptionError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
     return bool(filters)
 
 
@@ -107,12 +107,7 @@ class BatchDataset(Dataset):
         raise NotImplementedError
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
-            raise TypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
-        item, size = int(item), len(self)
-        if not -size <= item < size:  # here, in Python ints: 2**63 and beyond must not overflow numpy
-            raise IndexError(f"item indices must be in [0, {size}) (got {item})")
-        item = item + size if item < 0 else item
+        item = index_option(item, len(self))  # IndexTypeError (an OptionError and a TypeError) or IndexError
         return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
 
     def sampler_dataloader(self, batches: Any, **loader_options: Any):
@@ -132,7 +127,7 @@ class StoreView(BatchDataset):
         if not isinstance(store, EpisodeStore):
             fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
                    else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
-            raise InvalidDataError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
+            raise OptionError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
         self.folder = store.folder
         self.store_id = store.meta.store_id
         schema = store.schema
@@ -140,11 +135,11 @@ class StoreView(BatchDataset):
         self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
                             else check_names(meta_fields, schema.meta_fields, "meta field"))
         if fieldname_map is not None and not isinstance(fieldname_map, Mapping):
-            raise InvalidDataError(f"fieldname_map must be a dict of output name -> new name (got {fieldname_map!r})")
+            raise OptionError(f"fieldname_map must be a dict of output name -> new name (got {fieldname_map!r})")
         self.fieldname_map = dict(fieldname_map or {})
         for source, target in self.fieldname_map.items():
             if not isinstance(source, str) or not isinstance(target, str) or not target:
-                raise InvalidDataError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
+                raise OptionError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
         self.return_indices = flag(return_indices, "return_indices")
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
@@ -203,13 +198,13 @@ class StoreView(BatchDataset):
         names = self.output_names()
         unknown = sorted(set(self.fieldname_map) - set(names))
         if unknown:
-            raise InvalidDataError(f"fieldname_map renames {unknown}, which this view does not output; it outputs {names}")
+            raise OptionError(f"fieldname_map renames {unknown}, which this view does not output; it outputs {names}")
         for candidates in (names, [self.fieldname_map.get(name, name) for name in names]):
             clashes = sorted({name for name in candidates if candidates.count(name) > 1})
             if clashes:
                 break
         if clashes:
-            raise InvalidDataError(
+            raise OptionError(
                 f"this view would output {clashes} twice (its outputs: {names}); select fewer fields or rename "
                 f"one with fieldname_map"
             )
@@ -389,7 +384,7 @@ def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) 
         except (ValueError, TypeError):  # a ragged list, ...
             wanted = np.asarray(None)
         if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
-            raise InvalidDataError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
+            raise OptionError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
                                    f"(got {short(filter_meta[name])})")
         values = store.meta_array(name)[table.slots]
         equal = values == wanted

@@ -29,9 +29,8 @@ import numpy as np
 import torch
 
 from ..core.convert import as_array, cast, is_tensor
-from ..errors import InvalidDataError
-from ..core.options import choice, seed_option, short
-from ..core.options import bounded
+from ..errors import InvalidDataError, OptionError
+from ..core.options import choice, number, seed_option, short
 from .kinds import NStepView
 
 __all__ = ["HindsightView", "STRATEGIES"]
@@ -48,28 +47,28 @@ class HindsightView(NStepView):
                  reward_fn: Callable[[np.ndarray, np.ndarray], Any] | None = None, strategy: str = "future",
                  relabel_ratio: float = 0.8, seed: int = 0, n_steps: int = 1, **options: Any):
         if isinstance(n_steps, (bool, np.bool_)) or not isinstance(n_steps, (int, np.integer)) or n_steps != 1:
-            raise InvalidDataError(f"hindsight relabelling works on one-step transitions: n_steps must be 1 "
+            raise OptionError(f"hindsight relabelling works on one-step transitions: n_steps must be 1 "
                                    f"(got {short(n_steps)})")
         if not callable(reward_fn):
-            raise InvalidDataError(f"reward_fn must be a function (achieved_goal, desired_goal) -> rewards "
+            raise OptionError(f"reward_fn must be a function (achieved_goal, desired_goal) -> rewards "
                                    f"(got {short(reward_fn)}){NEEDED if reward_fn is None else ''}")
         strategy = choice(strategy, "strategy", STRATEGIES)
-        relabel_ratio = bounded(relabel_ratio, "relabel_ratio", 0, 1)
+        relabel_ratio = number(relabel_ratio, "relabel_ratio", low=0, high=1)
         seed = seed_option(seed, optional=False)
         super().__init__(store, 1, **options)
         fields = store.schema.fields
         for name, value in (("goal_field", goal_field), ("achieved_field", achieved_field)):
             if not isinstance(value, str) or value not in fields:
-                raise InvalidDataError(f"{name}={short(value)} is not a step field; the fields are {sorted(fields)}"
+                raise OptionError(f"{name}={short(value)} is not a step field; the fields are {sorted(fields)}"
                                        f"{NEEDED if value is None else ''}")
         if fields[goal_field].shape != fields[achieved_field].shape:
-            raise InvalidDataError(f"goal_field {goal_field!r} {fields[goal_field].shape} and achieved_field "
+            raise OptionError(f"goal_field {goal_field!r} {fields[goal_field].shape} and achieved_field "
                                    f"{achieved_field!r} {fields[achieved_field].shape} must have the same shape")
         missing = [f"{kind} {name!r}" for kind, name, among in (
             ("current field", goal_field, self.current_fields), ("next field", achieved_field, self.next_fields),
             ("current field", self.reward_field, self.current_fields)) if name not in among]
         if missing:
-            raise InvalidDataError(f"hindsight relabelling needs the {', '.join(missing)} in the batch; add it to "
+            raise OptionError(f"hindsight relabelling needs the {', '.join(missing)} in the batch; add it to "
                                    f"current_fields / next_fields (or leave them unset: all fields)")
         self.goal_field, self.achieved_field, self.reward_fn = goal_field, achieved_field, reward_fn
         self.strategy, self.relabel_ratio, self.seed = strategy, relabel_ratio, seed

@@ -27,9 +27,9 @@ import torch
 from einops import rearrange
 
 from .dataset import ExplicitPositions, StoreView, check_filter, check_names, flag
-from ..errors import InvalidDataError
+from ..errors import OptionError
 from ..core.index import NStepTargets, Positions, stack_rows, window_rows
-from ..core.options import choice, integer, name as name_option, number, short
+from ..core.options import choice, name as name_option, number, positive, short
 from ..core.store import EpisodeStore
 
 __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
@@ -37,12 +37,9 @@ __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
 STACK_PADS = ("repeat", "zero")
 
 
-def positive(value: Any, name: str, most: int | None = None) -> int:
-    """A positive int, at most the store's max_timesteps (``most``) when given."""
-    if (most is not None and isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-            and value > most):
-        raise InvalidDataError(f"{name} must be at most the store's max_timesteps={most} (got {value})")
-    return integer(value, name, low=1)
+def steps(value: Any, name: str, store: EpisodeStore) -> int:
+    """A number of steps: a positive int, at most the store's max_timesteps."""
+    return positive(value, name, most=store.capacity.max_timesteps, most_is="the store's max_timesteps=")
 
 
 class TrajectoryView(StoreView):
@@ -71,13 +68,13 @@ class FrameStacking:
     """``frame_stack=k`` for ``stack_fields`` (default: every field of 2 or more dimensions)."""
 
     def setup_stacking(self, store: EpisodeStore, frame_stack: int, stack_fields: Any, stack_pad: str) -> None:
-        self.frame_stack = positive(frame_stack, "frame_stack", store.capacity.max_timesteps)
+        self.frame_stack = steps(frame_stack, "frame_stack", store)
         self.stack_pad = choice(stack_pad, "stack_pad", STACK_PADS)
         if stack_fields is None:
             stack_fields = [name for name, spec in store.schema.fields.items() if len(spec.shape) >= 2]
         self.stack_fields = frozenset(check_names(stack_fields, store.schema.fields, "field"))
         if self.frame_stack > 1 and not self.stack_fields:
-            raise InvalidDataError("frame_stack needs stack_fields: the store has no field of 2 or more dimensions")
+            raise OptionError("frame_stack needs stack_fields: the store has no field of 2 or more dimensions")
 
     def step_rows(self, name: str, rows: np.ndarray, first_row: np.ndarray, keep: np.ndarray | None = None):
         """The field at ``rows`` (B,), stacked to (B, k, ...) if it is a stacked field."""
@@ -117,7 +114,7 @@ class WindowView(StoreView):
     def __init__(self, store: EpisodeStore, window: int, *, allow_partial: bool = False, time_major: bool = False,
                  **options: Any):
         super().__init__(store, **options)
-        self.window = positive(window, "window", store.capacity.max_timesteps)
+        self.window = steps(window, "window", store)
         self.allow_partial = flag(allow_partial, "allow_partial")
         self.time_major = flag(time_major, "time_major")
         self.build()
@@ -159,21 +156,18 @@ class NStepView(StoreView, FrameStacking):
                  filter_fields: Mapping[str, Any] | None = None, frame_stack: int = 1, stack_fields: Any = None,
                  stack_pad: str = "repeat", **options: Any):
         if options.get("fields") is not None:
-            raise InvalidDataError("an n-step view takes current_fields, next_fields and sequence_fields, not fields")
+            raise OptionError("an n-step view takes current_fields, next_fields and sequence_fields, not fields")
         super().__init__(store, **options)
         schema = store.schema
-        self.n_steps = positive(n_steps, "n_steps", store.capacity.max_timesteps)
+        self.n_steps = steps(n_steps, "n_steps", store)
         self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields, "field")
         self.next_fields = self.fields if next_fields is None else check_names(next_fields, schema.fields, "field")
         self.sequence_fields = check_names(() if sequence_fields is None else sequence_fields, schema.fields, "field")
-        try:
-            self.gamma = None if gamma is None else number(gamma, "gamma", low=0.0, high=1.0)
-        except InvalidDataError:
-            raise InvalidDataError(f"gamma must be a number in [0, 1] (got {short(gamma)})") from None
+        self.gamma = None if gamma is None else number(gamma, "gamma", low=0, high=1)
         if self.gamma is not None:
             spec = schema.fields.get(reward_field) if isinstance(reward_field, str) else None
             if spec is None or spec.shape != ():
-                raise InvalidDataError(
+                raise OptionError(
                     f"gamma needs a scalar reward field: reward_field={short(reward_field)} is "
                     f"{'not a field' if spec is None else f'of shape {spec.shape}'} (fields: {sorted(schema.fields)})"
                 )
@@ -261,14 +255,14 @@ def filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Ma
     for name in filter_fields:
         shape = store.schema.fields[name].shape
         if shape != ():
-            raise InvalidDataError(f"filter_fields takes scalar fields only: field {name!r} has shape {shape}")
+            raise OptionError(f"filter_fields takes scalar fields only: field {name!r} has shape {shape}")
     for name, value in filter_fields.items():
         try:
             array = np.asarray(value)
         except (ValueError, TypeError):  # a ragged list, ...
             array = np.asarray(None)
         if array.ndim != 0 or array.dtype.kind not in "biufc":
-            raise InvalidDataError(f"filter_fields value for {name!r} must be one number (got {short(value)})")
+            raise OptionError(f"filter_fields value for {name!r} must be one number (got {short(value)})")
     items = np.arange(len(positions), dtype=np.int64)
     episode, t = positions.locate(items)
     rows = table.start[episode] + t

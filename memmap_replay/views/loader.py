@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OptionError
 from ..core.store import EpisodeStore
 from .dataset import StoreView, flag
 from .hindsight import HindsightView
-from ..core.options import INT64_MAX, integer, short
+from ..core.options import count, integer, short
 from .tensors import device_option
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..samplers.base import ReplaySampler
@@ -47,11 +47,11 @@ class BatchIndexSampler(Sampler):
         self.shuffle, self.drop_last = flag(shuffle, "shuffle"), flag(drop_last, "drop_last")
         # any int: its low 63 bits seed the permutations
         if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
-            raise InvalidDataError(f"seed must be an int or None (got {short(seed)})")
+            raise OptionError(f"seed must be an int or None (got {short(seed)})")
         self.seed = None if seed is None else int(seed)
         self.generator = generator_option(generator)
         self.batch_size = integer(batch_size, "batch_size", low=1)
-        self.size = item_count(size, "size")
+        self.size = count(size, "size")
         self.epoch = 0
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -104,16 +104,9 @@ class LazyPermutation:
         return out.astype(np.int64)
 
 
-def item_count(value: Any, name: str) -> int:
-    """A number of items: an int in [0, 2**63 - 1] (so that ``len()`` of a sampler over them works)."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value > INT64_MAX:
-        raise InvalidDataError(f"{name} must be an int in [0, {INT64_MAX}] (got {value})")
-    return integer(value, name, low=0)
-
-
 def generator_option(value: Any) -> torch.Generator | None:
     if value is not None and not isinstance(value, torch.Generator):
-        raise InvalidDataError(f"generator must be a torch.Generator or None (got {short(value)})")
+        raise OptionError(f"generator must be a torch.Generator or None (got {short(value)})")
     return value
 
 
@@ -123,12 +116,12 @@ def named_tuple_option(value: Any) -> tuple[str, ...] | None:
         return None
     names = (value,) if isinstance(value, str) else value
     if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
-        raise InvalidDataError(f"to_named_tuple must be a tuple of names (got {short(value)})")
+        raise OptionError(f"to_named_tuple must be a tuple of names (got {short(value)})")
     names = tuple(names)
     fields = [name.lstrip("_") for name in names]
     if (len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields)
             or any(keyword.iskeyword(name) for name in fields)):
-        raise InvalidDataError(f"to_named_tuple names must be distinct identifiers, not Python keywords, once leading "
+        raise OptionError(f"to_named_tuple names must be distinct identifiers, not Python keywords, once leading "
                                f"underscores are dropped (got {names}); rename an output with fieldname_map")
     return names
 
@@ -179,7 +172,7 @@ class ReplayDataLoader(DataLoader):
             if self.to_named_tuple is not None:
                 missing = [name for name in self.to_named_tuple if name not in batch]
                 if missing:
-                    raise InvalidDataError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
+                    raise OptionError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
                 batch = self.batch_type(*(batch[name] for name in self.to_named_tuple))
             yield batch
 
@@ -200,28 +193,28 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
     chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
                                     ("window", window is not None)) if on]
     if len(chosen) > 1:
-        raise InvalidDataError(f"choose one of n_steps, timestep_level and window (got {chosen})")
+        raise OptionError(f"choose one of n_steps, timestep_level and window (got {chosen})")
     if "include_metadata" in options:  # the seed's switch for meta fields
         if not flag(options.pop("include_metadata"), "include_metadata"):
             if options.get("meta_fields"):
-                raise InvalidDataError("include_metadata=False and meta_fields contradict each other; pass one of them")
+                raise OptionError("include_metadata=False and meta_fields contradict each other; pass one of them")
             options["meta_fields"] = ()
     if "return_mask" in options:
         flag(options["return_mask"], "return_mask")
     if options.get("return_mask") and (n_steps is not None or timestep_level):
-        raise InvalidDataError("return_mask applies to trajectories (and windows with allow_partial): "
+        raise OptionError("return_mask applies to trajectories (and windows with allow_partial): "
                                "single steps and n-step transitions have nothing to mask")
     view, args = TrajectoryView, ()
     hindsight = options.pop("hindsight", None)
     if hindsight is not None:
         if not isinstance(hindsight, dict):
-            raise InvalidDataError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
+            raise OptionError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
                                    f"achieved_field='achieved', reward_fn=f) (got {hindsight!r})")
         if timestep_level or window is not None:
-            raise InvalidDataError("hindsight relabels one-step transitions: drop timestep_level and window")
+            raise OptionError("hindsight relabels one-step transitions: drop timestep_level and window")
         clash = sorted(set(hindsight) & set(options))
         if clash:
-            raise InvalidDataError(f"{clash} given both in hindsight= and as keywords; pass them once")
+            raise OptionError(f"{clash} given both in hindsight= and as keywords; pass them once")
         options.update(hindsight)
         if n_steps is not None:
             options["n_steps"] = n_steps
@@ -236,10 +229,10 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
     accepted = set().union(*(keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise InvalidDataError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
+        raise OptionError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
     dataset = view(store, *args, **options)
     if len(dataset) == 0 and not allow_empty:
-        raise InvalidDataError(
+        raise OptionError(
             f"the {view.__name__} has no items: the buffer holds {store.num_episodes} episodes and none give a "
             f"{'transition' if n_steps or view is HindsightView else 'window' if window else 'step'} with these "
             f"options; store more data"
@@ -258,14 +251,14 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
     device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
     integer(loader_options.get("num_workers", 0), "num_workers", low=0)
     if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
-        raise InvalidDataError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
+        raise OptionError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
     options.update(dataset_kwargs or {})
     if dataset is None:
         dataset = make_dataset(store, **options)
     elif options:
-        raise InvalidDataError(f"view options {sorted(options)} cannot be combined with dataset=")
+        raise OptionError(f"view options {sorted(options)} cannot be combined with dataset=")
     elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
-        raise InvalidDataError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
+        raise OptionError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
                                f"__getitems__) (got {short(dataset)})")
     sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 generator=loader_options.get("generator"))

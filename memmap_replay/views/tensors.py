@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InvalidDataError
+from ..errors import OptionError
 from ..core.index import window_rows
 from ..core.options import short
 from ..core.store import EpisodeStore
@@ -22,14 +22,14 @@ def device_option(value: Any, name: str = "device") -> torch.device | None:
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, torch.device, int, np.integer)):
-        raise InvalidDataError(f"{name} must be a torch device or its name, e.g. 'cpu' or 'cuda:0' (got {short(value)})")
+        raise OptionError(f"{name} must be a torch device or its name, e.g. 'cpu' or 'cuda:0' (got {short(value)})")
     try:
         device = torch.device(int(value) if isinstance(value, np.integer) else value)
     except (RuntimeError, ValueError, TypeError):
-        raise InvalidDataError(f"{name} must be a torch device or its name, e.g. 'cpu' or 'cuda:0' (got {short(value)})") \
+        raise OptionError(f"{name} must be a torch device or its name, e.g. 'cpu' or 'cuda:0' (got {short(value)})") \
             from None
     if not device_present(device):
-        raise InvalidDataError(f"{name} {str(device)!r} is not available on this machine (torch sees no such device); "
+        raise OptionError(f"{name} {str(device)!r} is not available on this machine (torch sees no such device); "
                                f"pass device='cpu', or None to leave the tensors on the CPU")
     return device
 
@@ -85,8 +85,8 @@ def name_tuple(names: Any, known: dict, kind: str) -> tuple[str, ...]:
     if isinstance(names, str):
         names = (names,)
     if not isinstance(names, (tuple, list)):
-        raise InvalidDataError(f"{kind}s must be a name or a tuple of names (got {short(names)})")
+        raise OptionError(f"{kind}s must be a name or a tuple of names (got {short(names)})")
     for name in names:
         if not isinstance(name, str) or name not in known:
-            raise InvalidDataError(f"unknown {kind} {short(name)}: the store's {kind}s are {sorted(known)}")
+            raise OptionError(f"unknown {kind} {short(name)}: the store's {kind}s are {sorted(known)}")
     return tuple(names)

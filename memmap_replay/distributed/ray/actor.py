@@ -20,7 +20,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ...errors import InvalidDataError
+from ...errors import InvalidDataError, OptionError
 from ...core.options import integer, number, short
 from .limits import limiter_option
 from .server import ShardServer
@@ -44,7 +44,7 @@ def create_shard(folder: str | Path, *args: Any, node_id: str | None = None, max
     if node_id is None:
         node_id = ray.get_runtime_context().get_node_id()
     elif not isinstance(node_id, str) or node_id not in {node["NodeID"] for node in ray.nodes() if node["Alive"]}:
-        raise InvalidDataError(f"node_id must be the id of a live node of this cluster, as ray.nodes() lists them "
+        raise OptionError(f"node_id must be the id of a live node of this cluster, as ray.nodes() lists them "
                                f"(got {short(node_id)})")
     max_restarts = integer(max_restarts, "max_restarts", low=-1)
     num_cpus = number(num_cpus, "num_cpus", low=0.0)

@@ -39,7 +39,7 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from ...errors import InvalidDataError, RateLimitedError
+from ...errors import OptionError, RateLimitedError
 from ...core.options import flag, short
 from ..ratelimit import RateLimiter
 
@@ -65,14 +65,14 @@ def limiter_option(value: Any) -> dict | RateLimiter | None:
     if value is None or isinstance(value, RateLimiter):
         return value
     if not isinstance(value, Mapping):
-        raise InvalidDataError(f"rate_limiter must be None, a RateLimiter or a dict of its limits, e.g. "
+        raise OptionError(f"rate_limiter must be None, a RateLimiter or a dict of its limits, e.g. "
                                f"dict(samples_per_insert=4.0, error_buffer=200, min_size_to_sample=1000) "
                                f"(got {short(value)})")
     unknown = sorted(set(value) - set(LIMITS) - set(SHARD_KEYS))
     if unknown:
-        raise InvalidDataError(f"rate_limiter has unknown keys {unknown}: it takes {list(LIMITS + SHARD_KEYS)}")
+        raise OptionError(f"rate_limiter has unknown keys {unknown}: it takes {list(LIMITS + SHARD_KEYS)}")
     if "samples_per_insert" not in value or "error_buffer" not in value:
-        raise InvalidDataError(f"rate_limiter needs samples_per_insert and error_buffer (got {sorted(value)})")
+        raise OptionError(f"rate_limiter needs samples_per_insert and error_buffer (got {sorted(value)})")
     value = dict(value)
     flag(value.get("shared", False), "rate_limiter's shared")
     RateLimiter(**{key: value[key] for key in LIMITS if key in value}, name=value.get("name", "default"))

@@ -47,11 +47,10 @@ import ray
 import torch
 
 from ...core.index import Sample
-from ...errors import InvalidDataError, RateLimitedError, SampleExpiredError
+from ...errors import InvalidDataError, OptionError, RateLimitedError, SampleExpiredError
 from ...views.loader import make_dataset
-from ...core.options import choice, flag, integer, seed_option, short
-from ...core.options import bounded
-from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, batch_size_of, damaged, distributed_rank
+from ...core.options import batch_size as batch_size_of, choice, flag, integer, seed_option, short
+from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, damaged, distributed_rank
 from ..shards import SHARD_STRIDE, ShardSample, global_weights, merge, shard_counts
 from ...core.store import EpisodeStore
 from .calls import RATE_BACKOFF, RATE_LIMITS, ShardCall, timeout_option
@@ -91,12 +90,12 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
                  piggyback: bool = False, rank: int | None = None, world_size: int | None = None,
                  timeout: float = 60.0, max_pending: int = 64, rate_limit: str = "block"):
         if not isinstance(actors, (list, tuple)) or not actors:
-            raise InvalidDataError(f"actors must be a non-empty list of shard actors, e.g. [create_shard(folder)] "
+            raise OptionError(f"actors must be a non-empty list of shard actors, e.g. [create_shard(folder)] "
                                    f"(got {short(actors)})")
         if len(actors) > SHARD_STRIDE:
-            raise InvalidDataError(f"at most {SHARD_STRIDE} shards (got {len(actors)})")
+            raise OptionError(f"at most {SHARD_STRIDE} shards (got {len(actors)})")
         if not all(isinstance(actor, ray.actor.ActorHandle) for actor in actors):
-            raise InvalidDataError(f"actors must be Ray actor handles of ShardActor (got {short(actors)})")
+            raise OptionError(f"actors must be Ray actor handles of ShardActor (got {short(actors)})")
         self.actors = list(actors)
         self.kind = choice(kind, "kind", KINDS)
         seed = seed_option(seed)
@@ -109,7 +108,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         self.timeout = timeout_option(timeout)
         self.rate_limit = choice(rate_limit, "rate_limit", RATE_LIMITS)
         if local is not None and not isinstance(local, (bool, np.bool_)):
-            raise InvalidDataError(f"local must be None, True or False (got {short(local)})")
+            raise OptionError(f"local must be None, True or False (got {short(local)})")
         self.draws = 0  # batches (and samples) handed out: the beta schedule's clock
         self.requests = 0  # requests sent: each request's number seeds its draws
         self.queue: collections.deque[Request] = collections.deque()
@@ -139,14 +138,14 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         first = infos[0]
         for shard, info in enumerate(infos):
             if self.kind not in info["kinds"]:
-                raise InvalidDataError(f"{self._what(shard)} keeps no {self.kind!r} sampler (its kinds are "
+                raise OptionError(f"{self._what(shard)} keeps no {self.kind!r} sampler (its kinds are "
                                        f"{info['kinds']}); make every shard with kinds including {self.kind!r}")
             if not same_view(info["view"], first["view"]):
-                raise InvalidDataError(f"every shard must draw from the same view: {self._what(shard)} has "
+                raise OptionError(f"every shard must draw from the same view: {self._what(shard)} has "
                                        f"{info['view']}, shard 0 {first['view']}")
         folders = [(info["node_id"], info["folder"]) for info in infos]
         if len(set(folders)) != len(folders):
-            raise InvalidDataError("actors must be distinct shards: two of them keep the same folder on one node")
+            raise OptionError("actors must be distinct shards: two of them keep the same folder on one node")
 
     def _local_view(self, shard: int, info: dict, local: bool | None):
         """A read-only view of the shard's folder in this process, or None (the actor gathers)."""
@@ -154,7 +153,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         if local is None:
             local = here
         elif local and not here:
-            raise InvalidDataError(f"local=True needs every shard on this learner's node: {self._what(shard)} keeps "
+            raise OptionError(f"local=True needs every shard on this learner's node: {self._what(shard)} keeps "
                                    f"{info['folder']} on node {info['node_id']} (this is {node_id()}); pass "
                                    f"local=None to let such shards gather their batches")
         if not local:
@@ -162,7 +161,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         store = EpisodeStore.open(info["folder"], "r")
         if store.meta.store_id != info["store_id"]:
             store.close()
-            raise InvalidDataError(f"{info['folder']} on this node holds another store than {self._what(shard)}'s")
+            raise OptionError(f"{info['folder']} on this node holds another store than {self._what(shard)}'s")
         return make_dataset(store, allow_empty=True, **info["view"])
 
     def _learn(self, totals: list[dict]) -> None:
@@ -316,7 +315,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         """Send the priorities of a batch's ``_key`` to their shards without waiting; returns how many
         were sent. Errors come back later: at this sampler's next draw, or at ``wait()``."""
         if self.kind != "prioritized":
-            raise InvalidDataError("a uniform sampler keeps no priorities; make it with kind='prioritized'")
+            raise OptionError("a uniform sampler keeps no priorities; make it with kind='prioritized'")
         return self.updates.add(keys, priorities)
 
     def wait(self) -> int:

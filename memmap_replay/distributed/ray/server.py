@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...buffer import ReplayBuffer
-from ...errors import InvalidDataError, ReplayError, StoreLockedError
+from ...errors import InvalidDataError, OptionError, ReplayError, StoreLockedError
 from ...core.options import choice, flag, integer, number, seed_option, short
 from ..shards import drawn_leaves
 from .limits import Refused, insert_refusal, limiter_info, limiter_option, sample_refusal, shard_limiter
@@ -43,11 +43,11 @@ def view_options(options: Mapping[str, Any] | None) -> dict:
     if options is None:
         options = {}
     if not isinstance(options, Mapping):
-        raise InvalidDataError(f"view must be a dict of buffer.dataset options, e.g. dict(n_steps=3, gamma=0.99) "
+        raise OptionError(f"view must be a dict of buffer.dataset options, e.g. dict(n_steps=3, gamma=0.99) "
                                f"(got {short(options)})")
     options = dict(options)
     if "allow_empty" in options:
-        raise InvalidDataError("view must not set allow_empty: a shard's view is always allowed to be empty")
+        raise OptionError("view must not set allow_empty: a shard's view is always allowed to be empty")
     if not set(VIEW_SWITCHES) & set(options):
         options["timestep_level"] = True
     return options
@@ -84,7 +84,7 @@ class ShardServer:
         if isinstance(kinds, str):
             kinds = (kinds,)
         if not isinstance(kinds, (tuple, list)) or not kinds:
-            raise InvalidDataError(f"kinds must be a non-empty tuple of {KINDS} (got {short(kinds)})")
+            raise OptionError(f"kinds must be a non-empty tuple of {KINDS} (got {short(kinds)})")
         self.kinds = tuple(choice(kind, "each of kinds", KINDS) for kind in kinds)
         self.view_options = view_options(view)
         lock_timeout = number(lock_timeout, "lock_timeout", low=0.0)
@@ -127,7 +127,7 @@ class ShardServer:
     def _sampler(self, kind: str):
         sampler = self.samplers.get(kind)
         if sampler is None:
-            raise InvalidDataError(f"this shard keeps no {kind!r} sampler: it was made with kinds={self.kinds}; "
+            raise OptionError(f"this shard keeps no {kind!r} sampler: it was made with kinds={self.kinds}; "
                                    f"ask for one of those, or make the shard with kind {kind!r} in kinds")
         return sampler
 
