@@ -215,6 +215,18 @@ def test_option_error_is_an_invalid_data_error_and_not_a_schema_error():
     assert issubclass(IndexTypeError, OptionError) and issubclass(IndexTypeError, TypeError)
 
 
+@pytest.mark.parametrize("item", [True, np.True_, 0.0, "0", None], ids=repr)
+def test_every_view_kind_refuses_an_index_that_is_not_an_int_alike(buffer, item):
+    # one check for a store's views and a ConcatView of shards (they had drifted: ConcatView[True] was item 1)
+    from memmap_replay.distributed.shards import ConcatView
+    view = buffer.dataset(timestep_level=True)
+    for indexed in (view, ConcatView([view, view])):
+        with raises(IndexTypeError, match=rf"^a view is indexed by an int \(got {type(item).__name__}\); use "
+                                          rf"__getitems__ for a batch"):
+            indexed[item]
+    assert ConcatView([view, view])[-1]["reward"] == view[-1]["reward"]
+
+
 @pytest.mark.parametrize("name", errors_module.__all__)
 def test_every_error_is_exported_and_documented(name):
     error = getattr(errors_module, name)
