@@ -126,8 +126,9 @@ def d4rl_passes(bench: Bench, store: Path) -> None:
 
 def minari_passes(bench: Bench, store: Path) -> None:
     root = bench.scratch / "minari"
-    export = lambda: export_minari(store, "bench/canonical-v0", datasets_path=root, observation="image",
-                                   missing_final="repeat")
+    def export():
+        return export_minari(store, "bench/canonical-v0", datasets_path=root, observation="image",
+                                       missing_final="repeat")
     bench.measure("export_minari", export, reference="np.save (reference)")
     bench.measure("import_minari", lambda: import_minari(root / "bench" / "canonical-v0", bench.scratch / "imported"),
                   prepare=export, reference="np.load (reference)")

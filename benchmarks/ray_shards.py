@@ -111,8 +111,9 @@ class Bench:
 
     def cases(self) -> list[Case]:
         shards = self.shards
-        ray_sampler = lambda chosen, **options: lambda: RayShardedSampler([shards[k] for k in chosen], seed=SEED,
-                                                                          beta=BETA, prefetch=2, **options)
+        def ray_sampler(chosen, **options):
+            return lambda: RayShardedSampler([shards[k] for k in chosen], seed=SEED,
+                                                                                  beta=BETA, prefetch=2, **options)
         paced = self.args.writer_rate
         return [
             Case(LOCAL, self.local_sampler),

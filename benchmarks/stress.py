@@ -357,7 +357,8 @@ def learner(workers, root, seconds, repeats, episodes, length):
 def print_table(part1, part2, part3, args) -> bool:
     """The final table; returns True when every must-be-zero figure is zero."""
     t1, t2 = part1["tally"], part2["tally"]
-    wrong = lambda tally: tally.stale + tally.torn + tally.wrong_meta
+    def wrong(tally):
+        return tally.stale + tally.torn + tally.wrong_meta
     sections = [
         (f"1 writer + {len(part1['by_kind'])} readers on a ring ({part1['seconds']:.0f} s; {RING['max_episodes']} episodes in "
          f"{RING['max_steps']} rows; image uint8 (3, 32, 32) + 5 fields)", [

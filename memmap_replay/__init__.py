@@ -24,7 +24,7 @@ from .core.store import EpisodeStore
 from .sharing.verify import VerifyReport, verify
 from .core.writer import VectorEpisodeWriter
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
 if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time these come from __getattr__
     from .views.dataset import Sample

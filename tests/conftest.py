@@ -53,3 +53,11 @@ def episode_arrays(number, length):
         action=np.stack([base, -base], axis=1).astype(np.int32),
         reward=base.astype(np.float32),
     )
+
+
+def chi_square_ok(counts, expected, z=3.09):
+    """Chi-square goodness of fit at p = 0.001 (Wilson-Hilferty critical value, no scipy needed)."""
+    statistic = ((counts - expected) ** 2 / expected).sum()
+    df = len(counts) - 1
+    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+    return statistic < critical

@@ -66,3 +66,11 @@ def test_numpy_rooms_import_without_torch(module):
 def test_the_rank_table_knows_every_room():
     rooms = {room(".".join(p.relative_to(PACKAGE).with_suffix("").parts)) for p in MODULES}
     assert rooms <= set(RANKS), f"rooms without a rank in this test: {sorted(rooms - set(RANKS))}"
+
+
+def test_the_linter_passes():
+    pytest.importorskip("ruff", reason="ruff is in the [test] extra")
+    root = PACKAGE.parent
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", str(root)], capture_output=True, text=True,
+                          timeout=300, cwd=root)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -137,7 +137,8 @@ def check_live_ids(store) -> None:
     table = store.live_table(catch_up=False)  # (of ``state``: a newer meta.json is the retry's business)
     if not len(table):  # a writer evicted them all since meta.json was read (the table leaves them out)
         return
-    where = lambda i, files: f"{store.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"
+    def where(i, files):
+        return f"{store.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"
     bad = (table.start < 0) | (table.start > state.rows) | (table.length < 1) | (table.length > max_timesteps)
     ends = table.start + table.length + table.final  # may wrap only where start or length is bad already
     bad |= ends > state.rows

@@ -223,6 +223,7 @@ class Schema:
             for name in sorted(set(mine) | set(theirs)):
                 a, b = mine.get(name), theirs.get(name)
                 if a != b:
-                    describe = lambda s: "absent" if s is None else f"{s.dtype.name} {s.shape} default {s.default!r}"
+                    def describe(s):
+                        return "absent" if s is None else f"{s.dtype.name} {s.shape} default {s.default!r}"
                     lines.append(f"{label} {name!r}: stored {describe(a)}, asked for {describe(b)}")
         return lines

@@ -282,7 +282,8 @@ class EpisodeStore:
         """The table of ``state``'s live episodes as the slots hold it now, and the ids the slots hold."""
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
         slots = ids % self.meta.capacity.max_episodes
-        get = lambda name: np.asarray(self.table[name].array()[slots])
+        def get(name):
+            return np.asarray(self.table[name].array()[slots])
         table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
         return table, (get("id") if not self.is_writer else ids)
 

@@ -54,9 +54,11 @@ def field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, sta
     if not is_step:
         rows = coerce(spec, array, (n,) if extra == 1 else (), kind="meta field")
         rows = np.ascontiguousarray(np.broadcast_to(rows, (n, *spec.shape)))
-        write = lambda slot, row: store.update_meta(name, slot, row)
+        def write(slot, row):
+            return store.update_meta(name, slot, row)
         return [(write, int(slot), row[None]) for slot, row in zip(slots, rows)]
-    write = lambda start, block: store.update_rows(name, start, block)
+    def write(start, block):
+        return store.update_rows(name, start, block)
     if extra <= 0:  # one value for every step of every selected episode
         row = coerce(spec, array)
         return [(write, int(start), np.ascontiguousarray(np.broadcast_to(row, (int(length), *spec.shape))))

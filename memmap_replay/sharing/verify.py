@@ -538,7 +538,8 @@ class StoreChecker:
         self.table.clear()
         self.report.checked["live_episodes"] = len(ids)
         start, length, end, final = table["start"], table["length"], table["end"], table["final"].view(np.uint8)
-        episode = lambda i: f"live episode {ids[i]} (slot {slots[i]})"
+        def episode(i):
+            return f"live episode {ids[i]} (slot {slots[i]})"
         self.listed("episodes/id.npy", table["id"] != ids, lambda i: f"slot {slots[i]} must hold live episode "
                     f"{ids[i]} (found {table['id'][i]}); the table and meta.json disagree")
         self.listed("episodes/length.npy", (length < 1) | (length > capacity.max_timesteps), lambda i: f"{episode(i)} "

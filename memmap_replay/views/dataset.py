@@ -163,7 +163,8 @@ class StoreView(BatchDataset):
     def position_spec(self) -> dict:
         """What decides this view's positions (JSON-able): priorities kept for one view fit only an
         equal one. Subclasses add their parameters."""
-        described = lambda options: None if not options else sorted([name, repr(value)] for name, value in options.items())
+        def described(options):
+            return None if not options else sorted([name, repr(value)] for name, value in options.items())
         return {"view": type(self).__name__, "filter_meta": described(self.filter_meta),
                 "filter_fields": described(getattr(self, "filter_fields", None))}
 

@@ -361,6 +361,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
 def same_view(a: dict, b: dict) -> bool:
     """Equal view options (callables, such as a hindsight reward_fn, are compared by name: each shard
     received its own copy)."""
-    plain = lambda value: (getattr(value, "__qualname__", repr(value)) if callable(value)
-                           else {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value)
+    def plain(value):
+        return (getattr(value, "__qualname__", repr(value)) if callable(value)
+                               else {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value)
     return plain(a) == plain(b)

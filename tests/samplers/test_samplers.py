@@ -29,7 +29,7 @@ from memmap_replay.samplers import Sampler
 from memmap_replay.views.kinds import TimestepView
 
 from conftest import episode_arrays
-from test_sumtree import chi_square_ok
+from conftest import chi_square_ok
 
 STRIDE = 8  # max_timesteps, so the key stride, of every buffer whose keys a test decodes
 FIRST = [(5, "terminated", False), (3, "truncated", True), (6, None, False), (4, "terminated", True)]
@@ -193,7 +193,8 @@ class TestSamplerContract:
 
     def test_seeded(self, factory, episodes):
         make, _ = factory
-        draws = lambda sampler: [sampler.sample(6).keys.tolist() for _ in range(5)]
+        def draws(sampler):
+            return [sampler.sample(6).keys.tolist() for _ in range(5)]
         first, again = draws(make(episodes.buffer)), draws(make(episodes.buffer))
         other = draws(make(episodes.buffer, seed=12))
         assert first == again
@@ -503,7 +504,8 @@ def test_weights_are_normalised_over_every_live_position(make_buffer, rows):
     priorities[3] = 1e-4  # the smallest priority, (almost) never drawn: weights still count it
     sampler.update_priorities(keys, priorities)
     by_key = dict(zip(keys.tolist(), priorities))
-    expected_of = lambda drawn: (np.array([by_key[k] for k in drawn.tolist()]) ** alpha / 1e-4 ** alpha) ** -beta
+    def expected_of(drawn):
+        return (np.array([by_key[k] for k in drawn.tolist()]) ** alpha / 1e-4 ** alpha) ** -beta
     for _ in range(20):
         sample = sampler.sample(32)
         assert keys[3] not in sample.keys

@@ -354,8 +354,9 @@ def test_a_termination_before_the_last_step_is_refused(root, tmp_path):
 
 def test_the_commands(root, tmp_path):
     cartpole_dataset()
-    run = lambda *args: subprocess.run([sys.executable, "-m", "memmap_replay", *args], capture_output=True, text=True,
-                                       cwd=tmp_path, timeout=120)
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "memmap_replay", *args], capture_output=True, text=True,
+                                           cwd=tmp_path, timeout=120)
     done = run("import", "cartpole/random-v0", "store", "--datasets-path", str(root))
     assert done.returncode == 0, done.stderr
     assert "import minari: cartpole/random-v0 -> store" in done.stdout

@@ -14,7 +14,7 @@ from memmap_replay import (ConcatView, InvalidDataError, ReplayBuffer, ShardSet,
 from memmap_replay.distributed.shards import SHARD_STRIDE
 
 from conftest import reap
-from test_sumtree import chi_square_ok
+from conftest import chi_square_ok
 
 STRIDE = 16  # max_timesteps of every shard: the key stride
 FIELDS = dict(obs="float", reward="float")
@@ -98,7 +98,8 @@ def test_uniform_across_shards_is_uniform_over_every_position(three_shards):
 
 def test_prioritized_across_shards_matches_one_store(three_shards):
     sampler = three_shards.sampler("prioritized", alpha=1.0, beta=1.0, seed=1)
-    heavy = lambda keys: np.where(keys % SHARD_STRIDE == 2, 9.0, 1.0)  # shard 2's steps weigh 9 times more
+    def heavy(keys):
+        return np.where(keys % SHARD_STRIDE == 2, 9.0, 1.0)  # shard 2's steps weigh 9 times more
     for _ in range(30):
         batch = sampler.batch(256)
         check(batch)

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from memmap_replay import InvalidDataError
 from memmap_replay.samplers.sumtree import SumTree
 
+from conftest import chi_square_ok
+
 
 @settings(max_examples=60, deadline=None)
 @given(capacity=st.integers(1, 3000), seed=st.integers(0, 2**32 - 1),
@@ -31,14 +33,6 @@ def test_matches_brute_force(capacity, seed, rounds, top):
             got = tree.find(probes)
             assert (leaves[got] > 0).all()
             np.testing.assert_array_equal(got, expected)
-
-
-def chi_square_ok(counts, expected, z=3.09):
-    """Chi-square goodness of fit at p = 0.001 (Wilson-Hilferty critical value, no scipy needed)."""
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    df = len(counts) - 1
-    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
-    return statistic < critical
 
 
 def test_draws_are_proportional_chi_square():

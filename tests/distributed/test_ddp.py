@@ -22,7 +22,7 @@ from conftest import reap
 if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
     pytest.skip("torch.distributed with the gloo backend is not available", allow_module_level=True)
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "ddp_shards.py"
+EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "ddp_shards.py"
 SHARDS, EPISODES, STRIDE = 3, 8, 32
 BATCH, DRAWS = 32, 4
 

@@ -79,8 +79,10 @@ def test_sparse_files_stay_sparse(tmp_path):
                       fields=dict(image=("uint8", (3, 64, 64)), reward="float")) as buffer:
         buffer.store_episode(image=rng.integers(0, 255, (100, 3, 64, 64), dtype=np.uint8),
                              reward=rng.random(100, dtype=np.float32))
-    disk = lambda folder: sum(path.stat().st_blocks * 512 for path in folder.rglob("*") if path.is_file())
-    apparent = lambda folder: sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    def disk(folder):
+        return sum(path.stat().st_blocks * 512 for path in folder.rglob("*") if path.is_file())
+    def apparent(folder):
+        return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
     pack(tmp_path / "images", tmp_path / "images.tar.gz")
     summary = unpack(tmp_path / "images.tar.gz", tmp_path / "copy")
     same_data_images(tmp_path / "images", tmp_path / "copy")

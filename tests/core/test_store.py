@@ -6,6 +6,9 @@ import pytest
 from memmap_replay import BufferFullError, ReplayBuffer
 
 from conftest import episode_arrays
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from memmap_replay.core.writer import whole_episode
 
 
 def live_numbers(buffer):
@@ -111,11 +114,6 @@ def test_episodes_are_contiguous_and_final_row_follows(make_buffer):
     np.testing.assert_array_equal(obs[6], [99.0, 99.0, 99.0])
     assert buffer.episode_store.step_array("reward")[6] == 0  # other fields take their default there
 
-
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from memmap_replay.core.writer import whole_episode
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

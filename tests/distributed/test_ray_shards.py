@@ -21,7 +21,7 @@ from memmap_replay.distributed import (RayShardedSampler, Refused, ShardServer, 
                                        call_shard, create_shard)
 from memmap_replay.distributed.shards import SHARD_STRIDE  # noqa: E402
 
-from test_sumtree import chi_square_ok  # noqa: E402
+from conftest import chi_square_ok  # noqa: E402
 
 STRIDE = 16  # max_timesteps of every shard: the key stride
 FIELDS = dict(obs="float", reward="float")
@@ -272,7 +272,8 @@ def test_bad_inputs(shards, tmp_path):
 
 def test_draws_evicted_before_they_are_read_are_drawn_again_by_their_shard(cluster, tmp_path):
     ring = create_shard(tmp_path / "ring", 4, STRIDE, FIELDS, circular=True)
-    add = lambda number: call_shard(ring, "add_episode", dict(obs=values(0, number, 6), reward=np.zeros(6)))
+    def add(number):
+        return call_shard(ring, "add_episode", dict(obs=values(0, number, 6), reward=np.zeros(6)))
     for number in range(4):
         add(number)
     sampler = RayShardedSampler([ring], seed=9, prefetch=1)
@@ -431,7 +432,8 @@ def test_a_killed_shard_comes_back_with_every_episode_and_priority(shards):
     durable = ray.get(shards[0].checkpoint.remote())
     assert durable["episodes"] == len(lengths[0]) and durable["priorities"]
     first = sampler.info()[0]
-    changed = lambda shard, number, t: 3.0 + t % 2  # sent without waiting, then the actor is killed
+    def changed(shard, number, t):
+        return 3.0 + t % 2  # sent without waiting, then the actor is killed
     every = [where for where in positions(lengths) if where[0] == 0]
     sampler.update_priorities(np.array([sharded_key(*where) for where in every]),
                               np.array([changed(*where) for where in every]))

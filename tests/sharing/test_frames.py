@@ -143,7 +143,8 @@ def test_sheet_geometry_is_a_grid_of_episodes(folder, tmp_path):
     written = contact_sheet(folder, "hwc", episodes=[2, 0], every=3, columns=3, scale=1, labels=False,
                             out=tmp_path / "grid.png")
     gap = frames_module.GAP
-    cell = lambda r, c: (gap + c * (W + gap), gap + r * (H + gap))
+    def cell(r, c):
+        return (gap + c * (W + gap), gap + r * (H + gap))
     expected = [(2, 0, *cell(0, 0)), (2, 3, *cell(0, 1)), (2, 6, *cell(0, 2)), (2, 9, *cell(1, 0)),
                 (0, 0, *cell(2, 0)), (0, 3, *cell(2, 1))]
     assert written.tiles.tolist() == [list(row) for row in expected]

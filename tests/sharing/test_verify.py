@@ -735,7 +735,7 @@ def test_cli_help_teaches(capsys):
 
 def test_console_script_points_at_the_cli(capsys):
     tomllib = pytest.importorskip("tomllib")
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     module, function = pyproject["project"]["scripts"]["memmap-replay"].split(":")
     assert module == "memmap_replay.cli" and function == "main"
     assert main([]) == 2  # no command: the help on stderr, the usage exit code
