@@ -379,7 +379,7 @@ class ReplayBuffer:
                                device)
 
     def stats(self, fields: Any = None, *, quantiles: Any = None, recompute: bool = False):
-        """Field statistics for normalization (``memmap_replay.stats.StoreStats``): per element of each
+        """Field statistics for normalization (``memmap_replay.sharing.stats.StoreStats``): per element of each
         field count, mean, std, min, max (and ``quantiles`` on request), plus the live episodes' length and
         return summary. Small numeric fields are kept up to date as episodes commit; other ``fields`` are
         read from the live episodes. ``recompute=True`` reads the live episodes instead of the running

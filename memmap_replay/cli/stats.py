@@ -1,4 +1,4 @@
-"""``stats FOLDER [FIELD ...]``: field statistics for normalization (see ``memmap_replay.stats``)."""
+"""``stats FOLDER [FIELD ...]``: field statistics for normalization (see ``memmap_replay.sharing.stats``)."""
 
 from __future__ import annotations
 

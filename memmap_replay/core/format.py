@@ -31,7 +31,7 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
     card.json          the dataset card (below)
     README.md          the card rendered as Markdown, rewritten whenever card.json is
     checksums.sha256   the manifest (below); a writer deletes it before its first change
-    stats/running.npz  running per-field statistics (derived data; ``memmap_replay.stats``)
+    stats/running.npz  running per-field statistics (derived data; ``memmap_replay.sharing.stats``)
     ratelimit/         a rate limiter's shared counters and limits (run state, not data; never packed)
 
 - ``card.json`` is a UTF-8 JSON object; every key is optional and MAY be null: ``name``
