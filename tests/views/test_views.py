@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memmap_replay import InvalidDataError, ReplayBuffer
+from memmap_replay.views.hindsight import HindsightView
 from memmap_replay.views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 
 from conftest import episode_arrays
@@ -275,19 +276,57 @@ VIEW_KINDS = {
     "partial-window": dict(window=3, allow_partial=True),
     "nstep": dict(n_steps=2, gamma=0.9),
     "concat": dict(timestep_level=True),
+    "hindsight": dict(hindsight=dict(goal_field="goal", achieved_field="obs", strategy="future", relabel_ratio=0.5,
+                                     seed=5)),
 }
+HINDSIGHT_FIELDS = dict(obs=("float", (3,)), goal=("float", (3,)), action=("int", 2), reward="float")
+
+
+def goal_reached(achieved, desired):
+    """0 where the achieved goal is the desired one, else -1 (module level: a hindsight view pickles it)."""
+    return -(np.abs(achieved - desired).sum(axis=1) > 0.5).astype(np.float32)
+
+
+def check_hindsight_rows(batch: dict) -> None:
+    """Each row of a hindsight batch (over ``contract_episode`` data, every value number * 1000 + t) is its own
+    item's: unrelabelled, the stored goal and reward; relabelled, a goal achieved later in the row's episode
+    and the reward ``goal_reached`` gives it."""
+    obs, goal = batch["obs"][:, 0].numpy(), batch["goal"].numpy()
+    reward, relabeled = batch["reward"].numpy(), batch["_relabeled"].numpy()
+    np.testing.assert_array_equal(goal[relabeled], batch["next_goal"].numpy()[relabeled])
+    assert (goal[~relabeled] == -1).all() and (reward[~relabeled] == obs[~relabeled]).all()
+    step = goal[relabeled, 0]
+    assert ((step > obs[relabeled]) & (step // 1000 == obs[relabeled] // 1000)).all()
+    expected = goal_reached(batch["next_obs"].numpy(), goal)
+    np.testing.assert_array_equal(reward[relabeled], expected[relabeled])
+
+
+def contract_episode(kind, number, length):
+    """The arrays of one episode of the contract's buffer; a hindsight buffer also has a desired goal."""
+    arrays = episode_arrays(number, length)
+    if kind == "hindsight":
+        arrays["goal"] = np.full((length, 3), -1.0, dtype=np.float32)  # never reached: relabelling shows
+    return arrays
 
 
 @pytest.fixture(params=list(VIEW_KINDS))
 def any_view(request, make_buffer):
-    """(buffer, make()): a fresh view of this kind over a buffer of three episodes."""
-    from conftest import episode_arrays
+    """(buffer, make(), store(number, length)): a fresh view of this kind over a buffer of three episodes,
+    and how to store one more."""
     from memmap_replay import ShardSet
 
-    buffer = make_buffer("view-contract", max_episodes=8, max_timesteps=8, max_steps=64)
+    kind = request.param
+    extra = dict(fields=HINDSIGHT_FIELDS) if kind == "hindsight" else {}
+    buffer = make_buffer("view-contract", max_episodes=8, max_timesteps=8, max_steps=64, **extra)
+
+    def store(number, length):
+        buffer.store_episode(**contract_episode(kind, number, length), task_id=number, end="terminated")
+
     for number, length in enumerate([5, 3, 6], start=1):
-        buffer.store_episode(**episode_arrays(number, length), task_id=number, end="terminated")
-    options = VIEW_KINDS[request.param]
+        store(number, length)
+    options = VIEW_KINDS[kind]
+    if kind == "hindsight":
+        options = dict(hindsight=dict(options["hindsight"], reward_fn=goal_reached))
     opened = []
 
     def make():
@@ -297,7 +336,7 @@ def any_view(request, make_buffer):
             return shards.dataset(**options)
         return buffer.dataset(**options)
 
-    yield buffer, make
+    yield buffer, make, store
     for shards in opened:
         shards.close()
 
@@ -310,7 +349,7 @@ def same_batch(first: dict, second: dict) -> None:
 
 class TestViewContract:
     def test_indexing_is_the_batch_of_one_item(self, any_view):
-        _, make = any_view
+        _, make, _ = any_view
         view = make()
         size = len(view)
         assert size > 0
@@ -325,19 +364,31 @@ class TestViewContract:
             view[0.0]
 
     def test_getitems_gathers_in_the_order_asked(self, any_view):
-        _, make = any_view
+        _, make, _ = any_view
         view = make()
         items = np.random.default_rng(3).permutation(len(view))[:9]
         batch, backwards = view.__getitems__(items), view.__getitems__(items[::-1])
         assert sorted(batch) == sorted(backwards)
+        relabelled = set()
+        if isinstance(view, HindsightView):
+            # Relabelling is seeded by the batch's own (episode, t) pairs, in order: the same batch relabels
+            # the same way, a reordered one is another batch (and repeated items draw different goals). So the
+            # relabelled outputs are pinned row by row against their own item, and the rest follow the order.
+            relabelled = {"goal", "next_goal", "reward", "_relabeled"}
+            same_batch(view.__getitems__(items), batch)
+            for gathered in (batch, backwards):
+                check_hindsight_rows(gathered)
+            assert batch["_relabeled"].any() and not batch["_relabeled"].all()
         for name, value in batch.items():
+            if name in relabelled:
+                continue
             if value.ndim and value.shape[0] == len(items):
                 torch.testing.assert_close(value.flip(0), backwards[name], rtol=0, atol=0)
         with pytest.raises(IndexError, match="item indices"):
             view.__getitems__([len(view)])
 
     def test_pickles_as_a_folder_and_gathers_the_same(self, any_view):
-        _, make = any_view
+        _, make, _ = any_view
         view = make()
         items = np.arange(len(view))[::2]
         expected = view.__getitems__(items)
@@ -345,12 +396,10 @@ class TestViewContract:
         same_batch(copy.__getitems__(items), expected)
 
     def test_refresh_takes_in_new_episodes(self, any_view):
-        from conftest import episode_arrays
-
-        buffer, make = any_view
+        _, make, store = any_view
         view = make()
         before = len(view)
-        buffer.store_episode(**episode_arrays(9, 7), task_id=9, end="terminated")
+        store(9, 7)
         assert view.refresh() is True
         assert len(view) > before and view.refresh() is False
         same_batch(view.__getitems__([len(view) - 1]), make().__getitems__([len(view) - 1]))
