@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from memmap_replay.errors import OptionError
+
 ray = pytest.importorskip("ray")
 
 from memmap_replay import InvalidDataError, RateLimitedError, RateLimiter, ReplayBuffer  # noqa: E402
@@ -388,9 +390,11 @@ class TestRaySamplerContract:
         for batch in gathered:
             check_rows(batch)
 
-    def test_refresh_and_dataloader_do_not_apply(self):
-        pytest.skip("RayShardedSampler has no view: no refresh() (its shards follow their writers and "
-                    "it learns their totals from each answer) and no dataloader() (batch() gathers)")
+    def test_refresh_is_a_no_op_and_dataloader_says_why_it_does_not_apply(self, make_ray):
+        sampler = make_ray(prefetch=0)
+        assert sampler.refresh() is False  # the shards follow their writers; nothing to re-read here
+        with pytest.raises(OptionError, match=r"RayShardedSampler has no dataloader\(\).*sampler.batch"):
+            sampler.dataloader(4)
 
 
 # ---- rate limits ------------------------------------------------------------------------------------

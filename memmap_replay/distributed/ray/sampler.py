@@ -253,6 +253,16 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         self.draws += 1
         return sample
 
+    def refresh(self) -> bool:
+        """Nothing to re-read here: the shard actors follow their own stores, and every request draws from the
+        episodes live in them then. Always False."""
+        return False
+
+    def dataloader(self, batch_size: int, num_batches: int | None = None, **options: Any):
+        """Not available: there is no local view to build a DataLoader over (the batches come from the shards)."""
+        raise OptionError("RayShardedSampler has no dataloader(): its batches come from the shard actors; call "
+                          "sampler.batch(batch_size) in the training loop (or wrap it in a torch IterableDataset)")
+
     def batch(self, batch_size: int) -> dict[str, torch.Tensor]:
         """A batch of ``batch_size`` draws across the shards, with ``_key`` (and ``_weight``). Draws whose
         episode a ring evicted before this process read them are drawn again (see ``_renew``)."""
