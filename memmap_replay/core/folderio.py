@@ -275,17 +275,21 @@ def remove(folder, path, *, doing: str = "remove") -> None:
                 pass
 
 
+def is_temp_of(entry: str, name: str) -> bool:
+    """``entry`` is a temp file ``write_atomic`` makes while replacing ``name`` (or the old fixed ``name.tmp``)."""
+    return re.fullmatch(rf"{re.escape(name)}(\.\d+\.[0-9a-f]+)?\.tmp", entry) is not None
+
+
 def remove_temps(folder, name: str) -> None:
     """Remove the temp files a writer killed while replacing ``name`` left behind (the caller holds the lock
     under which ``name`` is written, so no temp file of it is anyone else's)."""
-    pattern = re.compile(rf"{re.escape(name)}(\.\d+\.[0-9a-f]+)?\.tmp")
     with errors_named(folder, "clean up"):
         try:
             entries = os.listdir(folder)
         except FileNotFoundError:
             return
         for entry in entries:
-            if pattern.fullmatch(entry):
+            if is_temp_of(entry, name):
                 remove(folder, Path(folder, entry))
 
 

@@ -293,14 +293,17 @@ class VectorEpisodeWriter:
             return []
         episodes = []
         for env in done:
-            end = "terminated" if terminated[env] else "truncated"
-            row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
-            meta = {name: value[env].copy() for name, value in self.meta.items()}
-            episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
+            episodes.append(self._pending(env, "terminated" if terminated[env] else "truncated", finals, given))
         try:
             return self.target.commit(episodes)
         finally:
             lengths[done] = 0
+
+    def _pending(self, env, end: str | None, finals: dict | None, given: np.ndarray | None):
+        """Env ``env``'s staged episode, ready to commit: its end, its final row if one was given, its meta."""
+        row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
+        meta = {name: value[env].copy() for name, value in self.meta.items()}
+        return self.staging.pending(int(env), end=end, final=row, meta=meta)
 
     def _finals(self, final: Mapping[str, Any], done: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Final observations per env: arrays (num_envs, ...), or sequences with None where no env ended;
@@ -350,9 +353,7 @@ class VectorEpisodeWriter:
         finals, given = (None, None) if final is None else self._finals(final, ready)
         episodes = []
         for env in ready:
-            row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
-            meta = {name: value[env].copy() for name, value in self.meta.items()}
-            episodes.append(self.staging.pending(int(env), end=end, final=row, meta=meta))
+            episodes.append(self._pending(env, end, finals, given))
         try:
             return self.target.commit(episodes)
         finally:

@@ -303,7 +303,7 @@ def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
     with folderio.errors_named(folder, "list"):
         paths = sorted(folder.iterdir())
     for path in paths:
-        if re.fullmatch(rf"{re.escape(fmt.META_FILE)}(\.\d+\.[0-9a-f]+)?\.tmp", path.name):
+        if folderio.is_temp_of(path.name, fmt.META_FILE):
             strays.append((path.name, "left by a commit that was interrupted (a crash or kill); readers ignore it and "
                                       "the next writer removes it; you may delete it"))
         elif path.name.endswith(".tmp"):
