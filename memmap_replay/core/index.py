@@ -107,12 +107,20 @@ class ExplicitPositions:
 class Sample:
     """What a sampler draws: ``keys`` (int64, episode id * ``key_stride`` + t; stable while the episode is
     live) and, for prioritized draws, importance ``weights`` (float32). A view's ``__getitems__`` takes it
-    and gathers the batch: the keys are all that passes from a sampler to a view."""
+    and gathers the batch: the keys are all that passes from a sampler to a view.
 
-    __slots__ = ("keys", "weights")
+    A sampler also hands over where it found the keys (``source``: the position source it drew from,
+    ``table``: that source's snapshot, ``episode``: positions in it, ``t``), so that very source skips
+    looking them up again while its snapshot is the same; the keys stay the truth (the positions are
+    dropped on pickling, and any other source or snapshot looks the keys up)."""
 
-    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None):
+    __slots__ = ("keys", "weights", "episode", "t", "table", "source")
+
+    def __init__(self, keys: np.ndarray, weights: np.ndarray | None = None, *, episode: np.ndarray | None = None,
+                 t: np.ndarray | None = None, source: Any = None):
         self.keys, self.weights = keys, weights
+        self.episode, self.t, self.source = episode, t, source
+        self.table = None if source is None else source.table
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -122,6 +130,14 @@ class Sample:
 
     def __setstate__(self, state) -> None:
         self.keys, self.weights = state
+        self.episode = self.t = self.table = self.source = None
+
+    def positions_in(self, source: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """(episode positions, t) of the keys in ``source``'s table if they were drawn from that very
+        source and snapshot, else None (look the keys up)."""
+        if source is self.source and source.table is self.table and self.episode is not None:
+            return self.episode, self.t
+        return None
 
     def __repr__(self) -> str:
         return f"Sample({len(self.keys)} keys{', weighted' if self.weights is not None else ''})"

@@ -222,7 +222,7 @@ class ReplaySampler(SamplerBase):
 
     def sample_of(self, episode: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Sample:
         """The Sample of (episode position in the view's table, t)."""
-        return Sample(position_keys(self.view, episode, t), weights)
+        return Sample(position_keys(self.view, episode, t), weights, episode=episode, t=t, source=self.view)
 
     # ---- state -----------------------------------------------------------------------------------------
 

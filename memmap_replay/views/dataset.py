@@ -251,6 +251,20 @@ class StoreView(BatchDataset):
         store = self._store
         if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
             self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
+        known = sample.positions_in(self)
+        if known is not None:  # drawn from this very snapshot: the sampler located the keys already
+            episode, t = known
+        else:
+            episode, t = self._locate_keys(keys)
+        batch = self.assemble(episode, t)
+        batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
+        if weights is not None:
+            batch["_weight"] = torch.from_numpy(weights)
+        return batch
+
+    def _locate_keys(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(episode positions in this view's table, t) of a sample's keys, refreshing once for episodes
+        this snapshot does not know yet; raises for keys that name no position of this view."""
         if len(keys) and keys.min() < 0:
             raise InvalidDataError(f"a Sample's keys must be >= 0 (episode id * {self.key_stride} + t) (got "
                                    f"{int(keys.min())}); draw from a sampler over this view")
@@ -265,11 +279,7 @@ class StoreView(BatchDataset):
         if counts is not None and (t >= counts[episode]).any():
             raise InvalidDataError("the sample names steps that are no positions of this view (keys of another "
                                    "kind of view?); draw from a sampler over this view")
-        batch = self.assemble(episode, t)
-        batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
-        if weights is not None:
-            batch["_weight"] = torch.from_numpy(weights)
-        return batch
+        return episode, t
 
     def _missing_episodes(self, ids: np.ndarray) -> None:
         """Raise for a sample's episode ids that this view (refreshed) does not hold: why, and what to do."""
