@@ -1,0 +1,207 @@
+"""Cold-aware gathers: before a view reads a batch, it tells the kernel every byte range it will read.
+
+A numpy gather from a memory map reads pages one fault at a time: on a cold store (pages not in the page
+cache, or a store bigger than RAM) each random row waits for the disk in turn. Advising the ranges first
+(``MADV_WILLNEED``) puts all of a batch's reads in flight together, so the disk serves them in parallel;
+the gather then finds its pages arriving or arrived. Measured on this project's machines (2 GB store,
+256 random 12 KB rows a batch), this beat a thread pool of ``preadv`` per row, and needs no copy outside
+numpy's own gather. Advice is a hint: any failure to give it is ignored and the gather reads as before.
+
+One system call advises a whole batch: ``process_madvise`` (Linux 5.10+) takes up to 1,024 ranges at
+once; elsewhere one ``madvise`` per range. In ``"auto"`` mode a view first probes a few of the batch's
+ranges with ``mincore`` and skips the advice when they are all cached; after such a probe it skips the
+probe too for the next 1, 2, 4, then 8 batches (any uncached probe starts over), so warm reads pay about
+a microsecond a batch, and a store that does not fit in RAM is advised every batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+
+from ..core.options import short
+from ..errors import OptionError
+
+__all__ = ["READAHEAD_MODES", "Readahead", "readahead_mode"]
+
+READAHEAD_MODES = ("auto", "always", "off")
+PAGE = mmap.PAGESIZE
+PROBES = 8  # ranges of a batch probed for residency in "auto" mode
+MERGE_GAP = 1 << 16  # ranges closer than this are advised as one (a separate request would cost more)
+MAX_IOV = 1024  # UIO_MAXIOV: ranges per process_madvise call
+_MADV_WILLNEED = 3
+_SYS_PROCESS_MADVISE = 440  # the same number on every Linux architecture (asm-generic and x86_64 tables)
+
+
+def readahead_mode(value: object, name: str = "readahead") -> str:
+    """``"auto"`` (also True), ``"always"`` or ``"off"`` (also False)."""
+    if value is True:
+        return "auto"
+    if value is False or value is None:
+        return "off"
+    if isinstance(value, str) and value in READAHEAD_MODES:
+        return value
+    raise OptionError(f"{name} must be one of {READAHEAD_MODES}, True or False (got {short(value)}); "
+                      f"'auto' advises a batch's rows when they are not cached, 'always' every batch, 'off' never")
+
+
+class _Kernel:
+    """The system calls, looked up once per process (a DataLoader worker forked from a process that
+    opened a pidfd must open its own: a pidfd names one process)."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+        self.pidfd = -1
+        self.libc = None
+        self.vec = bytearray(64)  # mincore's answer, one byte per page (bit 0: resident)
+        self.batched = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+        try:
+            self.libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            self.libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+            self.libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+            self.libc.syscall.restype = ctypes.c_long
+        except (OSError, AttributeError):  # no libc with madvise/mincore (not a POSIX system)
+            self.libc = None
+
+    @property
+    def usable(self) -> bool:
+        return self.libc is not None
+
+    def _own_pidfd(self) -> int:
+        pid = os.getpid()
+        if self.pid != pid:
+            self.pid, self.pidfd = pid, -1  # the parent's pidfd (inherited by fork) names the parent
+            try:
+                self.pidfd = os.pidfd_open(pid)
+            except OSError:
+                self.batched = False
+        return self.pidfd
+
+    def advise(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """MADV_WILLNEED on each (start address, length) range; errors are ignored (advice only)."""
+        if self.batched and self._own_pidfd() >= 0:
+            iov = np.empty((len(starts), 2), dtype=np.uint64)
+            iov[:, 0], iov[:, 1] = starts, lengths
+            for begin in range(0, len(iov), MAX_IOV):
+                chunk = iov[begin: begin + MAX_IOV]
+                done = self.libc.syscall(_SYS_PROCESS_MADVISE, self.pidfd, ctypes.c_void_p(chunk.ctypes.data),
+                                         ctypes.c_size_t(len(chunk)), _MADV_WILLNEED, 0)
+                if done < 0 and begin == 0 and ctypes.get_errno() in (38, 22, 1):  # ENOSYS, EINVAL, EPERM
+                    self.batched = False  # an older kernel, or a sandbox: one madvise per range from now on
+                    break
+            else:
+                return
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            self.libc.madvise(start, length, _MADV_WILLNEED)
+
+    def resident(self, start: int, length: int) -> bool:
+        """Whether every page of the range is in the page cache (``mincore``; True if it cannot tell)."""
+        pages = -(-length // PAGE)
+        if len(self.vec) < pages:
+            self.vec = bytearray(pages)
+        vec = (ctypes.c_ubyte * pages).from_buffer(self.vec)
+        if self.libc.mincore(start, length, vec) != 0:
+            return True
+        return self.vec.find(0, 0, pages) < 0
+
+
+_KERNEL: _Kernel | None = None
+
+
+def _kernel() -> _Kernel:
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _Kernel()
+    return _KERNEL
+
+
+class Readahead:
+    """A view's readahead: ``batch(maps, lo, hi)`` advises rows ``lo[i]..hi[i]-1`` of every map.
+
+    ``mode``: ``"auto"`` advises only when a probe finds some of the batch's pages not cached;
+    ``"always"`` advises every batch; ``"off"`` never. ``advised``/``skipped`` count the batches."""
+
+    QUIET_MOST = 8  # batches left unprobed after a probe found a batch cached: 1, 2, 4, then 8
+
+    def __init__(self, mode: str = "auto"):
+        self.mode = mode
+        self.advised = 0
+        self.skipped = 0
+        self._quiet = 0  # batches still to skip without a probe
+        self._quiet_next = 1  # how many the next all-cached probe buys
+
+    def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> bool:
+        """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised."""
+        if self.mode == "off" or not len(lo) or not maps:
+            return False
+        kernel = _kernel()
+        if not kernel.usable:
+            return False
+        if self.mode == "auto":
+            if self._quiet:  # recent probes found the batches cached: skip, probe again later
+                self._quiet -= 1
+                self.skipped += 1
+                return False
+            if self._cached(kernel, max(maps, key=lambda array: array.strides[0]), lo, hi):
+                self._quiet, self._quiet_next = self._quiet_next, min(2 * self._quiet_next, self.QUIET_MOST)
+                self.skipped += 1
+                return False
+            self._quiet_next = 1
+        ranges = [_byte_ranges(array, lo, hi) for array in maps if len(array)]
+        if not ranges or not any(len(starts) for starts, _ in ranges):
+            return False
+        starts = np.concatenate([starts for starts, _ in ranges])
+        ends = np.concatenate([starts + lengths for starts, lengths in ranges])
+        starts, lengths = _merged(starts, ends)
+        kernel.advise(starts, lengths)
+        self.advised += 1
+        return True
+
+    @staticmethod
+    def _cached(kernel: _Kernel, array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+        """Whether a few of the batch's ranges (spread over it) of its widest map are all cached: a few
+        ``mincore`` calls, so that a warm batch skips the advice at the cost of microseconds."""
+        rows, row_bytes, base = len(array), array.strides[0], array.ctypes.data
+        step = max(1, len(lo) // PROBES)
+        for first, stop in zip(lo[::step][:PROBES].tolist(), hi[::step][:PROBES].tolist()):
+            first, stop = max(0, min(first, rows)), max(0, min(stop, rows))
+            if stop > first:
+                start = base + first * row_bytes
+                aligned = start & -PAGE
+                if not kernel.resident(aligned, start + (stop - first) * row_bytes - aligned):
+                    return False
+        return True
+
+
+def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Page-aligned (start address, length) of rows [lo, hi) of a mapped array, clipped to its rows."""
+    rows = len(array)
+    lo = np.clip(lo, 0, rows)
+    hi = np.clip(hi, 0, rows)
+    keep = hi > lo
+    if not keep.all():
+        lo, hi = lo[keep], hi[keep]
+    row_bytes = array.strides[0]
+    base = array.ctypes.data
+    start = base + lo.astype(np.uint64) * row_bytes
+    end = base + hi.astype(np.uint64) * row_bytes
+    aligned = start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF)
+    return aligned, end - aligned
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ranges, overlapping or close ones (gap below ``MERGE_GAP``) joined: (starts, lengths)."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] > reach[:-1] + np.uint64(MERGE_GAP)
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(starts)) - 1
+    return starts[first], reach[last] - starts[first]
