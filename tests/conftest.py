@@ -5,6 +5,13 @@ import pytest
 
 from memmap_replay import ReplayBuffer
 
+# the fixtures the error and hostile catalogues share (tests/catalogue.py), for their files beside each module
+pytest.register_assert_rewrite("catalogue")
+import catalogue  # noqa: E402
+
+buffer, folder, fresh, new_folder, store = (catalogue.buffer, catalogue.folder, catalogue.fresh,
+                                            catalogue.new_folder, catalogue.store)
+
 SMALL_FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float")
 SMALL_META = dict(task_id="int")
 
