@@ -51,3 +51,11 @@ def test_ray_shards_benchmark_smoke(tmp_path):
     pytest.importorskip("ray")
     out = smoke(tmp_path, "ray_shards.py", timeout=300)
     assert "Ray shard figures" in out and "x local" in out and "piggyback" in out
+
+
+def test_cold_benchmark_smoke(tmp_path):
+    out = smoke(tmp_path, "cold.py")
+    assert "(a) Cold batches" in out and "same bytes: checked" in out and "x limit" in out
+    assert "MISMATCH" not in out
+    assert "(b) Epoch over a store bigger than its memory budget" in out and "sequential read" in out
+    assert "Cold figures" in out and "run benchmarks/read.py" in out
