@@ -2,7 +2,7 @@
 
 Each command is a module of this package with a function ``add(subparsers)`` that declares its
 arguments and sets ``run``, a function of the parsed arguments returning the exit code;
-``COMMAND_MODULES`` lists them, so a new command is one more module and one more entry. Shared here:
+``_COMMAND_MODULES`` lists them, so a new command is one more module and one more entry. Shared here:
 the exit codes and ``not_a_store`` (the message and exit code for a path that holds no store).
 """
 
@@ -21,9 +21,9 @@ __all__ = ["main", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "not_a_store"]
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # the reader of our output went away (``memmap-replay ... | head``): the shell's code for death by SIGPIPE
-EXIT_BROKEN_PIPE = 128 + 13
+_EXIT_BROKEN_PIPE = 128 + 13
 
-EXIT_CODES = f"""exit codes:
+_EXIT_CODES = f"""exit codes:
   {EXIT_OK}  the folder is a healthy store (warnings may be printed)
   {EXIT_PROBLEMS}  problems found: the store is damaged
   {EXIT_USAGE}  usage error, or the path is not a store (does not exist, is a file, holds no store files)"""
@@ -37,12 +37,12 @@ def not_a_store(args: argparse.Namespace, message: str) -> int:
 
 
 # one module per command, each with ``add(commands)``; the parser lists them in this order
-COMMAND_MODULES = ("info", "stats", "verify", "card", "checksum", "pack", "unpack", "import_", "export", "frames")
+_COMMAND_MODULES = ("info", "stats", "verify", "card", "checksum", "pack", "unpack", "import_", "export", "frames")
 
 
-def commands() -> list:
+def _commands() -> list:
     adders = []
-    for name in COMMAND_MODULES:
+    for name in _COMMAND_MODULES:
         try:
             module = importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as error:  # a command still being written
@@ -53,16 +53,16 @@ def commands() -> list:
     return adders
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+def _build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog or "memmap-replay",
         description="Tools for memmap_replay store folders (a store is a folder of .npy files and meta.json).",
-        epilog=f"Run '%(prog)s COMMAND --help' for a command's options.\n\n{EXIT_CODES}",
+        epilog=f"Run '%(prog)s COMMAND --help' for a command's options.\n\n{_EXIT_CODES}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (format {FORMAT_VERSION})")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for add in commands():
+    for add in _commands():
         add(subparsers)
     return parser
 
@@ -71,20 +71,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run a command; returns the exit code (argparse itself exits with 2 on a usage error).
 
     Output piped into a reader that stops early (``| head``) ends the command quietly with
-    ``EXIT_BROKEN_PIPE``, instead of a BrokenPipeError traceback."""
+    ``_EXIT_BROKEN_PIPE``, instead of a BrokenPipeError traceback."""
     try:
         try:
-            return run_command(argv, prog)
+            return _run_command(argv, prog)
         finally:  # also after argparse's SystemExit (--help, --version): a broken pipe shows here, not at exit
             if sys.stdout is not None:
                 sys.stdout.flush()
     except BrokenPipeError:
-        quiet_stdout()
-        return EXIT_BROKEN_PIPE
+        _quiet_stdout()
+        return _EXIT_BROKEN_PIPE
 
 
-def run_command(argv: list[str] | None, prog: str | None) -> int:
-    parser = build_parser(prog)
+def _run_command(argv: list[str] | None, prog: str | None) -> int:
+    parser = _build_parser(prog)
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
         parser.print_help(sys.stderr)
@@ -93,7 +93,7 @@ def run_command(argv: list[str] | None, prog: str | None) -> int:
     return args.run(args)
 
 
-def quiet_stdout() -> None:
+def _quiet_stdout() -> None:
     """Point stdout at devnull, so that the interpreter's flush at exit does not fail again and print
     'Exception ignored ... BrokenPipeError' (the pattern of the Python docs, 'Note on SIGPIPE')."""
     try:

@@ -12,22 +12,22 @@ from ..sharing.card import MAX_DEPTH, TEXT_KEYS, DatasetCard, read_card, write_c
 from ..sharing.checksums import store_folder
 from ..errors import InvalidDataError, OptionError
 from . import EXIT_OK
-from .checksum import SHARE_EXIT_CODES, guarded
+from .checksum import _SHARE_EXIT_CODES, _guarded
 
-KEYS = [key.name for key in fields(DatasetCard) if key.name != "unknown"]
+_KEYS = [key.name for key in fields(DatasetCard) if key.name != "unknown"]
 
-CARD_HELP = f"""\
+_CARD_HELP = f"""\
 Print a store's dataset card (card.json, shown as the Markdown of README.md), or edit it. Editing
 writes card.json and README.md atomically, and updates checksums.sha256 if the folder has one; it does
 not need the writer lock.
 
---set KEY=VALUE sets one key (KEY= clears it). Keys: {', '.join(KEYS)}.
+--set KEY=VALUE sets one key (KEY= clears it). Keys: {', '.join(_KEYS)}.
 Text keys ({', '.join(TEXT_KEYS)}) take VALUE as it is; the others take JSON (a number, a list, an
 object, null). extra.NAME=VALUE sets a key of your own in 'extra' (JSON if it parses, else text).
 The name looks like 'namespace/name-vN', e.g. mujoco/hopper-expert-v0. --from-json FILE merges a JSON
 object (- reads standard input); --set is applied after it.
 
-{SHARE_EXIT_CODES}
+{_SHARE_EXIT_CODES}
 
 examples:
   %(prog)s replay_data
@@ -37,7 +37,7 @@ examples:
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("card", help="print or edit a store's dataset card", description=CARD_HELP,
+    parser = commands.add_parser("card", help="print or edit a store's dataset card", description=_CARD_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="assignments",
@@ -48,17 +48,17 @@ def add(commands) -> None:
 
 
 def run_card(args: argparse.Namespace) -> int:
-    return guarded(args, lambda: card_action(args))
+    return _guarded(args, lambda: _card_action(args))
 
 
-def card_action(args: argparse.Namespace) -> int:
+def _card_action(args: argparse.Namespace) -> int:
     folder = store_folder(args.folder)
     card = read_card(folder)
     if args.from_json or args.assignments:
         data = card.to_json() if card is not None else {}
-        data.update(load_json(args.from_json) if args.from_json else {})
+        data.update(_load_json(args.from_json) if args.from_json else {})
         for assignment in args.assignments:
-            assign(data, assignment)
+            _assign(data, assignment)
         card = DatasetCard.from_json(data)
         write_card(folder, card)
     if card is None:
@@ -69,7 +69,7 @@ def card_action(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def load_json(name: str) -> dict:
+def _load_json(name: str) -> dict:
     try:
         text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
         data = json.loads(text)
@@ -82,22 +82,22 @@ def load_json(name: str) -> dict:
     return data
 
 
-def assign(data: dict, assignment: str) -> None:
+def _assign(data: dict, assignment: str) -> None:
     key, equals, text = assignment.partition("=")
     if not equals:
         raise OptionError(f"--set takes KEY=VALUE (got {assignment!r}); e.g. --set license=MIT")
     if key.startswith("extra.") and len(key) > 6:
-        data["extra"] = {**(data.get("extra") or {}), key[6:]: parse(text, strict=False, key=key)}
-    elif key not in KEYS:
-        raise OptionError(f"--set {key}: unknown card key (known: {', '.join(KEYS)}); use extra.{key}=VALUE for "
+        data["extra"] = {**(data.get("extra") or {}), key[6:]: _parse(text, strict=False, key=key)}
+    elif key not in _KEYS:
+        raise OptionError(f"--set {key}: unknown card key (known: {', '.join(_KEYS)}); use extra.{key}=VALUE for "
                                f"a key of your own")
     elif text == "":
         data.pop(key, None)
     else:
-        data[key] = text if key in TEXT_KEYS else parse(text, strict=True, key=key)
+        data[key] = text if key in TEXT_KEYS else _parse(text, strict=True, key=key)
 
 
-def parse(text: str, *, strict: bool, key: str):
+def _parse(text: str, *, strict: bool, key: str):
     try:
         return json.loads(text)
     except RecursionError:

@@ -1,7 +1,7 @@
 """``checksum FOLDER``: write (or, with ``--check``, check) the store's ``checksums.sha256``.
 
-Also here, shared by the sharing commands (card, checksum, pack, unpack): ``guarded``, which turns the
-library's errors into a message on stderr and an exit code, and ``show_progress``.
+Also here, shared by the sharing commands (card, checksum, pack, unpack): ``_guarded``, which turns the
+library's errors into a message on stderr and an exit code, and ``_show_progress``.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFo
                       StoreIOError, StoreNotFoundError, UnsupportedFormatError)
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
 
-SHARE_EXIT_CODES = f"""exit codes:
+_SHARE_EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done
   {EXIT_PROBLEMS}  problems found: damage, a checksum mismatch, a refused archive (nothing was changed)
   {EXIT_USAGE}  usage error, the path is not a store, or a writer is writing the store"""
 
-CHECKSUM_HELP = f"""\
+_CHECKSUM_HELP = f"""\
 Write checksums.sha256 in a store's folder: the sha256 of every file of the store (meta.json, steps/,
 meta/, episodes/, priorities/, stats/, card.json, README.md), one line each, in the format of GNU
 sha256sum, so `cd FOLDER && sha256sum -c checksums.sha256` checks it without this library. Files that
@@ -31,7 +31,7 @@ are not the store's are left out. It holds the writer lock while it reads (no wr
 With --check, nothing is written: every listed file is read and compared, and store files the manifest
 does not list are reported. `verify` does the same check whenever the folder has a checksums.sha256.
 
-{SHARE_EXIT_CODES}
+{_SHARE_EXIT_CODES}
 
 examples:
   %(prog)s replay_data
@@ -40,50 +40,50 @@ examples:
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("checksum", help="write or check a store's checksums.sha256", description=CHECKSUM_HELP,
+    parser = commands.add_parser("checksum", help="write or check a store's checksums.sha256", description=_CHECKSUM_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--check", action="store_true", help="only check the files against checksums.sha256")
-    add_common(parser)
+    _add_common(parser)
     parser.set_defaults(run=run_checksum)
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
+def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def show_progress(args: argparse.Namespace) -> bool:
+def _show_progress(args: argparse.Namespace) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def fail(args: argparse.Namespace, message: str, code: int) -> int:
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     if args.json:
         print(json.dumps({"ok": False, "error": message}, indent=2))
     print(f"{args.prog}: error: {message}", file=sys.stderr)
     return code
 
 
-def guarded(args: argparse.Namespace, action: Callable[[], int], *, folder_is_store: bool = True) -> int:
+def _guarded(args: argparse.Namespace, action: Callable[[], int], *, folder_is_store: bool = True) -> int:
     """Run ``action``; a library error becomes "<prog>: error: ..." on stderr and its exit code."""
     try:
         return action()
     except (StoreNotFoundError, NotAFolderError) as error:
-        return not_a_store(args, str(error)) if folder_is_store else fail(args, str(error), EXIT_USAGE)
+        return not_a_store(args, str(error)) if folder_is_store else _fail(args, str(error), EXIT_USAGE)
     except (InvalidDataError, UnsupportedFormatError, StoreLockedError) as error:
-        return fail(args, str(error), EXIT_USAGE)
+        return _fail(args, str(error), EXIT_USAGE)
     except (CorruptStoreError, DiskFullError, StoreIOError) as error:  # damage, or the disk failed us
-        return fail(args, str(error), EXIT_PROBLEMS)
+        return _fail(args, str(error), EXIT_PROBLEMS)
     except OSError as error:  # a path the user gave that cannot be read or written
-        return fail(args, f"{error.filename or ''}: {error.strerror or error}".lstrip(": "), EXIT_USAGE)
+        return _fail(args, f"{error.filename or ''}: {error.strerror or error}".lstrip(": "), EXIT_USAGE)
 
 
 def run_checksum(args: argparse.Namespace) -> int:
-    return guarded(args, lambda: (check if args.check else write)(args))
+    return _guarded(args, lambda: (_check if args.check else _write)(args))
 
 
-def write(args: argparse.Namespace) -> int:
-    path = write_manifest(args.folder, progress=show_progress(args))
+def _write(args: argparse.Namespace) -> int:
+    path = write_manifest(args.folder, progress=_show_progress(args))
     files = len(read_manifest(path.parent)[0] or {})
     if args.json:
         print(json.dumps({"folder": args.folder, "ok": True, "manifest": str(path), "files": files}, indent=2))
@@ -92,8 +92,8 @@ def write(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def check(args: argparse.Namespace) -> int:
-    problems = check_manifest(store_folder(args.folder), progress=show_progress(args))
+def _check(args: argparse.Namespace) -> int:
+    problems = check_manifest(store_folder(args.folder), progress=_show_progress(args))
     if args.json:
         print(json.dumps({"folder": args.folder, "ok": not problems, "problems": [str(p) for p in problems]}, indent=2))
     elif problems:

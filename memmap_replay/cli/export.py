@@ -8,10 +8,10 @@ import sys
 
 from ..errors import NotAFolderError, ReplayError, StoreNotFoundError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
-from .checksum import fail
-from .import_ import USAGE_ERRORS, shared_options
+from .checksum import _fail
+from .import_ import _USAGE_ERRORS, _shared_options
 
-EXPORT_HELP = """\
+_EXPORT_HELP = """\
 Export a store to another format, episode by episode (memory stays bounded whatever the store's size).
 Values are copied exactly; the store's card (with a provenance record of this export) goes into the
 target's metadata, and importing the target back restores it.
@@ -44,10 +44,10 @@ examples:
 
 def add(commands) -> None:
     parser = commands.add_parser("export", help="export a store as a Minari dataset or a D4RL .hdf5/.npz file",
-                                 description=EXPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 description=_EXPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("target", metavar="TARGET", help="a Minari dataset id, or a .hdf5/.h5/.npz file")
-    shared_options(parser, "--to", "the target's format", "replace TARGET if it exists", "leave the other step fields out")
+    _shared_options(parser, "--to", "the target's format", "replace TARGET if it exists", "leave the other step fields out")
     parser.add_argument("--observation", nargs="+", metavar="FIELD", help="the observation field(s) (default: "
                         "observation, or observation__*); several make a Dict space (minari)")
     parser.add_argument("--action", nargs="+", metavar="FIELD", help="the action field(s) (default: action)")
@@ -62,7 +62,7 @@ def add(commands) -> None:
     parser.set_defaults(run=run_export)
 
 
-def one_or_list(names):
+def _one_or_list(names):
     return None if names is None else names[0] if len(names) == 1 else names
 
 
@@ -77,10 +77,10 @@ def run_export(args: argparse.Namespace) -> int:
     except (StoreNotFoundError, NotAFolderError) as error:
         return not_a_store(args, str(error))
     except ReplayError as error:  # damaged
-        return fail(args, str(error), EXIT_PROBLEMS)
+        return _fail(args, str(error), EXIT_PROBLEMS)
     kind = args.format or ("d4rl" if any(args.target.lower().endswith(suffix) for suffix in SUFFIXES) else "minari")
     progress = not args.quiet and sys.stderr.isatty()
-    options = dict(observation=one_or_list(args.observation), action=one_or_list(args.action), reward=args.reward,
+    options = dict(observation=_one_or_list(args.observation), action=_one_or_list(args.action), reward=args.reward,
                    infos=args.infos, overwrite=args.overwrite, progress=progress)
     try:
         if kind == "minari":
@@ -89,10 +89,10 @@ def run_export(args: argparse.Namespace) -> int:
         else:
             report = export_d4rl(args.folder, args.target, next_observations=args.next_observations,
                                  compression=args.compression, **options)
-    except USAGE_ERRORS as error:
-        return fail(args, str(error), EXIT_USAGE)
+    except _USAGE_ERRORS as error:
+        return _fail(args, str(error), EXIT_USAGE)
     except (ReplayError, OSError) as error:
-        return fail(args, str(error), EXIT_PROBLEMS)
+        return _fail(args, str(error), EXIT_PROBLEMS)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return EXIT_OK
 

@@ -11,14 +11,14 @@ from ..errors import CorruptStoreError, NotAFolderError, ReplayError, StoreNotFo
 from ..sharing.frames import LAYOUTS, STACK_MODES, contact_sheet, write_video
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
 
-EXIT_CODES = f"""exit codes:
+_EXIT_CODES = f"""exit codes:
   {EXIT_OK}  written
   {EXIT_PROBLEMS}  the store is damaged (run 'verify FOLDER' for the list), or a ring writer evicted the episode
      while it was read (run again)
   {EXIT_USAGE}  usage error: not a store, an unknown or non-image field, an episode out of range, an output path
      that cannot be written, or a missing package (pip install 'memmap-replay[video]')"""
 
-IMAGES = """\
+_IMAGES = """\
 An image field is a step field of shape (H, W), (H, W, C) or (C, H, W) with C in 1, 3, 4, or a frame
 stack (k, H, W), (k, H, W, C) or (k, C, H, W); the layout is guessed from the shape (a last axis of 1,
 3 or 4 is channels, else a first axis of 1 or 3, else the first axis is a stack: (4, 84, 84) is four
@@ -27,30 +27,30 @@ tile. uint8 values are shown as they are, bool as black/white, floats as [0, 1] 
 is above 1, else as [0, 255]; small frames are enlarged to at least 64 pixels (--scale).
 Episodes are numbered as get_all_data() returns them: 0 the oldest live episode, -1 the newest."""
 
-FRAMES_HELP = f"""\
+_FRAMES_HELP = f"""\
 Draw a contact sheet of an image field: a PNG grid of frames, each episode starting a new row, each
 frame labelled 'ep E t T' (episode, step). By default every episode shows 8 frames spread over its
 length (one row); --every N shows steps 0, N, 2N, ... instead, wrapping after --columns frames.
 Without --episodes: every episode, or 16 spread from the oldest to the newest when there are more.
 Writes OUT (replaced atomically); reads the store without locking it (a writer may keep appending).
 
-{IMAGES}
+{_IMAGES}
 
-{EXIT_CODES}
+{_EXIT_CODES}
 
 examples:
   %(prog)s replay_data obs sheet.png
   %(prog)s replay_data obs sheet.png --episodes 0,5,-1 --every 10
   %(prog)s replay_data obs sheet.png --episodes 0:8 --columns 12 --stack tile"""
 
-VIDEO_HELP = f"""\
+_VIDEO_HELP = f"""\
 Write one episode of an image field as a video: OUT.mp4 (H.264, needs imageio-ffmpeg; odd sizes are
 padded by one black pixel) or OUT.gif (pillow; looping). The episode is read in chunks, so memory stays
 small for long episodes. Writes OUT (replaced atomically); reads the store without locking it.
 
-{IMAGES}
+{_IMAGES}
 
-{EXIT_CODES}
+{_EXIT_CODES}
 
 examples:
   %(prog)s replay_data obs episode.mp4                 # the oldest episode, 30 fps
@@ -58,7 +58,7 @@ examples:
   %(prog)s replay_data pixels run.mp4 --episode 3 --layout CHW --scale 4"""
 
 
-def episode_list(text: str) -> list:
+def _episode_list(text: str) -> list:
     """'0,5,-1' or '0:8' or '::10,-1': indices and Python slices (stop excluded)."""
     items = []
     try:
@@ -77,7 +77,7 @@ def episode_list(text: str) -> list:
     return items
 
 
-def positive(text: str) -> int:
+def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -87,30 +87,30 @@ def positive(text: str) -> int:
     return value
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
+def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("field", metavar="FIELD", help="the image field (a step field)")
     parser.add_argument("--layout", choices=LAYOUTS, help="how the field's axes are read (default: from its shape)")
     parser.add_argument("--stack", choices=STACK_MODES, default="last",
                         help="a frame stack shows its newest frame (last) or all of them side by side (tile)")
-    parser.add_argument("--scale", type=positive, metavar="N", help="enlarge each frame this many times (default: to 64 pixels)")
+    parser.add_argument("--scale", type=_positive, metavar="N", help="enlarge each frame this many times (default: to 64 pixels)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add(commands) -> None:
     frames = commands.add_parser("frames", help="draw a contact sheet (PNG) of an image field",
-                                 description=FRAMES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(frames)
+                                 description=_FRAMES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(frames)
     frames.add_argument("out", metavar="OUT.png", help="the image to write (.png, or .jpg)")
-    frames.add_argument("--episodes", type=episode_list, metavar="LIST", help="which episodes: e.g. 0,5,-1 or 0:8 (default: all)")
-    frames.add_argument("--every", type=positive, metavar="N", help="show steps 0, N, 2N, ... of each episode")
-    frames.add_argument("--columns", type=positive, default=8, metavar="N", help="frames per row (default 8)")
+    frames.add_argument("--episodes", type=_episode_list, metavar="LIST", help="which episodes: e.g. 0,5,-1 or 0:8 (default: all)")
+    frames.add_argument("--every", type=_positive, metavar="N", help="show steps 0, N, 2N, ... of each episode")
+    frames.add_argument("--columns", type=_positive, default=8, metavar="N", help="frames per row (default 8)")
     frames.add_argument("--no-labels", action="store_true", help="no 'ep E t T' label above each frame")
     frames.set_defaults(run=run_frames)
     video = commands.add_parser("video", help="write one episode of an image field as an mp4 or GIF",
-                                description=VIDEO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(video)
+                                description=_VIDEO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(video)
     video.add_argument("out", metavar="OUT.mp4|gif", help="the video to write")
     video.add_argument("--episode", type=int, default=0, metavar="I", help="which episode: 0 the oldest (default), -1 the newest")
     video.add_argument("--fps", type=float, default=30.0, metavar="N", help="frames per second (default 30)")
@@ -118,29 +118,29 @@ def add(commands) -> None:
 
 
 def run_frames(args: argparse.Namespace) -> int:
-    return run(args, lambda progress: contact_sheet(
+    return _run(args, lambda progress: contact_sheet(
         args.folder, args.field, out=args.out, episodes=args.episodes, every=args.every, columns=args.columns,
         layout=args.layout, stack=args.stack, scale=args.scale, labels=not args.no_labels, progress=progress))
 
 
 def run_video(args: argparse.Namespace) -> int:
-    return run(args, lambda progress: write_video(
+    return _run(args, lambda progress: write_video(
         args.folder, args.field, args.out, episode=args.episode, fps=args.fps, layout=args.layout,
         stack=args.stack, scale=args.scale, progress=progress))
 
 
-def run(args: argparse.Namespace, make) -> int:
+def _run(args: argparse.Namespace, make) -> int:
     """Make the file; the library's errors become one line on stderr and an exit code."""
     try:
         written = make(not args.quiet and sys.stderr.isatty())
     except (StoreNotFoundError, NotAFolderError) as error:
         return not_a_store(args, str(error))
     except (CorruptStoreError, UnsupportedFormatError) as error:
-        return fail(args, error, EXIT_PROBLEMS)
+        return _fail(args, error, EXIT_PROBLEMS)
     except ReplayError as error:
-        return fail(args, error, EXIT_PROBLEMS if isinstance(error, LookupError) else EXIT_USAGE)
+        return _fail(args, error, EXIT_PROBLEMS if isinstance(error, LookupError) else EXIT_USAGE)
     except OSError as error:  # writing the output failed (disk full, ...)
-        return fail(args, f"cannot write {args.out}: {error.strerror or error}", EXIT_USAGE)
+        return _fail(args, f"cannot write {args.out}: {error.strerror or error}", EXIT_USAGE)
     if args.json:
         print(json.dumps(written.to_json(), indent=2))
     else:
@@ -151,6 +151,6 @@ def run(args: argparse.Namespace, make) -> int:
     return EXIT_OK
 
 
-def fail(args: argparse.Namespace, error, code: int) -> int:
+def _fail(args: argparse.Namespace, error, code: int) -> int:
     print(f"{args.prog}: error: {error}", file=sys.stderr)
     return code

@@ -8,9 +8,9 @@ import sys
 
 from ..errors import NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
-from .checksum import fail
+from .checksum import _fail
 
-IMPORT_HELP = """\
+_IMPORT_HELP = """\
 Import a dataset of another format into a new store folder, episode by episode (memory stays bounded
 whatever the dataset's size). Values are copied exactly: nothing is cast or re-encoded.
 
@@ -41,15 +41,15 @@ examples:
   %(prog)s data.npz store --next-observations field --overwrite
   %(prog)s data.npz store --json | jq .episodes"""
 
-USAGE_ERRORS = (SchemaError, OptionError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
+_USAGE_ERRORS = (SchemaError, OptionError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
 
 
 def add(commands) -> None:
     parser = commands.add_parser("import", help="import a Minari dataset or a D4RL .hdf5/.npz file into a new store",
-                                 description=IMPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 description=_IMPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", metavar="SOURCE", help="a Minari dataset id or folder, or a .hdf5/.h5/.npz file")
     parser.add_argument("folder", metavar="FOLDER", help="the new store's folder (absent or empty)")
-    shared_options(parser, "--from", "the source's format", "replace FOLDER if it already holds a store", "leave infos out")
+    _shared_options(parser, "--from", "the source's format", "replace FOLDER if it already holds a store", "leave infos out")
     parser.add_argument("--next-observations", choices=("auto", "final", "field", "drop"), default="auto",
                         help="d4rl: final rows when next_observations are the next rows (auto, final), the field "
                              "next_observation (field), or leave them out (drop); default auto")
@@ -57,7 +57,7 @@ def add(commands) -> None:
     parser.set_defaults(run=run_import)
 
 
-def shared_options(parser: argparse.ArgumentParser, format_flag: str, format_help: str, overwrite_help: str,
+def _shared_options(parser: argparse.ArgumentParser, format_flag: str, format_help: str, overwrite_help: str,
                    infos_help: str) -> None:
     """The options import and export share: the format, --overwrite, --datasets-path, --no-infos, --json, --quiet."""
     parser.add_argument(format_flag, dest="format", choices=("minari", "d4rl"), help=f"{format_help} (default: guessed)")
@@ -73,7 +73,7 @@ def run_import(args: argparse.Namespace) -> int:
 
     kind = args.format or guess_format(args.source)
     if kind is None:
-        return fail(args, f"cannot tell the format of {args.source}: pass --from minari or --from d4rl", EXIT_USAGE)
+        return _fail(args, f"cannot tell the format of {args.source}: pass --from minari or --from d4rl", EXIT_USAGE)
     progress = not args.quiet and sys.stderr.isatty()
     try:
         if kind == "minari":
@@ -82,9 +82,9 @@ def run_import(args: argparse.Namespace) -> int:
         else:
             report = import_d4rl(args.source, args.folder, next_observations=args.next_observations,
                                  infos=args.infos, overwrite=args.overwrite, chunk_mb=args.chunk_mb, progress=progress)
-    except USAGE_ERRORS as error:
-        return fail(args, str(error), EXIT_USAGE)
+    except _USAGE_ERRORS as error:
+        return _fail(args, str(error), EXIT_USAGE)
     except (ReplayError, OSError) as error:
-        return fail(args, str(error), EXIT_PROBLEMS)
+        return _fail(args, str(error), EXIT_PROBLEMS)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return EXIT_OK

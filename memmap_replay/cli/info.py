@@ -1,7 +1,7 @@
 """``info FOLDER``: a store at a glance (card, format, schema, capacity, counts, sizes, episodes).
 
-Also here, shared with ``stats``: ``read_store`` (a folder opened read-only, closed after), and the
-text helpers ``figure``, ``human_bytes``, ``columns`` and ``json_safe``.
+Also here, shared with ``stats``: ``_read_store`` (a folder opened read-only, closed after), and the
+text helpers ``_figure``, ``_human_bytes``, ``_columns`` and ``_json_safe``.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from ..errors import CorruptStoreError, ReadOnlyError, ReplayError, StoreIOError
 from ..sharing.stats import RUNNING_FILE, episode_summary
 from ..core.store import EpisodeStore
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
-from .checksum import guarded
+from .checksum import _guarded
 
-READ_EXIT_CODES = f"""exit codes:
+_READ_EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done
   {EXIT_PROBLEMS}  the store is damaged (a file is truncated or missing, meta.json is broken); run 'verify FOLDER'
      for the list
   {EXIT_USAGE}  usage error, or the path is not a store (does not exist, is a file, holds no meta.json)"""
 
-INFO_HELP = f"""\
+_INFO_HELP = f"""\
 Show what a store holds, at a glance: its dataset card's name and description (if it has a card),
 the format version, the schema (each field's dtype, shape and default, and the meta fields), the
 capacity (max_episodes, max_timesteps, max_steps, circular), the counts (live episodes, steps, the
@@ -45,7 +45,7 @@ the folder has a checksums.sha256, a card.json and saved running statistics.
 It opens the store read-only (no writer lock: it works while a writer writes) and reads no step data
 but the reward column. `stats FOLDER` shows the fields' statistics; `verify FOLDER` checks for damage.
 
-{READ_EXIT_CODES}
+{_READ_EXIT_CODES}
 
 examples:
   %(prog)s replay_data
@@ -55,23 +55,23 @@ examples:
 
 def add(commands) -> None:
     parser = commands.add_parser("info", help="show a store at a glance: schema, capacity, counts, sizes",
-                                 description=INFO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 description=_INFO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--json", action="store_true", help="print everything as one JSON object")
     parser.set_defaults(run=run_info)
 
 
 def run_info(args: argparse.Namespace) -> int:
-    return guarded(args, lambda: info_action(args))
+    return _guarded(args, lambda: _info_action(args))
 
 
-def info_action(args: argparse.Namespace) -> int:
-    with read_store(args.folder) as store:
-        report = describe(store)
+def _info_action(args: argparse.Namespace) -> int:
+    with _read_store(args.folder) as store:
+        report = _describe(store)
     if args.json:
-        print(json.dumps(json_safe(report), indent=2, ensure_ascii=False))
+        print(json.dumps(_json_safe(report), indent=2, ensure_ascii=False))
     else:
-        print(render(report))
+        print(_render(report))
     if report.get("card_error"):
         print(f"{args.prog}: warning: {report['card_error']}", file=sys.stderr)
     return EXIT_OK
@@ -81,7 +81,7 @@ def info_action(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def read_store(folder: str) -> Iterator[EpisodeStore]:
+def _read_store(folder: str) -> Iterator[EpisodeStore]:
     """The store at ``folder`` opened read-only (no writer lock), closed after."""
     store = EpisodeStore.open(folder, "r")
     try:
@@ -90,7 +90,7 @@ def read_store(folder: str) -> Iterator[EpisodeStore]:
         store.close()
 
 
-def figure(value: Any) -> str:
+def _figure(value: Any) -> str:
     """A number for people: 6 significant digits, '-' for none or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -99,7 +99,7 @@ def figure(value: Any) -> str:
     return f"{float(value):.6g}"
 
 
-def human_bytes(count: int) -> str:
+def _human_bytes(count: int) -> str:
     """1536 -> '1.5 KiB' (binary units, as du -h)."""
     size, unit = float(count), "B"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
@@ -109,7 +109,7 @@ def human_bytes(count: int) -> str:
     return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}" if size < 1000 else f"{size:.0f} {unit}"
 
 
-def columns(rows: list[list[str]], right: set[int] = frozenset(), indent: str = "") -> list[str]:
+def _columns(rows: list[list[str]], right: set[int] = frozenset(), indent: str = "") -> list[str]:
     """Rows of cells as aligned lines (columns in ``right`` are right-aligned); a row of one cell is a note
     that spans the columns (it does not widen the first)."""
     table = [row for row in rows if len(row) > 1] or [[""]]
@@ -119,12 +119,12 @@ def columns(rows: list[list[str]], right: set[int] = frozenset(), indent: str = 
             for row in rows]
 
 
-def json_safe(value: Any) -> Any:
+def _json_safe(value: Any) -> Any:
     """NaN and infinities as null (JSON has neither), numpy scalars as Python numbers."""
     if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
+        return {key: _json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
+        return [_json_safe(item) for item in value]
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -132,24 +132,24 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def summary_text(values: dict | None) -> str:
+def _summary_text(values: dict | None) -> str:
     if not values or values.get("mean") is None:
         return "-"
-    return "  ".join(f"{key} {figure(values[key])}" for key in ("min", "mean", "max", "std"))
+    return "  ".join(f"{key} {_figure(values[key])}" for key in ("min", "mean", "max", "std"))
 
 
-def episode_lines(episodes: dict) -> list[list[str]]:
+def _episode_lines(episodes: dict) -> list[list[str]]:
     """The 'length' and 'return' rows of an episode summary (from ``buffer.stats().episodes``)."""
-    rows = [["length", summary_text(episodes["length"])]]
+    rows = [["length", _summary_text(episodes["length"])]]
     if "return" in episodes:
-        rows.append(["return", f"{summary_text(episodes['return'])}  (sum of {episodes['return_field']})"])
+        rows.append(["return", f"{_summary_text(episodes['return'])}  (sum of {episodes['return_field']})"])
     return rows
 
 
 # ---- what info shows -----------------------------------------------------------------------------------
 
 
-def describe(store: EpisodeStore) -> dict:
+def _describe(store: EpisodeStore) -> dict:
     """Everything info prints, as a JSON-able dict; reads the episode table and the reward column only."""
     folder, meta = store.folder, store.meta
     card, card_error = None, None
@@ -169,7 +169,7 @@ def describe(store: EpisodeStore) -> dict:
     return {
         "folder": str(folder), "ok": True, "is_store": True,
         "name": card.name if card else None, "description": card.description if card else None,
-        "format": fmt.FORMAT_NAME, "version": format_version(folder), "store_id": meta.store_id,
+        "format": fmt.FORMAT_NAME, "version": _format_version(folder), "store_id": meta.store_id,
         "schema": meta.schema.to_json(),
         "capacity": {"max_episodes": meta.capacity.max_episodes, "max_timesteps": meta.capacity.max_timesteps,
                      "max_steps": meta.capacity.max_steps, "circular": meta.capacity.circular},
@@ -177,7 +177,7 @@ def describe(store: EpisodeStore) -> dict:
                    "first_episode": state.first_episode, "next_episode": state.next_episode,
                    "rows": state.rows, "commits": state.commits},
         "episodes": episodes,
-        "sizes": sizes(store),
+        "sizes": _sizes(store),
         "files": {"checksums": (folder / MANIFEST).is_file(), "card": (folder / "card.json").is_file(),
                   "stats": (folder / fmt.STATS_DIR / RUNNING_FILE).is_file()},
         "samplers": samplers,
@@ -185,7 +185,7 @@ def describe(store: EpisodeStore) -> dict:
     }
 
 
-def format_version(folder: Path) -> str | None:
+def _format_version(folder: Path) -> str | None:
     """meta.json's "version" (the store object keeps only what it parsed)."""
     try:  # bounded, a regular file inside the folder (folderio): never a FIFO, never /dev/zero
         return str(folderio.read_json(folder, folder / fmt.META_FILE)["version"])
@@ -193,7 +193,7 @@ def format_version(folder: Path) -> str | None:
         return None
 
 
-def usage(path: Path) -> dict:
+def _usage(path: Path) -> dict:
     """{"disk": bytes of the blocks used, "apparent": the file size}; zeros for a file that went away."""
     try:
         info = os.stat(path)
@@ -203,48 +203,48 @@ def usage(path: Path) -> dict:
     return {"disk": info.st_size if blocks is None else blocks * 512, "apparent": info.st_size}
 
 
-def add_up(usages: list[dict]) -> dict:
+def _add_up(usages: list[dict]) -> dict:
     return {"disk": sum(u["disk"] for u in usages), "apparent": sum(u["apparent"] for u in usages)}
 
 
-def sizes(store: EpisodeStore) -> dict:
+def _sizes(store: EpisodeStore) -> dict:
     """Per step field and meta field, the episode table, the rest of the store's files, and the total."""
     folder = store.folder
-    fields = {name: usage(file.path) for name, file in store.steps.items()}
-    metas = {name: usage(file.path) for name, file in store.metas.items()}
-    table = add_up([usage(file.path) for file in store.table.values()])
+    fields = {name: _usage(file.path) for name, file in store.steps.items()}
+    metas = {name: _usage(file.path) for name, file in store.metas.items()}
+    table = _add_up([_usage(file.path) for file in store.table.values()])
     counted = {file.path for file in (*store.steps.values(), *store.metas.values(), *store.table.values())}
     try:
         listed, _ = store_files(folder)
     except OSError:  # a folder changing under us: the rest is best effort
         listed = []
     others = {folder / rel for rel in listed} | {folder / MANIFEST}
-    other = add_up([usage(path) for path in sorted(others - counted) if path.is_file()])
+    other = _add_up([_usage(path) for path in sorted(others - counted) if path.is_file()])
     return {"fields": fields, "meta_fields": metas, "episode_table": table, "other": other,
-            "total": add_up([*fields.values(), *metas.values(), table, other])}
+            "total": _add_up([*fields.values(), *metas.values(), table, other])}
 
 
-def render(report: dict) -> str:
+def _render(report: dict) -> str:
     counts, capacity, episodes, sizes_ = report["counts"], report["capacity"], report["episodes"], report["sizes"]
     title = report["folder"] + (f"  {report['name']}" if report["name"] else "")
     lines = [title]
     if report["description"]:
         lines += ["  " + line for line in report["description"].strip().splitlines()[:6]]
-    ids = (f"ids {figure(counts['first_episode'])}..{figure(counts['next_episode'] - 1)}; the next is "
-           f"{figure(counts['next_episode'])}" if counts["episodes"] else f"the next id is {figure(counts['next_episode'])}")
+    ids = (f"ids {_figure(counts['first_episode'])}..{_figure(counts['next_episode'] - 1)}; the next is "
+           f"{_figure(counts['next_episode'])}" if counts["episodes"] else f"the next id is {_figure(counts['next_episode'])}")
     ring = "circular: the oldest episodes are evicted" if capacity["circular"] else "not circular: it fills up"
     ends = ", ".join(f"{n:,} {name}" for name, n in episodes["ends"].items() if n) or "-"
     final = episodes["with_final_observation"]
     total = sizes_["total"]
-    lines += columns([
+    lines += _columns([
         ["format", f"{report['format']} {report['version'] or '?'} (store id {report['store_id']})"],
-        ["capacity", f"{figure(capacity['max_episodes'])} episodes of up to {figure(capacity['max_timesteps'])} steps "
-                     f"in {figure(capacity['max_steps'])} rows; {ring}"],
-        ["contents", f"{figure(counts['episodes'])} episode{'s' * (counts['episodes'] != 1)} ({ids}), "
-                     f"{figure(counts['steps'])} steps, {figure(counts['rows'])} rows allocated"],
-        *episode_lines(episodes),
+        ["capacity", f"{_figure(capacity['max_episodes'])} episodes of up to {_figure(capacity['max_timesteps'])} steps "
+                     f"in {_figure(capacity['max_steps'])} rows; {ring}"],
+        ["contents", f"{_figure(counts['episodes'])} episode{'s' * (counts['episodes'] != 1)} ({ids}), "
+                     f"{_figure(counts['steps'])} steps, {_figure(counts['rows'])} rows allocated"],
+        *_episode_lines(episodes),
         ["ends", ends + (f"; {final:,} with a final observation" if final else "")],
-        ["size", f"{human_bytes(total['disk'])} on disk, {human_bytes(total['apparent'])} apparent"
+        ["size", f"{_human_bytes(total['disk'])} on disk, {_human_bytes(total['apparent'])} apparent"
                  + (" (sparse: rows not written yet use no disk)" if total["apparent"] > total["disk"] else "")],
         ["files", "; ".join(f"{what}: {'yes' if report['files'][key] else 'no'}" for key, what in
                             (("checksums", MANIFEST), ("card", "card.json"),
@@ -261,10 +261,10 @@ def render(report: dict) -> str:
             used = sizes_[group][name]
             default = "zeros" if spec["default"] is None else json.dumps(spec["default"])
             rows.append([f"  {name}", spec["dtype"], str(tuple(spec["shape"])), default,
-                         human_bytes(used["disk"]), human_bytes(used["apparent"])])
+                         _human_bytes(used["disk"]), _human_bytes(used["apparent"])])
     for key, what in (("episode_table", "episode table"), ("other", "other files")):
-        rows.append([what, "", "", "", human_bytes(sizes_[key]["disk"]), human_bytes(sizes_[key]["apparent"])])
-    for at, line in enumerate(columns(rows, right={4, 5})):
+        rows.append([what, "", "", "", _human_bytes(sizes_[key]["disk"]), _human_bytes(sizes_[key]["apparent"])])
+    for at, line in enumerate(_columns(rows, right={4, 5})):
         lines += [titles[at]] if at in titles else []
         lines.append(line)
     return "\n".join(lines)

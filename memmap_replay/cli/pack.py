@@ -7,9 +7,9 @@ import json
 
 from ..sharing.pack import SUFFIXES, pack
 from . import EXIT_OK
-from .checksum import SHARE_EXIT_CODES, add_common, guarded, show_progress
+from .checksum import _SHARE_EXIT_CODES, _add_common, _guarded, _show_progress
 
-PACK_HELP = f"""\
+_PACK_HELP = f"""\
 Write a store into one archive to share it: a tar file holding the store's files under one top folder
 (named after FOLDER), with checksums.sha256 first so that `unpack` (or `sha256sum -c`) can check every
 byte. The suffix of ARCHIVE chooses the compression: {', '.join(SUFFIXES)} (zstd needs Python 3.14+).
@@ -19,7 +19,7 @@ checksums.sha256 into FOLDER when it has none or it is not up to date. It holds 
 reads, so no writer may be writing. Files in FOLDER that are not the store's are left out (and listed).
 The archive is written under a temporary name and renamed at the end: a failed pack leaves nothing.
 
-{SHARE_EXIT_CODES}
+{_SHARE_EXIT_CODES}
 
 examples:
   %(prog)s replay_data replay_data.tar.gz
@@ -28,17 +28,17 @@ examples:
 
 def add(commands) -> None:
     parser = commands.add_parser("pack", help="write a store into one archive (.tar, .tar.gz, .tar.xz)",
-                                 description=PACK_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 description=_PACK_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("archive", metavar="ARCHIVE", help="the archive to write, e.g. data.tar.gz")
     parser.add_argument("--overwrite", action="store_true", help="replace ARCHIVE if it exists")
-    add_common(parser)
+    _add_common(parser)
     parser.set_defaults(run=run_pack)
 
 
 def run_pack(args: argparse.Namespace) -> int:
     def action() -> int:
-        summary = pack(args.folder, args.archive, progress=show_progress(args), overwrite=args.overwrite)
+        summary = pack(args.folder, args.archive, progress=_show_progress(args), overwrite=args.overwrite)
         if args.json:
             print(json.dumps({"folder": args.folder, "ok": True, "archive": str(summary.archive), "files": summary.files,
                               "bytes": summary.bytes, "archive_bytes": summary.archive_bytes,
@@ -49,4 +49,4 @@ def run_pack(args: argparse.Namespace) -> int:
         if summary.left_out:
             print(f"left out (not the store's files): {', '.join(summary.left_out)}")
         return EXIT_OK
-    return guarded(args, action)
+    return _guarded(args, action)

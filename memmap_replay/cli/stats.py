@@ -13,17 +13,17 @@ from ..errors import OptionError
 from ..sharing.stats import FieldStats, RunningStats, StoreStats, compute_stats
 from ..core.store import EpisodeStore
 from . import EXIT_OK
-from .checksum import guarded, show_progress
-from .info import READ_EXIT_CODES, columns, episode_lines, figure, json_safe, read_store
+from .checksum import _guarded, _show_progress
+from .info import _READ_EXIT_CODES, _columns, _episode_lines, _figure, _json_safe, _read_store
 
-SHOW_ALL = 16    # a field of up to this many elements shows them all; a larger one shows:
-HEAD, TAIL = 8, 2  # its first and last few, then one row over all of its elements
+_SHOW_ALL = 16    # a field of up to this many elements shows them all; a larger one shows:
+_HEAD, _TAIL = 8, 2  # its first and last few, then one row over all of its elements
 
-STATS_HELP = f"""\
+_STATS_HELP = f"""\
 Print the statistics of step fields, per element: count, mean, std (population), min, max, and
 --quantiles on request; also the live episodes' length and return (the sum of a scalar 'reward' or
-'rewards' field). A field of more than {SHOW_ALL} elements (an image, a large observation) shows its first
-{HEAD} and last {TAIL} elements and a row 'all' over every element of it; --json gives every element.
+'rewards' field). A field of more than {_SHOW_ALL} elements (an image, a large observation) shows its first
+{_HEAD} and last {_TAIL} elements and a row 'all' over every element of it; --json gives every element.
 
 Without FIELD: the fields tracked as episodes commit (bool, int and float fields of at most 1024
 numbers a row); their running statistics are saved in stats/running.npz, so this reads no step data
@@ -35,7 +35,7 @@ its rows from the live episodes, with a progress bar on a terminal (--quiet hide
 The store is opened read-only (no writer lock: this works while a writer writes) and nothing is
 written.
 
-{READ_EXIT_CODES}
+{_READ_EXIT_CODES}
 
 examples:
   %(prog)s replay_data
@@ -44,7 +44,7 @@ examples:
   %(prog)s replay_data --json | jq '.fields.obs.mean'"""
 
 
-def quantile_list(text: str) -> list[float]:
+def _quantile_list(text: str) -> list[float]:
     """'0.05,0.5,0.95' -> [0.05, 0.5, 0.95], each in [0, 1]."""
     try:
         values = [float(part) for part in text.split(",")]
@@ -58,10 +58,10 @@ def quantile_list(text: str) -> list[float]:
 
 def add(commands) -> None:
     parser = commands.add_parser("stats", help="print field statistics (mean, std, min, max, quantiles)",
-                                 description=STATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 description=_STATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("fields", nargs="*", metavar="FIELD", help="step fields to show (default: the tracked ones)")
-    parser.add_argument("--quantiles", type=quantile_list, metavar="Q,Q,...",
+    parser.add_argument("--quantiles", type=_quantile_list, metavar="Q,Q,...",
                         help="also exact quantiles over the live episodes, e.g. 0.05,0.5,0.95 (reads the rows)")
     parser.add_argument("--recompute", action="store_true",
                         help="compute from the live episodes instead of the running statistics (reads the rows)")
@@ -72,22 +72,22 @@ def add(commands) -> None:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    return guarded(args, lambda: stats_action(args))
+    return _guarded(args, lambda: _stats_action(args))
 
 
-def stats_action(args: argparse.Namespace) -> int:
-    with read_store(args.folder) as store:
-        wanted = step_fields(store, args.fields)
-        result, untracked = gather(store, wanted, args.quantiles, args.recompute, show_progress(args))
+def _stats_action(args: argparse.Namespace) -> int:
+    with _read_store(args.folder) as store:
+        wanted = _step_fields(store, args.fields)
+        result, untracked = _gather(store, wanted, args.quantiles, args.recompute, _show_progress(args))
     if args.json:
-        print(json.dumps(json_safe({"folder": args.folder, "ok": True, "recomputed": args.recompute,
+        print(json.dumps(_json_safe({"folder": args.folder, "ok": True, "recomputed": args.recompute,
                                     **result.to_json(), "not_shown": untracked}), indent=2))
     else:
-        print(render(args.folder, store, result, untracked, args.recompute, args.quantiles or []))
+        print(_render(args.folder, store, result, untracked, args.recompute, args.quantiles or []))
     return EXIT_OK
 
 
-def step_fields(store: EpisodeStore, names: list[str]) -> list[str]:
+def _step_fields(store: EpisodeStore, names: list[str]) -> list[str]:
     """The FIELD arguments, checked: step fields with bool, int or float values (in order, once each)."""
     schema = store.schema
     for name in names:
@@ -102,7 +102,7 @@ def step_fields(store: EpisodeStore, names: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def gather(store: EpisodeStore, names: list[str], quantiles: list[float] | None, recompute: bool,
+def _gather(store: EpisodeStore, names: list[str], quantiles: list[float] | None, recompute: bool,
            progress: bool) -> tuple[StoreStats, list[str]]:
     """The statistics ``buffer.stats()`` gives, one field at a time where rows are read, so that a progress
     bar (bytes read) can follow; and the numeric fields not shown (untracked, not named)."""
@@ -144,7 +144,7 @@ def gather(store: EpisodeStore, names: list[str], quantiles: list[float] | None,
 # ---- text ----------------------------------------------------------------------------------------------
 
 
-def render(folder: str, store: EpisodeStore, result: StoreStats, untracked: list[str], recompute: bool,
+def _render(folder: str, store: EpisodeStore, result: StoreStats, untracked: list[str], recompute: bool,
            quantiles: list[float]) -> str:
     episodes = result.episodes
     live = episodes["count"]
@@ -155,13 +155,13 @@ def render(folder: str, store: EpisodeStore, result: StoreStats, untracked: list
         if result.episodes_counted != live:
             source += " (evicted ones included; --recompute for the live episodes only)"
     lines = [f"{folder}: {live:,} live episode{'s' * (live != 1)}, {episodes['steps']:,} steps; {source}"]
-    lines += columns(episode_lines(episodes), indent="  ")
+    lines += _columns(_episode_lines(episodes), indent="  ")
     if result.fields:
         header = ["field", "count", "mean", "std", "min", "max", *(f"q{q:g}" for q in quantiles)]
         rows = [header]
         for name, stats in result.fields.items():
-            rows += field_rows(name, store.schema.fields[name].shape, stats, quantiles)
-        lines += [""] + columns(rows, right=set(range(1, len(header))))
+            rows += _field_rows(name, store.schema.fields[name].shape, stats, quantiles)
+        lines += [""] + _columns(rows, right=set(range(1, len(header))))
     else:
         lines.append("no fields to show")
     if untracked:
@@ -169,29 +169,29 @@ def render(folder: str, store: EpisodeStore, result: StoreStats, untracked: list
     return "\n".join(lines)
 
 
-def field_rows(name: str, shape: tuple[int, ...], stats: FieldStats, quantiles: list[float]) -> list[list[str]]:
+def _field_rows(name: str, shape: tuple[int, ...], stats: FieldStats, quantiles: list[float]) -> list[list[str]]:
     """One row per element shown: all of them for a small field, else the first and last few and 'all'."""
     size = math.prod(shape)
     flat = {key: np.asarray(getattr(stats, key), dtype=np.float64).reshape(size) for key in ("mean", "std", "min", "max")}
     qs = [np.asarray(stats.quantiles[q], dtype=np.float64).reshape(size) for q in quantiles]
 
     def row(label: str, i: int) -> list[str]:
-        return [label, figure(stats.count), *(figure(flat[key][i]) for key in ("mean", "std", "min", "max")),
-                *(figure(q[i]) for q in qs)]
+        return [label, _figure(stats.count), *(_figure(flat[key][i]) for key in ("mean", "std", "min", "max")),
+                *(_figure(q[i]) for q in qs)]
 
     def label(i: int) -> str:
         return name if not shape else f"{name}[{','.join(map(str, np.unravel_index(i, shape)))}]"
 
-    if size <= SHOW_ALL:
+    if size <= _SHOW_ALL:
         return [row(label(i), i) for i in range(size)]
-    rows = [row(label(i), i) for i in range(HEAD)]
-    rows.append([f"  ... {size - HEAD - TAIL:,} more (--json lists every element)"])
-    rows += [row(label(i), i) for i in range(size - TAIL, size)]
-    rows.append([f"{name}[all]", figure(stats.count * size), *map(figure, pooled(flat)), *("-" for _ in qs)])
+    rows = [row(label(i), i) for i in range(_HEAD)]
+    rows.append([f"  ... {size - _HEAD - _TAIL:,} more (--json lists every element)"])
+    rows += [row(label(i), i) for i in range(size - _TAIL, size)]
+    rows.append([f"{name}[all]", _figure(stats.count * size), *map(_figure, _pooled(flat)), *("-" for _ in qs)])
     return rows
 
 
-def pooled(flat: dict) -> tuple[float, float, float, float]:
+def _pooled(flat: dict) -> tuple[float, float, float, float]:
     """mean, std, min, max over every element together (each element has the same count)."""
     if not np.isfinite(flat["mean"]).any():
         return (math.nan,) * 4

@@ -8,9 +8,9 @@ import re
 
 from ..sharing.pack import DEFAULT_MAX_BYTES, unpack
 from . import EXIT_OK
-from .checksum import SHARE_EXIT_CODES, add_common, guarded, show_progress
+from .checksum import _SHARE_EXIT_CODES, _add_common, _guarded, _show_progress
 
-UNPACK_HELP = f"""\
+_UNPACK_HELP = f"""\
 Unpack an archive written by `pack` into FOLDER, trusting nothing in it: only plain files and folders
 of a store's layout under one top folder are accepted (no absolute paths, no '..', no links, no
 devices, no other files, no duplicates however spelled, sizes within what meta.json allows). Sizes are
@@ -21,37 +21,37 @@ renamed to FOLDER: a refused or interrupted unpack leaves nothing behind. Sparse
 
 FOLDER must not exist or be empty; --overwrite replaces a store there (and nothing else).
 
-{SHARE_EXIT_CODES}
+{_SHARE_EXIT_CODES}
 
 examples:
   %(prog)s hopper-expert-v0.tar.gz datasets/hopper-expert-v0
   %(prog)s big.tar.xz big_store --max-size 2T"""
 
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def size(text: str) -> int:
+def _size(text: str) -> int:
     match = re.fullmatch(r"(\d+)([KMGT]?)B?", text.strip().upper())
     if not match or int(match.group(1)) < 1:
         raise argparse.ArgumentTypeError(f"must be a size such as 500M, 20G or 2T (got {text!r})")
-    return int(match.group(1)) * UNITS[match.group(2)]
+    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("unpack", help="unpack a pack archive safely into a folder", description=UNPACK_HELP,
+    parser = commands.add_parser("unpack", help="unpack a pack archive safely into a folder", description=_UNPACK_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("archive", metavar="ARCHIVE", help="the archive written by `pack`")
     parser.add_argument("folder", metavar="FOLDER", help="the folder to create (must not exist, or be empty)")
     parser.add_argument("--overwrite", action="store_true", help="replace the store at FOLDER")
-    parser.add_argument("--max-size", type=size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+    parser.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
                         help="refuse an archive that unpacks to more than SIZE (default 1T)")
-    add_common(parser)
+    _add_common(parser)
     parser.set_defaults(run=run_unpack)
 
 
 def run_unpack(args: argparse.Namespace) -> int:
     def action() -> int:
-        summary = unpack(args.archive, args.folder, progress=show_progress(args), overwrite=args.overwrite,
+        summary = unpack(args.archive, args.folder, progress=_show_progress(args), overwrite=args.overwrite,
                          max_bytes=args.max_size)
         if args.json:
             print(json.dumps({"archive": args.archive, "folder": str(summary.folder), "ok": True, "files": summary.files,
@@ -60,4 +60,4 @@ def run_unpack(args: argparse.Namespace) -> int:
             print(f"unpacked {summary.files} files ({summary.bytes:,} bytes, {summary.disk_bytes:,} on disk) from "
                   f"{args.archive} into {summary.folder}; checksums and verify passed")
         return EXIT_OK
-    return guarded(args, action, folder_is_store=False)
+    return _guarded(args, action, folder_is_store=False)

@@ -8,9 +8,9 @@ import sys
 
 from ..errors import NotAFolderError, StoreNotFoundError
 from ..sharing.verify import verify
-from . import EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, not_a_store
+from . import _EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, not_a_store
 
-VERIFY_HELP = f"""\
+_VERIFY_HELP = f"""\
 Check a store folder against its meta.json and the on-disk format, without trusting either.
 
 What is checked: meta.json (present, valid JSON, format name and major version, schema, capacity and
@@ -36,7 +36,7 @@ which a prioritized sampler starts afresh), a priorities/ file that differs from
 unreadable stats/running.npz (rebuilt from the live episodes). A folder verify calls OK is one the
 library will neither read outside of, write outside of, nor block on.
 
-{EXIT_CODES}
+{_EXIT_CODES}
 
 examples:
   %(prog)s replay_data
@@ -45,7 +45,7 @@ examples:
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("verify", help="check a store folder for damage", description=VERIFY_HELP,
+    parser = commands.add_parser("verify", help="check a store folder for damage", description=_VERIFY_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--json", action="store_true",

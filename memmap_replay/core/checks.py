@@ -22,12 +22,12 @@ from .schema import NAME_PATTERN, Schema
 __all__ = ["MODES", "locate", "make_folder", "check_replaceable", "check_live_ids", "holds_episodes", "check_matches"]
 
 MODES = ("r", "r+", "a", "w", "w-")
-LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (check_claim)
+_LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (_check_claim)
 # the names a store's subfolders may hold (anything else belongs to someone else, and is never deleted)
-FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
-OWN_FILES = {
-    fmt.STEPS_DIR: FIELD_FILE.fullmatch,
-    fmt.META_DIR: FIELD_FILE.fullmatch,
+_FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
+_OWN_FILES = {
+    fmt.STEPS_DIR: _FIELD_FILE.fullmatch,
+    fmt.META_DIR: _FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
     fmt.PRIORITIES_DIR: re.compile(r".+\.(npy|json|lock)").fullmatch,  # a sampler's files, by any name
     fmt.RATELIMIT_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}\.(npy|json|lock)(\.tmp)?").fullmatch,
@@ -82,13 +82,13 @@ def check_replaceable(folder: Path) -> None:
         return
     meta = folder / fmt.META_FILE
     if meta.exists() or meta.is_symlink():
-        declared = declared_format(meta)
+        declared = _declared_format(meta)
         if declared != fmt.FORMAT_NAME:
             raise UnsupportedFormatError(
                 f"{meta} is not a memmap_replay store's (it must declare format {fmt.FORMAT_NAME!r}, got "
                 f"{declared}): a new store would replace it, so none is made; if it is another program's, choose "
                 f"another folder; if it is a damaged store's, move that meta.json away first")
-    for name, owned in OWN_FILES.items():
+    for name, owned in _OWN_FILES.items():
         path = folder / name
         if not (path.exists() or path.is_symlink()):
             continue
@@ -104,7 +104,7 @@ def check_replaceable(folder: Path) -> None:
                 f"folder")
 
 
-def declared_format(path: Path) -> str:
+def _declared_format(path: Path) -> str:
     """What a meta.json says its format is, in words for a message."""
     try:
         data = folderio.read_json(path.parent, path)
@@ -122,7 +122,7 @@ def check_live_ids(store) -> None:
     """The live slots of an ``EpisodeStore``'s episode table agree with its meta.json: O(episodes), no step
     data read."""
     state, max_timesteps = store.meta.state, store.meta.capacity.max_timesteps
-    check_claim(store)
+    _check_claim(store)
     ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
     stored = store.table["id"].array()[ids % store.meta.capacity.max_episodes]
     if not np.array_equal(stored, ids):
@@ -167,12 +167,12 @@ def check_live_ids(store) -> None:
                                 f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
 
 
-def check_claim(store) -> None:
-    """A reader holds the live episodes' table in memory (about 50 bytes an episode): beyond ``LARGE_TABLE``
+def _check_claim(store) -> None:
+    """A reader holds the live episodes' table in memory (about 50 bytes an episode): beyond ``_LARGE_TABLE``
     episodes, meta.json's count must be backed by ids actually written in ``episodes/id.npy``, so a stranger's
     folder of sparse files cannot make a reader allocate memory for billions of episodes it does not hold."""
     live = store.meta.state.next_episode - store.meta.state.first_episode
-    if live <= LARGE_TABLE:
+    if live <= _LARGE_TABLE:
         return
     path = store.table["id"].path
     written = os.stat(path).st_blocks * 512
@@ -188,7 +188,7 @@ def holds_episodes(folder: Path) -> bool:
     path = folder / fmt.EPISODES_DIR / "length.npy"
     try:
         offset, dtype, shape, size = fmt.read_npy_header(path, folder)
-        with fmt.open_npy(folder, path) as file:
+        with fmt._open_npy(folder, path) as file:
             count = min(int(np.prod(shape)), max(0, size - offset) // dtype.itemsize)
             lengths = np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(count,)) if count else np.zeros(0)
             return bool(np.any(lengths))

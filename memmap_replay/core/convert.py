@@ -49,7 +49,7 @@ def as_array(value: Any, label: str) -> np.ndarray:
     return array
 
 
-def fit_shape(spec: FieldSpec, array: np.ndarray, lead: tuple[int, ...], label: str) -> np.ndarray:
+def _fit_shape(spec: FieldSpec, array: np.ndarray, lead: tuple[int, ...], label: str) -> np.ndarray:
     expected = lead + spec.shape
     if array.shape == expected:
         return array
@@ -65,7 +65,7 @@ def fit_shape(spec: FieldSpec, array: np.ndarray, lead: tuple[int, ...], label: 
     raise InvalidDataError(f"{label} must have shape {expected} (got {array.shape})")
 
 
-def check_integral(spec: FieldSpec, array: np.ndarray, label: str) -> None:
+def _check_integral(spec: FieldSpec, array: np.ndarray, label: str) -> None:
     if not np.isfinite(array).all():
         bad = array[~np.isfinite(array)].flat[0]
         raise InvalidDataError(f"{label} has dtype {spec.dtype} and cannot hold {bad} (got a non-finite {array.dtype} value)")
@@ -77,7 +77,7 @@ def check_integral(spec: FieldSpec, array: np.ndarray, label: str) -> None:
         )
 
 
-def check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
+def _check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
     if array.size == 0 or np.can_cast(array.dtype, spec.dtype, "safe"):
         return
     info = np.iinfo(spec.dtype)
@@ -95,7 +95,7 @@ def check_range(spec: FieldSpec, array: np.ndarray, label: str) -> None:
         )
 
 
-def component_size(dtype: np.dtype) -> int:
+def _component_size(dtype: np.dtype) -> int:
     """Bytes of one real number of the dtype (a complex number has two)."""
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
 
@@ -118,7 +118,7 @@ def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
                     f"{label} has dtype {target} and cannot hold {array[inexact].flat[0]} exactly (got {source}); "
                     f"choose a wider float dtype or convert it yourself"
                 )
-        if source.kind in "fc" and component_size(source) > component_size(target):
+        if source.kind in "fc" and _component_size(source) > _component_size(target):
             overflow = np.isinf(result) & np.isfinite(array)
             if overflow.any():
                 raise InvalidDataError(
@@ -133,9 +133,9 @@ def cast(spec: FieldSpec, array: np.ndarray, label: str) -> np.ndarray:
             raise InvalidDataError(f"{label} has dtype bool and holds only 0/1 or False/True (got {bad})")
         return array.astype(target)
     if source.kind == "f":
-        check_integral(spec, array, label)
+        _check_integral(spec, array, label)
     if source.kind != "b":
-        check_range(spec, array, label)
+        _check_range(spec, array, label)
     return array.astype(target)
 
 
@@ -143,7 +143,7 @@ def coerce(spec: FieldSpec, value: Any, lead: tuple[int, ...] = (), *, kind: str
     """``value`` as an array of ``spec.dtype`` with shape ``lead + spec.shape``, or InvalidDataError."""
     label = f"{kind} {spec.name!r}"
     array = as_array(value, label)
-    array = fit_shape(spec, array, lead, label)
+    array = _fit_shape(spec, array, lead, label)
     return cast(spec, array, label)
 
 

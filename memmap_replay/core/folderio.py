@@ -128,7 +128,7 @@ def read_bounded(folder, path, limit: int, *, doing: str = "read") -> bytes:
         with errors_named(path, doing):
             size = os.fstat(fd).st_size
             if size > limit:
-                raise too_big(path, size, limit)
+                raise _too_big(path, size, limit)
             chunks, total = [], 0
             while total <= limit:
                 chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -137,13 +137,13 @@ def read_bounded(folder, path, limit: int, *, doing: str = "read") -> bytes:
                 chunks.append(chunk)
                 total += len(chunk)
         if total > limit:
-            raise too_big(path, total, limit)
+            raise _too_big(path, total, limit)
         return b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def too_big(path, size: int, limit: int) -> UnsafeEntryError:
+def _too_big(path, size: int, limit: int) -> UnsafeEntryError:
     return UnsafeEntryError(f"{path} must hold at most {limit} bytes (got {size}); the library reads such files "
                             f"whole, so it refuses larger ones: the file is not one this library wrote")
 
@@ -172,7 +172,7 @@ def _parts(folder, path) -> tuple[Path, list[str]]:
 
 
 @contextmanager
-def parent_fd(folder, path, *, doing: str) -> Iterator[tuple[int, str]]:
+def _parent_fd(folder, path, *, doing: str) -> Iterator[tuple[int, str]]:
     """(descriptor of the folder holding ``path``, its last name), walked from ``folder`` without links."""
     folder, parts = _parts(folder, path)
     with errors_named(folder, doing):
@@ -196,7 +196,7 @@ def parent_fd(folder, path, *, doing: str) -> Iterator[tuple[int, str]]:
 
 def open_write(folder, path, flags: int = os.O_RDWR, mode: int = 0o644, *, doing: str = "write") -> int:
     """A descriptor for writing a regular file inside ``folder``: no link followed, no special or shared file."""
-    with parent_fd(folder, path, doing=doing) as (directory, name):
+    with _parent_fd(folder, path, doing=doing) as (directory, name):
         with errors_named(path, doing):
             fd = os.open(name, flags | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, mode, dir_fd=directory)
     try:
@@ -223,7 +223,7 @@ def write_all(fd: int, data, position: int | None = None) -> None:
 def write_atomic(folder, path, data: bytes | Callable, *, durable: bool = False, doing: str = "write") -> None:
     """Replace ``path`` inside ``folder``: a fresh temp file (``O_EXCL``), fsync, rename over ``path``. ``data`` is
     bytes, or a function that writes into a binary file object. A failure leaves ``path`` as it was."""
-    with parent_fd(folder, path, doing=doing) as (directory, name):
+    with _parent_fd(folder, path, doing=doing) as (directory, name):
         temp = f"{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             with errors_named(path, doing):
@@ -254,7 +254,7 @@ def write_atomic(folder, path, data: bytes | Callable, *, durable: bool = False,
 
 def make_dir(folder, path, *, doing: str = "make the folder") -> None:
     """Make the folder ``path`` inside ``folder`` if absent; refuse a link or a file in its place."""
-    with parent_fd(folder, path, doing=doing) as (directory, name):
+    with _parent_fd(folder, path, doing=doing) as (directory, name):
         with errors_named(path, doing):
             try:
                 os.mkdir(name, 0o755, dir_fd=directory)
@@ -267,7 +267,7 @@ def make_dir(folder, path, *, doing: str = "make the folder") -> None:
 
 def remove(folder, path, *, doing: str = "remove") -> None:
     """Remove a file (or a link itself, never its target) inside ``folder``; absent is fine."""
-    with parent_fd(folder, path, doing=doing) as (directory, name):
+    with _parent_fd(folder, path, doing=doing) as (directory, name):
         with errors_named(path, doing):
             try:
                 os.unlink(name, dir_fd=directory)

@@ -170,9 +170,9 @@ TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtyp
          "final": np.dtype("bool"), "id": np.dtype("int64")}
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
-STATS_DIR, MANIFEST_FILE, RATELIMIT_DIR = "stats", "checksums.sha256", "ratelimit"
+STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR = "stats", "checksums.sha256", "ratelimit"
 # what overwrite=True may delete (card.json and README.md are the user's words: they stay)
-OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, MANIFEST_FILE, RATELIMIT_DIR)
+_OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR)
 
 
 @dataclass(frozen=True)
@@ -232,11 +232,11 @@ class StoreMeta:
             store_id = str(data["store_id"])
         except (KeyError, TypeError, SchemaError) as error:
             raise CorruptStoreError(f"{where} is missing or has malformed entries ({error!r})") from None
-        check_numbers(capacity, state, where)
+        _check_numbers(capacity, state, where)
         return cls(schema, capacity, state, store_id)
 
 
-def check_numbers(capacity: Capacity, state: State, where: str) -> None:
+def _check_numbers(capacity: Capacity, state: State, where: str) -> None:
     ints = {**asdict(capacity), **asdict(state)}
     ints.pop("circular")
     if not isinstance(capacity.circular, bool) or any(type(v) is not int or not 0 <= v < 2**62 for v in ints.values()):
@@ -268,7 +268,7 @@ def write_meta(folder: Path, meta: StoreMeta, *, durable: bool = False) -> None:
     folderio.write_atomic(folder, folder / META_FILE, payload, durable=durable)
 
 
-def fsync_folder(folder: Path) -> None:
+def _fsync_folder(folder: Path) -> None:
     with folderio.errors_named(folder, "flush"):
         fd = os.open(folder, os.O_RDONLY)
         try:
@@ -290,10 +290,10 @@ def layout(schema: Schema, capacity: Capacity):
         yield EPISODES_DIR, FieldSpec(name, dtype), Path(EPISODES_DIR, f"{name}.npy"), capacity.max_episodes
 
 
-def writer_entries(schema: Schema) -> dict[str, bool]:
+def _writer_entries(schema: Schema) -> dict[str, bool]:
     """The entries a writer may write (path in the store -> True for a file, False for a folder): each must be a
     file or folder of its own, never a link, a special file or a shared hard link."""
-    entries = {META_FILE: True, LOCK_FILE: True, MANIFEST_FILE: True, "card.json": True, "README.md": True,
+    entries = {META_FILE: True, LOCK_FILE: True, _MANIFEST_FILE: True, "card.json": True, "README.md": True,
                STEPS_DIR: False, META_DIR: False, EPISODES_DIR: False, PRIORITIES_DIR: False, STATS_DIR: False,
                RATELIMIT_DIR: False, f"{STATS_DIR}/running.npz": True}
     capacity = Capacity(1, 1, 2, False)  # the layout's names do not depend on the capacity
@@ -309,7 +309,7 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return buffer.getvalue()
 
 
-def create_npy(folder: Path, path: Path, spec: FieldSpec, rows: int) -> None:
+def _create_npy(folder: Path, path: Path, spec: FieldSpec, rows: int) -> None:
     """A new .npy of ``rows`` rows whose body is a hole in the file (no disk used until written)."""
     header = npy_header(spec.dtype, (rows, *spec.shape))
     fd = folderio.open_write(folder, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, doing="create")
@@ -321,7 +321,7 @@ def create_npy(folder: Path, path: Path, spec: FieldSpec, rows: int) -> None:
         os.close(fd)
 
 
-def open_npy(folder: Path | None, path: Path):
+def _open_npy(folder: Path | None, path: Path):
     """A binary file object of a .npy inside ``folder`` (a regular file; links only inside the folder)."""
     try:
         fd = folderio.open_read(Path(path).parent if folder is None else folder, path)
@@ -350,7 +350,7 @@ def parse_npy_header(file) -> tuple[np.dtype, tuple[int, ...], bool]:
 def read_npy_header(path: Path, folder: Path | None = None) -> tuple[int, np.dtype, tuple[int, ...], int]:
     """(header length, dtype, shape, file size) of a .npy file inside ``folder`` (by default its own folder),
     with clear errors for damage."""
-    with open_npy(folder, path) as file:
+    with _open_npy(folder, path) as file:
         try:
             size = os.fstat(file.fileno()).st_size
             dtype, shape, fortran = parse_npy_header(file)
@@ -398,7 +398,7 @@ class NpyFile:
         if self._map is None or len(self._map) != self.rows:
             if self.rows == 0:
                 return np.empty((0, *self.spec.shape), self.spec.dtype)
-            with open_npy(self.folder, self.path) as file, folderio.errors_named(self.path, "map"):
+            with _open_npy(self.folder, self.path) as file, folderio.errors_named(self.path, "map"):
                 mapped = np.memmap(file, dtype=self.spec.dtype, mode="r", offset=self.offset,
                                    shape=(self.rows, *self.spec.shape))
             # a plain ndarray over the map (it keeps the map alive): indexing skips np.memmap's wrapper

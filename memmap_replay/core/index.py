@@ -17,7 +17,7 @@ from .format import END_CODES
 __all__ = ["EpisodeTable", "Positions", "ExplicitPositions", "PositionSource", "Sample", "NStepTargets",
            "position_keys", "position_rows", "stack_rows", "window_rows"]
 
-TERMINATED = END_CODES["terminated"]
+_TERMINATED = END_CODES["terminated"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class EpisodeTable:
     def reach(self) -> np.ndarray:
         """Per episode, how far transitions may look ahead: to ``length`` (the row after the last step)
         when the episode terminated or has a stored final observation, else to its last step."""
-        open_end = (self.end == TERMINATED) | self.final
+        open_end = (self.end == _TERMINATED) | self.final
         return self.length - (~open_end).astype(np.int64)
 
 
@@ -214,7 +214,7 @@ class NStepTargets:
         self.n = n
         self.start = table.start
         self.reach = table.reach
-        terminated = table.end == TERMINATED
+        terminated = table.end == _TERMINATED
         kind = np.where(terminated, np.where(table.final, 1, 2), 0)
         self.key_base = kind.astype(np.int64) * (n + 2)
         c = np.tile(np.arange(n + 2, dtype=np.int64), 3)

@@ -36,7 +36,7 @@ def flag(value: Any, name: str, *, error: type[ReplayError] = OptionError) -> bo
 def integer(value: Any, name: str, *, low: int | None = 0, high: int | None = None,
             error: type[ReplayError] = OptionError) -> int:
     """An int (Python or numpy) in [low, high]; None leaves that side open, but never past int64."""
-    what = "a positive int" if low == 1 and high is None else f"an int{bounds(low, high)}"
+    what = "a positive int" if low == 1 and high is None else f"an int{_bounds(low, high)}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise error(f"{name} must be {what} (got {short(value)})")
     if low is not None and value < low:
@@ -170,7 +170,7 @@ def names(value: Any, what: str, known: Iterable[str] | None = None, *, one: boo
     return value
 
 
-def bounds(low: int | None, high: int | None) -> str:
+def _bounds(low: int | None, high: int | None) -> str:
     if low is not None and high is not None:
         return f" in [{low}, {high}]"
     if low is not None:

@@ -28,16 +28,16 @@ from ..errors import SchemaError
 __all__ = ["FieldSpec", "Schema", "parse_field", "RESERVED_NAMES"]
 
 # the seed package's short names; any other numpy numeric dtype name is accepted as well
-SHORT_DTYPES = {"float": "float32", "int": "int32", "bool": "bool", "uint8": "uint8"}
-ALLOWED_KINDS = "biufc"
+_SHORT_DTYPES = {"float": "float32", "int": "int32", "bool": "bool", "uint8": "uint8"}
+_ALLOWED_KINDS = "biufc"
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # keyword arguments of the write API, and a key that get_all_data adds
 RESERVED_NAMES = frozenset({"end", "final", "episode_lens"})
-MAX_ROW_BYTES = 1 << 31
-MAX_FLOAT_BYTES = {"f": 8, "c": 16}  # float128 / complex256 (long double) have no torch dtype
+_MAX_ROW_BYTES = 1 << 31
+_MAX_FLOAT_BYTES = {"f": 8, "c": 16}  # float128 / complex256 (long double) have no torch dtype
 
 
-def check_name(name: Any, kind: str) -> str:
+def _check_name(name: Any, kind: str) -> str:
     """A field name must be a short identifier-like string: it becomes a file name."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise SchemaError(
@@ -52,9 +52,9 @@ def check_name(name: Any, kind: str) -> str:
     return name
 
 
-def parse_dtype(name: str, dtype: Any) -> np.dtype:
-    if isinstance(dtype, str) and dtype in SHORT_DTYPES:
-        dtype = SHORT_DTYPES[dtype]
+def _parse_dtype(name: str, dtype: Any) -> np.dtype:
+    if isinstance(dtype, str) and dtype in _SHORT_DTYPES:
+        dtype = _SHORT_DTYPES[dtype]
     try:
         with warnings.catch_warnings():  # a deprecated alias (e.g. 'a') is refused, not let through
             warnings.simplefilter("error")
@@ -64,12 +64,12 @@ def parse_dtype(name: str, dtype: Any) -> np.dtype:
             f"field {name!r} must have a numeric dtype such as 'float', 'int', 'bool', 'uint8' or "
             f"'float16' (got {dtype!r}: {error})"
         ) from None
-    if parsed.kind not in ALLOWED_KINDS or parsed.fields is not None or parsed.subdtype is not None:
+    if parsed.kind not in _ALLOWED_KINDS or parsed.fields is not None or parsed.subdtype is not None:
         raise SchemaError(
             f"field {name!r} must have a numeric or bool dtype (got {parsed}); strings, objects and "
             f"structured dtypes cannot be stored"
         )
-    if parsed.kind in "fc" and parsed.itemsize > MAX_FLOAT_BYTES[parsed.kind]:
+    if parsed.kind in "fc" and parsed.itemsize > _MAX_FLOAT_BYTES[parsed.kind]:
         raise SchemaError(
             f"field {name!r} must have a numeric dtype of at most 64-bit floats (128-bit complex) "
             f"(got {parsed}, numpy's long double, which torch cannot read); use 'float64' or 'complex128'"
@@ -79,7 +79,7 @@ def parse_dtype(name: str, dtype: Any) -> np.dtype:
     return parsed
 
 
-def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
+def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
     if not isinstance(shape, (tuple, list)) or not all(
@@ -92,7 +92,7 @@ def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     return shape
 
 
-def parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | float | complex | None:
+def _parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | float | complex | None:
     if default is None:
         return None
     if isinstance(default, np.generic):
@@ -143,14 +143,14 @@ class FieldSpec:
         return {"dtype": self.dtype.name, "shape": list(self.shape), "default": default}
 
 
-def is_json_complex(value: Any) -> bool:
+def _is_json_complex(value: Any) -> bool:
     return (isinstance(value, list) and len(value) == 2
             and all(isinstance(part, (int, float)) and not isinstance(part, bool) for part in value))
 
 
 def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
     """Parse one field description (shorthand, JSON dict or FieldSpec) into a FieldSpec."""
-    check_name(name, kind)
+    _check_name(name, kind)
     if isinstance(info, FieldSpec):
         info = (info.dtype, info.shape, info.default)
     if isinstance(info, Mapping):
@@ -160,7 +160,7 @@ def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
                 f"(got keys {sorted(map(str, info))})"
             )
         default = info.get("default")
-        if is_json_complex(default) and parse_dtype(name, info["dtype"]).kind == "c":
+        if _is_json_complex(default) and _parse_dtype(name, info["dtype"]).kind == "c":
             default = complex(*default)  # meta.json's form of a complex default: [real, imag]
         info = (info["dtype"], info.get("shape", ()), default)
     if isinstance(info, (str, np.dtype, type)):
@@ -170,12 +170,12 @@ def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
             f"field {name!r} must be a dtype name, (dtype, shape) or (dtype, shape, default) "
             f"(got {info!r}); for example ('float', (3, 16, 16), 0.)"
         )
-    dtype = parse_dtype(name, info[0])
-    shape = parse_shape(name, info[1]) if len(info) > 1 else ()
-    default = parse_default(name, dtype, info[2]) if len(info) > 2 else None
+    dtype = _parse_dtype(name, info[0])
+    shape = _parse_shape(name, info[1]) if len(info) > 1 else ()
+    default = _parse_default(name, dtype, info[2]) if len(info) > 2 else None
     spec = FieldSpec(name, dtype, shape, default)
-    if spec.row_nbytes > MAX_ROW_BYTES:
-        raise SchemaError(f"field {name!r} must take at most {MAX_ROW_BYTES} bytes per row (got {spec.row_nbytes})")
+    if spec.row_nbytes > _MAX_ROW_BYTES:
+        raise SchemaError(f"field {name!r} must take at most {_MAX_ROW_BYTES} bytes per row (got {spec.row_nbytes})")
     return spec
 
 

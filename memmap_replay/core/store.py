@@ -29,9 +29,9 @@ from .schema import Schema
 
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES", "CommitObserver", "observe_commits"]
 
-MIN_GROWTH_ROWS = 1024
-CONSISTENCY_RETRIES = 20
-REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
+_MIN_GROWTH_ROWS = 1024
+_CONSISTENCY_RETRIES = 20
+_REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
 
 
 class CommitObserver:
@@ -54,12 +54,12 @@ class CommitObserver:
 
 
 # factories of the observers each writing store gets (None: none for this store); rooms register theirs
-OBSERVERS: list[Callable[["EpisodeStore"], CommitObserver | None]] = []
+_OBSERVERS: list[Callable[["EpisodeStore"], CommitObserver | None]] = []
 
 
 def observe_commits(factory: Callable[["EpisodeStore"], CommitObserver | None]):
     """Register a factory of commit observers for every store that writes (usable as a decorator)."""
-    OBSERVERS.append(factory)
+    _OBSERVERS.append(factory)
     return factory
 
 
@@ -139,11 +139,11 @@ class EpisodeStore:
                     raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True to replace it")
                 meta = fmt.read_meta(folder)
                 check_matches(folder, meta, schema, capacity)
-                folderio.check_for_writing(folder, fmt.writer_entries(meta.schema))
+                folderio.check_for_writing(folder, fmt._writer_entries(meta.schema))
                 return cls(folder, meta, writable=True, lock=lock, durable=durable)
             if schema is None or capacity is None:
                 raise StoreNotFoundError(f"no store at {folder} to open, and no schema and capacity to create one")
-            if mode != "w" and not (folder / REPLACING).exists() and holds_episodes(folder):
+            if mode != "w" and not (folder / _REPLACING).exists() and holds_episodes(folder):
                 raise CorruptStoreError(
                     f"{folder} holds a store's episode table with episodes in it but no meta.json (it was lost or "
                     f"deleted): creating a store here would delete them; restore meta.json from a copy, or pass "
@@ -161,8 +161,8 @@ class EpisodeStore:
         never mistaken for a store whose meta.json was lost)."""
         with folderio.errors_named(folder, "create a store in"):
             if (folder / fmt.META_FILE).exists():
-                os.replace(folder / fmt.META_FILE, folder / REPLACING)  # renames a link itself, never its target
-            for name in fmt.OWNED:
+                os.replace(folder / fmt.META_FILE, folder / _REPLACING)  # renames a link itself, never its target
+            for name in fmt._OWNED:
                 path = folder / name
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)  # never follows links inside
@@ -171,10 +171,10 @@ class EpisodeStore:
         for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
             folderio.make_dir(folder, folder / name)
         for _, spec, path, rows in fmt.layout(schema, capacity):
-            fmt.create_npy(folder, folder / path, spec, rows or 0)
+            fmt._create_npy(folder, folder / path, spec, rows or 0)
         meta = StoreMeta.new(schema, capacity)
         fmt.write_meta(folder, meta, durable=durable)
-        folderio.remove(folder, folder / REPLACING)
+        folderio.remove(folder, folder / _REPLACING)
         return meta
 
     def _open_files(self) -> None:
@@ -192,7 +192,7 @@ class EpisodeStore:
         except BaseException:
             self.close()
             raise
-        for attempt in range(CONSISTENCY_RETRIES):
+        for attempt in range(_CONSISTENCY_RETRIES):
             try:
                 check_live_ids(self)
                 return
@@ -203,7 +203,7 @@ class EpisodeStore:
                     fresh = fmt.read_meta(self.folder)
                 except CorruptStoreError:
                     fresh = self.meta
-                if fresh.state == self.meta.state or attempt == CONSISTENCY_RETRIES - 1:
+                if fresh.state == self.meta.state or attempt == _CONSISTENCY_RETRIES - 1:
                     self.close()
                     raise
                 self._adopt(fresh)
@@ -243,12 +243,12 @@ class EpisodeStore:
         it (``episodes/id.npy``), the table is whole. Otherwise meta.json is read again: the episodes still
         live then were never touched while their entries were read; the ones evicted meanwhile are left out.
         ``catch_up=True`` (the default): then the newer meta.json is taken instead (as ``refresh`` does) and
-        the table read again, up to ``CONSISTENCY_RETRIES`` times, so that ``meta`` (``num_episodes``) and
+        the table read again, up to ``_CONSISTENCY_RETRIES`` times, so that ``meta`` (``num_episodes``) and
         the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out."""
         table, stored = self._table_of(self.meta.state)
         if self.is_writer:
             return table
-        for attempt in range(CONSISTENCY_RETRIES if catch_up else 1):
+        for attempt in range(_CONSISTENCY_RETRIES if catch_up else 1):
             if not len(table):
                 return table
             stamp = self.meta_stamp()  # after the reads of the table
@@ -271,7 +271,7 @@ class EpisodeStore:
                 # every episode of ``meta`` was live at ``stamp``: while meta.json keeps it, the fast way holds
                 self._table_stamp = stamp
                 return table
-            if not catch_up or attempt == CONSISTENCY_RETRIES - 1:
+            if not catch_up or attempt == _CONSISTENCY_RETRIES - 1:
                 break
             self.read_stamp = stamp
             self._adopt(fresh)
@@ -327,7 +327,7 @@ class EpisodeStore:
                 f"lock of {self.folder}; a forked process must open the folder itself (read_only=True to read)"
             )
         if self._lock is None:
-            folderio.check_for_writing(self.folder, fmt.writer_entries(self.meta.schema))
+            folderio.check_for_writing(self.folder, fmt._writer_entries(self.meta.schema))
             self._lock = WriterLock(self.folder / fmt.LOCK_FILE, folder=self.folder)
             try:
                 folderio.remove_temps(self.folder, fmt.META_FILE)  # a killed writer's
@@ -399,7 +399,7 @@ class EpisodeStore:
     def observers(self) -> list[CommitObserver]:
         """This store's commit observers (made from the registered factories at the first change)."""
         if self._observers is None:
-            self._observers = [observer for factory in OBSERVERS if (observer := factory(self)) is not None]
+            self._observers = [observer for factory in _OBSERVERS if (observer := factory(self)) is not None]
         return self._observers
 
     def _changing(self) -> list[CommitObserver]:
@@ -450,7 +450,7 @@ class EpisodeStore:
         state = self.meta.state
         if rows <= state.rows:
             return
-        grown = min(self.capacity.max_steps, max(rows, 2 * state.rows, MIN_GROWTH_ROWS))
+        grown = min(self.capacity.max_steps, max(rows, 2 * state.rows, _MIN_GROWTH_ROWS))
         for file in self.steps.values():
             if file.rows < grown:
                 file.grow(grown)
@@ -491,7 +491,7 @@ class EpisodeStore:
         if self._lock is not None:
             for file in self._files():
                 file.sync()
-            fmt.fsync_folder(self.folder)
+            fmt._fsync_folder(self.folder)
 
     def __del__(self) -> None:
         # a buffer that is never closed still releases its descriptors and the writer lock

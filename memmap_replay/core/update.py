@@ -14,35 +14,35 @@ from .store import EpisodeStore
 
 __all__ = ["plan_update"]
 
-Write = tuple[Callable[[int, np.ndarray], None], int, np.ndarray]
+_Write = tuple[Callable[[int, np.ndarray], None], int, np.ndarray]
 
 
-def plan_update(store: EpisodeStore, indices: Any, data: dict) -> list[Write]:
+def plan_update(store: EpisodeStore, indices: Any, data: dict) -> list[_Write]:
     """The checked writes of ``update(indices, **data)``, as (store method, position, contiguous rows)."""
     schema = store.schema
     if not data:
         names = sorted((*schema.fields, *schema.meta_fields))
         raise InvalidDataError(f"update needs at least one field to write (fields: {names})")
-    slots, lengths, starts = resolve_slots(store, indices)
+    slots, lengths, starts = _resolve_slots(store, indices)
     if np.ndim(indices) == 0 and indices is not None and not isinstance(indices, slice):
         # one episode index (the seed's form): values come without the episode axis
-        data = {name: with_episode_axis(store, name, value) for name, value in data.items()}
-    writes: list[Write] = []
+        data = {name: _with_episode_axis(store, name, value) for name, value in data.items()}
+    writes: list[_Write] = []
     for name, value in data.items():
-        writes += field_writes(store, name, value, slots, lengths, starts)
+        writes += _field_writes(store, name, value, slots, lengths, starts)
     return writes
 
 
-def with_episode_axis(store: EpisodeStore, name: str, value: Any) -> Any:
+def _with_episode_axis(store: EpisodeStore, name: str, value: Any) -> Any:
     """Add the episode axis to a meta value or a (T, ...) step value."""
     spec = store.schema.fields.get(name)
     if spec is None and name not in store.schema.meta_fields:
-        return value  # reported as unknown by field_writes
+        return value  # reported as unknown by _field_writes
     array = as_array(value, f"field {name!r}")
     return array[None] if spec is None or array.ndim > len(spec.shape) else array
 
 
-def field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, starts) -> list[Write]:
+def _field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, starts) -> list[_Write]:
     n, schema = len(slots), store.schema
     if name not in schema.fields and name not in schema.meta_fields:
         raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(schema.fields)} "
@@ -73,7 +73,7 @@ def field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, sta
     return [(write, int(start), np.ascontiguousarray(block)) for start, block in zip(starts, blocks)]
 
 
-def resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Slots, lengths and first rows of the live episodes that ``indices`` name."""
     table, max_episodes = store.live_table(), store.capacity.max_episodes
     if indices is None:

@@ -26,22 +26,22 @@ from .store import EpisodeStore, PendingEpisode
 
 __all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "check_end", "coerce_meta"]
 
-ENDS = ("terminated", "truncated")
+_ENDS = ("terminated", "truncated")
 
 
-def unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
+def _unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
     return InvalidDataError(f"unknown {kind} {sorted(names)}: the store's {kind}s are {sorted(known)}")
 
 
 def check_end(end: Any) -> str | None:
     if end is None:
         return None
-    if not isinstance(end, str) or end not in ENDS:  # an array is refused, never compared elementwise
+    if not isinstance(end, str) or end not in _ENDS:  # an array is refused, never compared elementwise
         raise OptionError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
     return str(end)
 
 
-def check_final(final: Any) -> Mapping[str, Any] | None:
+def _check_final(final: Any) -> Mapping[str, Any] | None:
     """A final observation: None, or a dict of field -> value (one row)."""
     if final is not None and not isinstance(final, Mapping):
         raise InvalidDataError(f"final must be a dict of field -> value, e.g. final=dict(obs=next_obs) "
@@ -52,22 +52,22 @@ def check_final(final: Any) -> Mapping[str, Any] | None:
 def coerce_meta(schema: Schema, meta: Mapping[str, Any], lead: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
     extra = set(meta) - set(schema.meta_fields)
     if extra:
-        raise unknown(extra, schema.meta_fields, "meta field")
+        raise _unknown(extra, schema.meta_fields, "meta field")
     return {name: coerce(schema.meta_fields[name], value, lead, kind="meta field") for name, value in meta.items()}
 
 
-def full_meta(schema: Schema, meta: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _full_meta(schema: Schema, meta: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: meta[name] if name in meta else spec.default_row() for name, spec in schema.meta_fields.items()}
 
 
-def coerce_steps(schema: Schema, steps: Mapping[str, Any], lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+def _coerce_steps(schema: Schema, steps: Mapping[str, Any], lead: tuple[int, ...]) -> dict[str, np.ndarray]:
     extra = set(steps) - set(schema.fields)
     if extra:
-        raise unknown(extra, schema.fields, "field")
+        raise _unknown(extra, schema.fields, "field")
     return {name: coerce(schema.fields[name], value, lead) for name, value in steps.items()}
 
 
-def exact_scalar_check(spec: FieldSpec):
+def _exact_scalar_check(spec: FieldSpec):
     """A cheap test that a Python scalar fits a scalar field as it is (else the full ``coerce`` runs)."""
     if spec.shape != ():
         return lambda value: False
@@ -82,7 +82,7 @@ def exact_scalar_check(spec: FieldSpec):
     return lambda value: type(value) is bool
 
 
-def check_staging_memory(schema: Schema, num_envs: int, max_timesteps: int) -> None:
+def _check_staging_memory(schema: Schema, num_envs: int, max_timesteps: int) -> None:
     """Refuse a number of envs whose staging rows (and per-env meta) cannot fit in this machine's RAM."""
     rows = min(max_timesteps + 1, StagingBuffer.INITIAL_ROWS)
     per_env = rows * sum(spec.row_nbytes for spec in schema.fields.values()) + 8 \
@@ -165,7 +165,7 @@ class EpisodeWriter:
 
     def _renew_views(self) -> None:
         staging = self.staging
-        self._fast = {name: (spec, staging.arrays[name][0], exact_scalar_check(spec), staging.defaults[name])
+        self._fast = {name: (spec, staging.arrays[name][0], _exact_scalar_check(spec), staging.defaults[name])
                       for name, spec in self.schema.fields.items()}
         self._room = min(staging.rows, self._max)
 
@@ -183,7 +183,7 @@ class EpisodeWriter:
         for name, value in step.items():
             entry = fast.get(name)
             if entry is None:
-                raise unknown([name], self.schema.fields, "field")
+                raise _unknown([name], self.schema.fields, "field")
             spec, rows, fits, _ = entry
             if type(value) is np.ndarray:
                 if value.dtype != spec.dtype or value.shape != spec.shape:
@@ -198,15 +198,15 @@ class EpisodeWriter:
         self._t = t + 1
 
     def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
-        end, final = check_end(end), check_final(final)
-        final = None if final is None else coerce_steps(self.schema, final, ())
+        end, final = check_end(end), _check_final(final)
+        final = None if final is None else _coerce_steps(self.schema, final, ())
         self.end, self.final = end, final  # both checked before either changes
 
     def commit(self) -> int | None:
         """Commit the episode; returns its slot, or None for an empty episode (nothing is stored)."""
         if self.length == 0:
             return None
-        meta = full_meta(self.schema, coerce_meta(self.schema, self.meta))
+        meta = _full_meta(self.schema, coerce_meta(self.schema, self.meta))
         self.staging.lengths[0] = self._t
         episode = self.staging.pending(0, end=self.end, final=self.final, meta=meta)
         return self.target.commit([episode])[0]
@@ -225,7 +225,7 @@ class VectorEpisodeWriter:
 
     def __init__(self, store: EpisodeStore, num_envs: int, max_timesteps: int, **meta: Any):
         num_envs = integer(num_envs, "num_envs", low=1)
-        check_staging_memory(store.schema, num_envs, max_timesteps)
+        _check_staging_memory(store.schema, num_envs, max_timesteps)
         self.target = store
         self.schema = store.schema
         self.num_envs = num_envs
@@ -246,7 +246,7 @@ class VectorEpisodeWriter:
         """Meta values for each env's current and later episodes: one value for all, or one per env."""
         extra = set(meta) - set(self.schema.meta_fields)
         if extra:
-            raise unknown(extra, self.schema.meta_fields, "meta field")
+            raise _unknown(extra, self.schema.meta_fields, "meta field")
         values = {}
         for name, value in meta.items():  # all checked before any changes
             spec = self.schema.meta_fields[name]
@@ -275,7 +275,7 @@ class VectorEpisodeWriter:
         for name, flags in (("terminated", terminated), ("truncated", truncated)):
             if name in self.schema.fields and name not in steps:
                 steps[name] = flags
-        values = coerce_steps(self.schema, steps, (n,))
+        values = _coerce_steps(self.schema, steps, (n,))
         envs = np.flatnonzero(active)
         done = envs[(terminated | truncated)[envs]]
         finals, given = (None, None) if final is None else self._finals(final, done)
@@ -312,7 +312,7 @@ class VectorEpisodeWriter:
             raise InvalidDataError(f"final must be a dict of field -> values per env (got {type(final).__name__})")
         extra = set(final) - set(self.schema.fields)
         if extra:
-            raise unknown(extra, self.schema.fields, "field")
+            raise _unknown(extra, self.schema.fields, "field")
         out, nones = {}, {}
         for name, value in final.items():
             spec = self.schema.fields[name]
@@ -372,7 +372,7 @@ class VectorEpisodeWriter:
 def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any], *, end: str | None = None,
                   final: Mapping[str, Any] | None = None) -> PendingEpisode:
     """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside."""
-    end, final = check_end(end), check_final(final)
+    end, final = check_end(end), _check_final(final)
     extra = set(arrays) - set(schema.fields) - set(schema.meta_fields)
     if extra:
         raise InvalidDataError(f"unknown field {sorted(extra)}: the store's fields are {sorted(schema.fields)} "
@@ -393,9 +393,9 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
     length = int(shape[0])
     if not 1 <= length <= max_timesteps:
         raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})")
-    values = coerce_steps(schema, step_values, (length,))
-    meta = full_meta(schema, coerce_meta(schema, meta_values))
-    final_values = None if final is None else coerce_steps(schema, final, ())
+    values = _coerce_steps(schema, step_values, (length,))
+    meta = _full_meta(schema, coerce_meta(schema, meta_values))
+    final_values = None if final is None else _coerce_steps(schema, final, ())
     rows = {}
     for name, spec in schema.fields.items():
         chunk = values[name] if name in values else np.full((length, *spec.shape), spec.default_row(), spec.dtype)

@@ -60,10 +60,10 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = ["RateLimiter", "RateCounts", "RateLimitedError", "LimitedSampler", "RATELIMIT_DIR"]
 
-FORMAT_NAME = "memmap_replay.ratelimit"
-FIRST_POLL = 0.001  # a waiter on a shared limiter sleeps this long first, then twice as long, up to poll
-INSERT, SAMPLE, DELETE = 0, 1, 2  # the counters' columns
-WHAT = {INSERT: "an insert", SAMPLE: "a sample"}
+_FORMAT_NAME = "memmap_replay.ratelimit"
+_FIRST_POLL = 0.001  # a waiter on a shared limiter sleeps this long first, then twice as long, up to poll
+_INSERT, _SAMPLE, _DELETE = 0, 1, 2  # the counters' columns
+_WHAT = {_INSERT: "an insert", _SAMPLE: "a sample"}
 _DEFAULT = object()  # timeout not given: the limiter's own
 _SHARED: "weakref.WeakSet[RateLimiter]" = weakref.WeakSet()
 
@@ -90,7 +90,7 @@ class RateCounts(NamedTuple):
         return self.inserts - self.deletes
 
 
-def error_window(spi: float, min_size: int, error_buffer: Any) -> tuple[float, float]:
+def _error_window(spi: float, min_size: int, error_buffer: Any) -> tuple[float, float]:
     """(min_diff, max_diff) of a number (centred on ``spi * min_size``) or a (low, high) pair, checked."""
     if isinstance(error_buffer, (tuple, list)):
         if len(error_buffer) != 2:
@@ -115,7 +115,7 @@ def limiter_name(name: Any) -> str:
     return name
 
 
-def folder_of(value: Any) -> Path:
+def _folder_of(value: Any) -> Path:
     """The folder of a path, a ReplayBuffer or an EpisodeStore; it must exist."""
     folder = Path(getattr(value, "folder", value))
     if not folder.exists():
@@ -137,7 +137,7 @@ class RateLimiter:
                  timeout: float | None = None, poll: float = 0.01):
         self.samples_per_insert = number(samples_per_insert, "samples_per_insert", low=0, low_open=True)
         self.min_size_to_sample = integer(min_size_to_sample, "min_size_to_sample", low=1)
-        self.min_diff, self.max_diff = error_window(self.samples_per_insert, self.min_size_to_sample, error_buffer)
+        self.min_diff, self.max_diff = _error_window(self.samples_per_insert, self.min_size_to_sample, error_buffer)
         self.unit = choice(unit, "unit", ("steps", "episodes"))
         self.mode = choice(mode, "mode", ("block", "raise"))
         self.timeout = None if timeout is None else number(timeout, "timeout", low=0)
@@ -146,7 +146,7 @@ class RateLimiter:
         self.blocked = {"insert": 0, "sample": 0}  # this object's calls that had to wait (or were refused)
         self._cond = threading.Condition(threading.Lock())
         self._fd = -1
-        self.folder = None if folder is None else folder_of(folder)
+        self.folder = None if folder is None else _folder_of(folder)
         self._counts = np.zeros(3, dtype=np.int64)
         if self.folder is not None:
             self._open()
@@ -155,7 +155,7 @@ class RateLimiter:
     @classmethod
     def join(cls, folder: Any, name: str = "default", **options: Any) -> "RateLimiter":
         """The shared limiter ``name`` of ``folder``, with the limits it was created with."""
-        root = folder_of(folder)
+        root = _folder_of(folder)
         path = root / RATELIMIT_DIR / f"{limiter_name(name)}.json"
         try:  # bounded, a regular file inside the folder (folderio)
             spec = folderio.read_json(root, path, doing="read the rate limiter's limits")
@@ -192,7 +192,7 @@ class RateLimiter:
                                 f"this process may write") from None
         with self._cond, self._flock():
             self._check_spec(directory / f"{self.name}.json")
-            self._counts = counter_file(directory / f"{self.name}.npy", self.folder)
+            self._counts = _counter_file(directory / f"{self.name}.npy", self.folder)
 
     def _lock_file(self, flags: int = 0) -> int:
         """A descriptor of ``ratelimit/<name>.lock`` (opened without following links: folderio)."""
@@ -200,13 +200,13 @@ class RateLimiter:
         return folderio.open_write(self.folder, path, os.O_RDWR | flags, doing="lock")
 
     def _check_spec(self, path: Path) -> None:
-        spec = dict(format=FORMAT_NAME, version=1, samples_per_insert=self.samples_per_insert, min_diff=self.min_diff,
+        spec = dict(format=_FORMAT_NAME, version=1, samples_per_insert=self.samples_per_insert, min_diff=self.min_diff,
                     max_diff=self.max_diff, min_size_to_sample=self.min_size_to_sample, unit=self.unit)
         try:
             stored = folderio.read_json(self.folder, path, doing="read the rate limiter's limits")
         except (MissingFileError, CorruptStoreError):
             stored = None  # none yet, or a creation cut short (or damaged): (re)write it
-        if isinstance(stored, dict) and stored.get("format") == FORMAT_NAME and stored != spec:
+        if isinstance(stored, dict) and stored.get("format") == _FORMAT_NAME and stored != spec:
             raise OptionError(
                 f"the rate limiter {self.name!r} in {path.parent} has other limits ({stored}); this one asks for "
                 f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete {path.parent}/{self.name}.*")
@@ -274,7 +274,7 @@ class RateLimiter:
 
     def _allows(self, kind: int, n: int) -> bool:
         inserts, samples, deletes = map(int, self._counts)
-        if kind == SAMPLE:
+        if kind == _SAMPLE:
             return (inserts - deletes >= self.min_size_to_sample
                     and inserts * self.samples_per_insert - (samples + n) >= self.min_diff)
         return (inserts - deletes + n <= self.min_size_to_sample
@@ -283,21 +283,21 @@ class RateLimiter:
     def _never(self, kind: int, n: int) -> None:
         """Raise if no number of the other side's calls could let a blocked request through."""
         spi = self.samples_per_insert
-        widest = n * spi if kind == INSERT else n + max(0.0, spi * self.min_size_to_sample - self.max_diff)
+        widest = n * spi if kind == _INSERT else n + max(0.0, spi * self.min_size_to_sample - self.max_diff)
         if widest > self.max_diff - self.min_diff:
-            raise OptionError(f"{WHAT[kind]} of {n} never fits the error window [{self.min_diff}, {self.max_diff}] "
+            raise OptionError(f"{_WHAT[kind]} of {n} never fits the error window [{self.min_diff}, {self.max_diff}] "
                                    f"(samples_per_insert={spi}): make it smaller, or widen error_buffer to {widest / 2}")
 
     def _refused(self, kind: int, n: int, counts: RateCounts, timeout: float | None) -> RateLimitedError:
         spi, (inserts, samples, deletes) = self.samples_per_insert, counts
-        if kind == SAMPLE:
+        if kind == _SAMPLE:
             behind = max(self.min_size_to_sample - inserts + deletes, math.ceil((samples + n + self.min_diff) / spi) - inserts)
             need = f"the actors are behind: it needs about {behind} more {self.unit} inserted"
         else:
             need = f"the learners are behind: it needs {math.ceil((inserts + n) * spi - samples - self.max_diff)} more sampled"
         when = "at once (mode='raise')" if timeout is None else f"within timeout={timeout} s"
         return RateLimitedError(
-            f"rate limiter {self.name!r}: {WHAT[kind]} of {n} was not allowed {when} ({counts}, samples_per_insert="
+            f"rate limiter {self.name!r}: {_WHAT[kind]} of {n} was not allowed {when} ({counts}, samples_per_insert="
             f"{spi}, window [{self.min_diff}, {self.max_diff}], min_size_to_sample={self.min_size_to_sample}): {need}; "
             f"wait longer (timeout=, mode='block') or keep the other side running")
 
@@ -305,11 +305,11 @@ class RateLimiter:
 
     def can_insert(self, n: int = 1) -> bool:
         """Whether an insert of ``n`` is allowed now (counts nothing)."""
-        return self._look(INSERT, n)
+        return self._look(_INSERT, n)
 
     def can_sample(self, n: int = 1) -> bool:
         """Whether a sample of ``n`` is allowed now (counts nothing)."""
-        return self._look(SAMPLE, n)
+        return self._look(_SAMPLE, n)
 
     def _look(self, kind: int, n: Any) -> bool:
         n = integer(n, "n", low=1)
@@ -318,11 +318,11 @@ class RateLimiter:
 
     def await_insert(self, n: int = 1, *, timeout: Any = _DEFAULT) -> None:
         """Wait until an insert of ``n`` is allowed, then count it (no ``inserted`` for it)."""
-        self._acquire(INSERT, n, timeout)
+        self._acquire(_INSERT, n, timeout)
 
     def await_sample(self, n: int = 1, *, timeout: Any = _DEFAULT) -> None:
         """Wait until a sample of ``n`` is allowed, then count it (no ``sampled`` for it)."""
-        self._acquire(SAMPLE, n, timeout)
+        self._acquire(_SAMPLE, n, timeout)
 
     def _acquire(self, kind: int, n: Any, timeout: Any) -> None:
         """Count ``n`` once allowed; wait for it (as the mode and the timeout say: None is forever) or raise."""
@@ -332,7 +332,7 @@ class RateLimiter:
         elif timeout is not None:
             timeout = number(timeout, "timeout", low=0)
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay, waited = FIRST_POLL, False
+        delay, waited = _FIRST_POLL, False
         with self._cond:
             while True:
                 with self._flock():
@@ -341,7 +341,7 @@ class RateLimiter:
                         self._counts[kind] += n
                         break
                 if not waited:
-                    self.blocked["sample" if kind == SAMPLE else "insert"] += 1
+                    self.blocked["sample" if kind == _SAMPLE else "insert"] += 1
                     waited = True
                 self._never(kind, n)
                 left = None if deadline is None else deadline - time.monotonic()
@@ -355,24 +355,24 @@ class RateLimiter:
 
     def inserted(self, n: int = 1) -> None:
         """Count ``n`` inserts, allowed or not (after ``can_insert``; never after ``await_insert``)."""
-        self._add(INSERT, integer(n, "n", low=0))
+        self._add(_INSERT, integer(n, "n", low=0))
 
     def sampled(self, n: int = 1) -> None:
         """Count ``n`` samples, allowed or not (after ``can_sample``; never after ``await_sample``)."""
-        self._add(SAMPLE, integer(n, "n", low=0))
+        self._add(_SAMPLE, integer(n, "n", low=0))
 
     def removed(self, n: int = 1) -> None:
         """Count ``n`` items the store evicted (they no longer count towards ``min_size_to_sample``)."""
-        self._add(DELETE, integer(n, "n", low=0))
+        self._add(_DELETE, integer(n, "n", low=0))
 
     def _add(self, kind: int, n: int, deletes: int = 0) -> None:
         with self._cond:
             with self._flock():
-                if kind == DELETE and self._counts[DELETE] + n > self._counts[INSERT]:
+                if kind == _DELETE and self._counts[_DELETE] + n > self._counts[_INSERT]:
                     raise OptionError(f"removed({n}) would remove more than was inserted "
                                            f"({RateCounts(*map(int, self._counts))})")
                 self._counts[kind] += n
-                self._counts[DELETE] += deletes
+                self._counts[_DELETE] += deletes
             self._cond.notify_all()
 
     # ---- integrations ----------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ class RateLimiter:
         reserved = 1 if n is None else integer(n, "n", low=1)
         since = None if store is None else store.meta.state.next_episode
         live_before = None if store is None else self._live(store, since)[0]
-        self._acquire(INSERT, reserved, timeout)
+        self._acquire(_INSERT, reserved, timeout)
         failed = False
         try:
             yield
@@ -402,9 +402,9 @@ class RateLimiter:
         finally:
             if store is not None:  # what was committed, and evicted, in place of the reservation
                 live_after, committed = self._live(store, since)
-                self._add(INSERT, committed - reserved, deletes=live_before + committed - live_after)
+                self._add(_INSERT, committed - reserved, deletes=live_before + committed - live_after)
             elif failed:
-                self._add(INSERT, -reserved)
+                self._add(_INSERT, -reserved)
 
     def _live(self, store: Any, since: int) -> tuple[int, int]:
         """(live items of a store, items of its episodes with an id from ``since`` on)."""
@@ -417,13 +417,13 @@ class RateLimiter:
         return LimitedSampler(sampler, self)
 
 
-def counter_file(path: Path, folder: Path) -> np.ndarray:
+def _counter_file(path: Path, folder: Path) -> np.ndarray:
     """The map of ``path`` (three int64) inside ``folder``, made afresh (zeros) if it is missing or damaged.
     Opened without following links (folderio), so the counters are never written outside the folder."""
     try:
         offset, dtype, shape, size = read_npy_header(path, folder)
         if dtype == np.int64 and shape == (3,) and size >= offset + 24:
-            return map_counters(path, folder, offset)
+            return _map_counters(path, folder, offset)
     except UnsafeEntryError:
         raise  # a link out of the folder, a FIFO, ...: never written through
     except CorruptStoreError:
@@ -431,10 +431,10 @@ def counter_file(path: Path, folder: Path) -> np.ndarray:
     folderio.write_atomic(folder, path, lambda out: np.save(out, np.zeros(3, dtype=np.int64)),
                           doing="make the rate limiter's counters")
     offset = read_npy_header(path, folder)[0]
-    return map_counters(path, folder, offset)
+    return _map_counters(path, folder, offset)
 
 
-def map_counters(path: Path, folder: Path, offset: int) -> np.ndarray:
+def _map_counters(path: Path, folder: Path, offset: int) -> np.ndarray:
     fd = folderio.open_write(folder, path, os.O_RDWR, doing="map the rate limiter's counters")
     with os.fdopen(fd, "r+b") as file, folderio.errors_named(path, "map the rate limiter's counters"):
         return np.memmap(file, dtype=np.int64, mode="r+", offset=offset, shape=(3,))
@@ -452,11 +452,11 @@ class LimitedSampler:
 
     def _draw(self, method: str, batch_size: Any, timeout: Any) -> Any:
         n = integer(batch_size, "batch_size", low=1)
-        self.limiter._acquire(SAMPLE, n, timeout)
+        self.limiter._acquire(_SAMPLE, n, timeout)
         try:
             return getattr(self.sampler, method)(n)
         except BaseException:
-            self.limiter._add(SAMPLE, -n)
+            self.limiter._add(_SAMPLE, -n)
             raise
 
     def sample(self, batch_size: int, *, timeout: Any = _DEFAULT) -> Any:

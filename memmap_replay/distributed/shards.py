@@ -153,7 +153,7 @@ class ShardSet:
         self.stores = []
 
 
-def merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tensor]:
+def _merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tensor]:
     """One batch of the shards' batches: concatenated, then put back into request order."""
     if len(parts) == 1 and order is None:
         return parts[0]
@@ -195,13 +195,13 @@ class ConcatView(BatchDataset):
             chosen = np.flatnonzero(shard == index)
             parts.append(self.views[index].__getitems__(items[chosen] - starts[index]))
             where.append(chosen)
-        return merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1 else None)
+        return _merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1 else None)
 
     def sample_batch(self, sample: "ShardSample") -> dict[str, torch.Tensor]:
         parts = [self.views[shard].__getitems__(part) for shard, part in sample.parts]
         for (shard, _), batch in zip(sample.parts, parts):
             batch["_key"] = batch["_key"] * SHARD_STRIDE + shard
-        batch = merge(parts, None)
+        batch = _merge(parts, None)
         if sample.weights is not None:
             batch["_weight"] = torch.from_numpy(sample.weights)
         return batch

@@ -21,7 +21,7 @@ from .minari_export import export_minari
 __all__ = ["import_minari", "export_minari", "import_d4rl", "export_d4rl", "minari_root", "Transfer",
            "TargetExistsError", "guess_format"]
 
-FORMATS = ("minari", "d4rl")
+_FORMATS = ("minari", "d4rl")
 
 
 def guess_format(source) -> str | None:

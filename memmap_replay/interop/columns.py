@@ -30,13 +30,13 @@ from .common import require
 
 __all__ = ["open_columns", "write_columns", "Column", "RowWindow", "SUFFIXES", "encode_value", "decode_value"]
 
-METADATA_LIMIT = 1024  # numbers: a metadata array larger than this is not put in a card
+_METADATA_LIMIT = 1024  # numbers: a metadata array larger than this is not put in a card
 
 SUFFIXES = {".hdf5": "hdf5", ".h5": "hdf5", ".npz": "npz"}
-STRING = np.dtype("O")  # the dtype listed for a text (string) array
+_STRING = np.dtype("O")  # the dtype listed for a text (string) array
 
 
-def kind_of(path: Path) -> str:
+def _kind_of(path: Path) -> str:
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise UnsupportedFormatError(f"{path} must end in .hdf5, .h5 or .npz to be read or written as D4RL-style "
@@ -46,10 +46,10 @@ def kind_of(path: Path) -> str:
 
 def open_columns(path: str | Path):
     path = Path(path)
-    return (H5Columns if kind_of(path) == "hdf5" else NpzColumns)(path)
+    return (_H5Columns if _kind_of(path) == "hdf5" else _NpzColumns)(path)
 
 
-class H5Columns:
+class _H5Columns:
     def __init__(self, path: Path):
         h5py = require("h5py", "reading .hdf5 files")
         try:
@@ -62,14 +62,14 @@ class H5Columns:
     def _add(self, name: str, item: Any) -> None:
         if isinstance(item, self.h5py.Dataset):
             text = self.h5py.check_string_dtype(item.dtype) is not None
-            self.keys[name] = (STRING if text else item.dtype, tuple(item.shape))
+            self.keys[name] = (_STRING if text else item.dtype, tuple(item.shape))
 
     def rows(self, key: str, start: int, stop: int) -> np.ndarray:
         return self.file[key][start:stop]
 
     def value(self, key: str) -> Any:
         data = self.file[key]
-        if self.keys[key][0] is STRING:
+        if self.keys[key][0] is _STRING:
             return data.asstr()[()]
         return data[()]
 
@@ -77,7 +77,7 @@ class H5Columns:
         self.file.close()
 
 
-class NpzColumns:
+class _NpzColumns:
     def __init__(self, path: Path):
         self.path, self.keys, self.streams, self.whole = path, {}, {}, {}
         try:
@@ -91,7 +91,7 @@ class NpzColumns:
                 self.members[key] = member
                 with self.zip.open(member) as stream:
                     shape, fortran, dtype = self._header(stream, key)
-                self.keys[key] = (STRING if dtype.kind in "US" else dtype, shape)
+                self.keys[key] = (_STRING if dtype.kind in "US" else dtype, shape)
                 if fortran and len(shape) > 1:
                     self.whole[key] = None  # loaded on first read
 
@@ -152,7 +152,7 @@ class RowWindow:
     def rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
         if stop > self.hi:
             high = min(self.length, max(stop, start + self.chunk_rows))
-            fresh = {key: native(self.source.rows(key, self.hi, high)) for key in self.keys}
+            fresh = {key: _native(self.source.rows(key, self.hi, high)) for key in self.keys}
             keep = start - self.lo
             self.data = {key: np.concatenate([self.data[key][keep:], fresh[key]]) if key in self.data and
                          keep < len(self.data[key]) else fresh[key] for key in self.keys}
@@ -160,7 +160,7 @@ class RowWindow:
         return {key: self.data[key][start - self.lo:stop - self.lo] for key in self.keys}
 
 
-def native(array: np.ndarray) -> np.ndarray:
+def _native(array: np.ndarray) -> np.ndarray:
     """Big-endian data in the machine's byte order (the same values; a store holds native dtypes)."""
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
@@ -175,7 +175,7 @@ def encode_value(value: Any) -> dict | None:
     if array.dtype.kind in "USO":
         return {"text": [item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
                          for item in array.reshape(-1).tolist()]}
-    if array.dtype.kind not in "biuf" or array.size > METADATA_LIMIT:
+    if array.dtype.kind not in "biuf" or array.size > _METADATA_LIMIT:
         return None
     data = [number if not isinstance(number, float) or math.isfinite(number) else str(number)
             for number in array.reshape(-1).tolist()]
@@ -202,13 +202,13 @@ class Column:
 def write_columns(path: Path, columns: list[Column], length: int, items: Callable[[], Iterable[Any]],
                   metadata: dict[str, Any], *, compression: str | None, bar) -> None:
     """Write the columns (``items()`` is called once per pass over the data) and the metadata values."""
-    if kind_of(path) == "hdf5":
-        write_h5(path, columns, length, items, metadata, compression, bar)
+    if _kind_of(path) == "hdf5":
+        _write_h5(path, columns, length, items, metadata, compression, bar)
     else:
-        write_npz(path, columns, length, items, metadata, compression, bar)
+        _write_npz(path, columns, length, items, metadata, compression, bar)
 
 
-def write_h5(path, columns, length, items, metadata, compression, bar) -> None:
+def _write_h5(path, columns, length, items, metadata, compression, bar) -> None:
     h5py = require("h5py", "writing .hdf5 files")
     with h5py.File(path, "w") as file:
         sets = {column.key: file.create_dataset(column.key, shape=(length, *column.shape), dtype=column.dtype,
@@ -227,12 +227,12 @@ def write_h5(path, columns, length, items, metadata, compression, bar) -> None:
                 file.create_dataset(key, data=value)
 
 
-def write_npz(path, columns, length, items, metadata, compression, bar) -> None:
+def _write_npz(path, columns, length, items, metadata, compression, bar) -> None:
     mode = zipfile.ZIP_DEFLATED if compression else zipfile.ZIP_STORED
     with zipfile.ZipFile(path, "w", compression=mode, allowZip64=True) as archive:
         for column in columns:
             with archive.open(column.key + ".npy", "w", force_zip64=True) as stream:
-                write_header(stream, column.dtype, (length, *column.shape))
+                _write_header(stream, column.dtype, (length, *column.shape))
                 for item in items():
                     rows = np.ascontiguousarray(column.rows(item), dtype=column.dtype)
                     stream.write(rows.tobytes())
@@ -240,11 +240,11 @@ def write_npz(path, columns, length, items, metadata, compression, bar) -> None:
         for key, value in metadata.items():
             array = np.asarray(value)
             with archive.open(key + ".npy", "w", force_zip64=True) as stream:
-                write_header(stream, array.dtype, array.shape)
+                _write_header(stream, array.dtype, array.shape)
                 stream.write(np.ascontiguousarray(array).tobytes())
 
 
-def write_header(stream, dtype: np.dtype, shape: tuple) -> None:
+def _write_header(stream, dtype: np.dtype, shape: tuple) -> None:
     header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
     try:
         np.lib.format.write_array_header_1_0(stream, header)

@@ -40,10 +40,10 @@ from ..core.writer import whole_episode
 __all__ = ["TargetExistsError", "Transfer", "StoreBuilder", "StoredEpisode", "read_store", "stored_episodes",
            "flatten", "require", "progress_bar", "pick_roles", "provenance_record", "same_bytes", "place", "temporary_sibling"]
 
-OBSERVATION, ACTION, REWARD, NEXT_OBSERVATION, INFO = "observation", "action", "reward", "next_observation", "info"
+OBSERVATION, ACTION, REWARD, _NEXT_OBSERVATION, INFO = "observation", "action", "reward", "next_observation", "info"
 SEP = "__"
-ALSO_TRUNCATED = "also_truncated"
-COMMIT_BYTES = 64 * 2**20  # episodes are committed together up to this many bytes (one meta.json write)
+_ALSO_TRUNCATED = "also_truncated"
+_COMMIT_BYTES = 64 * 2**20  # episodes are committed together up to this many bytes (one meta.json write)
 
 
 class TargetExistsError(ReplayError, FileExistsError):
@@ -101,7 +101,7 @@ def progress_bar(total: int, desc: str, enabled: bool):
 # ---- naming ------------------------------------------------------------------------------------------------
 
 
-def field_name(name: str, where: str) -> str:
+def _field_name(name: str, where: str) -> str:
     if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES:
         raise InvalidDataError(
             f"{where} cannot become the field {name!r}: field names are a letter then up to 63 letters, digits or "
@@ -120,7 +120,7 @@ def flatten(value: Any, prefix: str, where: str) -> dict[str, np.ndarray]:
         if array.dtype.kind not in "biufc":
             raise InvalidDataError(f"{where} holds {array.dtype} values (strings or objects), which a store cannot "
                                    f"hold; only numbers and bools can be imported")
-        return {field_name(prefix, where): array}
+        return {_field_name(prefix, where): array}
     out: dict[str, np.ndarray] = {}
     for key, sub in items:
         for name, array in flatten(sub, f"{prefix}{SEP}{key}", f"{where}[{key!r}]").items():
@@ -142,11 +142,11 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 def temporary_sibling(target: Path, what: str, suffix: str = "") -> Path:
     """A hidden path beside ``target`` to build into, removed first if a crashed run left it."""
     tmp = target.parent / f".{target.name}.{what}-{os.getpid()}{suffix}"
-    remove(tmp)
+    _remove(tmp)
     return tmp
 
 
-def remove(path: Path) -> None:
+def _remove(path: Path) -> None:
     """Remove a file, a link (never its target) or a folder tree; absent is fine. Errors name the path."""
     with folderio.errors_named(path, "remove"):
         if path.is_dir() and not path.is_symlink():
@@ -155,7 +155,7 @@ def remove(path: Path) -> None:
             path.unlink()
 
 
-def check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False) -> None:
+def _check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False) -> None:
     """``target`` may be written: absent, an empty folder (unless it is to be a ``file``), or (with
     overwrite) something ``is_ours`` accepts; never a symbolic link, nor inside a store's folder."""
     check_new_path(target, "the target", TargetExistsError)
@@ -195,7 +195,7 @@ def place(tmp: Path, target: Path) -> None:
                     pass  # (the old target stays beside it, under its hidden name)
             raise
     if old is not None:
-        remove(old)
+        _remove(old)
 
 
 # ---- building a store ----------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class StoreBuilder:
             if error.errno in folderio.DISK_FULL + folderio.DENIED:
                 raise folderio.library_error(error, self.folder.parent, "create the folder") from None
             raise NotAFolderError(f"{self.folder.parent} cannot be created ({error.strerror}); choose another folder") from None
-        check_target(self.folder, overwrite, lambda path: (path / fmt.META_FILE).is_file())
+        _check_target(self.folder, overwrite, lambda path: (path / fmt.META_FILE).is_file())
         self.tmp = temporary_sibling(self.folder, "importing")
         self.buffer = ReplayBuffer(self.tmp, max(1, episodes), max(1, max_timesteps),
                                    fields={name: spec for name, spec in fields.items()},
@@ -243,7 +243,7 @@ class StoreBuilder:
         self.steps += episode.length
         self.nbytes += nbytes
         self.episodes += 1
-        if self.pending_bytes >= COMMIT_BYTES:
+        if self.pending_bytes >= _COMMIT_BYTES:
             self.flush()
 
     def flush(self) -> None:
@@ -269,7 +269,7 @@ class StoreBuilder:
         except (ReplayError, OSError):
             pass
         try:
-            remove(self.tmp)
+            _remove(self.tmp)
         except (ReplayError, OSError):
             pass
 
@@ -281,7 +281,7 @@ class StoreBuilder:
             self.abort()
 
 
-def spec_of(array: np.ndarray, name: str) -> tuple[str, tuple[int, ...]]:
+def _spec_of(array: np.ndarray, name: str) -> tuple[str, tuple[int, ...]]:
     """(dtype, shape of one row) of a (T, ...) array; a row of size 0 cannot be stored."""
     if 0 in array.shape[1:]:
         raise InvalidDataError(f"{name} has rows of shape {array.shape[1:]}, which hold no value; a store field "
@@ -332,7 +332,7 @@ def stored_episodes(store: EpisodeStore, fields: tuple[str, ...] | None = None,
         for number in range(len(table)):
             start, length, slot = int(table.start[number]), int(table.length[number]), int(table.slots[number])
             rows = length + int(table.final[number])
-            read = {name: read_rows(descriptors[name], store.steps[name], start, rows) for name in fields}
+            read = {name: _read_rows(descriptors[name], store.steps[name], start, rows) for name in fields}
             steps = {name: array[:length] for name, array in read.items()}
             final = {name: array[length] for name, array in read.items()} if table.final[number] else None
             meta = {name: np.array(array[slot]) for name, array in metas.items()}
@@ -342,7 +342,7 @@ def stored_episodes(store: EpisodeStore, fields: tuple[str, ...] | None = None,
             os.close(descriptor)
 
 
-def read_rows(descriptor: int, file: fmt.NpyFile, start: int, count: int) -> np.ndarray:
+def _read_rows(descriptor: int, file: fmt.NpyFile, start: int, count: int) -> np.ndarray:
     out = np.empty((count, *file.spec.shape), file.spec.dtype)
     view, position, done = memoryview(out).cast("B"), file.offset + start * file.spec.row_nbytes, 0
     while done < len(view):
@@ -355,15 +355,15 @@ def read_rows(descriptor: int, file: fmt.NpyFile, start: int, count: int) -> np.
 
 
 def pick_roles(store: EpisodeStore, observation: Any, action: Any, reward: Any) -> tuple[list[str], list[str], str]:
-    """The fields of the observation and the action (``pick_fields``) and the reward field, each field in
+    """The fields of the observation and the action (``_pick_fields``) and the reward field, each field in
     one role only (an export that wrote one field as both would not read back)."""
     specs = store.schema.fields
     if not isinstance(reward, str) or reward not in specs:
         raise SchemaError(f"the store has no field {reward!r} for the rewards; its fields are {list(specs)}: "
                           f"pass reward=NAME")
     roles: dict[str, str] = {}
-    for role, names in (("observation", pick_fields(store, observation, OBSERVATION, "observation", "observation")),
-                        ("action", pick_fields(store, action, ACTION, "action", "action")), ("reward", [reward])):
+    for role, names in (("observation", _pick_fields(store, observation, OBSERVATION, "observation", "observation")),
+                        ("action", _pick_fields(store, action, ACTION, "action", "action")), ("reward", [reward])):
         for name in names:
             if name in roles:
                 raise SchemaError(f"the field {name!r} cannot be both the {roles[name]} and the {role}: each must be "
@@ -373,7 +373,7 @@ def pick_roles(store: EpisodeStore, observation: Any, action: Any, reward: Any) 
             [name for name, role in roles.items() if role == "action"], reward)
 
 
-def pick_fields(store: EpisodeStore, given: Any, default: str, what: str, option: str) -> list[str]:
+def _pick_fields(store: EpisodeStore, given: Any, default: str, what: str, option: str) -> list[str]:
     """The step fields that make up ``what`` (e.g. the observation): ``given`` (a name or list of names), or
     the field ``default``, or its nested fields ``default__*``."""
     names = list(store.schema.fields)

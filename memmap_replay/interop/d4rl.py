@@ -47,20 +47,20 @@ import numpy as np
 from ..core import format as fmt
 from ..errors import InvalidDataError, OptionError, SchemaError, StoreNotFoundError, UnsupportedFormatError
 from ..core.folderio import errors_named
-from .columns import METADATA_LIMIT, STRING, Column, RowWindow, decode_value, encode_value, kind_of, open_columns, write_columns
-from .common import (ACTION, ALSO_TRUNCATED, INFO, NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
-                     Transfer, check_target, field_name, pick_roles, place, progress_bar, provenance_record,
-                     read_store, remove, same_bytes, spec_of, stored_episodes, temporary_sibling)
+from .columns import _METADATA_LIMIT, _STRING, Column, RowWindow, decode_value, encode_value, _kind_of, open_columns, write_columns
+from .common import (ACTION, _ALSO_TRUNCATED, INFO, _NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
+                     Transfer, _check_target, _field_name, pick_roles, place, progress_bar, provenance_record,
+                     read_store, _remove, same_bytes, _spec_of, stored_episodes, temporary_sibling)
 
 __all__ = ["import_d4rl", "export_d4rl"]
 
-STEP_KEYS = {"observations": OBSERVATION, "actions": ACTION, "rewards": REWARD}
-OURS = "metadata/memmap_replay/"
-NEXT_MODES = ("auto", "final", "field", "drop")
-MAX_CHUNK_MB = 1 << 20  # a terabyte of rows at a time: more is a typo (and inf cannot be a byte count)
+_STEP_KEYS = {"observations": OBSERVATION, "actions": ACTION, "rewards": REWARD}
+_OURS = "metadata/memmap_replay/"
+_NEXT_MODES = ("auto", "final", "field", "drop")
+_MAX_CHUNK_MB = 1 << 20  # a terabyte of rows at a time: more is a typo (and inf cannot be a byte count)
 
 
-class Mismatch(Exception):
+class _Mismatch(Exception):
     """next_observations that are not the next row's observation inside an episode."""
 
 
@@ -70,35 +70,35 @@ class Mismatch(Exception):
 def import_d4rl(path: str | os.PathLike, folder: str | os.PathLike, *, next_observations: str = "auto",
                 infos: bool = True, overwrite: bool = False, chunk_mb: float = 64, progress: bool = False) -> Transfer:
     """A D4RL-style ``.hdf5`` / ``.npz`` file as a new store at ``folder`` (see the module docstring)."""
-    if next_observations not in NEXT_MODES:
-        raise OptionError(f"next_observations must be one of {NEXT_MODES} (got {next_observations!r})")
-    if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float)) or not 0 < chunk_mb <= MAX_CHUNK_MB:
-        raise OptionError(f"chunk_mb must be a number of megabytes > 0 and <= {MAX_CHUNK_MB} (got {chunk_mb!r})")
+    if next_observations not in _NEXT_MODES:
+        raise OptionError(f"next_observations must be one of {_NEXT_MODES} (got {next_observations!r})")
+    if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float)) or not 0 < chunk_mb <= _MAX_CHUNK_MB:
+        raise OptionError(f"chunk_mb must be a number of megabytes > 0 and <= {_MAX_CHUNK_MB} (got {chunk_mb!r})")
     path = Path(path)
     if not path.is_file():
         raise StoreNotFoundError(f"no file at {path}: pass the path of a D4RL .hdf5 or .npz file")
     mode = "final" if next_observations == "auto" else next_observations
     while True:
         try:
-            return import_once(path, folder, mode, infos=infos, overwrite=overwrite, chunk=int(chunk_mb * 2**20),
+            return _import_once(path, folder, mode, infos=infos, overwrite=overwrite, chunk=int(chunk_mb * 2**20),
                                progress=progress)
-        except Mismatch as error:
+        except _Mismatch as error:
             if next_observations != "auto":
                 raise InvalidDataError(f"{path}: {error}; pass next_observations='field' to keep them whole") from None
             mode = "field"
 
 
-def import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool, chunk: int, progress: bool) -> Transfer:
+def _import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool, chunk: int, progress: bool) -> Transfer:
     source = open_columns(path)
     try:
-        layout = Layout(source, mode, infos)
-        split = Episodes(source, layout.length, chunk)
-        ours = OurMetadata(source, len(split.starts), layout.notes)
+        layout = _Layout(source, mode, infos)
+        split = _Episodes(source, layout.length, chunk)
+        ours = _OurMetadata(source, len(split.starts), layout.notes)
         if ours.ends is not None:
             split.codes = ours.ends
         meta_fields = dict(ours.meta_fields)
         if split.also.any():
-            meta_fields[ALSO_TRUNCATED] = ("bool", ())
+            meta_fields[_ALSO_TRUNCATED] = ("bool", ())
         report = Transfer("import d4rl", str(path), str(folder), fields={**layout.described(), **{
             name: "episode meta" for name in meta_fields}})
         lengths = split.stops - split.starts
@@ -110,8 +110,8 @@ def import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool, 
             for number, (start, stop) in enumerate(zip(split.starts.tolist(), split.stops.tolist())):
                 steps, final = layout.episode(window.rows(start, stop), start, stop)
                 meta = {name: values[number] for name, values in ours.meta.items()}
-                if ALSO_TRUNCATED in meta_fields:
-                    meta[ALSO_TRUNCATED] = split.also[number]
+                if _ALSO_TRUNCATED in meta_fields:
+                    meta[_ALSO_TRUNCATED] = split.also[number]
                 builder.add(steps, meta, end=fmt.END_NAMES[int(split.codes[number])], final=final,
                             where=f"{path}: the episode at rows {start}..{stop - 1}")
                 bar.update(stop - start)
@@ -129,36 +129,36 @@ def import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool, 
         source.close()
 
 
-class Layout:
+class _Layout:
     """Which keys of the file are step data, checked: present, numeric, one row per step."""
 
     def __init__(self, source, mode: str, infos: bool):
         self.source, self.notes, self.keys = source, [], {}
         keys = source.keys
-        missing = [key for key in (*STEP_KEYS, "terminals") if key not in keys]
+        missing = [key for key in (*_STEP_KEYS, "terminals") if key not in keys]
         if missing:
             raise UnsupportedFormatError(f"{source.path} must hold the D4RL keys observations, actions, rewards and "
                                          f"terminals (timeouts optional); missing {missing}; it holds {sorted(keys)[:20]}")
         self.length = self.rows_of("observations")
-        self.keys.update(STEP_KEYS)
+        self.keys.update(_STEP_KEYS)
         nexts = "next_observations" in keys
         if mode in ("final", "field") and nexts:
             same = keys["next_observations"] == keys["observations"]
             if mode == "final" and not same:
-                raise Mismatch("next_observations and observations differ in dtype or shape")
-            self.keys["next_observations"] = None if mode == "final" else NEXT_OBSERVATION
+                raise _Mismatch("next_observations and observations differ in dtype or shape")
+            self.keys["next_observations"] = None if mode == "final" else _NEXT_OBSERVATION
         self.mode = mode if nexts and mode != "drop" else "none"
         if nexts and mode == "drop":
             self.notes.append("next_observations were left out (next_observations='drop')")
         for key in keys:
             if key.startswith("infos/") and infos:
-                self.keys[key] = field_name(INFO + SEP + key[len("infos/"):].replace("/", SEP), f"{source.path}: {key}")
+                self.keys[key] = _field_name(INFO + SEP + key[len("infos/"):].replace("/", SEP), f"{source.path}: {key}")
             elif key not in self.keys and key not in ("terminals", "timeouts") and not key.startswith("metadata/"):
                 self.notes.append(f"{key!r} is not a D4RL key and was left out")
         for key in [*self.keys, "terminals", "timeouts"]:
             if key in keys:
                 self.rows_of(key)
-        self.fields = {name: spec_of(np.empty((0, *keys[key][1][1:]), keys[key][0]), key)
+        self.fields = {name: _spec_of(np.empty((0, *keys[key][1][1:]), keys[key][0]), key)
                        for key, name in self.keys.items() if name is not None}
 
     def episode(self, data: dict[str, np.ndarray], start: int, stop: int) -> tuple[dict, dict | None]:
@@ -168,15 +168,15 @@ class Layout:
             return steps, None
         nexts = data["next_observations"]
         if not same_bytes(nexts[:-1], steps[OBSERVATION][1:]):
-            raise Mismatch(f"next_observations of the episode at rows {start}..{stop - 1} are not the next rows' "
+            raise _Mismatch(f"next_observations of the episode at rows {start}..{stop - 1} are not the next rows' "
                            f"observations")
         return steps, {OBSERVATION: nexts[-1]}
 
     def rows_of(self, key: str) -> int:
         dtype, shape = self.source.keys[key]
-        if dtype is STRING or dtype.kind not in "biufc" or not shape:
+        if dtype is _STRING or dtype.kind not in "biufc" or not shape:
             raise InvalidDataError(f"{self.source.path}: {key!r} must be an array of numbers with one row per step "
-                                   f"(got dtype {'text' if dtype is STRING else dtype}, shape {shape})")
+                                   f"(got dtype {'text' if dtype is _STRING else dtype}, shape {shape})")
         if hasattr(self, "length") and shape[0] != self.length:
             raise InvalidDataError(f"{self.source.path}: {key!r} has {shape[0]} rows but observations has "
                                    f"{self.length}: every per-step key must have one row per step")
@@ -193,16 +193,16 @@ class Layout:
     def extra(self, source) -> dict:
         metadata, skipped = {}, []
         for key in source.keys:
-            if key.startswith("metadata/") and not key.startswith(OURS):
+            if key.startswith("metadata/") and not key.startswith(_OURS):
                 value = encode_value(source.value(key))
                 (skipped.append(key) if value is None else metadata.__setitem__(key[len("metadata/"):], value))
         if skipped:
-            self.notes.append(f"metadata left out (over {METADATA_LIMIT} numbers, or not numbers or text): {skipped}")
+            self.notes.append(f"metadata left out (over {_METADATA_LIMIT} numbers, or not numbers or text): {skipped}")
         flags = {key: (source.keys[key][0].name if key in source.keys else None) for key in ("terminals", "timeouts")}
         return {"metadata": metadata, "flag_dtypes": flags}
 
 
-class Episodes:
+class _Episodes:
     """Episode boundaries from the flags, read a chunk at a time: starts, stops, end codes, both-flags."""
 
     def __init__(self, source, length: int, chunk: int):
@@ -210,8 +210,8 @@ class Episodes:
         step = max(1, chunk // 2)
         for low in range(0, length, step):
             high = min(length, low + step)
-            t = flag(source, "terminals", low, high)
-            u = flag(source, "timeouts", low, high) if "timeouts" in source.keys else np.zeros_like(t)
+            t = _flag(source, "terminals", low, high)
+            u = _flag(source, "timeouts", low, high) if "timeouts" in source.keys else np.zeros_like(t)
             where = np.flatnonzero(t | u)
             ends.append(where + low)
             terminal.append(t[where])
@@ -228,7 +228,7 @@ class Episodes:
         self.also = t & u
 
 
-def flag(source, key: str, low: int, high: int) -> np.ndarray:
+def _flag(source, key: str, low: int, high: int) -> np.ndarray:
     values = source.rows(key, low, high)
     if values.dtype != bool:
         bad = (values != 0) & (values != 1)
@@ -239,29 +239,29 @@ def flag(source, key: str, low: int, high: int) -> np.ndarray:
     return values.astype(bool)
 
 
-class OurMetadata:
+class _OurMetadata:
     """What an export by memmap_replay put under metadata/memmap_replay/: card, end codes, meta fields."""
 
     def __init__(self, source, episodes: int, notes: list[str]):
         self.card, self.ends, self.meta, self.meta_fields = {}, None, {}, {}
-        if OURS + "card" in source.keys:
+        if _OURS + "card" in source.keys:
             from ..sharing.card import DatasetCard
 
             known = set(DatasetCard.__dataclass_fields__) - {"unknown"}
             try:
-                self.card = {k: v for k, v in json.loads(str(source.value(OURS + "card"))).items() if k in known}
+                self.card = {k: v for k, v in json.loads(str(source.value(_OURS + "card"))).items() if k in known}
             except (ValueError, AttributeError):
-                notes.append(f"{OURS}card is not a JSON card and was left out")
+                notes.append(f"{_OURS}card is not a JSON card and was left out")
         for key in source.keys:
-            if not key.startswith(OURS) or key == OURS + "card":
+            if not key.startswith(_OURS) or key == _OURS + "card":
                 continue
             value = np.asarray(source.value(key))
             if value.ndim == 0 or len(value) != episodes or value.dtype.kind not in "biufc":
                 notes.append(f"{key} does not hold one value per episode ({episodes}) and was left out")
-            elif key == OURS + "episode_end" and np.isin(value, list(fmt.END_NAMES)).all():
+            elif key == _OURS + "episode_end" and np.isin(value, list(fmt.END_NAMES)).all():
                 self.ends = value.astype(np.uint8)
-            elif key.startswith(OURS + "meta/"):
-                name = field_name(key[len(OURS + "meta/"):], f"{source.path}: {key}")
+            elif key.startswith(_OURS + "meta/"):
+                name = _field_name(key[len(_OURS + "meta/"):], f"{source.path}: {key}")
                 self.meta[name] = value
                 self.meta_fields[name] = (value.dtype.name, value.shape[1:])
 
@@ -285,11 +285,11 @@ def export_d4rl(folder: str | os.PathLike, path: str | os.PathLike, *, observati
     if compression not in (None, "gzip"):
         raise OptionError(f"compression must be None or 'gzip' (got {compression!r})")
     path = Path(path)
-    kind_of(path)
+    _kind_of(path)
     store = read_store(folder)
     try:
-        plan = D4rlPlan(store, read_card(folder), observation, action, reward, next_observations, infos, folder)
-        check_target(path, overwrite, lambda target: target.is_file(), file=True)
+        plan = _D4rlPlan(store, read_card(folder), observation, action, reward, next_observations, infos, folder)
+        _check_target(path, overwrite, lambda target: target.is_file(), file=True)
         tmp = temporary_sibling(path, "exporting", path.suffix)
         try:
             with progress_bar(plan.length, "export", progress) as bar, errors_named(path, "write"):
@@ -298,14 +298,14 @@ def export_d4rl(folder: str | os.PathLike, path: str | os.PathLike, *, observati
                               plan.metadata, compression=compression, bar=bar)
             place(tmp, path)
         finally:
-            remove(tmp)
+            _remove(tmp)
     finally:
         store.close()
     return Transfer("export d4rl", str(folder), str(path), plan.episodes, plan.length,
                     plan.length * plan.row_nbytes, plan.described, plan.notes)
 
 
-class D4rlPlan:
+class _D4rlPlan:
     """The columns and metadata of a store's D4RL file."""
 
     def __init__(self, store, card, observation, action, reward, next_mode, infos, folder):
@@ -313,17 +313,17 @@ class D4rlPlan:
         table = store.live_table()
         self.episodes, self.length = len(table), int(table.length.sum())
         observations, actions, reward = pick_roles(store, observation, action, reward)
-        obs, act = one(observations, "observation"), one(actions, "action")
+        obs, act = _one(observations, "observation"), _one(actions, "action")
         extra = (card.extra.get("d4rl") or {}) if card else {}
         flags = extra.get("flag_dtypes") or {}
-        also = (store.meta_array(ALSO_TRUNCATED)[table.slots].astype(bool) if ALSO_TRUNCATED in store.schema.meta_fields
+        also = (store.meta_array(_ALSO_TRUNCATED)[table.slots].astype(bool) if _ALSO_TRUNCATED in store.schema.meta_fields
                 else np.zeros(len(table), bool))
         codes, last = table.end.astype(np.uint8), len(table) - 1
         terminal = (codes == 1) | also
         timeout = (codes == 2) | also | ((codes == 0) & (np.arange(len(table)) != last))
 
         def marks(values, dtype):
-            return lambda episode: last_step(episode.length, values[episode.number], dtype)
+            return lambda episode: _last_step(episode.length, values[episode.number], dtype)
 
         self.columns = [Column("observations", specs[obs].dtype, specs[obs].shape, lambda e: e.steps[obs]),
                         Column("actions", specs[act].dtype, specs[act].shape, lambda e: e.steps[act]),
@@ -335,7 +335,7 @@ class D4rlPlan:
         nexts = self.next_column(store, table, obs, next_mode)
         if nexts is not None:
             self.columns.append(nexts)
-            used.add(NEXT_OBSERVATION)
+            used.add(_NEXT_OBSERVATION)
         for name in specs:
             if name in used:
                 continue
@@ -353,16 +353,16 @@ class D4rlPlan:
         specs = store.schema.fields
         if mode == "drop":
             return None
-        if NEXT_OBSERVATION in specs and (specs[NEXT_OBSERVATION].dtype, specs[NEXT_OBSERVATION].shape) == \
+        if _NEXT_OBSERVATION in specs and (specs[_NEXT_OBSERVATION].dtype, specs[_NEXT_OBSERVATION].shape) == \
                 (specs[obs].dtype, specs[obs].shape):
-            self.described[NEXT_OBSERVATION] = "next_observations"
-            return Column("next_observations", specs[obs].dtype, specs[obs].shape, lambda e: e.steps[NEXT_OBSERVATION])
+            self.described[_NEXT_OBSERVATION] = "next_observations"
+            return Column("next_observations", specs[obs].dtype, specs[obs].shape, lambda e: e.steps[_NEXT_OBSERVATION])
         if len(table) and table.final.all():
             self.described[obs] += " (+ next_observations from the final rows)"
             return Column("next_observations", specs[obs].dtype, specs[obs].shape,
                           lambda e: np.concatenate([e.steps[obs][1:], e.final[obs][None]]))
         if mode == "require":
-            raise SchemaError(f"next_observations cannot be written: the store has no field {NEXT_OBSERVATION!r} and "
+            raise SchemaError(f"next_observations cannot be written: the store has no field {_NEXT_OBSERVATION!r} and "
                               f"not every episode has a final observation; pass next_observations='auto' or 'drop'")
         if table.final.any():
             self.notes.append("next_observations were not written: only some episodes have a final observation")
@@ -375,22 +375,22 @@ class D4rlPlan:
         card = DatasetCard.from_json(card.to_json()) if card else DatasetCard()
         card.provenance = [*card.provenance, provenance_record("memmap_replay", folder, store_id=store.meta.store_id,
                                                               exported_as="d4rl", fields=self.described)]
-        out[OURS + "card"] = json.dumps(card.to_json())
-        out[OURS + "episode_end"] = table.end.astype(np.uint8)
+        out[_OURS + "card"] = json.dumps(card.to_json())
+        out[_OURS + "episode_end"] = table.end.astype(np.uint8)
         for name in store.schema.meta_fields:
-            if name != ALSO_TRUNCATED:
-                out[OURS + "meta/" + name] = np.array(store.meta_array(name)[table.slots])
+            if name != _ALSO_TRUNCATED:
+                out[_OURS + "meta/" + name] = np.array(store.meta_array(name)[table.slots])
         return out
 
 
-def one(names: list[str], what: str) -> str:
+def _one(names: list[str], what: str) -> str:
     if len(names) != 1:
         raise SchemaError(f"a D4RL file holds one array of {what}s, but the {what} is made of the fields {names}; "
                           f"pass {what}=NAME to choose one")
     return names[0]
 
 
-def last_step(length: int, value: bool, dtype: Any) -> np.ndarray:
+def _last_step(length: int, value: bool, dtype: Any) -> np.ndarray:
     marks = np.zeros(length, dtype=dtype or bool)
     marks[-1] = value
     return marks

@@ -31,21 +31,21 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, StoreNotFoundError, UnsupportedFormatError
-from .common import (ACTION, ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, StoreBuilder, Transfer, field_name,
-                     flatten, progress_bar, require, spec_of)
+from .common import (ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, StoreBuilder, Transfer, _field_name,
+                     flatten, progress_bar, require, _spec_of)
 
 __all__ = ["import_minari", "minari_root"]
 
-CARD_KEYS = {"description": "description", "code_permalink": "code_url", "algorithm_name": "algorithm",
+_CARD_KEYS = {"description": "description", "code_permalink": "code_url", "algorithm_name": "algorithm",
              "ref_min_score": "ref_min_score", "ref_max_score": "ref_max_score",
              "num_episodes_average_score": "num_episodes_average_score"}
 # what the exporter (or minari itself) writes; the rest of a card's extra["minari"] is restored on export
-COMPUTED = {"dataset_id", "minari_version", "data_format", "jpeg_encoding", "total_episodes", "total_steps",
+_COMPUTED = {"dataset_id", "minari_version", "data_format", "jpeg_encoding", "total_episodes", "total_steps",
             "dataset_size", "observation_space", "action_space", "env_spec", "author", "author_email", "memmap_replay",
-            *CARD_KEYS}
-ATTRS_KNOWN = {"id", "seed", "total_steps"}
+            *_CARD_KEYS}
+_ATTRS_KNOWN = {"id", "seed", "total_steps"}
 DATASET_ID = re.compile(r"(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+")
-MISSING_FINAL = ("error", "repeat", "zeros")
+_MISSING_FINAL = ("error", "repeat", "zeros")
 
 
 def minari_root(datasets_path: str | os.PathLike | None = None) -> Path:
@@ -55,7 +55,7 @@ def minari_root(datasets_path: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
 
 
-def open_dataset(dataset: Any, datasets_path: Any) -> tuple[Any, str]:
+def _open_dataset(dataset: Any, datasets_path: Any) -> tuple[Any, str]:
     minari = require("minari", "reading a Minari dataset")
     if isinstance(dataset, minari.MinariDataset):
         return dataset, dataset.id
@@ -78,32 +78,32 @@ def open_dataset(dataset: Any, datasets_path: Any) -> tuple[Any, str]:
 def import_minari(dataset: Any, folder: str | os.PathLike, *, datasets_path: str | os.PathLike | None = None,
                   infos: bool = True, overwrite: bool = False, progress: bool = False) -> Transfer:
     """A local Minari dataset as a new store at ``folder`` (see the module docstring); returns a report."""
-    dataset, source = open_dataset(dataset, datasets_path)
+    dataset, source = _open_dataset(dataset, datasets_path)
     extra_meta: set[str] = set()
     while True:
         try:
-            return import_once(dataset, source, folder, infos=infos, overwrite=overwrite, progress=progress,
+            return _import_once(dataset, source, folder, infos=infos, overwrite=overwrite, progress=progress,
                                extra_meta=extra_meta)
-        except NeedsField as needed:  # an episode both terminated and truncated: start again with the field
+        except _NeedsField as needed:  # an episode both terminated and truncated: start again with the field
             extra_meta.add(needed.name)
 
 
-class NeedsField(Exception):
+class _NeedsField(Exception):
     def __init__(self, name: str):
         self.name = name
 
 
-def import_once(dataset, source, folder, *, infos, overwrite, progress, extra_meta) -> Transfer:
+def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_meta) -> Transfer:
     indices = np.asarray(dataset.episode_indices)
     attrs = list(dataset.storage.get_episode_metadata(indices))
     lengths = [int(attr.get("total_steps", -1)) for attr in attrs]
     if -1 in lengths:
         lengths = [len(episode.rewards) for episode in dataset.iterate_episodes(indices)]
     notes: list[str] = []
-    meta_fields, meta_values = episode_meta(attrs, indices, notes)
-    if ALSO_TRUNCATED in extra_meta:
-        meta_fields[ALSO_TRUNCATED] = ("bool", ())
-    fields = first_fields(dataset, indices, infos, source) if len(indices) else {}
+    meta_fields, meta_values = _episode_meta(attrs, indices, notes)
+    if _ALSO_TRUNCATED in extra_meta:
+        meta_fields[_ALSO_TRUNCATED] = ("bool", ())
+    fields = _first_fields(dataset, indices, infos, source) if len(indices) else {}
     report = Transfer("import minari", source, str(folder), fields={**{name: "step field" for name in fields},
                                                                     **{name: "episode meta" for name in meta_fields}})
     if not fields:
@@ -117,28 +117,28 @@ def import_once(dataset, source, folder, *, infos, overwrite, progress, extra_me
             if len(episode.rewards) == 0:
                 notes.append(f"{where} has no step and was left out")
                 continue
-            steps, final, end, also = split_episode(episode, infos, where)
+            steps, final, end, also = _split_episode(episode, infos, where)
             meta = meta_values(number)
             if also:
-                if ALSO_TRUNCATED not in meta_fields:
-                    raise NeedsField(ALSO_TRUNCATED)
-                meta[ALSO_TRUNCATED] = np.bool_(True)
+                if _ALSO_TRUNCATED not in meta_fields:
+                    raise _NeedsField(_ALSO_TRUNCATED)
+                meta[_ALSO_TRUNCATED] = np.bool_(True)
             builder.add(steps, meta, end=end, final=final, where=where)
             bar.update(len(episode.rewards))
         report.episodes, report.steps, report.nbytes = builder.episodes, builder.steps, builder.nbytes
-        card, details = card_from(dataset, notes)
+        card, details = _card_from(dataset, notes)
         builder.finish(card, "minari", source, {**details, "episodes": report.episodes, "steps": report.steps})
     report.notes = notes
     return report
 
 
-def first_fields(dataset, indices, infos: bool, source: str) -> dict[str, tuple]:
+def _first_fields(dataset, indices, infos: bool, source: str) -> dict[str, tuple]:
     episode = next(iter(dataset.iterate_episodes(indices[:1])))
-    steps, _, _, _ = split_episode(episode, infos, f"episode {indices[0]} of {source}")
-    return {name: spec_of(value, name) for name, value in steps.items()}
+    steps, _, _, _ = _split_episode(episode, infos, f"episode {indices[0]} of {source}")
+    return {name: _spec_of(value, name) for name, value in steps.items()}
 
 
-def split_episode(episode, infos: bool, where: str):
+def _split_episode(episode, infos: bool, where: str):
     """(step arrays, final row, end, also truncated) of one Minari episode."""
     length = len(episode.rewards)
     observations = flatten(episode.observations, OBSERVATION, f"{where}: observations")
@@ -157,11 +157,11 @@ def split_episode(episode, infos: bool, where: str):
     for name, value in steps.items():
         if len(value) != length:
             raise InvalidDataError(f"{where}: {name!r} must have one row per step ({length}) (got {len(value)})")
-    end, also = end_of(np.asarray(episode.terminations, bool), np.asarray(episode.truncations, bool), where)
+    end, also = _end_of(np.asarray(episode.terminations, bool), np.asarray(episode.truncations, bool), where)
     return steps, final, end, also
 
 
-def end_of(terminations: np.ndarray, truncations: np.ndarray, where: str) -> tuple[str | None, bool]:
+def _end_of(terminations: np.ndarray, truncations: np.ndarray, where: str) -> tuple[str | None, bool]:
     early = np.flatnonzero(terminations[:-1] | truncations[:-1])
     if early.size:
         raise InvalidDataError(f"{where} is terminated or truncated at step {early[0]}, before its last step "
@@ -171,21 +171,21 @@ def end_of(terminations: np.ndarray, truncations: np.ndarray, where: str) -> tup
     return ("terminated" if terminated else "truncated" if truncated else None), terminated and truncated
 
 
-def episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
+def _episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
     """Meta fields from the episodes' attributes, and a function giving episode ``number``'s values."""
-    flat = [dict(flat_attrs(attr)) for attr in attrs]
+    flat = [dict(_flat_attrs(attr)) for attr in attrs]
     fields: dict[str, tuple] = {"episode_id": ("int64", ())}
     seeds = [attr.get("seed") for attr in attrs]
     if any(seed is not None for seed in seeds):
         dtype = "int64" if any(seed is not None and int(seed) < 0 for seed in seeds) else "uint64"
         fields.update(seed=(dtype, ()), seeded=("bool", ()))
     columns = {}
-    for key in sorted({key for attr in flat for key in attr} - ATTRS_KNOWN):
+    for key in sorted({key for attr in flat for key in attr} - _ATTRS_KNOWN):
         values = [np.asarray(attr.get(key)) for attr in flat]
         name = key.replace("/", SEP)
         kinds = {(value.dtype, value.shape) for value in values}
         try:
-            field_name(name, f"episode attribute {key!r}")
+            _field_name(name, f"episode attribute {key!r}")
             ok = len(kinds) == 1 and values[0].dtype.kind in "biufc" and name not in fields and 0 not in values[0].shape
         except InvalidDataError:
             ok = False
@@ -207,15 +207,15 @@ def episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
     return fields, values
 
 
-def flat_attrs(attr: dict, prefix: str = ""):
+def _flat_attrs(attr: dict, prefix: str = ""):
     for key, value in attr.items():
         if isinstance(value, dict):
-            yield from flat_attrs(value, f"{prefix}{key}/")
+            yield from _flat_attrs(value, f"{prefix}{key}/")
         else:
             yield f"{prefix}{key}", value
 
 
-def card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
+def _card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     """Card fields and provenance details from the dataset's metadata (and a card an export put there)."""
     from ..sharing.card import DatasetCard, space_to_json
 
@@ -223,12 +223,12 @@ def card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     ours = raw.get("memmap_replay", {}).get("card") if isinstance(raw.get("memmap_replay"), dict) else None
     known = set(DatasetCard.__dataclass_fields__) - {"name", "extra", "unknown"}
     card = {key: value for key, value in (ours or {}).items() if key in known}
-    card.update({ours_key: raw[key] for key, ours_key in CARD_KEYS.items() if raw.get(key) is not None})
+    card.update({ours_key: raw[key] for key, ours_key in _CARD_KEYS.items() if raw.get(key) is not None})
     for key in ("author", "author_email"):
         if raw.get(key):
             values = sorted(raw[key]) if isinstance(raw[key], list) else [str(raw[key])]
             card[key] = values[0] if len(values) == 1 else values
-    if valid_name(dataset.id):
+    if _valid_name(dataset.id):
         card["name"] = dataset.id
     else:
         notes.append(f"the dataset id {dataset.id!r} is not a card name ('namespace/name-vN'): the card has no name")
@@ -237,9 +237,9 @@ def card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     card["observation_space"] = space_to_json(dataset.observation_space)
     card["action_space"] = space_to_json(dataset.action_space)
     kept = {key: value for key, value in raw.items() if key not in ("observation_space", "action_space", "env_spec",
-                                                                     "author", "author_email", "memmap_replay", *CARD_KEYS)}
+                                                                     "author", "author_email", "memmap_replay", *_CARD_KEYS)}
     card["extra"] = {**((ours or {}).get("extra") or {}), "minari": kept}
-    if raw.get("jpeg_encoding", True) and any(is_image(space) for space in (dataset.observation_space, dataset.action_space)):
+    if raw.get("jpeg_encoding", True) and any(_is_image(space) for space in (dataset.observation_space, dataset.action_space)):
         notes.append("the dataset stores images JPEG-encoded (lossy): they were imported as minari decodes them")
     details = {"dataset_id": dataset.id, "minari_version": raw.get("minari_version"),
                "data_format": raw.get("data_format"), "notes": notes}
@@ -248,7 +248,7 @@ def card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     return card, details
 
 
-def valid_name(name: str) -> bool:
+def _valid_name(name: str) -> bool:
     from ..sharing.card import DatasetCard
 
     try:
@@ -258,11 +258,11 @@ def valid_name(name: str) -> bool:
         return False
 
 
-def is_image(space) -> bool:
+def _is_image(space) -> bool:
     from minari.dataset.minari_storage import is_image_space
     from gymnasium import spaces
 
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         subs = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
-        return any(is_image(sub) for sub in subs)
+        return any(_is_image(sub) for sub in subs)
     return is_image_space(space)

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, OptionError, SchemaError
-from .common import (ACTION, ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, check_target, pick_roles,
-                     place, progress_bar, provenance_record, read_store, remove, require, stored_episodes,
+from .common import (ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, _check_target, pick_roles,
+                     place, progress_bar, provenance_record, read_store, _remove, require, stored_episodes,
                      temporary_sibling)
-from .minari import CARD_KEYS, COMPUTED, DATASET_ID, MISSING_FINAL, minari_root
+from .minari import _CARD_KEYS, _COMPUTED, DATASET_ID, _MISSING_FINAL, minari_root
 from .spaces import nest, space_for
 
 __all__ = ["export_minari"]
@@ -45,15 +45,15 @@ def export_minari(folder: str | os.PathLike, dataset_id: str, *, datasets_path: 
     if not isinstance(dataset_id, str) or not DATASET_ID.fullmatch(dataset_id):
         raise OptionError(f"dataset_id must look like 'namespace/name-vN' (namespace optional), e.g. "
                           f"'cartpole/random-v0' (got {dataset_id!r})")
-    if missing_final not in MISSING_FINAL:
-        raise OptionError(f"missing_final must be one of {MISSING_FINAL} (got {missing_final!r})")
+    if missing_final not in _MISSING_FINAL:
+        raise OptionError(f"missing_final must be one of {_MISSING_FINAL} (got {missing_final!r})")
     store = read_store(folder)
     try:
         card = read_card(folder)
-        plan = ExportPlan(store, card, observation, action, reward, infos)
+        plan = _ExportPlan(store, card, observation, action, reward, infos)
         target = minari_root(datasets_path) / dataset_id
         target.parent.mkdir(parents=True, exist_ok=True)
-        check_target(target, overwrite, lambda path: (path / "data" / "metadata.json").is_file())
+        _check_target(target, overwrite, lambda path: (path / "data" / "metadata.json").is_file())
         tmp = temporary_sibling(target, "exporting")
         try:
             (tmp / "data").mkdir(parents=True)
@@ -73,16 +73,16 @@ def export_minari(folder: str | os.PathLike, dataset_id: str, *, datasets_path: 
                     bar.update(episode.length)
             if attrs and any(attrs):
                 storage.update_episode_metadata(attrs, range(len(attrs)))
-            make_namespaces(minari_root(datasets_path), dataset_id)
+            _make_namespaces(minari_root(datasets_path), dataset_id)
             place(tmp, target)
         finally:
-            remove(tmp)
+            _remove(tmp)
     finally:
         store.close()
     return report
 
 
-def make_namespaces(root: Path, dataset_id: str) -> None:
+def _make_namespaces(root: Path, dataset_id: str) -> None:
     """Minari's namespace marker files for each namespace level of ``dataset_id`` (as create_namespace does)."""
     parts = dataset_id.split("/")[:-1]
     for depth in range(1, len(parts) + 1):
@@ -91,7 +91,7 @@ def make_namespaces(root: Path, dataset_id: str) -> None:
             marker.write_text("{}")
 
 
-def info_paths(names: list[str]) -> dict[tuple, str]:
+def _info_paths(names: list[str]) -> dict[tuple, str]:
     """Where each field goes in an episode's infos: ``info__a__b`` -> infos["a"]["b"], ``done`` -> infos["done"]."""
     paths = {tuple(name[len(INFO + SEP):].split(SEP)) if name.startswith(INFO + SEP) else (name,): name
              for name in names}
@@ -103,7 +103,7 @@ def info_paths(names: list[str]) -> dict[tuple, str]:
     return paths
 
 
-class ExportPlan:
+class _ExportPlan:
     """Which fields go where in a Minari dataset, its spaces and metadata, and each episode as a buffer."""
 
     def __init__(self, store, card, observation, action, reward, infos: bool):
@@ -115,14 +115,14 @@ class ExportPlan:
         self.act_space, self.act_paths = space_for(self.act_names, ACTION, specs, card.action_space if card else None,
                                                    self.notes)
         used = {*self.obs_names, *self.act_names, reward}
-        self.info_paths = info_paths([name for name in specs if name not in used]) if infos else {}
+        self.info_paths = _info_paths([name for name in specs if name not in used]) if infos else {}
         left = [name for name in specs if name not in used and not infos]
         if left:
             self.notes.append(f"step fields {left} were left out (infos=False)")
         seed = store.schema.meta_fields.get("seed")
         self.seed = "seed" if seed is not None and seed.dtype.kind in "iu" and seed.shape == () else None  # an int
         self.attr_names = [name for name in store.schema.meta_fields
-                           if name not in ("episode_id", "seeded", ALSO_TRUNCATED) and name != self.seed]
+                           if name not in ("episode_id", "seeded", _ALSO_TRUNCATED) and name != self.seed]
 
     def described(self) -> dict:
         out = {name: "observations" for name in self.obs_names}
@@ -147,12 +147,12 @@ class ExportPlan:
 
         card = DatasetCard.from_json(self.card.to_json()) if self.card else DatasetCard()
         out = {"dataset_id": dataset_id, "minari_version": version}
-        out.update({key: getattr(card, ours) for key, ours in CARD_KEYS.items() if getattr(card, ours) is not None})
+        out.update({key: getattr(card, ours) for key, ours in _CARD_KEYS.items() if getattr(card, ours) is not None})
         for key in ("author", "author_email"):
             value = getattr(card, key)
             if value:
                 out[key] = {value} if isinstance(value, str) else set(value)
-        out.update({key: value for key, value in (card.extra.get("minari") or {}).items() if key not in COMPUTED})
+        out.update({key: value for key, value in (card.extra.get("minari") or {}).items() if key not in _COMPUTED})
         card.provenance = [*card.provenance, provenance_record("memmap_replay", folder, store_id=self.store.meta.store_id,
                                                               exported_as="minari", fields=self.described())]
         out["memmap_replay"] = {"card": card.to_json()}
@@ -178,7 +178,7 @@ class ExportPlan:
                 node = node.setdefault(key, {})
             node[path[-1]] = value
         terminations, truncations = np.zeros(length, bool), np.zeros(length, bool)
-        also = bool(episode.meta.get(ALSO_TRUNCATED, False))
+        also = bool(episode.meta.get(_ALSO_TRUNCATED, False))
         terminations[-1] = episode.end == "terminated"
         truncations[-1] = episode.end == "truncated" or also
         # -1 is the recorder's "no seed given" (an autoreset, or a native vector env)

@@ -21,16 +21,16 @@ from .common import SEP
 
 __all__ = ["leaf_paths", "space_for", "nest"]
 
-Path = tuple[str, ...]
+_Path = tuple[str, ...]
 
 
-def leaf_paths(names: Iterable[str], prefix: str) -> dict[Path, str]:
+def leaf_paths(names: Iterable[str], prefix: str) -> dict[_Path, str]:
     """path -> field name for the fields that make up one value (see the module docstring)."""
     names = list(names)
-    paths: dict[Path, str] = {}
+    paths: dict[_Path, str] = {}
     for name in names:
         if name == prefix or (len(names) == 1 and not name.startswith(prefix + SEP)):  # one field: the whole value
-            path: Path = ()
+            path: _Path = ()
         elif name.startswith(prefix + SEP):
             path = tuple(name[len(prefix) + len(SEP):].split(SEP))
         else:
@@ -42,7 +42,7 @@ def leaf_paths(names: Iterable[str], prefix: str) -> dict[Path, str]:
     return paths
 
 
-def space_leaves(space: Any, path: Path = ()) -> dict[Path, Any]:
+def space_leaves(space: Any, path: _Path = ()) -> dict[_Path, Any]:
     """path -> leaf space of a gymnasium space (Dict keys and Tuple positions as keys)."""
     from gymnasium import spaces
 
@@ -54,14 +54,14 @@ def space_leaves(space: Any, path: Path = ()) -> dict[Path, Any]:
     return {path: space}
 
 
-def fits(space: Any, paths: dict[Path, str], specs: dict[str, FieldSpec]) -> bool:
+def _fits(space: Any, paths: dict[_Path, str], specs: dict[str, FieldSpec]) -> bool:
     """The space's leaves are exactly the fields, each of the field's row shape."""
     leaves = space_leaves(space)
     return set(leaves) == set(paths) and all(
         tuple(leaf.shape or ()) == specs[paths[path]].shape for path, leaf in leaves.items())
 
 
-def box_for(spec: FieldSpec) -> Any:
+def _box_for(spec: FieldSpec) -> Any:
     from gymnasium import spaces
 
     dtype = spec.dtype
@@ -76,22 +76,22 @@ def box_for(spec: FieldSpec) -> Any:
     return spaces.Box(low=low, high=high, shape=spec.shape, dtype=dtype)
 
 
-def inferred_space(paths: dict[Path, str], specs: dict[str, FieldSpec]) -> Any:
+def _inferred_space(paths: dict[_Path, str], specs: dict[str, FieldSpec]) -> Any:
     from gymnasium import spaces
 
     if () in paths:
-        return box_for(specs[paths[()]])
-    children: dict[str, dict[Path, str]] = {}
+        return _box_for(specs[paths[()]])
+    children: dict[str, dict[_Path, str]] = {}
     for path, name in paths.items():
         children.setdefault(path[0], {})[path[1:]] = name
-    subs = {key: inferred_space(sub, specs) for key, sub in children.items()}
+    subs = {key: _inferred_space(sub, specs) for key, sub in children.items()}
     if sorted(subs) == [str(number) for number in range(len(subs))]:
         return spaces.Tuple([subs[str(number)] for number in range(len(subs))])
     return spaces.Dict(subs)
 
 
 def space_for(names: list[str], prefix: str, specs: dict[str, FieldSpec], card_space: dict | None,
-              notes: list[str]) -> tuple[Any, dict[Path, str]]:
+              notes: list[str]) -> tuple[Any, dict[_Path, str]]:
     """The space of the value the fields ``names`` make up, and their paths: the card's space (a
     ``space_to_json`` dict) when its leaves are these fields with their shapes, else one inferred."""
     from ..sharing.card import space_from_json
@@ -99,13 +99,13 @@ def space_for(names: list[str], prefix: str, specs: dict[str, FieldSpec], card_s
     paths = leaf_paths(names, prefix)
     if card_space is not None:
         space = space_from_json(card_space)
-        if fits(space, paths, specs):
+        if _fits(space, paths, specs):
             return space, paths
         notes.append(f"the card's {prefix} space does not match the fields {names}; a space was inferred from them")
-    return inferred_space(paths, specs), paths
+    return _inferred_space(paths, specs), paths
 
 
-def nest(space: Any, paths: dict[Path, str], arrays: dict[str, np.ndarray], path: Path = ()) -> Any:
+def nest(space: Any, paths: dict[_Path, str], arrays: dict[str, np.ndarray], path: _Path = ()) -> Any:
     """The episode's arrays nested as the space's value: dicts for Dict, tuples for Tuple."""
     from gymnasium import spaces
 

@@ -21,25 +21,25 @@ from ..core.schema import Schema
 
 __all__ = ["FieldMap", "gymnasium_fields"]
 
-LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
-def leaf_zero(space: Any, where: str) -> np.ndarray:
+def _leaf_zero(space: Any, where: str) -> np.ndarray:
     """A zero value of a leaf space, of the dtype and shape its field gets (Discrete: int64)."""
     if isinstance(space, spaces.Discrete):
         return np.zeros((), np.int64)
-    if isinstance(space, LEAVES):
+    if isinstance(space, _LEAVES):
         return np.zeros(space.shape, space.dtype)
     raise SchemaError(f"{where} must be a Box, Discrete, MultiDiscrete or MultiBinary space, or a Dict or Tuple of "
                       f"them, nested or not (got {short(space)}); turn it into one with an ObservationWrapper or "
                       f"ActionWrapper (e.g. gymnasium.wrappers.FlattenObservation)")
 
 
-def described(prefix: str, path: tuple[str, ...]) -> str:
+def _described(prefix: str, path: tuple[str, ...]) -> str:
     return prefix + "".join(f"[{key}]" for key in path)
 
 
-def named(value: Any, prefix: str, what: str, paths: list[tuple[str, ...]], rename: str) -> dict[str, np.ndarray]:
+def _named(value: Any, prefix: str, what: str, paths: list[tuple[str, ...]], rename: str) -> dict[str, np.ndarray]:
     """interop's field names of a value whose leaves are at ``paths``: refused unless the names give back
     exactly those paths (so that the card's space fits the fields on export)."""
     try:
@@ -48,22 +48,22 @@ def named(value: Any, prefix: str, what: str, paths: list[tuple[str, ...]], rena
         raise SchemaError(f"{error}; {rename}") from None
     back = leaf_paths(out, prefix)
     if len(out) != len(paths) or set(back) != set(paths):
-        lost = sorted(described(prefix, path) for path in set(paths) - set(back))
+        lost = sorted(_described(prefix, path) for path in set(paths) - set(back))
         raise SchemaError(f"{what} cannot be stored as the fields {sorted(out)}: {', '.join(lost)} would not come "
                           f"back from their names ('{SEP}' joins nested keys, so no key may contain it); {rename}")
     return out
 
 
-def space_fields(space: Any, prefix: str, what: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+def _space_fields(space: Any, prefix: str, what: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Field name -> (dtype, shape) for the leaves of ``space``: ``prefix``, or ``prefix__<key>``..."""
     leaves = space_leaves(space)
-    zeros = {path: leaf_zero(leaf, described(what, path)) for path, leaf in leaves.items()}
+    zeros = {path: _leaf_zero(leaf, _described(what, path)) for path, leaf in leaves.items()}
     if not zeros:
         raise SchemaError(f"{what} must have at least one Box, Discrete, MultiDiscrete or MultiBinary member "
                           f"(got {short(space)})")
     value = nest(space, {path: path for path in zeros}, zeros)
     rename = "rename the key with an ObservationWrapper or ActionWrapper"
-    out = named(value, prefix, what, list(zeros), rename)
+    out = _named(value, prefix, what, list(zeros), rename)
     return {name: (array.dtype.name, array.shape) for name, array in out.items()}
 
 
@@ -78,10 +78,10 @@ class FieldMap:
                                    f"info_fields={{'x_position': 'float64'}} (got {short(info_fields)})")
         if seed_field is not None and not isinstance(seed_field, str):
             raise OptionError(f"seed_field must be a meta field name or None (got {short(seed_field)})")
-        self.observation = space_fields(observation_space, OBSERVATION, "the observation space")
-        self.action = space_fields(action_space, ACTION, "the action space")
+        self.observation = _space_fields(observation_space, OBSERVATION, "the observation space")
+        self.action = _space_fields(action_space, ACTION, "the action space")
         keys = list(info_fields or {})
-        info_names = named({key: np.zeros(()) for key in keys}, INFO, "info_fields", [(key,) for key in keys],
+        info_names = _named({key: np.zeros(()) for key in keys}, INFO, "info_fields", [(key,) for key in keys],
                            "put the value under another key with a gymnasium.Wrapper")
         self.info = dict(zip(info_names, keys))  # field -> info key (flatten keeps the keys' order)
         self.seed_field = seed_field
@@ -107,7 +107,7 @@ class FieldMap:
 
     def describe(self) -> dict[str, str]:
         """Field -> where its values come from, for the card."""
-        out = {name: described(prefix, path) for prefix, names in ((OBSERVATION, self.observation),
+        out = {name: _described(prefix, path) for prefix, names in ((OBSERVATION, self.observation),
                                                                    (ACTION, self.action))
                for path, name in leaf_paths(names, prefix).items()}
         out.update({name: f"{INFO}[{key!r}] (given with the row's observation)" for name, key in self.info.items()})

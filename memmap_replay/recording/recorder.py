@@ -17,7 +17,7 @@ from .fields import FieldMap
 __all__ = ["Recorder", "field_copies"]
 
 
-def check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: int | None) -> None:
+def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: int | None) -> None:
     """The store must hold every field the recorder writes, with its shape and a dtype of the same kind."""
     for kind, have, want in (("field", buffer.schema.fields, fieldmap.schema.fields),
                              ("meta field", buffer.schema.meta_fields, fieldmap.schema.meta_fields)):
@@ -35,7 +35,7 @@ def check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: in
                                   f"into another folder or pass overwrite=True to replace the store")
 
 
-def open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timesteps: int | None,
+def _open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timesteps: int | None,
                circular: bool, overwrite: bool) -> tuple[ReplayBuffer, bool, bool]:
     """The buffer to record into, whether the recorder owns it (opened it, so closes it) and created it."""
     if isinstance(target, ReplayBuffer):
@@ -57,7 +57,7 @@ def open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timest
                                 circular=circular, overwrite=overwrite), owned, True
     try:
         buffer.episode_store.require_writable("record episodes")
-        check_compatible(buffer, fieldmap, max_timesteps)
+        _check_compatible(buffer, fieldmap, max_timesteps)
     except BaseException:
         if owned:
             buffer.close()
@@ -65,14 +65,14 @@ def open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timest
     return buffer, owned, False
 
 
-def env_spec(env: Any) -> Any:
+def _env_spec(env: Any) -> Any:
     """The env's spec; for a Sync/AsyncVectorEnv its sub-envs' (make_vec's own keeps the registered time limit)."""
     if isinstance(env.unwrapped, (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv)):
         return env.unwrapped.get_attr("spec")[0] or env.spec
     return env.spec
 
 
-def spec_json(spec: Any) -> dict | None:
+def _spec_json(spec: Any) -> dict | None:
     try:
         return None if spec is None else json.loads(spec.to_json())
     except (ValueError, TypeError):  # kwargs that JSON cannot hold (e.g. a callable): no spec on the card
@@ -95,12 +95,12 @@ class Recorder:
         self.card = flag(card, "card")
         self.fieldmap = FieldMap(observation_space, action_space, info_fields=info_fields, fields=fields,
                                  seed_field=seed_field)
-        spec = env_spec(env)
+        spec = _env_spec(env)
         if max_timesteps is not None:
             max_timesteps = integer(max_timesteps, "max_timesteps", low=1)
         elif spec is not None:  # make_vec of a native vector env keeps an override in kwargs only
             max_timesteps = spec.kwargs.get("max_episode_steps") or spec.max_episode_steps
-        self.buffer, self.owned, created = open_store(target, self.fieldmap, max_episodes=max_episodes,
+        self.buffer, self.owned, created = _open_store(target, self.fieldmap, max_episodes=max_episodes,
                                              max_timesteps=max_timesteps, circular=circular, overwrite=overwrite)
         self.seeds: list = []  # the seed argument of every reset that had one, in order
         self.closed = False
@@ -117,7 +117,7 @@ class Recorder:
         but not its env, provenance and seeds."""
         from ..sharing.card import add_provenance, read_card, update_card
 
-        folder, ours = self.buffer.folder, spec_json(spec)
+        folder, ours = self.buffer.folder, _spec_json(spec)
         theirs = None if created else getattr(read_card(folder), "env_spec", None)
         if theirs and ours and theirs.get("id") != ours.get("id"):
             raise SchemaMismatchError(f"the store at {folder} holds episodes of {theirs.get('id')!r} (its card says "

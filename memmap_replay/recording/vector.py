@@ -17,7 +17,7 @@ from .recorder import Recorder, field_copies
 
 __all__ = ["RecordVectorEpisodes"]
 
-NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"  # gymnasium's AutoresetMode values
+_NEXT_STEP, _SAME_STEP, _DISABLED = "NextStep", "SameStep", "Disabled"  # gymnasium's AutoresetMode values
 
 
 class RecordVectorEpisodes(VectorWrapper):
@@ -28,9 +28,9 @@ class RecordVectorEpisodes(VectorWrapper):
 
     def __init__(self, env: VectorEnv, buffer_or_folder: Any, **options: Any):
         super().__init__(env)
-        mode = env.metadata.get("autoreset_mode", NEXT_STEP)  # gymnasium 1.0 had no key: NEXT_STEP only
+        mode = env.metadata.get("autoreset_mode", _NEXT_STEP)  # gymnasium 1.0 had no key: _NEXT_STEP only
         self.mode = getattr(mode, "value", mode)
-        if self.mode not in (NEXT_STEP, SAME_STEP, DISABLED):
+        if self.mode not in (_NEXT_STEP, _SAME_STEP, _DISABLED):
             raise OptionError(f"the vector env's autoreset_mode must be NEXT_STEP, SAME_STEP or DISABLED "
                                    f"(got {short(mode)})")
         # the seed of each sub-env is known where gymnasium's own vector envs give env i the seed + i
@@ -62,7 +62,7 @@ class RecordVectorEpisodes(VectorWrapper):
                 for name, value in new.items():
                     self._rows[name][envs] = value[envs]
             self._ended[envs] = False
-            seeds = sub_env_seeds(seed, n) if self._seeded else [None] * n
+            seeds = _sub_env_seeds(seed, n) if self._seeded else [None] * n
             self._set_seeds(envs, [-1 if seeds[i] is None else seeds[i] for i in envs])
         except BaseException:
             self._fail()
@@ -96,13 +96,13 @@ class RecordVectorEpisodes(VectorWrapper):
         steps = {**self._rows, **self.recorder.fieldmap.actions(actions), REWARD: rewards}
         self._writer.store(terminated=terminated & active, truncated=truncated & active, active=active,
                            final=self._finals(new, info) if done.any() else None, **steps)
-        if self.mode == DISABLED:  # an ended env stays where it ended until reset(options={'reset_mask': ...})
+        if self.mode == _DISABLED:  # an ended env stays where it ended until reset(options={'reset_mask': ...})
             for name, value in new.items():
                 self._rows[name][active] = value[active]
             self._ended |= done
         else:
             self._rows = new
-            self._ended = done if self.mode == NEXT_STEP else self._ended
+            self._ended = done if self.mode == _NEXT_STEP else self._ended
         if done.any():  # these envs' next episodes begin by an autoreset (or a reset_mask): no seed known yet
             self._set_seeds(np.flatnonzero(done), [-1] * int(done.sum()))
 
@@ -111,9 +111,9 @@ class RecordVectorEpisodes(VectorWrapper):
         return {**field_copies(self.recorder.fieldmap.observations(obs)), **self._infos(info)}
 
     def _finals(self, new: dict[str, np.ndarray], info: dict) -> dict[str, Any] | None:
-        """The final rows of the envs that ended: where they are now, or with SAME_STEP (where an env that
+        """The final rows of the envs that ended: where they are now, or with _SAME_STEP (where an env that
         ended shows its reset) ``info['final_obs']`` (None for the envs that did not end) and ``final_info``."""
-        if self.mode != SAME_STEP:
+        if self.mode != _SAME_STEP:
             return new
         finals = info.get("final_obs")
         if finals is None:
@@ -175,7 +175,7 @@ class RecordVectorEpisodes(VectorWrapper):
         return False
 
 
-def sub_env_seeds(seed: Any, n: int) -> list:
+def _sub_env_seeds(seed: Any, n: int) -> list:
     """The seed each sub-env of a Sync/AsyncVectorEnv gets from ``reset(seed=...)``: seed + i, or a list's."""
     if seed is None:
         return [None] * n

@@ -55,7 +55,7 @@ def damaged(error: Exception) -> InvalidDataError:
     return InvalidDataError(f"a damaged sampler state_dict ({reason}); save it again with state_dict()")
 
 
-def optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
+def _optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
     """``check(state[key], key, **options)``, or ``default`` when the state has no such key."""
     return check(state[key], key, **options) if key in state else default
 
@@ -381,9 +381,9 @@ class UniformSampler(ReplaySampler):
 
     def _checked_state(self, state: dict) -> dict:
         values = super()._checked_state(state)
-        values["epochs"] = optional(state, "epochs", 0, integer, low=0)
-        values["cursor"] = optional(state, "cursor", 0, integer, low=0)
-        values["in_epoch"] = optional(state, "in_epoch", False, flag)
+        values["epochs"] = _optional(state, "epochs", 0, integer, low=0)
+        values["cursor"] = _optional(state, "cursor", 0, integer, low=0)
+        values["in_epoch"] = _optional(state, "in_epoch", False, flag)
         epoch_ids = state.get("epoch_ids", ()) if values["in_epoch"] else ()
         if not isinstance(epoch_ids, (list, tuple)) or len(epoch_ids) not in (0, 2):
             raise InvalidDataError(f"epoch_ids must be a list of 2 episode ids (got {short(epoch_ids)})")

@@ -33,14 +33,14 @@ from ..core.format import PRIORITIES_DIR, npy_header, read_npy_header
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.lock import WriterLock
 from ..core.options import INT64_MAX, flag, integer, number
-from .base import BetaSchedule, ReplaySampler, optional
+from .base import BetaSchedule, ReplaySampler, _optional
 from .sumtree import SumTree
 
 __all__ = ["PrioritizedSampler", "SequenceSampler"]
 
-MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
-FLOAT_MAX = float(np.finfo(np.float64).max)
-STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
+_MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+_STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
 
 
 def priorities_name(name: Any) -> str:
@@ -51,7 +51,7 @@ def priorities_name(name: Any) -> str:
     return name
 
 
-class PriorityFiles:
+class _PriorityFiles:
     """``priorities/<name>.npy`` and ``.owner.npy`` in the store folder, memory-mapped for writing, under
     a lock of their own (one sampler per name at a time). Opened under the folder rules of ``folderio``:
     never through a link, never a special or shared file."""
@@ -165,10 +165,10 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         self.max_steps = capacity.max_steps
         # the largest priority: the tree's total (of up to max_steps leaves, each priority ** alpha) stays finite
         try:
-            self.max_raw = (FLOAT_MAX / (2 * self.max_steps)) ** (1.0 / self.alpha) if self.alpha > 0 else FLOAT_MAX
+            self.max_raw = (_FLOAT_MAX / (2 * self.max_steps)) ** (1.0 / self.alpha) if self.alpha > 0 else _FLOAT_MAX
         except OverflowError:
-            self.max_raw = FLOAT_MAX
-        self.tree = SumTree(min(capacity.max_steps, MIN_TREE))  # grows with the rows in use
+            self.max_raw = _FLOAT_MAX
+        self.tree = SumTree(min(capacity.max_steps, _MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
         persist = view.store.writable if persist is None else flag(persist, "persist")
@@ -180,7 +180,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             name = view.kind + (f"-rank{self.rank}" if self.world_size > 1 else "")
         self.name = priorities_name(name)
         spec = {"view": view.position_spec(), "key_stride": view.key_stride}
-        self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
+        self.files = _PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
             if persist else None
         self._load()
 
@@ -259,7 +259,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
 
     def _draw(self, batch_size: int) -> Sample:
         tree = self.tree
-        for _ in range(STRAY_REDRAWS):
+        for _ in range(_STRAY_REDRAWS):
             rows, leaves = tree.sample_with_values(batch_size, self.rng)
             episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
             t = rows - self.view.table.start[episode]
@@ -369,9 +369,9 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
 
     def _checked_state(self, state: dict) -> dict:
         values = super()._checked_state(state)
-        values["max_priority"] = optional(state, "max_priority", self.max_priority, number, low=0.0, low_open=True,
+        values["max_priority"] = _optional(state, "max_priority", self.max_priority, number, low=0.0, low_open=True,
                                           high=self.max_raw)
-        values["dropped"] = optional(state, "dropped", 0, integer, low=0)
+        values["dropped"] = _optional(state, "dropped", 0, integer, low=0)
         return values
 
     def _apply_state(self, values: dict) -> None:
@@ -425,7 +425,7 @@ class SequenceSampler(PrioritizedSampler):
             highest = float(priorities.max())
             if not (priorities.min() >= 0 and highest < np.inf):
                 raise InvalidDataError("step priorities must be finite and >= 0; e.g. abs(td_error) + 1e-6")
-            limit = min(self.max_raw, FLOAT_MAX / (2 * window))  # (a window's mean sums its steps)
+            limit = min(self.max_raw, _FLOAT_MAX / (2 * window))  # (a window's mean sums its steps)
             if highest > limit:
                 raise InvalidDataError("step " + self._too_large(highest, limit))
         priorities = priorities.astype(np.float64)

@@ -19,7 +19,7 @@ from ..core.options import integer, short
 
 __all__ = ["SumTree"]
 
-TOP = 1 << 12  # default flat top level: 4,096 nodes (a cumsum of a few microseconds)
+_TOP = 1 << 12  # default flat top level: 4,096 nodes (a cumsum of a few microseconds)
 
 
 class SumTree:
@@ -29,7 +29,7 @@ class SumTree:
     def __init__(self, capacity: int, *, top: int | None = None):
         self.capacity = integer(capacity, "capacity", low=1)
         self.size = 1 << max(0, (self.capacity - 1).bit_length())  # leaves, padded to a power of two
-        top = TOP if top is None else top
+        top = _TOP if top is None else top
         if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)) or top < 1 or top & (top - 1):
             raise OptionError(f"top must be a power of two (got {short(top)})")
         self.top = min(int(top), self.size)

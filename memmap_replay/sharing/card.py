@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core import folderio
 from ..core import format as fmt
-from .checksums import TEXT_LIMIT, folder_lock, refresh_entries, store_folder, write_atomic
+from .checksums import _TEXT_LIMIT, _folder_lock, _refresh_entries, store_folder, _write_atomic
 from ..errors import CorruptStoreError, InvalidDataError, MissingFileError, OptionError
 
 __all__ = ["CARD_FILE", "README_FILE", "DatasetCard", "read_card", "write_card", "update_card", "add_provenance",
@@ -37,11 +37,11 @@ __all__ = ["CARD_FILE", "README_FILE", "DatasetCard", "read_card", "write_card",
 
 CARD_FILE, README_FILE = "card.json", "README.md"
 # "namespace/name-vN" (minari's form: the namespace may have several parts, and is optional)
-NAME = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)*[A-Za-z0-9_][A-Za-z0-9_.-]*-v\d+")
+_NAME = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)*[A-Za-z0-9_][A-Za-z0-9_.-]*-v\d+")
 TEXT_KEYS = ("name", "description", "author", "author_email", "license", "code_url", "algorithm")
-SPACE_KEYS = ("observation_space", "action_space")
-SCORE_KEYS = ("ref_min_score", "ref_max_score")
-PROVENANCE_KEYS = ("kind", "source", "time", "tool")
+_SPACE_KEYS = ("observation_space", "action_space")
+_SCORE_KEYS = ("ref_min_score", "ref_max_score")
+_PROVENANCE_KEYS = ("kind", "source", "time", "tool")
 MAX_DEPTH = 64  # nesting of JSON values (deeper would hit Python's recursion limit in json)
 
 
@@ -73,7 +73,7 @@ class DatasetCard:
 
     def to_json(self) -> dict:
         """The card as a JSON object (unknown keys included); checks every value first."""
-        check_card(self)
+        _check_card(self)
         data = {key.name: getattr(self, key.name) for key in fields(self) if key.name != "unknown"}
         return {**self.unknown, **json.loads(json.dumps(data))}
 
@@ -81,21 +81,21 @@ class DatasetCard:
     def from_json(cls, data: Any) -> "DatasetCard":
         """A card from a JSON object; InvalidDataError names the key, what it must be and what came."""
         if not isinstance(data, dict):
-            raise InvalidDataError(f"a dataset card must be a JSON object (got a {json_type(data)})")
+            raise InvalidDataError(f"a dataset card must be a JSON object (got a {_json_type(data)})")
         known = {key.name for key in fields(cls)} - {"unknown"}
         card = cls(**{key: value for key, value in data.items() if key in known})
         card.unknown = {key: value for key, value in data.items() if key not in known}
-        check_card(card)
+        _check_card(card)
         return card
 
     def render(self, *, fields_of: dict | None = None) -> str:
         """The card as Markdown (what README.md holds); ``fields_of`` adds a table of the store's fields
         (meta.json's schema: ``{"fields": {...}, "meta_fields": {...}}``)."""
-        rows = [(label, cell(value)) for label, value in (
+        rows = [(label, _cell(value)) for label, value in (
             ("Author", self.author), ("Contact", self.author_email), ("License", self.license),
             ("Code", self.code_url), ("Algorithm", self.algorithm),
-            ("Environment", env_text(self.env_spec)), ("Observation space", space_text(self.observation_space)),
-            ("Action space", space_text(self.action_space)), ("Reference scores", score_text(self)),
+            ("Environment", _env_text(self.env_spec)), ("Observation space", _space_text(self.observation_space)),
+            ("Action space", _space_text(self.action_space)), ("Reference scores", _score_text(self)),
             ("Seeds", None if self.seeds is None else json.dumps(self.seeds)[:200])) if value not in (None, [], "")]
         lines = [f"# {self.name or 'Unnamed dataset'}", ""]
         lines += [self.description.strip(), ""] if self.description else []
@@ -104,50 +104,50 @@ class DatasetCard:
         table = [f"| {name} | {'step' if group == 'fields' else 'episode'} | {spec.get('dtype')} | "
                  f"{tuple(spec.get('shape', ()))} |" for group, specs in groups for name, spec in specs.items()]
         lines += ["## Fields", "", "| field | per | dtype | shape |", "|---|---|---|---|", *table, ""] if table else []
-        lines += ["## Provenance", ""] + [f"{number}. {provenance_text(record)}" for number, record in
+        lines += ["## Provenance", ""] + [f"{number}. {_provenance_text(record)}" for number, record in
                                          enumerate(self.provenance, 1)] + [""] if self.provenance else []
         lines += ["## Extra", "", "```json", json.dumps(self.extra, indent=2), "```", ""] if self.extra else []
         return "\n".join(lines)
 
 
-def json_type(value: Any) -> str:
+def _json_type(value: Any) -> str:
     return {dict: "JSON object", list: "JSON array", str: "string", bool: "boolean", type(None): "null"}.get(
         type(value), "number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def check_card(card: DatasetCard) -> None:
+def _check_card(card: DatasetCard) -> None:
     for key in TEXT_KEYS:
         value = getattr(card, key)
         authors = key in ("author", "author_email") and isinstance(value, list) and all(isinstance(v, str) for v in value)
         if value is not None and not isinstance(value, str) and not authors:
             what = "a string or a list of strings" if key.startswith("author") else "a string"
-            raise InvalidDataError(f"card key '{key}' must be {what} or null (got a {json_type(value)}: {value!r:.80})")
-    if card.name is not None and not NAME.fullmatch(card.name):
+            raise InvalidDataError(f"card key '{key}' must be {what} or null (got a {_json_type(value)}: {value!r:.80})")
+    if card.name is not None and not _NAME.fullmatch(card.name):
         raise InvalidDataError(f"card key 'name' must look like 'namespace/name-vN' (namespace optional, N a "
                                f"version number), e.g. 'mujoco/hopper-expert-v0' (got {card.name!r:.80})")
-    for key in ("env_spec", *SPACE_KEYS):
+    for key in ("env_spec", *_SPACE_KEYS):
         value = getattr(card, key)
         if value is not None and not isinstance(value, dict):
-            raise InvalidDataError(f"card key '{key}' must be a JSON object or null (got a {json_type(value)}); "
+            raise InvalidDataError(f"card key '{key}' must be a JSON object or null (got a {_json_type(value)}); "
                                    f"pass {'json.loads(spec.to_json())' if key == 'env_spec' else 'space_to_json(space)'}")
-        if key in SPACE_KEYS and value is not None and not isinstance(value.get("type"), str):
+        if key in _SPACE_KEYS and value is not None and not isinstance(value.get("type"), str):
             raise InvalidDataError(f"card key '{key}' must describe a space with a 'type' such as \"Box\" "
                                    f"(got keys {sorted(value)[:8]}); make it with space_to_json(space)")
-    for key in SCORE_KEYS:
+    for key in _SCORE_KEYS:
         value = getattr(card, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
             raise InvalidDataError(f"card key '{key}' must be a finite number or null (got {value!r:.80})")
     count = card.num_episodes_average_score
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise InvalidDataError(f"card key 'num_episodes_average_score' must be an integer >= 0 or null (got {count!r:.80})")
-    check_provenance(card.provenance)
+    _check_provenance(card.provenance)
     if not isinstance(card.extra, dict):
-        raise InvalidDataError(f"card key 'extra' must be a JSON object (got a {json_type(card.extra)})")
-    for key in (*TEXT_KEYS, "seeds", "extra", "env_spec", *SPACE_KEYS, "provenance"):
-        check_plain(getattr(card, key), key)
+        raise InvalidDataError(f"card key 'extra' must be a JSON object (got a {_json_type(card.extra)})")
+    for key in (*TEXT_KEYS, "seeds", "extra", "env_spec", *_SPACE_KEYS, "provenance"):
+        _check_plain(getattr(card, key), key)
 
 
-def check_plain(value: Any, where: str, depth: int = 0) -> None:
+def _check_plain(value: Any, where: str, depth: int = 0) -> None:
     """``value`` is plain JSON that reads back as it is: null, booleans, ints, finite floats, UTF-8 strings,
     lists (or tuples) and objects with string keys, nested at most MAX_DEPTH levels."""
     def refuse(what: str) -> InvalidDataError:
@@ -164,42 +164,42 @@ def check_plain(value: Any, where: str, depth: int = 0) -> None:
         raise refuse(f"holds {value} (JSON has no NaN or infinity)")
     elif isinstance(value, (list, tuple)):
         for number, item in enumerate(value):
-            check_plain(item, f"{where}[{number}]", depth + 1)
+            _check_plain(item, f"{where}[{number}]", depth + 1)
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise refuse(f"has the key {key!r:.40} of type {type(key).__name__} (JSON keys are strings)")
-            check_plain(item, f"{where}[{key!r:.40}]", depth + 1)
+            _check_plain(item, f"{where}[{key!r:.40}]", depth + 1)
     elif value is not None and not isinstance(value, (int, float)):
         raise refuse(f"holds a value of type {type(value).__name__} ({value!r:.60})")
 
 
-def check_provenance(records: Any) -> None:
+def _check_provenance(records: Any) -> None:
     if not isinstance(records, list):
-        raise InvalidDataError(f"card key 'provenance' must be a JSON array of records (got a {json_type(records)})")
+        raise InvalidDataError(f"card key 'provenance' must be a JSON array of records (got a {_json_type(records)})")
     for number, record in enumerate(records):
         if not isinstance(record, dict):
-            raise InvalidDataError(f"provenance record {number} must be a JSON object (got a {json_type(record)})")
-        for key in PROVENANCE_KEYS:
+            raise InvalidDataError(f"provenance record {number} must be a JSON object (got a {_json_type(record)})")
+        for key in _PROVENANCE_KEYS:
             if not isinstance(record.get(key), str):
                 raise InvalidDataError(f"provenance record {number} must have '{key}' as a string (got "
                                        f"{record.get(key)!r:.80}); add records with add_provenance()")
 
 
-def cell(value: Any) -> str:
+def _cell(value: Any) -> str:
     """A value as one Markdown table cell (no newline, no bare pipe)."""
     text = ", ".join(value) if isinstance(value, list) else str(value)
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def env_text(spec: dict | None) -> str | None:
+def _env_text(spec: dict | None) -> str | None:
     if not spec:
         return None
     steps = spec.get("max_episode_steps")
     return f"`{spec.get('id')}`" + (f", at most {steps} steps an episode" if steps else "")
 
 
-def space_text(space: Any) -> str | None:
+def _space_text(space: Any) -> str | None:
     if not isinstance(space, dict):
         return None
     kind, sub = space.get("type"), space.get("subspaces")
@@ -208,14 +208,14 @@ def space_text(space: Any) -> str | None:
         bounds = f"{low}, {high}, " if not isinstance(low, list) and not isinstance(high, list) else ""
         return f"Box({bounds}{tuple(space.get('shape', ()))}, {space.get('dtype')})"
     if kind == "Dict" and isinstance(sub, dict):
-        return f"Dict({', '.join(f'{key}: {space_text(value)}' for key, value in sub.items())})"
+        return f"Dict({', '.join(f'{key}: {_space_text(value)}' for key, value in sub.items())})"
     if kind == "Tuple" and isinstance(sub, list):
-        return f"Tuple({', '.join(str(space_text(value)) for value in sub)})"
+        return f"Tuple({', '.join(str(_space_text(value)) for value in sub)})"
     details = ", ".join(f"{key}={value}" for key, value in space.items() if key not in ("type", "charset"))
     return f"{kind}({details})"
 
 
-def score_text(card: DatasetCard) -> str | None:
+def _score_text(card: DatasetCard) -> str | None:
     low, high, count = card.ref_min_score, card.ref_max_score, card.num_episodes_average_score
     if low is None and high is None:
         return None
@@ -223,10 +223,10 @@ def score_text(card: DatasetCard) -> str | None:
     return text + (f" (each an average over {count} episodes)" if count else "")
 
 
-def provenance_text(record: dict) -> str:
-    details = {key: value for key, value in record.items() if key not in PROVENANCE_KEYS}
+def _provenance_text(record: dict) -> str:
+    details = {key: value for key, value in record.items() if key not in _PROVENANCE_KEYS}
     text = f"{record.get('time')}: {record.get('kind')} from `{record.get('source')}` ({record.get('tool')})"
-    return cell(text + (f"; {json.dumps(details)[:300]}" if details else ""))
+    return _cell(text + (f"; {json.dumps(details)[:300]}" if details else ""))
 
 
 # ---- reading and writing -----------------------------------------------------------------------------
@@ -236,8 +236,8 @@ def read_card(folder: str | os.PathLike) -> DatasetCard | None:
     """The card of the store at ``folder``, or None when it has no card.json."""
     folder = store_folder(folder, need_meta=False)
     path = folder / CARD_FILE
-    try:  # a regular file inside the folder, at most TEXT_LIMIT bytes (a FIFO, a link out or a huge file: refused)
-        raw = folderio.read_bounded(folder, path, TEXT_LIMIT, doing="read the card")
+    try:  # a regular file inside the folder, at most _TEXT_LIMIT bytes (a FIFO, a link out or a huge file: refused)
+        raw = folderio.read_bounded(folder, path, _TEXT_LIMIT, doing="read the card")
     except MissingFileError:
         return None
     try:
@@ -251,7 +251,7 @@ def read_card(folder: str | os.PathLike) -> DatasetCard | None:
         raise CorruptStoreError(f"{path} is not valid JSON ({str(error)[:200]}); restore it from a copy, or delete it "
                                 f"and write the card again") from None
     if not isinstance(data, dict):
-        raise CorruptStoreError(f"{path} must hold a JSON object (got a {json_type(data)}); restore it from a copy, "
+        raise CorruptStoreError(f"{path} must hold a JSON object (got a {_json_type(data)}); restore it from a copy, "
                                 f"or delete it and write the card again")
     try:
         return DatasetCard.from_json(data)
@@ -265,8 +265,8 @@ def write_card(folder: str | os.PathLike, card: DatasetCard) -> None:
         raise OptionError(f"card must be a DatasetCard (got {type(card).__name__}); build one with "
                                f"DatasetCard(name=...) or DatasetCard.from_json(data)")
     folder = store_folder(folder)
-    with folder_lock(folder):
-        save(folder, card)
+    with _folder_lock(folder):
+        _save(folder, card)
 
 
 def update_card(folder: str | os.PathLike, **values: Any) -> DatasetCard:
@@ -277,11 +277,11 @@ def update_card(folder: str | os.PathLike, **values: Any) -> DatasetCard:
     unknown = sorted(set(values) - known)
     if unknown:
         raise InvalidDataError(f"unknown card keys {unknown} (known: {sorted(known)}); put your own values in extra=")
-    with folder_lock(folder):
+    with _folder_lock(folder):
         card = read_card(folder) or DatasetCard()
         for key, value in values.items():
-            setattr(card, key, plain(key, value))
-        save(folder, card)
+            setattr(card, key, _plain(key, value))
+        _save(folder, card)
     return card
 
 
@@ -297,35 +297,35 @@ def add_provenance(folder: str | os.PathLike, kind: str, source: str | os.PathLi
     if not isinstance(record["source"], str):
         raise OptionError(f"source must be a path or a dataset id (got {source!r:.80})")
     folder = store_folder(folder)
-    with folder_lock(folder):
+    with _folder_lock(folder):
         card = read_card(folder) or DatasetCard()
         card.provenance = [*card.provenance, record]
-        save(folder, card)
+        _save(folder, card)
     return card
 
 
-def plain(key: str, value: Any) -> Any:
+def _plain(key: str, value: Any) -> Any:
     """gymnasium objects given to update_card, as their JSON."""
     if key == "env_spec" and hasattr(value, "to_json") and not isinstance(value, dict):
         return json.loads(value.to_json())
-    if key in SPACE_KEYS and value is not None and not isinstance(value, dict):
+    if key in _SPACE_KEYS and value is not None and not isinstance(value, dict):
         return space_to_json(value)
     return value
 
 
-def save(folder: Path, card: DatasetCard) -> None:
+def _save(folder: Path, card: DatasetCard) -> None:
     text = (json.dumps(card.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    readme = card.render(fields_of=schema_of(folder)).encode("utf-8")
-    if max(len(text), len(readme)) > TEXT_LIMIT:
-        raise InvalidDataError(f"a dataset card must take at most {TEXT_LIMIT >> 20} MiB as card.json and README.md "
+    readme = card.render(fields_of=_schema_of(folder)).encode("utf-8")
+    if max(len(text), len(readme)) > _TEXT_LIMIT:
+        raise InvalidDataError(f"a dataset card must take at most {_TEXT_LIMIT >> 20} MiB as card.json and README.md "
                                f"(got {len(text):,} and {len(readme):,} bytes), so that `unpack` accepts it; keep "
                                f"large data (weights, logs) in files of your own, outside the card")
-    write_atomic(folder / CARD_FILE, text)
-    write_atomic(folder / README_FILE, readme)
-    refresh_entries(folder, (CARD_FILE, README_FILE))
+    _write_atomic(folder / CARD_FILE, text)
+    _write_atomic(folder / README_FILE, readme)
+    _refresh_entries(folder, (CARD_FILE, README_FILE))
 
 
-def schema_of(folder: Path) -> dict | None:
+def _schema_of(folder: Path) -> dict | None:
     try:
         return fmt.read_meta(folder).schema.to_json()
     except Exception:  # noqa: BLE001 - the README simply leaves the table out
@@ -341,7 +341,7 @@ def space_to_json(space: Any) -> dict:
 
     if isinstance(space, spaces.Box):
         return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
-                "low": bound_to_json(space.low), "high": bound_to_json(space.high)}
+                "low": _bound_to_json(space.low), "high": _bound_to_json(space.high)}
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "dtype": str(space.dtype), "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
@@ -360,16 +360,16 @@ def space_to_json(space: Any) -> dict:
                            f"MultiDiscrete, MultiBinary, Text, Dict, Tuple)")
 
 
-def bound_to_json(bound: Any) -> Any:
+def _bound_to_json(bound: Any) -> Any:
     import numpy as np  # noqa: PLC0415
 
     flat = bound.reshape(-1)
     if flat.size and np.all(flat == flat[0]):
-        return number_to_json(flat[0].item())
-    return np.vectorize(number_to_json, otypes=[object])(bound).tolist() if bound.size else []
+        return _number_to_json(flat[0].item())
+    return np.vectorize(_number_to_json, otypes=[object])(bound).tolist() if bound.size else []
 
 
-def number_to_json(value: Any) -> Any:
+def _number_to_json(value: Any) -> Any:
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return value
@@ -384,7 +384,7 @@ def space_from_json(data: Any) -> Any:
     try:
         if kind == "Box":
             dtype, shape = np.dtype(data["dtype"]), tuple(data["shape"])
-            low, high = (np.asarray(bound_from_json(data[key])) for key in ("low", "high"))
+            low, high = (np.asarray(_bound_from_json(data[key])) for key in ("low", "high"))
             low, high = (np.broadcast_to(value, shape).astype(dtype) for value in (low, high))
             return spaces.Box(low=low, high=high, shape=shape, dtype=dtype)
         if kind == "Discrete":
@@ -407,9 +407,9 @@ def space_from_json(data: Any) -> Any:
                            f"Text, Dict, Tuple (got {kind!r:.80})")
 
 
-def bound_from_json(value: Any) -> Any:
+def _bound_from_json(value: Any) -> Any:
     if isinstance(value, list):
-        return [bound_from_json(item) for item in value]
+        return [_bound_from_json(item) for item in value]
     if value in ("inf", "-inf"):
         return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):

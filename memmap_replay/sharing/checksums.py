@@ -39,64 +39,64 @@ __all__ = ["MANIFEST", "ManifestProblem", "write_manifest", "check_manifest", "r
            "store_files", "stray_files", "check_new_path"]
 
 MANIFEST = "checksums.sha256"
-CHUNK = 1 << 20
-TOP_FILES = frozenset({fmt.META_FILE, "card.json", "README.md"})
-STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, "stats")
-FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
-DIR_FILES = {
-    fmt.STEPS_DIR: FIELD_FILE.fullmatch,
-    fmt.META_DIR: FIELD_FILE.fullmatch,
+_CHUNK = 1 << 20
+_TOP_FILES = frozenset({fmt.META_FILE, "card.json", "README.md"})
+_STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, "stats")
+_FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
+_DIR_FILES = {
+    fmt.STEPS_DIR: _FIELD_FILE.fullmatch,
+    fmt.META_DIR: _FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
     fmt.PRIORITIES_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}(\.owner\.npy|\.npy|\.json)").fullmatch,
 }
-STATS_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # stats/ is free-form, up to 4 levels deep
-LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
-MAX_LISTED = 5
-TEXT_LIMIT = 1 << 26  # 64 MiB: the most card.json, README.md and checksums.sha256 may take (unpack refuses more)
+_STATS_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # stats/ is free-form, up to 4 levels deep
+_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
+_MAX_LISTED = 5
+_TEXT_LIMIT = 1 << 26  # 64 MiB: the most card.json, README.md and checksums.sha256 may take (unpack refuses more)
 
 
 def is_store_path(rel: str) -> bool:
     """Whether ``rel`` (a relative posix path) names one of a store's files that checksums cover."""
     parts = rel.split("/")
     if len(parts) == 1:
-        return rel in TOP_FILES
+        return rel in _TOP_FILES
     if parts[0] == "stats":
-        return 2 <= len(parts) <= 5 and all(STATS_PART.fullmatch(part) for part in parts[1:]) \
+        return 2 <= len(parts) <= 5 and all(_STATS_PART.fullmatch(part) for part in parts[1:]) \
             and not rel.endswith((".tmp", ".lock"))
-    owned = DIR_FILES.get(parts[0])
+    owned = _DIR_FILES.get(parts[0])
     return len(parts) == 2 and owned is not None and bool(owned(parts[1]))
 
 
-def is_store_dir(rel: str) -> bool:
+def _is_store_dir(rel: str) -> bool:
     parts = rel.split("/")
-    return parts[0] in STORE_DIRS and (len(parts) == 1 or (parts[0] == "stats" and len(parts) <= 4 and all(
-        STATS_PART.fullmatch(part) for part in parts[1:])))
+    return parts[0] in _STORE_DIRS and (len(parts) == 1 or (parts[0] == "stats" and len(parts) <= 4 and all(
+        _STATS_PART.fullmatch(part) for part in parts[1:])))
 
 
 def store_files(folder: Path) -> tuple[list[str], list[str]]:
     """(the store's files, sorted; the store paths that are links to outside the folder)."""
     found, escaping = [], []
-    walk(folder, folder.resolve(), "", found, escaping)
+    _walk(folder, folder.resolve(), "", found, escaping)
     return sorted(found), escaping
 
 
-def walk(folder: Path, root: Path, rel: str, found: list, escaping: list) -> None:
+def _walk(folder: Path, root: Path, rel: str, found: list, escaping: list) -> None:
     with folderio.errors_named(folder / rel, "list"):
         names = sorted(os.listdir(folder / rel))
     for name in names:
         child = f"{rel}/{name}" if rel else name
         path = folder / child
-        if not (is_store_path(child) or is_store_dir(child)):
+        if not (is_store_path(child) or _is_store_dir(child)):
             continue
-        if not inside(root, path):
+        if not _inside(root, path):
             escaping.append(child)
         elif path.is_file() and is_store_path(child):
             found.append(child)
-        elif path.is_dir() and is_store_dir(child):
-            walk(folder, root, child, found, escaping)
+        elif path.is_dir() and _is_store_dir(child):
+            _walk(folder, root, child, found, escaping)
 
 
-def inside(root: Path, path: Path) -> bool:
+def _inside(root: Path, path: Path) -> bool:
     try:
         return path.resolve().is_relative_to(root)
     except (OSError, RuntimeError):  # a symlink loop
@@ -110,37 +110,37 @@ def write_manifest(folder: str | os.PathLike, *, progress: bool = False) -> Path
     """Hash every store file into ``checksums.sha256`` (atomically); returns its path. Takes the writer
     lock while it reads (StoreLockedError if a writer is writing)."""
     folder = store_folder(folder)
-    with writer_locked(folder, "write checksums of"), folder_lock(folder):
-        return manifest_unlocked(folder, progress=progress)
+    with _writer_locked(folder, "write checksums of"), _folder_lock(folder):
+        return _manifest_unlocked(folder, progress=progress)
 
 
-def manifest_unlocked(folder: Path, *, progress: bool = False) -> Path:
+def _manifest_unlocked(folder: Path, *, progress: bool = False) -> Path:
     files, escaping = store_files(folder)
     if escaping:
         raise CorruptStoreError(f"{folder}: {', '.join(escaping)} must be inside the folder (found a symbolic link to "
                                 f"outside it); replace the link by the file itself")
-    digests = hash_files(folder, files, progress=progress)
+    digests = _hash_files(folder, files, progress=progress)
     text = "".join(f"{digests[rel]}  {rel}\n" for rel in files)
-    write_atomic(folder / MANIFEST, text.encode("utf-8"))
+    _write_atomic(folder / MANIFEST, text.encode("utf-8"))
     return folder / MANIFEST
 
 
-def refresh_entries(folder: Path, names: tuple[str, ...]) -> None:
+def _refresh_entries(folder: Path, names: tuple[str, ...]) -> None:
     """Re-hash ``names`` in an existing, well-formed manifest (the card does this when it rewrites itself)."""
     entries, problems = read_manifest(folder)
     if entries is None or problems:
         return
-    entries.update(hash_files(folder, [name for name in names if (folder / name).is_file()]))
-    write_atomic(folder / MANIFEST, "".join(f"{entries[rel]}  {rel}\n" for rel in sorted(entries)).encode("utf-8"))
+    entries.update(_hash_files(folder, [name for name in names if (folder / name).is_file()]))
+    _write_atomic(folder / MANIFEST, "".join(f"{entries[rel]}  {rel}\n" for rel in sorted(entries)).encode("utf-8"))
 
 
-def hash_files(folder: Path, files: list[str], *, progress: bool = False) -> dict[str, str]:
+def _hash_files(folder: Path, files: list[str], *, progress: bool = False) -> dict[str, str]:
     """sha256 of each file: regular files inside ``folder`` only (a FIFO, a device or a link out of the folder
     raises UnsafeEntryError naming it; nothing blocks), read in chunks."""
     from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
 
-    total = sum(size_of(folder / rel) for rel in files) if progress else 0
-    buffer = bytearray(CHUNK)
+    total = sum(_size_of(folder / rel) for rel in files) if progress else 0
+    buffer = bytearray(_CHUNK)
     view, digests = memoryview(buffer), {}
     with tqdm(total=total, unit="B", unit_scale=True, desc="sha256", disable=not progress, file=sys.stderr) as bar:
         for rel in files:
@@ -157,14 +157,14 @@ def hash_files(folder: Path, files: list[str], *, progress: bool = False) -> dic
     return digests
 
 
-def size_of(path: Path) -> int:
+def _size_of(path: Path) -> int:
     try:
         return path.stat().st_size
     except OSError:  # (only for the progress bar: hashing it will say what is wrong)
         return 0
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` (a file directly in a store folder) by ``data``: a fresh temporary file, fsync,
     ``os.replace``, opened without following links (folderio.write_atomic); a failure leaves ``path`` as it
     was and raises the library's error naming it (DiskFullError, ReadOnlyError, ...)."""
@@ -183,7 +183,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 @dataclass(frozen=True)
 class ManifestProblem:
     """One finding of ``check_manifest``: the path concerned, its kind (``missing``, ``changed``,
-    ``unlisted``, ``malformed``, ``unsafe``, ``no_manifest``) and a message in plain words."""
+    ``unlisted``, ``malformed``, ``_unsafe``, ``no_manifest``) and a message in plain words."""
 
     path: str
     kind: str
@@ -210,9 +210,9 @@ def read_manifest(folder: Path) -> tuple[dict[str, str] | None, list[ManifestPro
                                                           f"`python -m memmap_replay checksum {folder}`")]
     entries, problems = {}, []
     for number, line in enumerate(text.splitlines(), 1):
-        match = LINE.fullmatch(line)
+        match = _LINE.fullmatch(line)
         rel = match.group(2) if match else ""
-        why = ("expected '<64 hex digits>  <path>'" if not match else unsafe(rel) or
+        why = ("expected '<64 hex digits>  <path>'" if not match else _unsafe(rel) or
                ("listed twice" if rel in entries else ""))
         if why:
             kind = "malformed" if not match or rel in entries else "unsafe"
@@ -222,7 +222,7 @@ def read_manifest(folder: Path) -> tuple[dict[str, str] | None, list[ManifestPro
     return entries, problems
 
 
-def unsafe(rel: str) -> str:
+def _unsafe(rel: str) -> str:
     parts = rel.split("/")
     if rel.startswith("/") or re.match(r"[A-Za-z]:", rel):
         return "an absolute path; a manifest lists paths inside the folder only"
@@ -244,7 +244,7 @@ def check_manifest(folder: str | os.PathLike, *, progress: bool = False) -> list
     root, readable = folder.resolve(), []
     for rel in sorted(entries):
         path = folder / rel
-        if not inside(root, path):
+        if not _inside(root, path):
             problems.append(ManifestProblem(rel, "unsafe", "a symbolic link to outside the folder (or a loop); it was "
                                                            "not read: a store's files are inside its folder"))
         elif not path.is_file():
@@ -255,7 +255,7 @@ def check_manifest(folder: str | os.PathLike, *, progress: bool = False) -> list
     digests = {}
     for rel in readable:  # one at a time, so that a file that cannot be read is named and the others still checked
         try:
-            digests.update(hash_files(folder, [rel], progress=progress))
+            digests.update(_hash_files(folder, [rel], progress=progress))
         except UnsafeEntryError as error:
             problems.append(ManifestProblem(rel, "unsafe", f"not read: {error}"))
         except (MissingFileError, CorruptStoreError) as error:  # gone meanwhile, or a folder: an I/O error raises
@@ -272,14 +272,14 @@ def check_manifest(folder: str | os.PathLike, *, progress: bool = False) -> list
     return problems
 
 
-def judge(problems: list[ManifestProblem], folder: Path) -> list[tuple[str, bool]]:
+def _judge(problems: list[ManifestProblem], folder: Path) -> list[tuple[str, bool]]:
     """verify's reading of ``check_manifest``'s findings: (line, is a warning). A changed, missing or
     unlisted priorities file is sampler state, and an unlisted card, README or stats file is not data: warnings.
-    The rest are problems; the first MAX_LISTED of each kind are listed and the others counted."""
+    The rest are problems; the first _MAX_LISTED of each kind are listed and the others counted."""
     lines, seen = [], {}
     for problem in problems:
         text, sampler = str(problem), problem.path.startswith(fmt.PRIORITIES_DIR + "/")
-        warn = sampler or (problem.kind == "unlisted" and not is_data_path(problem.path))
+        warn = sampler or (problem.kind == "unlisted" and not _is_data_path(problem.path))
         if sampler:
             text += "; priorities are sampler state, not data: a sampler that updates them changes the file"
         elif problem.path == fmt.META_FILE and problem.kind == "changed":
@@ -287,19 +287,19 @@ def judge(problems: list[ManifestProblem], folder: Path) -> list[tuple[str, bool
                      f"it, run `python -m memmap_replay checksum {folder}` to write a fresh manifest")
         key = (problem.kind, warn)
         seen[key] = seen.get(key, 0) + 1
-        if seen[key] <= MAX_LISTED:
+        if seen[key] <= _MAX_LISTED:
             lines.append((text, warn))
-    return lines + [(f"{MANIFEST}: and {count - MAX_LISTED} more {kind} files", warn)
-                    for (kind, warn), count in seen.items() if count > MAX_LISTED]
+    return lines + [(f"{MANIFEST}: and {count - _MAX_LISTED} more {kind} files", warn)
+                    for (kind, warn), count in seen.items() if count > _MAX_LISTED]
 
 
-def is_data_path(rel: str) -> bool:
+def _is_data_path(rel: str) -> bool:
     return rel == fmt.META_FILE or rel.split("/")[0] in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
 
 
 def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
     """(path, why) of every file in the folder that is not the store's: verify warns about them."""
-    known, strays = {fmt.LOCK_FILE, MANIFEST, fmt.RATELIMIT_DIR, *TOP_FILES, *STORE_DIRS}, []  # ratelimit/: run state
+    known, strays = {fmt.LOCK_FILE, MANIFEST, fmt.RATELIMIT_DIR, *_TOP_FILES, *_STORE_DIRS}, []  # ratelimit/: run state
     with folderio.errors_named(folder, "list"):
         paths = sorted(folder.iterdir())
     for path in paths:
@@ -349,7 +349,7 @@ def check_new_path(path: Path, what: str, error: type[Exception] = InvalidDataEr
 
 
 @contextlib.contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
+def _folder_lock(folder: Path) -> Iterator[None]:
     """An exclusive OS lock on the folder itself (blocking): card edits, manifests and packing take turns."""
     if fcntl is None:  # pragma: no cover
         yield
@@ -365,7 +365,7 @@ def folder_lock(folder: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def writer_locked(folder: Path, action: str) -> Iterator[None]:
+def _writer_locked(folder: Path, action: str) -> Iterator[None]:
     """Hold the store's writer lock and every persisted sampler's priorities lock, so nothing changes the
     files while they are read; StoreLockedError says who holds one."""
     locks: list[WriterLock] = []
@@ -385,7 +385,7 @@ def writer_locked(folder: Path, action: str) -> Iterator[None]:
             lock.release()
 
 
-class ManifestObserver(CommitObserver):
+class _ManifestObserver(CommitObserver):
     """A write makes checksums.sha256 stale: it goes before a writer's first change (``checksum`` writes it
     again)."""
 
@@ -398,4 +398,4 @@ class ManifestObserver(CommitObserver):
             self.dropped = True
 
 
-observe_commits(lambda store: ManifestObserver())
+observe_commits(lambda store: _ManifestObserver())

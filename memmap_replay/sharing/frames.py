@@ -37,22 +37,22 @@ from ..core.store import EpisodeStore
 
 __all__ = ["contact_sheet", "write_video", "image_layout", "FramesWritten", "MissingExtraError", "LAYOUTS", "STACK_MODES"]
 
-VIDEO_SUFFIXES = (".mp4", ".gif")
-SHEET_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
-SHEET_EPISODES = 16            # episodes=None shows at most this many, spread from the oldest to the newest
-MAX_SHEET_PIXELS = 50_000_000  # below pillow's decompression-bomb limit (89 M pixels)
-CHUNK_BYTES = 16 << 20         # a video reads (and converts) about this much memory's worth of rows at a time
-GAP, LABEL_HEIGHT = 2, 12
-BACKGROUND, LABEL_COLOUR = 24, (235, 235, 235)
-EXTRA = "pip install 'memmap-replay[video]'"
+_VIDEO_SUFFIXES = (".mp4", ".gif")
+_SHEET_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
+_SHEET_EPISODES = 16            # episodes=None shows at most this many, spread from the oldest to the newest
+_MAX_SHEET_PIXELS = 50_000_000  # below pillow's decompression-bomb limit (89 M pixels)
+_CHUNK_BYTES = 16 << 20         # a video reads (and converts) about this much memory's worth of rows at a time
+_GAP, _LABEL_HEIGHT = 2, 12
+_BACKGROUND, _LABEL_COLOUR = 24, (235, 235, 235)
+_EXTRA = "pip install 'memmap-replay[video]'"
 
 
-def need(module: str, package: str, what: str):
+def _need(module: str, package: str, what: str):
     """Import an optional package, or say which extra brings it."""
     try:
         return __import__(module, fromlist=["_"])
     except ImportError:
-        raise MissingExtraError(f"{what} needs the package {package}, which is not installed: {EXTRA}") from None
+        raise MissingExtraError(f"{what} needs the package {package}, which is not installed: {_EXTRA}") from None
 
 
 @dataclass
@@ -78,7 +78,7 @@ class FramesWritten:
 
 
 @contextmanager
-def opened(source: Any) -> Iterator[EpisodeStore]:
+def _opened(source: Any) -> Iterator[EpisodeStore]:
     """The store of a folder (opened read-only, closed after), a ReplayBuffer or an EpisodeStore."""
     store = getattr(source, "episode_store", source)  # a ReplayBuffer (the facade above this room) has one
     if isinstance(store, EpisodeStore):
@@ -91,7 +91,7 @@ def opened(source: Any) -> Iterator[EpisodeStore]:
             store.close()
 
 
-def image_field(store: EpisodeStore, name: Any):
+def _image_field(store: EpisodeStore, name: Any):
     fields = store.schema.fields
     if not isinstance(name, str) or name not in fields:
         meta = " (it is a per-episode meta field)" if name in store.schema.meta_fields else ""
@@ -100,15 +100,15 @@ def image_field(store: EpisodeStore, name: Any):
     return fields[name]
 
 
-def pick_episodes(store: EpisodeStore, episodes: Any) -> list[int]:
+def _pick_episodes(store: EpisodeStore, episodes: Any) -> list[int]:
     """Positions in the live table (oldest first) of an int, a slice, or a sequence of ints and slices."""
     count = store.num_episodes
     if count == 0:
         raise InvalidDataError(f"the store at {store.folder} holds no episodes: nothing to show")
     if episodes is None:
-        if count <= SHEET_EPISODES:
+        if count <= _SHEET_EPISODES:
             return list(range(count))
-        return sorted(set(np.linspace(0, count - 1, SHEET_EPISODES).round().astype(int).tolist()))
+        return sorted(set(np.linspace(0, count - 1, _SHEET_EPISODES).round().astype(int).tolist()))
     items = episodes if isinstance(episodes, (list, tuple, range, np.ndarray)) else [episodes]
     picked = []
     for item in items:
@@ -125,7 +125,7 @@ def pick_episodes(store: EpisodeStore, episodes: Any) -> list[int]:
     return picked
 
 
-def output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
+def _output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
     """``out`` checked before anything is read: a known suffix, in an existing folder we may write."""
     if not isinstance(out, (str, os.PathLike)) or not str(out):
         raise OptionError(f"out must be a file path ending in {', '.join(suffixes)} (got {out!r})")
@@ -146,7 +146,7 @@ def output_path(out: Any, suffixes: tuple[str, ...], what: str) -> Path:
 
 
 @contextmanager
-def replacing(path: Path) -> Iterator[Path]:
+def _replacing(path: Path) -> Iterator[Path]:
     """A temporary file beside ``path`` (same suffix) that replaces it on success, else is removed."""
     temporary = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
     try:
@@ -160,14 +160,14 @@ def replacing(path: Path) -> Iterator[Path]:
             pass  # (an error on its way out must not be hidden by the clean-up's)
 
 
-def check_still_live(store: EpisodeStore, ids: np.ndarray) -> None:
+def _check_still_live(store: EpisodeStore, ids: np.ndarray) -> None:
     """A ring writer may evict episodes while they are read: refuse frames read from an evicted one."""
     if store.capacity.circular and len(ids) and fmt.read_meta(store.folder).state.first_episode > ids.min():
         raise SampleExpiredError(f"episode id {int(ids.min())} was evicted by the ring writer of {store.folder} "
                                  f"while its frames were read; run again to show live episodes")
 
 
-def progress_bar(total: int, unit: str, enabled: bool):
+def _progress_bar(total: int, unit: str, enabled: bool):
     from tqdm.auto import tqdm
     return tqdm(total=total, unit=unit, disable=not enabled, file=sys.stderr, leave=False)
 
@@ -189,40 +189,40 @@ def contact_sheet(source: Any, field: str, *, episodes: Any = None, every: int |
     """
     columns = integer(columns, "columns", low=1, high=1000)
     every = None if every is None else integer(every, "every", low=1)
-    path = None if out is None else output_path(out, tuple(SHEET_FORMATS), "a contact sheet")
+    path = None if out is None else _output_path(out, tuple(_SHEET_FORMATS), "a contact sheet")
     if flag(labels, "labels") or path is not None:
-        need("PIL.Image", "pillow", "a contact sheet")  # said before anything is read
-    with opened(source) as store:
-        spec = image_field(store, field)
+        _need("PIL.Image", "pillow", "a contact sheet")  # said before anything is read
+    with _opened(source) as store:
+        spec = _image_field(store, field)
         form = FrameFormat.of(spec, layout, stack, scale)
         table = store.live_table()
-        picked = pick_episodes(store, episodes)
+        picked = _pick_episodes(store, episodes)
         steps = [np.arange(0, table.length[p], every or max(1, math.ceil(table.length[p] / columns)))
                  for p in picked]
-        label_height = LABEL_HEIGHT if labels else 0
-        tiles = sheet_tiles(picked, steps, columns, form, label_height)
-        width, height = sheet_size(tiles, min(columns, max(map(len, steps))), form, label_height)
+        label_height = _LABEL_HEIGHT if labels else 0
+        tiles = _sheet_tiles(picked, steps, columns, form, label_height)
+        width, height = _sheet_size(tiles, min(columns, max(map(len, steps))), form, label_height)
         array, raw = store.step_array(spec.name), []
-        with progress_bar(len(steps), "episode", progress) as bar:
+        with _progress_bar(len(steps), "episode", progress) as bar:
             for start, t in zip(table.start[picked], steps):  # one gather per episode
                 raw.append(array[start + t])
                 bar.update(1)
-        check_still_live(store, table.ids[picked])
+        _check_still_live(store, table.ids[picked])
     value_range = resolve_range(spec.dtype, value_range, lambda: max(peak(rows) for rows in raw))
-    canvas = np.full((height, width, 3), BACKGROUND, np.uint8)
+    canvas = np.full((height, width, 3), _BACKGROUND, np.uint8)
     placed = 0
     for rows in raw:  # one episode at a time: its pixels, then into the canvas
         for frame, (episode, t, x, y) in zip(form.pixels(rows, value_range), tiles[placed:placed + len(rows)]):
             canvas[y:y + form.height, x:x + form.width] = frame
             if labels:
-                canvas[y - LABEL_HEIGHT:y, x:x + form.width] = label_strip(f"ep {episode}  t {t}", form.width)
+                canvas[y - _LABEL_HEIGHT:y, x:x + form.width] = _label_strip(f"ep {episode}  t {t}", form.width)
         placed += len(rows)
     if path is not None:
-        save_image(canvas, path)
+        _save_image(canvas, path)
     return FramesWritten(path, len(tiles), width, height, tuple(picked), tiles=tiles, image=canvas)
 
 
-def sheet_tiles(picked: list[int], steps: list[np.ndarray], columns: int, form: FrameFormat,
+def _sheet_tiles(picked: list[int], steps: list[np.ndarray], columns: int, form: FrameFormat,
                 label_height: int) -> np.ndarray:
     """(episode, t, x, y) per frame: each episode starts a new row of the grid."""
     counts = [len(s) for s in steps]
@@ -230,36 +230,36 @@ def sheet_tiles(picked: list[int], steps: list[np.ndarray], columns: int, form: 
     episode, t = np.repeat(picked, counts), np.concatenate(steps)
     order = np.concatenate([np.arange(n) for n in counts])
     row = np.repeat(first_row, counts) + order // columns
-    x = GAP + (order % columns) * (form.width + GAP)
-    y = GAP + row * (form.height + label_height + GAP) + label_height
+    x = _GAP + (order % columns) * (form.width + _GAP)
+    y = _GAP + row * (form.height + label_height + _GAP) + label_height
     return np.stack([episode, t, x, y], axis=1).astype(np.int64)
 
 
-def sheet_size(tiles: np.ndarray, columns: int, form: FrameFormat, label_height: int) -> tuple[int, int]:
+def _sheet_size(tiles: np.ndarray, columns: int, form: FrameFormat, label_height: int) -> tuple[int, int]:
     """(width, height) of a sheet ``columns`` frames wide; refused when it would be too large."""
     if not len(tiles):
         raise InvalidDataError("the episodes chosen have no steps: nothing to show")
-    width = GAP + columns * (form.width + GAP)
-    height = int(tiles[:, 3].max()) + form.height + GAP
-    if width * height > MAX_SHEET_PIXELS:
+    width = _GAP + columns * (form.width + _GAP)
+    height = int(tiles[:, 3].max()) + form.height + _GAP
+    if width * height > _MAX_SHEET_PIXELS:
         raise OptionError(
             f"the contact sheet would be {width} x {height} pixels ({len(tiles)} frames), more than "
-            f"{MAX_SHEET_PIXELS:,}; choose fewer episodes, a larger every, or a smaller scale")
+            f"{_MAX_SHEET_PIXELS:,}; choose fewer episodes, a larger every, or a smaller scale")
     return width, height
 
 
-def label_strip(text: str, width: int) -> np.ndarray:
-    image = need("PIL.Image", "pillow", "labels")
-    draw = need("PIL.ImageDraw", "pillow", "labels")
-    strip = image.new("RGB", (width, LABEL_HEIGHT), (BACKGROUND,) * 3)
-    draw.Draw(strip).text((1, 0), text, fill=LABEL_COLOUR)
+def _label_strip(text: str, width: int) -> np.ndarray:
+    image = _need("PIL.Image", "pillow", "labels")
+    draw = _need("PIL.ImageDraw", "pillow", "labels")
+    strip = image.new("RGB", (width, _LABEL_HEIGHT), (_BACKGROUND,) * 3)
+    draw.Draw(strip).text((1, 0), text, fill=_LABEL_COLOUR)
     return np.asarray(strip)
 
 
-def save_image(pixels: np.ndarray, path: Path) -> None:
-    image = need("PIL.Image", "pillow", "a contact sheet")
-    with replacing(path) as temporary:
-        image.fromarray(pixels).save(temporary, format=SHEET_FORMATS[path.suffix.lower()])
+def _save_image(pixels: np.ndarray, path: Path) -> None:
+    image = _need("PIL.Image", "pillow", "a contact sheet")
+    with _replacing(path) as temporary:
+        image.fromarray(pixels).save(temporary, format=_SHEET_FORMATS[path.suffix.lower()])
 
 
 # ---- videos ------------------------------------------------------------------------------------------
@@ -273,53 +273,53 @@ def write_video(source: Any, field: str, out: str | os.PathLike, *, episode: int
     second, identical consecutive frames merged into one longer frame). ``episode``: 0 the oldest, -1
     the newest. The episode is read and encoded in chunks; a GIF keeps its frames in memory as palette
     images (one byte a pixel) until it is written. The file is replaced atomically when it is complete."""
-    path = output_path(out, VIDEO_SUFFIXES, "a video")
+    path = _output_path(out, _VIDEO_SUFFIXES, "a video")
     fps = number(fps, "fps", low=0, high=1000, low_open=True)
-    encode = video_encoder(path)  # a missing package is said before anything is read
-    with opened(source) as store:
-        spec = image_field(store, field)
+    encode = _video_encoder(path)  # a missing package is said before anything is read
+    with _opened(source) as store:
+        spec = _image_field(store, field)
         form = FrameFormat.of(spec, layout, stack, scale)
         table = store.live_table()
-        position = pick_episodes(store, [episode])[0]
+        position = _pick_episodes(store, [episode])[0]
         start, stop = int(table.start[position]), int(table.start[position] + table.length[position])
         if stop <= start:
             raise InvalidDataError(f"episode {position} of the store at {store.folder} has no steps: nothing to show")
         array = store.step_array(spec.name)
-        chunk = chunk_rows(spec, form)
+        chunk = _chunk_rows(spec, form)
         value_range = resolve_range(spec.dtype, value_range,
                                     lambda: max(peak(array[at:min(at + chunk, stop)]) for at in range(start, stop, chunk)))
 
         def frames() -> Iterator[np.ndarray]:
-            with progress_bar(stop - start, "frame", progress) as bar:
+            with _progress_bar(stop - start, "frame", progress) as bar:
                 for at in range(start, stop, chunk):
                     rows = array[at:min(at + chunk, stop)]
                     yield form.pixels(rows, value_range)
                     bar.update(len(rows))
 
-        with replacing(path) as temporary:
+        with _replacing(path) as temporary:
             width, height = encode(temporary, frames(), fps, (form.width, form.height))
-            check_still_live(store, table.ids[[position]])
+            _check_still_live(store, table.ids[[position]])
     return FramesWritten(path, stop - start, width, height, (position,), fps=fps)
 
 
-def chunk_rows(spec, form: FrameFormat) -> int:
-    """Rows a video reads at a time: about CHUNK_BYTES of memory for a row's stored bytes, its float32
+def _chunk_rows(spec, form: FrameFormat) -> int:
+    """Rows a video reads at a time: about _CHUNK_BYTES of memory for a row's stored bytes, its float32
     copy while converted and its enlarged RGB pixels (twice: ``repeat`` makes one copy per axis)."""
-    return max(1, CHUNK_BYTES // (spec.row_nbytes + 4 * math.prod(spec.shape) + 6 * form.height * form.width))
+    return max(1, _CHUNK_BYTES // (spec.row_nbytes + 4 * math.prod(spec.shape) + 6 * form.height * form.width))
 
 
-def video_encoder(path: Path):
+def _video_encoder(path: Path):
     """The function writing ``path``'s kind of video, once the packages it needs are known to be there."""
     if path.suffix.lower() == ".gif":
-        need("PIL.Image", "pillow", "writing a GIF")
-        return write_gif
-    need("imageio_ffmpeg", "imageio-ffmpeg", "writing an mp4")
-    return write_mp4
+        _need("PIL.Image", "pillow", "writing a GIF")
+        return _write_gif
+    _need("imageio_ffmpeg", "imageio-ffmpeg", "writing an mp4")
+    return _write_mp4
 
 
-def write_mp4(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> tuple[int, int]:
+def _write_mp4(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> tuple[int, int]:
     """Send each chunk of frames to ffmpeg in one write; returns the video's (width, height)."""
-    ffmpeg = need("imageio_ffmpeg", "imageio-ffmpeg", "writing an mp4")
+    ffmpeg = _need("imageio_ffmpeg", "imageio-ffmpeg", "writing an mp4")
     width, height = size[0] + size[0] % 2, size[1] + size[1] % 2  # H.264 in yuv420p needs even sizes
     pad = ((0, 0), (0, height - size[1]), (0, width - size[0]), (0, 0))
     writer = ffmpeg.write_frames(str(path), (width, height), fps=fps, codec="libx264", pix_fmt_out="yuv420p",
@@ -333,8 +333,8 @@ def write_mp4(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[
     return width, height
 
 
-def write_gif(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> tuple[int, int]:
-    image = need("PIL.Image", "pillow", "writing a GIF")
+def _write_gif(path: Path, chunks: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> tuple[int, int]:
+    image = _need("PIL.Image", "pillow", "writing a GIF")
     # a palette per frame by fast octree: 40 times faster than pillow's default median cut, as exact
     # (up to 256 colours a frame are kept exactly)
     pictures = (image.fromarray(frame).quantize(256, method=image.Quantize.FASTOCTREE, dither=image.Dither.NONE)

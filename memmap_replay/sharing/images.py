@@ -30,8 +30,8 @@ __all__ = ["LAYOUTS", "STACK_MODES", "image_layout", "FrameFormat", "channels_la
 
 LAYOUTS = ("HW", "HWC", "CHW", "KHW", "HWK", "KHWC", "KCHW")
 STACK_MODES = ("last", "tile")
-MIN_SIDE = 64                  # scale=None enlarges frames (by whole pixels) to at least this
-MAX_SCALE = 16
+_MIN_SIDE = 64                  # scale=None enlarges frames (by whole pixels) to at least this
+_MAX_SCALE = 16
 
 
 def image_layout(shape: tuple[int, ...], layout: str | None = None, *, field: str = "field") -> str:
@@ -80,8 +80,8 @@ class FrameFormat:
         sizes = dict(zip(layout, spec.shape))
         height, width = sizes["H"], sizes["W"] * (sizes.get("K", 1) if stack == "tile" else 1)
         if scale is None:
-            scale = min(MAX_SCALE, max(1, math.ceil(MIN_SIDE / min(sizes["H"], sizes["W"]))))
-        scale = integer(scale, "scale", low=1, high=MAX_SCALE)
+            scale = min(_MAX_SCALE, max(1, math.ceil(_MIN_SIDE / min(sizes["H"], sizes["W"]))))
+        scale = integer(scale, "scale", low=1, high=_MAX_SCALE)
         return cls(layout, stack, scale, height * scale, width * scale)
 
     def pixels(self, rows: np.ndarray, value_range: tuple[float, float] | None) -> np.ndarray:

@@ -45,15 +45,15 @@ __all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT"]
 
 TRACK_LIMIT = 1024  # numbers per row: fields up to this size are tracked on commit
 RUNNING_FILE = "running.npz"
-MAX_RUNNING_BYTES = 64 << 20  # stats/running.npz is refused (and rebuilt) beyond this
-NPY_HEADER_ROOM = 4096  # what a member may hold beyond its array's bytes (numpy's header)
-SAVE_EVERY = 1.0  # seconds between saves of the running moments by a writer
-REWARD_FIELDS = ("reward", "rewards")
-READ_BYTES = 16 << 20  # float64 bytes per read when computing from the live episodes (bounds memory)
+_MAX_RUNNING_BYTES = 64 << 20  # stats/running.npz is refused (and rebuilt) beyond this
+_NPY_HEADER_ROOM = 4096  # what a member may hold beyond its array's bytes (numpy's header)
+_SAVE_EVERY = 1.0  # seconds between saves of the running moments by a writer
+_REWARD_FIELDS = ("reward", "rewards")
+_READ_BYTES = 16 << 20  # float64 bytes per read when computing from the live episodes (bounds memory)
 
 
 @dataclass
-class Moments:
+class _Moments:
     """count, mean, M2, min, max per element (float64 arrays of the field's shape)."""
 
     count: int
@@ -63,11 +63,11 @@ class Moments:
     high: np.ndarray
 
     @classmethod
-    def empty(cls, shape: tuple[int, ...]) -> "Moments":
+    def empty(cls, shape: tuple[int, ...]) -> "_Moments":
         return cls(0, np.zeros(shape), np.zeros(shape), np.full(shape, np.inf), np.full(shape, -np.inf))
 
     @classmethod
-    def of(cls, rows: np.ndarray) -> "Moments":
+    def of(cls, rows: np.ndarray) -> "_Moments":
         if len(rows) == 0:
             return cls.empty(rows.shape[1:])
         x = rows.astype(np.float64, copy=False)
@@ -75,7 +75,7 @@ class Moments:
             mean = x.mean(axis=0)
             return cls(len(x), mean, np.square(x - mean).sum(axis=0), x.min(axis=0), x.max(axis=0))
 
-    def merge(self, other: "Moments") -> "Moments":
+    def merge(self, other: "_Moments") -> "_Moments":
         if other.count == 0:
             return self
         if self.count == 0:
@@ -83,7 +83,7 @@ class Moments:
         n = self.count + other.count
         with np.errstate(invalid="ignore", over="ignore"):
             delta = other.mean - self.mean
-            return Moments(n, self.mean + delta * (other.count / n),
+            return _Moments(n, self.mean + delta * (other.count / n),
                            self.m2 + other.m2 + np.square(delta) * (self.count * other.count / n),
                            np.minimum(self.low, other.low), np.maximum(self.high, other.high))
 
@@ -100,7 +100,7 @@ class FieldStats:
     quantiles: dict[float, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, moments: Moments) -> "FieldStats":
+    def of(cls, moments: _Moments) -> "FieldStats":
         std = np.sqrt(moments.m2 / moments.count) if moments.count else np.full_like(moments.mean, np.nan)
         nan = np.full_like(moments.mean, np.nan)
         empty = moments.count == 0
@@ -108,9 +108,9 @@ class FieldStats:
                    nan if empty else moments.high)
 
     def to_json(self) -> dict:
-        out = {"count": self.count, **{key: as_json(getattr(self, key)) for key in ("mean", "std", "min", "max")}}
+        out = {"count": self.count, **{key: _as_json(getattr(self, key)) for key in ("mean", "std", "min", "max")}}
         if self.quantiles:
-            out["quantiles"] = {str(q): as_json(value) for q, value in self.quantiles.items()}
+            out["quantiles"] = {str(q): _as_json(value) for q, value in self.quantiles.items()}
         return out
 
 
@@ -127,39 +127,39 @@ class StoreStats:
                 "episodes": self.episodes, "episodes_counted": self.episodes_counted}
 
 
-def as_json(array: np.ndarray) -> Any:
+def _as_json(array: np.ndarray) -> Any:
     """A float array as JSON (NaN and inf as null: JSON has neither)."""
     clean = np.where(np.isfinite(array), array, np.nan).astype(object)
     clean[~np.isfinite(array)] = None
     return clean.tolist()
 
 
-def tracked_by_default(schema) -> tuple[str, ...]:
+def _tracked_by_default(schema) -> tuple[str, ...]:
     return tuple(name for name, spec in schema.fields.items()
                  if spec.dtype.kind in "biuf" and math.prod(spec.shape) <= TRACK_LIMIT)
 
 
-def expected_members(schema) -> dict[str, int]:
+def _expected_members(schema) -> dict[str, int]:
     """The members stats/running.npz may hold, and the bytes of each array."""
     sizes = {"covers": 8, "episodes": 8, "store_id": 4 * 64}
-    for name in tracked_by_default(schema):
+    for name in _tracked_by_default(schema):
         nbytes = 8 * math.prod(schema.fields[name].shape)
         sizes.update({f"{name}.count": 8, **{f"{name}.{part}": nbytes for part in ("mean", "m2", "min", "max")}})
     return sizes
 
 
-def read_running(folder: Path, schema) -> dict[str, np.ndarray]:
+def _read_running(folder: Path, schema) -> dict[str, np.ndarray]:
     """The arrays of stats/running.npz, read only after every member was checked against the names and sizes the
     schema allows (an unknown or oversized member, a zip bomb, is never inflated: ValueError)."""
     path = folder / STATS_DIR / RUNNING_FILE
-    expected = expected_members(schema)
+    expected = _expected_members(schema)
     with os.fdopen(folderio.open_read(folder, path), "rb") as file:
-        if os.fstat(file.fileno()).st_size > MAX_RUNNING_BYTES:
-            raise ValueError(f"{path} is over {MAX_RUNNING_BYTES} bytes")
+        if os.fstat(file.fileno()).st_size > _MAX_RUNNING_BYTES:
+            raise ValueError(f"{path} is over {_MAX_RUNNING_BYTES} bytes")
         with zipfile.ZipFile(file) as archive:
             for info in archive.infolist():
                 name = info.filename[:-4] if info.filename.endswith(".npy") else None
-                if name not in expected or info.file_size > expected[name] + NPY_HEADER_ROOM:
+                if name not in expected or info.file_size > expected[name] + _NPY_HEADER_ROOM:
                     raise ValueError(f"{path} holds a member {info.filename!r} of {info.file_size} bytes that this "
                                      f"store's statistics never have")
                 with archive.open(info) as member:  # numpy allocates what the header declares: check it first
@@ -175,28 +175,28 @@ def read_running(folder: Path, schema) -> dict[str, np.ndarray]:
 class RunningStats:
     """The running moments of the tracked fields and the episode ids they cover."""
 
-    def __init__(self, moments: dict[str, Moments], covers: int, episodes: int, store_id: str):
+    def __init__(self, moments: dict[str, _Moments], covers: int, episodes: int, store_id: str):
         self.moments, self.covers, self.episodes, self.store_id = moments, covers, episodes, store_id
         self.saved_at = time.monotonic()
 
     @classmethod
     def fresh(cls, schema, store_id: str) -> "RunningStats":
-        moments = {name: Moments.empty(schema.fields[name].shape) for name in tracked_by_default(schema)}
+        moments = {name: _Moments.empty(schema.fields[name].shape) for name in _tracked_by_default(schema)}
         return cls(moments, 0, 0, store_id)
 
     @classmethod
     def load(cls, folder: Path, schema, store_id: str) -> "RunningStats":
         """From ``stats/running.npz``; a fresh start when it is missing, damaged, or another store's."""
         try:
-            arrays = read_running(Path(folder), schema)
+            arrays = _read_running(Path(folder), schema)
             if str(arrays["store_id"]) != store_id:
                 raise ValueError("another store's statistics (the folder was overwritten)")
             moments = {}
-            for name in tracked_by_default(schema):
+            for name in _tracked_by_default(schema):
                 parts = [arrays[f"{name}.{part}"] for part in ("count", "mean", "m2", "min", "max")]
                 if any(part.shape != schema.fields[name].shape or part.dtype != np.float64 for part in parts[1:]):
                     raise ValueError(f"{name}: wrong shape")
-                moments[name] = Moments(int(parts[0]), *parts[1:])
+                moments[name] = _Moments(int(parts[0]), *parts[1:])
             return cls(moments, int(arrays["covers"]), int(arrays["episodes"]), store_id)
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError):
             return cls.fresh(schema, store_id)
@@ -223,7 +223,7 @@ class RunningStats:
             for chunk in rows[name]:
                 part = chunk[: length - taken]
                 taken += len(part)
-                self.moments[name] = self.moments[name].merge(Moments.of(part))
+                self.moments[name] = self.moments[name].merge(_Moments.of(part))
 
     def committed(self, episodes: Iterable, next_episode: int, folder: Path) -> None:
         """A writer's hook after a commit: fold the episodes in, save now and then."""
@@ -231,7 +231,7 @@ class RunningStats:
             self.add(episode.rows, episode.length)
             self.episodes += 1
         self.covers = next_episode
-        if time.monotonic() - self.saved_at >= SAVE_EVERY:
+        if time.monotonic() - self.saved_at >= _SAVE_EVERY:
             self.save(folder)
 
     def catch_up(self, store) -> None:
@@ -241,26 +241,26 @@ class RunningStats:
         if new.any():
             for name in self.moments:
                 self.moments[name] = self.moments[name].merge(
-                    read_moments(store, name, table.start[new], table.length[new]))
+                    _read_moments(store, name, table.start[new], table.length[new]))
             self.episodes += int(new.sum())
         self.covers = max(self.covers, store.meta.state.next_episode)
 
 
-def read_moments(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> Moments:
+def _read_moments(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> _Moments:
     """Moments of a field over the given row ranges, read from the store in bounded chunks."""
     array = store.steps[name].array()
-    moments = Moments.empty(store.meta.schema.fields[name].shape)
-    for _, rows in chunks(starts, lengths, read_rows(store, name)):
-        moments = moments.merge(Moments.of(array[rows]))
+    moments = _Moments.empty(store.meta.schema.fields[name].shape)
+    for _, rows in _chunks(starts, lengths, _read_rows(store, name)):
+        moments = moments.merge(_Moments.of(array[rows]))
     return moments
 
 
-def read_rows(store, name: str) -> int:
-    """Rows per read of a field: READ_BYTES as float64."""
-    return max(1, READ_BYTES // (8 * max(1, math.prod(store.meta.schema.fields[name].shape))))
+def _read_rows(store, name: str) -> int:
+    """Rows per read of a field: _READ_BYTES as float64."""
+    return max(1, _READ_BYTES // (8 * max(1, math.prod(store.meta.schema.fields[name].shape))))
 
 
-def chunks(starts: np.ndarray, lengths: np.ndarray, size: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+def _chunks(starts: np.ndarray, lengths: np.ndarray, size: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
     """(episodes, rows): whole episodes in row order (indices into ``starts``) and their rows, about
     ``size`` rows at a time (one episode at least), so a read is one sorted gather per chunk."""
     order = np.argsort(starts, kind="stable")
@@ -276,7 +276,7 @@ def chunks(starts: np.ndarray, lengths: np.ndarray, size: int) -> Iterable[tuple
         first = last
 
 
-def summary(values: np.ndarray) -> dict:
+def _summary(values: np.ndarray) -> dict:
     if values.size == 0:
         return {"min": None, "max": None, "mean": None, "std": None}
     values = values.astype(np.float64)
@@ -286,21 +286,21 @@ def summary(values: np.ndarray) -> dict:
 
 def episode_summary(store) -> dict:
     table = store.live_table()
-    out = {"count": int(len(table.ids)), "steps": int(table.length.sum()), "length": summary(table.length)}
-    reward = next((name for name in REWARD_FIELDS if name in store.meta.schema.fields
+    out = {"count": int(len(table.ids)), "steps": int(table.length.sum()), "length": _summary(table.length)}
+    reward = next((name for name in _REWARD_FIELDS if name in store.meta.schema.fields
                    and store.meta.schema.fields[name].shape == ()
                    and store.meta.schema.fields[name].dtype.kind in "biuf"), None)
     if reward is not None:
         out["return_field"] = reward
-        out["return"] = summary(episode_returns(store, reward, table.start, table.length))
+        out["return"] = _summary(_episode_returns(store, reward, table.start, table.length))
     return out
 
 
-def episode_returns(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _episode_returns(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Sum of the field over each episode's transition rows (in float64), by differences of running sums."""
     array = store.steps[name].array()
     returns = np.zeros(len(starts))
-    for picked, rows in chunks(starts, lengths, read_rows(store, name)):
+    for picked, rows in _chunks(starts, lengths, _read_rows(store, name)):
         sums = np.concatenate(([0.0], np.cumsum(array[rows], dtype=np.float64)))
         ends = np.cumsum(lengths[picked])
         returns[picked] = sums[ends] - sums[ends - lengths[picked]]
@@ -333,21 +333,21 @@ def compute_stats(store, running: RunningStats | None, *, fields: Any = None, qu
         if name in running.moments and not recompute:
             moments = running.moments[name]
         else:
-            moments = read_moments(store, name, table.start, table.length)
+            moments = _read_moments(store, name, table.start, table.length)
         out[name] = FieldStats.of(moments)
         if qs:
-            out[name].quantiles = live_quantiles(store, name, table, qs)
+            out[name].quantiles = _live_quantiles(store, name, table, qs)
     counted = len(table.ids) if recompute else running.episodes
     return StoreStats(out, episode_summary(store), counted)
 
 
-def live_quantiles(store, name: str, table, qs: tuple[float, ...]) -> dict[float, np.ndarray]:
+def _live_quantiles(store, name: str, table, qs: tuple[float, ...]) -> dict[float, np.ndarray]:
     """Exact quantiles over the live transition rows (they are read into memory: one field at a time)."""
     shape = store.meta.schema.fields[name].shape
     if not len(table.ids):
         return {q: np.full(shape, np.nan) for q in qs}
     array = store.steps[name].array()
-    rows = np.concatenate([array[part] for _, part in chunks(table.start, table.length, read_rows(store, name))])
+    rows = np.concatenate([array[part] for _, part in _chunks(table.start, table.length, _read_rows(store, name))])
     return dict(zip(qs, np.quantile(rows.astype(np.float64), qs, axis=0)))
 
 
@@ -361,7 +361,7 @@ def check_quantiles(quantiles: Any) -> tuple[float, ...]:
     return tuple(number(q, "each quantile", low=0.0, high=1.0) for q in quantiles)
 
 
-class StatsObserver(CommitObserver):
+class _StatsObserver(CommitObserver):
     """Keeps a writer's running statistics: loaded and caught up before its first commit, fed each commit's
     rows (already in RAM), saved now and then and on ``sync``/``close``."""
 
@@ -386,13 +386,13 @@ class StatsObserver(CommitObserver):
 
 
 @observe_commits
-def track(store) -> StatsObserver | None:
-    return StatsObserver() if store.track_stats else None
+def _track(store) -> _StatsObserver | None:
+    return _StatsObserver() if store.track_stats else None
 
 
 def running_stats(store) -> RunningStats | None:
     """The running moments a writing store keeps in this process (None: not tracked, or nothing committed yet)."""
     if not store.track_stats:
         return None
-    return next((observer.running for observer in store._observers or () if isinstance(observer, StatsObserver)),
+    return next((observer.running for observer in store._observers or () if isinstance(observer, _StatsObserver)),
                 None)

@@ -35,29 +35,29 @@ import numpy as np
 
 from ..core import folderio
 from ..core import format as fmt
-from .checksums import MANIFEST, check_manifest, judge, read_manifest, stray_files
+from .checksums import MANIFEST, check_manifest, _judge, read_manifest, stray_files
 from ..errors import (OptionError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError, SchemaError,
                      StoreIOError, StoreNotFoundError)
-from .stats import MAX_RUNNING_BYTES, NPY_HEADER_ROOM, RUNNING_FILE, expected_members
+from .stats import _MAX_RUNNING_BYTES, _NPY_HEADER_ROOM, RUNNING_FILE, _expected_members
 from ..core.format import Capacity, State
 from ..core.schema import Schema
 
 __all__ = ["VerifyReport", "verify"]
 
-MAX_LISTED = 5  # findings listed per kind of episode-table damage; the rest are counted
-STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
-PRIORITY_NOTE = "; priorities are sampler state, not data: delete the file and a prioritized sampler starts them afresh"
-END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
-CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
+_MAX_LISTED = 5  # findings listed per kind of episode-table damage; the rest are counted
+_STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
+_PRIORITY_NOTE = "; priorities are sampler state, not data: delete the file and a prioritized sampler starts them afresh"
+_END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
+_CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
                  "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file",
                  "entries": "folder entry"}
-TOP_FILES = (fmt.META_FILE, fmt.LOCK_FILE, MANIFEST, "card.json", "README.md")
-LAYOUT_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, fmt.STATS_DIR, fmt.RATELIMIT_DIR)
-RUNNING = f"{fmt.STATS_DIR}/{RUNNING_FILE}"
-STATS_DEPTH = 4  # stats/ may hold folders this deep (checksums covers them)
+_TOP_FILES = (fmt.META_FILE, fmt.LOCK_FILE, MANIFEST, "card.json", "README.md")
+_LAYOUT_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, fmt.STATS_DIR, fmt.RATELIMIT_DIR)
+_RUNNING = f"{fmt.STATS_DIR}/{RUNNING_FILE}"
+_STATS_DEPTH = 4  # stats/ may hold folders this deep (checksums covers them)
 # the size caps of the files the library reads whole (folderio, stats)
-CAPS = {fmt.META_FILE: (folderio.MAX_JSON_BYTES, "JSON files"), "card.json": (folderio.MAX_JSON_BYTES, "JSON files"),
-        MANIFEST: (folderio.MAX_MANIFEST_BYTES, "checksums.sha256"), RUNNING: (MAX_RUNNING_BYTES, "stats/running.npz")}
+_CAPS = {fmt.META_FILE: (folderio.MAX_JSON_BYTES, "JSON files"), "card.json": (folderio.MAX_JSON_BYTES, "JSON files"),
+        MANIFEST: (folderio.MAX_MANIFEST_BYTES, "checksums.sha256"), _RUNNING: (_MAX_RUNNING_BYTES, "stats/running.npz")}
 
 
 @dataclass
@@ -69,7 +69,7 @@ class VerifyReport:
     folder: Path
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKED_WORDS, 0))
+    checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_CHECKED_WORDS, 0))
     is_store: bool = True
     # the system calls that failed while checking (EIO, EACCES, ENOSPC, ...) as the library's errors: a problem
     # the system caused, not damage (``pack`` raises the first of them rather than calling the store damaged)
@@ -84,17 +84,17 @@ class VerifyReport:
                 "problems": list(self.problems), "warnings": list(self.warnings), "checked": dict(self.checked)}
 
     def __str__(self) -> str:
-        verdict = "OK" if self.ok else f"DAMAGED: {plural(len(self.problems), 'problem')}"
-        lines = [f"{self.folder}: {verdict}, {plural(len(self.warnings), 'warning')}",
+        verdict = "OK" if self.ok else f"DAMAGED: {_plural(len(self.problems), 'problem')}"
+        lines = [f"{self.folder}: {verdict}, {_plural(len(self.warnings), 'warning')}",
                  "checked: " + ", ".join(("meta.json" if n else "meta.json (unreadable)") if key == "meta_json"
-                                         else plural(n, CHECKED_WORDS[key]) for key, n in self.checked.items())]
+                                         else _plural(n, _CHECKED_WORDS[key]) for key, n in self.checked.items())]
         for title, found in (("problems", self.problems), ("warnings", self.warnings)):
             if found:
                 lines += [f"{title}:"] + [f"  - {line}" for line in found]
         return "\n".join(lines)
 
 
-def plural(count: int, word: str) -> str:
+def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
@@ -111,11 +111,11 @@ def verify(folder: str | os.PathLike, *, checksums: bool | None = None, progress
     if checksums is not None and not isinstance(checksums, bool):
         raise OptionError(f"checksums must be None, True or False (got {checksums!r})")
     report = VerifyReport(folder)
-    StoreChecker(folder, report, checksums=checksums, progress=progress).run()
+    _StoreChecker(folder, report, checksums=checksums, progress=progress).run()
     return report
 
 
-class StoreChecker:
+class _StoreChecker:
     """The checks, in order; each one skips what an earlier finding makes meaningless."""
 
     def __init__(self, folder: Path, report: VerifyReport, *, checksums: bool | None = None, progress: bool = False):
@@ -173,7 +173,7 @@ class StoreChecker:
     def read_meta(self) -> dict | None:
         path = self.folder / fmt.META_FILE
         if not path.exists() and not path.is_symlink():
-            self.report.is_store = any((self.folder / name).is_dir() for name in STORE_DIRS)
+            self.report.is_store = any((self.folder / name).is_dir() for name in _STORE_DIRS)
             self.problem("meta.json", "missing (expected the store's metadata, its commit point); " + (
                 "the folder holds a store's files without it: restore meta.json from a copy"
                 if self.report.is_store else "this folder is not a memmap_replay store"))
@@ -351,11 +351,11 @@ class StoreChecker:
                     f"forever or never end)", True, "replace it by the store's file, or delete it")
         if stray:
             return None, False, ""
-        cap = CAPS.get(rel) or ((folderio.MAX_JSON_BYTES, "JSON files") if rel.endswith(".json") else None)
+        cap = _CAPS.get(rel) or ((folderio.MAX_JSON_BYTES, "JSON files") if rel.endswith(".json") else None)
         if cap is not None and info.st_size > cap[0]:
             return (f"{info.st_size} bytes, over the {cap[0]}-byte cap on {cap[1]}: the library refuses to read it "
                     f"(it is not a file this library wrote)", True,
-                    "delete it (the statistics are rebuilt from the live episodes)" if rel == RUNNING
+                    "delete it (the statistics are rebuilt from the live episodes)" if rel == _RUNNING
                     else "replace it by a copy of the store's own")
         if info.st_nlink > 1:
             return (f"a hard link shared with {info.st_nlink - 1} other name(s): a writer refuses it (a write would "
@@ -375,9 +375,9 @@ class StoreChecker:
             return
         for name in names:
             self.report.checked["entries"] += 1
-            if name in TOP_FILES:
+            if name in _TOP_FILES:
                 self.refuse(name, file=True)
-            elif name in LAYOUT_DIRS:
+            elif name in _LAYOUT_DIRS:
                 if not self.refuse(name, file=False) and (self.folder / name).is_dir():
                     self.check_layout_dir(name, depth=1)
             else:
@@ -395,7 +395,7 @@ class StoreChecker:
             child = f"{rel}/{name}"
             self.report.checked["entries"] += 1
             is_dir = os.path.isdir(self.folder / child) and not os.path.islink(self.folder / child)
-            if top == fmt.STATS_DIR and is_dir and depth < STATS_DEPTH:
+            if top == fmt.STATS_DIR and is_dir and depth < _STATS_DEPTH:
                 self.check_layout_dir(child, depth + 1)
                 continue
             stray = known is not None and child not in known and not (top == fmt.STATS_DIR and is_dir)
@@ -404,7 +404,7 @@ class StoreChecker:
     def known_names(self, top: str) -> set[str] | None:
         """The entries of a layout folder the library reads or writes (None: every entry is the library's)."""
         if top == fmt.STATS_DIR:
-            return {RUNNING}
+            return {_RUNNING}
         groups = {fmt.STEPS_DIR: "fields", fmt.META_DIR: "meta_fields"}
         if top in groups:
             if self.schema is None:
@@ -419,10 +419,10 @@ class StoreChecker:
     def check_running(self) -> None:
         """The members of stats/running.npz against the names and sizes the schema allows (read from the zip's
         directory and each member's .npy header, never inflated)."""
-        path = self.folder / RUNNING
-        if self.schema is None or self.is_refused(RUNNING) or not path.exists() or path.is_dir():
+        path = self.folder / _RUNNING
+        if self.schema is None or self.is_refused(_RUNNING) or not path.exists() or path.is_dir():
             return
-        expected, findings = expected_members(self.schema), []
+        expected, findings = _expected_members(self.schema), []
         try:
             with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file, \
                     zipfile.ZipFile(file) as archive:
@@ -430,21 +430,21 @@ class StoreChecker:
                     name = info.filename.removesuffix(".npy")
                     if name not in expected or not info.filename.endswith(".npy"):
                         findings.append(f"an unknown member {info.filename!r} ({info.file_size} bytes)")
-                    elif info.file_size > expected[name] + NPY_HEADER_ROOM:
+                    elif info.file_size > expected[name] + _NPY_HEADER_ROOM:
                         findings.append(f"member {info.filename!r} holds {info.file_size} bytes (expected at most "
-                                        f"{expected[name] + NPY_HEADER_ROOM})")
+                                        f"{expected[name] + _NPY_HEADER_ROOM})")
                     else:
                         with archive.open(info) as member:
                             findings += self.member_header(info.filename, member, expected[name])
         except (ReplayError, OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as error:
-            self.warn(RUNNING, f"not a readable .npz ({error}); the library rebuilds the statistics from the live "
+            self.warn(_RUNNING, f"not a readable .npz ({error}); the library rebuilds the statistics from the live "
                                f"episodes (derived data, not data)")
             return
-        for finding in findings[:MAX_LISTED]:
-            self.problem(RUNNING, f"{finding}: the library refuses the file (it never inflates a member it does not "
+        for finding in findings[:_MAX_LISTED]:
+            self.problem(_RUNNING, f"{finding}: the library refuses the file (it never inflates a member it does not "
                                   f"expect) and rebuilds the statistics; delete it")
-        if len(findings) > MAX_LISTED:
-            self.problem(RUNNING, f"and {len(findings) - MAX_LISTED} more members like these")
+        if len(findings) > _MAX_LISTED:
+            self.problem(_RUNNING, f"and {len(findings) - _MAX_LISTED} more members like these")
 
     @staticmethod
     def member_header(name: str, member, nbytes: int) -> list[str]:
@@ -547,7 +547,7 @@ class StoreChecker:
         self.listed("episodes/start.npy", (start < 0) | (start > state.rows), lambda i: f"{episode(i)} starts at row "
                     f"{start[i]} (expected a row in 0 .. {state.rows - 1}, state.rows = {state.rows})")
         self.listed("episodes/end.npy", end > max(fmt.END_NAMES), lambda i: f"{episode(i)} has end code {end[i]} "
-                    f"(expected {END_CODES_TEXT})")
+                    f"(expected {_END_CODES_TEXT})")
         self.listed("episodes/final.npy", final > 1, lambda i: f"{episode(i)} has byte {final[i]} (expected 0 or 1; "
                     f"numpy reads it as true)", warn=True)
         sane = (start >= 0) & (start <= state.rows) & (length >= 1) & (length <= capacity.max_timesteps)
@@ -564,10 +564,10 @@ class StoreChecker:
 
     def listed(self, where: str, mask: np.ndarray, describe: Callable[[int], str], *, warn: bool = False) -> None:
         add, hits = (self.warn if warn else self.problem), np.flatnonzero(mask)
-        for i in hits[:MAX_LISTED]:
+        for i in hits[:_MAX_LISTED]:
             add(where, describe(int(i)))
-        if len(hits) > MAX_LISTED:
-            add(where, f"and {len(hits) - MAX_LISTED} more live episodes like these")
+        if len(hits) > _MAX_LISTED:
+            add(where, f"and {len(hits) - _MAX_LISTED} more live episodes like these")
 
     def check_overlaps(self, ids: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
         order = np.argsort(start, kind="stable")
@@ -575,12 +575,12 @@ class StoreChecker:
         reach = np.maximum.accumulate(stop)  # the furthest row any episode starting earlier covers
         clashes = np.flatnonzero(start[1:] < reach[:-1]) + 1
         where = "episodes/start.npy and episodes/length.npy"
-        for k in clashes[:MAX_LISTED]:
+        for k in clashes[:_MAX_LISTED]:
             j = int(np.argmax(stop[:k] > start[k]))  # an earlier episode that reaches into episode k
             self.problem(where, f"live episodes {ids[j]} (rows {start[j]} .. {stop[j] - 1}) and {ids[k]} (rows "
                                 f"{start[k]} .. {stop[k] - 1}) overlap (expected each on rows of its own)")
-        if len(clashes) > MAX_LISTED:
-            self.problem(where, f"and {len(clashes) - MAX_LISTED} more overlapping live episodes")
+        if len(clashes) > _MAX_LISTED:
+            self.problem(where, f"and {len(clashes) - _MAX_LISTED} more overlapping live episodes")
 
     # ---- priorities/ and stray files ------------------------------------------------------------------
 
@@ -597,17 +597,17 @@ class StoreChecker:
             if name.endswith(".owner.npy"):
                 self.report.checked["priority_files"] += 1
                 self.check_npy(rel, np.dtype(np.int64), (), capacity.max_episodes, "capacity.max_episodes",
-                               exact=True, note=PRIORITY_NOTE)
+                               exact=True, note=_PRIORITY_NOTE)
             elif name.endswith(".npy"):
                 self.report.checked["priority_files"] += 1
                 values = self.check_npy(rel, np.dtype(np.float64), (), capacity.max_steps + 1,
-                                        "capacity.max_steps + 1", exact=True, note=PRIORITY_NOTE)
+                                        "capacity.max_steps + 1", exact=True, note=_PRIORITY_NOTE)
                 largest = float(values[-1]) if values is not None else 0.0
                 if not (np.isfinite(largest) and largest >= 0):
                     self.warn(rel, f"the largest priority (its last entry) is {largest} (expected a finite number "
-                                   f">= 0){PRIORITY_NOTE}")
+                                   f">= 0){_PRIORITY_NOTE}")
                 if not (directory / (name[:-4] + ".owner.npy")).exists():
-                    self.warn(rel, f"has no {name[:-4]}.owner.npy beside it (expected one){PRIORITY_NOTE}")
+                    self.warn(rel, f"has no {name[:-4]}.owner.npy beside it (expected one){_PRIORITY_NOTE}")
             elif name.endswith(".json"):
                 if not self.is_refused(rel):
                     self.check_view_spec(path, rel)
@@ -620,7 +620,7 @@ class StoreChecker:
         except (ReplayError, OSError) as error:
             spec = error
         if not isinstance(spec, dict):
-            self.warn(rel, f"not a JSON object naming the view of these priorities (found {spec!r}){PRIORITY_NOTE}")
+            self.warn(rel, f"not a JSON object naming the view of these priorities (found {spec!r}){_PRIORITY_NOTE}")
 
     def check_strays(self) -> None:
         if self.report.is_store:
@@ -634,6 +634,6 @@ class StoreChecker:
             return
         if self.report.is_store and (self.checksums or (self.checksums is None and (manifest.exists() or
                                                                                    manifest.is_symlink()))):
-            for line, warn in judge(check_manifest(self.folder, progress=self.progress), self.folder):
+            for line, warn in _judge(check_manifest(self.folder, progress=self.progress), self.folder):
                 (self.report.warnings if warn else self.report.problems).append(line)
             self.report.checked["checksums"] = len(read_manifest(self.folder)[0] or ())

@@ -26,7 +26,7 @@ from ..core.options import index as index_option, names as option_names, short
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
 
-class OutputPool:
+class _OutputPool:
     """Batch output memory, reused once the batch that used it is gone.
 
     A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed
@@ -66,7 +66,7 @@ class OutputPool:
         return out
 
 
-OUTPUTS = OutputPool()
+_OUTPUTS = _OutputPool()
 
 
 def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
@@ -92,7 +92,7 @@ def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
     return bool(filters)
 
 
-def describe(value: Any) -> str:
+def _describe(value: Any) -> str:
     """An array by its dtype and shape, anything else by its (short) repr."""
     if isinstance(value, np.ndarray):
         return f"{value.dtype} array of shape {value.shape}"
@@ -151,7 +151,7 @@ class StoreView(BatchDataset):
     def _snapshot(self, store: EpisodeStore) -> None:
         # the table first: reading it consistently may take a newer meta.json (store.live_table), whose
         # state and stamp are then the snapshot's.
-        self.table = select_episodes(store, self.filter_meta)
+        self.table = _select_episodes(store, self.filter_meta)
         # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
         # first check after a gather then reads meta.json again, once)
         self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
@@ -243,11 +243,11 @@ class StoreView(BatchDataset):
         # what a sampler draws: cheap checks (one dtype / shape check each, one min below)
         if not isinstance(keys, np.ndarray) or keys.dtype.kind != "i" or keys.ndim != 1:
             raise InvalidDataError(f"a Sample's keys must be a 1-d int64 array, as samplers draw them (got "
-                                   f"{describe(keys)}); draw from a sampler over this view")
+                                   f"{_describe(keys)}); draw from a sampler over this view")
         if weights is not None and (not isinstance(weights, np.ndarray) or weights.dtype.kind != "f"
                                     or weights.shape != keys.shape):
             raise InvalidDataError(f"a Sample's weights must be None or a float array of one weight per key, shape "
-                                   f"{keys.shape} (got {describe(weights)})")
+                                   f"{keys.shape} (got {_describe(weights)})")
         store = self._store
         if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
             self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
@@ -379,10 +379,10 @@ class StoreView(BatchDataset):
         source = self._sources.get(name)
         if source is None:  # the map as of the first read covers every row of the snapshot
             source = self._sources[name] = self.store.step_array(name)
-        return OUTPUTS.take(source, rows)
+        return _OUTPUTS.take(source, rows)
 
 
-def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
+def _select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
     """The live episodes whose meta values equal every value of ``filter_meta``."""
     if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
         return store.live_table(catch_up=True)

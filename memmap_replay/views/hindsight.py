@@ -36,7 +36,7 @@ from .kinds import NStepView
 __all__ = ["HindsightView", "STRATEGIES"]
 
 STRATEGIES = ("future", "final", "episode")
-NEEDED = "; hindsight needs goal_field=, achieved_field= and reward_fn=, e.g. dict(goal_field='goal', " \
+_NEEDED = "; hindsight needs goal_field=, achieved_field= and reward_fn=, e.g. dict(goal_field='goal', " \
          "achieved_field='achieved', reward_fn=f)"
 
 
@@ -51,7 +51,7 @@ class HindsightView(NStepView):
                                    f"(got {short(n_steps)})")
         if not callable(reward_fn):
             raise OptionError(f"reward_fn must be a function (achieved_goal, desired_goal) -> rewards "
-                                   f"(got {short(reward_fn)}){NEEDED if reward_fn is None else ''}")
+                                   f"(got {short(reward_fn)}){_NEEDED if reward_fn is None else ''}")
         strategy = choice(strategy, "strategy", STRATEGIES)
         relabel_ratio = number(relabel_ratio, "relabel_ratio", low=0, high=1)
         seed = seed_option(seed, optional=False)
@@ -60,7 +60,7 @@ class HindsightView(NStepView):
         for name, value in (("goal_field", goal_field), ("achieved_field", achieved_field)):
             if not isinstance(value, str) or value not in fields:
                 raise OptionError(f"{name}={short(value)} is not a step field; the fields are {sorted(fields)}"
-                                       f"{NEEDED if value is None else ''}")
+                                       f"{_NEEDED if value is None else ''}")
         if fields[goal_field].shape != fields[achieved_field].shape:
             raise OptionError(f"goal_field {goal_field!r} {fields[goal_field].shape} and achieved_field "
                                    f"{achieved_field!r} {fields[achieved_field].shape} must have the same shape")

@@ -34,10 +34,10 @@ from ..core.store import EpisodeStore
 
 __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
 
-STACK_PADS = ("repeat", "zero")
+_STACK_PADS = ("repeat", "zero")
 
 
-def steps(value: Any, name: str, store: EpisodeStore) -> int:
+def _steps(value: Any, name: str, store: EpisodeStore) -> int:
     """A number of steps: a positive int, at most the store's max_timesteps."""
     return positive(value, name, most=store.capacity.max_timesteps, most_is="the store's max_timesteps=")
 
@@ -64,12 +64,12 @@ class TrajectoryView(StoreView):
         return batch
 
 
-class FrameStacking:
+class _FrameStacking:
     """``frame_stack=k`` for ``stack_fields`` (default: every field of 2 or more dimensions)."""
 
     def setup_stacking(self, store: EpisodeStore, frame_stack: int, stack_fields: Any, stack_pad: str) -> None:
-        self.frame_stack = steps(frame_stack, "frame_stack", store)
-        self.stack_pad = choice(stack_pad, "stack_pad", STACK_PADS)
+        self.frame_stack = _steps(frame_stack, "frame_stack", store)
+        self.stack_pad = choice(stack_pad, "stack_pad", _STACK_PADS)
         if stack_fields is None:
             stack_fields = [name for name, spec in store.schema.fields.items() if len(spec.shape) >= 2]
         self.stack_fields = frozenset(check_names(stack_fields, store.schema.fields, "field"))
@@ -87,7 +87,7 @@ class FrameStacking:
         return self.rows_of(name, stacked, valid)
 
 
-class TimestepView(StoreView, FrameStacking):
+class TimestepView(StoreView, _FrameStacking):
     """Single timesteps; ``filter_fields`` keeps the steps whose scalar fields equal the given values."""
 
     kind = "steps"
@@ -101,7 +101,7 @@ class TimestepView(StoreView, FrameStacking):
         self.check_outputs()
 
     def build(self) -> None:
-        self.positions = filtered(self.store, self.table, Positions.from_counts(self.table.length), self.filter_fields)
+        self.positions = _filtered(self.store, self.table, Positions.from_counts(self.table.length), self.filter_fields)
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         first = self.table.start[episode]
@@ -114,7 +114,7 @@ class WindowView(StoreView):
     def __init__(self, store: EpisodeStore, window: int, *, allow_partial: bool = False, time_major: bool = False,
                  **options: Any):
         super().__init__(store, **options)
-        self.window = steps(window, "window", store)
+        self.window = _steps(window, "window", store)
         self.allow_partial = flag(allow_partial, "allow_partial")
         self.time_major = flag(time_major, "time_major")
         self.build()
@@ -147,7 +147,7 @@ class WindowView(StoreView):
         return batch
 
 
-class NStepView(StoreView, FrameStacking):
+class NStepView(StoreView, _FrameStacking):
     """n-step transitions. Unlike the seed package, the last step of an episode that terminated (or that
     has a stored final observation) is a transition too, so a terminal reward reaches the learner."""
 
@@ -159,7 +159,7 @@ class NStepView(StoreView, FrameStacking):
             raise OptionError("an n-step view takes current_fields, next_fields and sequence_fields, not fields")
         super().__init__(store, **options)
         schema = store.schema
-        self.n_steps = steps(n_steps, "n_steps", store)
+        self.n_steps = _steps(n_steps, "n_steps", store)
         self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields, "field")
         self.next_fields = self.fields if next_fields is None else check_names(next_fields, schema.fields, "field")
         self.sequence_fields = check_names(() if sequence_fields is None else sequence_fields, schema.fields, "field")
@@ -192,7 +192,7 @@ class NStepView(StoreView, FrameStacking):
 
     def build(self) -> None:
         self.targets = NStepTargets(self.table, self.n_steps, self.gamma)
-        self.positions = filtered(self.store, self.table, Positions.from_counts(self.targets.reach), self.filter_fields)
+        self.positions = _filtered(self.store, self.table, Positions.from_counts(self.targets.reach), self.filter_fields)
 
     def output_names(self) -> list[str]:
         names = list(self.current_fields) + [f"next_{name}" for name in self.next_fields]
@@ -248,7 +248,7 @@ class NStepView(StoreView, FrameStacking):
         return values
 
 
-def filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):
+def _filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):
     """Keep only the positions whose scalar step fields equal ``filter_fields`` (reads those fields)."""
     if not check_filter(filter_fields, store.schema.fields, "filter_fields", "field"):
         return positions

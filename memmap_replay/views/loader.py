@@ -30,7 +30,7 @@ from ..samplers.factory import sampler_class, sampler_options
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
            "sampler_dataloader"]
 
-EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
+_EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
 # DataLoader keywords passed through as they are
 LOADER_KEYWORDS = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
                    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
@@ -62,8 +62,8 @@ class BatchIndexSampler(Sampler):
                 seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
             entropy = [seed & (2**63 - 1), self.epoch]
             # a full permutation up to a million items; beyond, a lazy one (no O(size) work per epoch)
-            order = (np.random.default_rng(entropy).permutation(self.size) if self.size <= EAGER_PERMUTATION
-                     else LazyPermutation(self.size, entropy))
+            order = (np.random.default_rng(entropy).permutation(self.size) if self.size <= _EAGER_PERMUTATION
+                     else _LazyPermutation(self.size, entropy))
         self.epoch += 1
         stop = len(self) * self.batch_size if self.drop_last else self.size
         for begin in range(0, stop, self.batch_size):
@@ -75,7 +75,7 @@ class BatchIndexSampler(Sampler):
         return full if self.drop_last or rest == 0 else full + 1
 
 
-class LazyPermutation:
+class _LazyPermutation:
     """A seeded bijection of [0, size) computed slice by slice: a 4-round Feistel network over the
     smallest even-bit domain that holds ``size``, with cycle walking back into range."""
 
@@ -126,13 +126,13 @@ def named_tuple_option(value: Any) -> tuple[str, ...] | None:
     return names
 
 
-def accelerator_available() -> bool:
+def _accelerator_available() -> bool:
     """Pinned memory needs an accelerator (torch's own loader skips pinning without one, too)."""
     accelerator = getattr(torch, "accelerator", None)
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
-def pass_through(batch: dict) -> dict:
+def _pass_through(batch: dict) -> dict:
     """The collate function: a view's ``__getitems__`` already returns a whole batch."""
     return batch
 
@@ -145,7 +145,7 @@ class ReplayDataLoader(DataLoader):
         device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
         to_named_tuple = named_tuple_option(to_named_tuple)
         generator_option(loader_options.get("generator"))
-        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=pass_through, **loader_options)
+        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=_pass_through, **loader_options)
         self.device = device
         self.non_blocking = non_blocking
         self.to_named_tuple = to_named_tuple
@@ -161,7 +161,7 @@ class ReplayDataLoader(DataLoader):
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         for items in self.batch_sampler:
             batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
-            if self.pin_memory and accelerator_available():
+            if self.pin_memory and _accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}
             yield batch
 
@@ -177,7 +177,7 @@ class ReplayDataLoader(DataLoader):
             yield batch
 
 
-def keywords(cls) -> set[str]:
+def _keywords(cls) -> set[str]:
     """The keyword-only parameters of the class's own ``__init__``."""
     init = vars(cls).get("__init__")
     if init is None:
@@ -226,7 +226,7 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
     elif window is not None:
         view, args = WindowView, (window,)
         options.pop("return_mask", None)  # partial windows always carry their mask
-    accepted = set().union(*(keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
+    accepted = set().union(*(_keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise OptionError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")

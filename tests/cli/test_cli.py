@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import memmap_replay
-from memmap_replay.cli import EXIT_BROKEN_PIPE, EXIT_OK
+from memmap_replay.cli import _EXIT_BROKEN_PIPE, EXIT_OK
 
 
 def python(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -92,7 +92,7 @@ def run_noisy(args):
         print(f"line {number}")
     return 0
 
-cli.commands = lambda: [add]
+cli._commands = lambda: [add]
 sys.exit(cli.main(["noisy"]))
 """
 
@@ -106,7 +106,7 @@ def test_broken_pipe_exits_quietly():
     _, stderr = writer.communicate(timeout=120)
     assert head_output == b"line 0\n"
     assert stderr == b""  # no traceback, no 'Exception ignored ... BrokenPipeError'
-    assert writer.returncode == EXIT_BROKEN_PIPE
+    assert writer.returncode == _EXIT_BROKEN_PIPE
 
 
 @pytest.mark.skipif(shutil.which("head") is None, reason="needs head")

@@ -20,7 +20,7 @@ import pytest
 from memmap_replay import ReplayBuffer
 from memmap_replay.sharing.card import DatasetCard, write_card
 from memmap_replay.cli import main
-from memmap_replay.cli.info import columns, figure, human_bytes
+from memmap_replay.cli.info import _columns, _figure, _human_bytes
 from memmap_replay.core.format import NpyFile
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", image=("uint8", (8, 40, 40)))
@@ -102,9 +102,9 @@ def test_info_text_shows_the_figures(known, capsys):
     lengths = np.array(LENGTHS)
     returns = np.array([data["reward"].astype(np.float64).sum() for data in episodes])
     assert re.search(r"^capacity +8 episodes of up to 32 steps in 264 rows; not circular", out, re.M)
-    assert re.search(rf"^length +min 1  mean {figure(lengths.mean())}  max 30  std {figure(lengths.std())}$", out, re.M)
-    assert re.search(rf"^return +min {re.escape(figure(returns.min()))}  mean {re.escape(figure(returns.mean()))}  "
-                     rf"max {re.escape(figure(returns.max()))}  std {re.escape(figure(returns.std()))}  "
+    assert re.search(rf"^length +min 1  mean {_figure(lengths.mean())}  max 30  std {_figure(lengths.std())}$", out, re.M)
+    assert re.search(rf"^return +min {re.escape(_figure(returns.min()))}  mean {re.escape(_figure(returns.mean()))}  "
+                     rf"max {re.escape(_figure(returns.max()))}  std {re.escape(_figure(returns.std()))}  "
                      rf"\(sum of reward\)$", out, re.M)
     assert re.search(r"^ends +2 terminated, 2 truncated, 1 unspecified; 1 with a final observation$", out, re.M)
     assert re.search(r"^files +checksums\.sha256: no; card\.json: yes; stats/running\.npz: yes$", out, re.M)
@@ -340,8 +340,8 @@ def test_help_teaches_with_examples(capsys, command, example):
 
 
 def test_text_helpers():
-    assert [human_bytes(n) for n in (0, 1023, 1536, 10 << 20, 1000 << 20, 5 << 40)] == \
+    assert [_human_bytes(n) for n in (0, 1023, 1536, 10 << 20, 1000 << 20, 5 << 40)] == \
         ["0 B", "1023 B", "1.5 KiB", "10 MiB", "1000 MiB", "5 TiB"]
-    assert [figure(x) for x in (None, math.nan, 12345, 0.000123456789, 2.5)] == ["-", "-", "12,345", "0.000123457", "2.5"]
-    assert columns([["a", "1"], ["a note that is long"], ["bbb", "22"]], right={1}) == \
+    assert [_figure(x) for x in (None, math.nan, 12345, 0.000123456789, 2.5)] == ["-", "-", "12,345", "0.000123457", "2.5"]
+    assert _columns([["a", "1"], ["a note that is long"], ["bbb", "22"]], right={1}) == \
         ["a     1", "a note that is long", "bbb  22"]

@@ -17,7 +17,7 @@ import pytest
 from memmap_replay import DiskFullError, ReadOnlyError, ReplayBuffer, ReplayError
 from memmap_replay.core import folderio
 from memmap_replay.errors import CorruptStoreError, MissingFileError, StoreIOError, UnsafeEntryError
-from memmap_replay.sharing.stats import read_running
+from memmap_replay.sharing.stats import _read_running
 
 
 @contextmanager
@@ -194,11 +194,11 @@ def test_stats_members_are_checked_before_anything_is_inflated(store, monkeypatc
     with ReplayBuffer.from_folder(folder) as buffer:
         schema, expected = buffer.schema, buffer.stats()
     running = folder / "stats" / "running.npz"
-    assert set(read_running(folder, schema)) >= {"covers", "episodes", "store_id", "obs.mean"}
+    assert set(_read_running(folder, schema)) >= {"covers", "episodes", "store_id", "obs.mean"}
     with zipfile.ZipFile(running, "a", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("bomb.npy", b"\0" * (1 << 20))  # a zip bomb in small: 1 MiB of zeros in ~1 KiB
     with pytest.raises(ValueError, match=r"member 'bomb.npy' of 1048576 bytes"):
-        read_running(folder, schema)
+        _read_running(folder, schema)
     monkeypatch.setattr(np, "load", lambda *a, **k: pytest.fail("np.load of an npz whose members were refused"))
     with ReplayBuffer.from_folder(folder, read_only=True) as reader:  # a refused cache is rebuilt, not read
         assert np.allclose(reader.stats().fields["obs"].mean, expected.fields["obs"].mean)

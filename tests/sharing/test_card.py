@@ -189,7 +189,7 @@ def test_provenance_details_must_be_plain_json_and_nothing_is_written(store):
 
 def test_a_card_too_large_to_unpack_is_refused(store, monkeypatch):
     """unpack refuses a card.json over 64 MiB, so a card that large must not be written in the first place."""
-    monkeypatch.setattr(card_module, "TEXT_LIMIT", 4096)
+    monkeypatch.setattr(card_module, "_TEXT_LIMIT", 4096)
     with pytest.raises(InvalidDataError, match=r"a dataset card must take at most 0 MiB as card\.json and README\.md "
                                                r"\(got [\d,]+ and [\d,]+ bytes\), so that `unpack` accepts it"):
         update_card(store, description="x" * 5000)
@@ -307,7 +307,7 @@ def test_update_card_takes_gymnasium_objects(store):
 def test_render_escapes_table_cells():
     text = DatasetCard(author="a | b\nc", provenance=[{"kind": "k", "source": "s|t", "time": "T", "tool": "x"}]).render()
     assert "| Author | a \\| b c |" in text and "`s\\|t`" in text
-    assert card_module.cell(["x", "y"]) == "x, y"
+    assert card_module._cell(["x", "y"]) == "x, y"
 
 
 # ---- the command line ----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ Image = pytest.importorskip("PIL.Image")
 
 H, W, K = 6, 8, 4
 LENGTHS = (5, 9, 12)
-BACKGROUND = frames_module.BACKGROUND
+BACKGROUND = frames_module._BACKGROUND
 
 
 def picture(e: int, t: int) -> np.ndarray:
@@ -133,16 +133,16 @@ def test_sheet_shows_every_layout_and_dtype(folder, tmp_path, field):
     for e, t, x, y in written.tiles:
         np.testing.assert_array_equal(pixels[y:y + 2 * frame_h, x:x + 2 * frame_w], enlarge(shows(field, e, t), 2),
                                       err_msg=f"{field}: episode {e} step {t}")
-        label = pixels[y - frames_module.LABEL_HEIGHT:y, x:x + 2 * frame_w]
+        label = pixels[y - frames_module._LABEL_HEIGHT:y, x:x + 2 * frame_w]
         assert (label != BACKGROUND).any(), "a label is drawn above each frame"
 
 
 def test_sheet_geometry_is_a_grid_of_episodes(folder, tmp_path):
-    """Without labels, frame (row r, column c) starts at (GAP + c (w + GAP), GAP + r (h + GAP)); each
+    """Without labels, frame (row r, column c) starts at (_GAP + c (w + _GAP), _GAP + r (h + _GAP)); each
     episode starts a new row and wraps after ``columns`` frames."""
     written = contact_sheet(folder, "hwc", episodes=[2, 0], every=3, columns=3, scale=1, labels=False,
                             out=tmp_path / "grid.png")
-    gap = frames_module.GAP
+    gap = frames_module._GAP
     def cell(r, c):
         return (gap + c * (W + gap), gap + r * (H + gap))
     expected = [(2, 0, *cell(0, 0)), (2, 3, *cell(0, 1)), (2, 6, *cell(0, 2)), (2, 9, *cell(1, 0)),
@@ -163,7 +163,7 @@ def test_sheet_default_shows_each_episode_on_one_row_enlarged(folder):
     assert [p[:, 1].tolist() for p in per_episode] == [[0, 2, 4], [0, 3, 6], [0, 3, 6, 9]]
     assert all(len(set(p[:, 3])) == 1 for p in per_episode), "one row per episode"
     scale = -(-64 // H)
-    assert written.image.shape[1] == frames_module.GAP + 4 * (W * scale + frames_module.GAP)
+    assert written.image.shape[1] == frames_module._GAP + 4 * (W * scale + frames_module._GAP)
 
 
 def test_sheet_tiles_a_frame_stack_oldest_first(folder):
@@ -261,7 +261,7 @@ def test_frames_of_an_episode_the_ring_evicted_while_they_were_read_are_refused(
 
 @pytest.mark.parametrize("field", ["hwc", "chw01", "stack", "gray01"])
 def test_gif_holds_each_step_of_the_episode(folder, tmp_path, monkeypatch, field):
-    monkeypatch.setattr(frames_module, "chunk_rows", lambda spec, form: 4)  # 9 steps: chunks of 4, 4 and 1
+    monkeypatch.setattr(frames_module, "_chunk_rows", lambda spec, form: 4)  # 9 steps: chunks of 4, 4 and 1
     out = tmp_path / "episode.gif"
     written = write_video(folder, field, out, episode=1, fps=20, scale=3)
     assert (written.frames, written.width, written.height, written.episodes) == (9, 3 * W, 3 * H, (1,))
@@ -279,7 +279,7 @@ def test_gif_holds_each_step_of_the_episode(folder, tmp_path, monkeypatch, field
 def test_mp4_holds_each_step_and_pads_odd_sizes(folder, tmp_path, monkeypatch):
     imageio = pytest.importorskip("imageio.v2")
     pytest.importorskip("imageio_ffmpeg")
-    monkeypatch.setattr(frames_module, "chunk_rows", lambda spec, form: 5)  # 12 steps: chunks of 5, 5 and 2
+    monkeypatch.setattr(frames_module, "_chunk_rows", lambda spec, form: 5)  # 12 steps: chunks of 5, 5 and 2
     out = tmp_path / "episode.mp4"
     written = write_video(folder, "odd", out, episode=-1, fps=10, scale=9)
     assert (written.frames, written.width, written.height, written.fps) == (12, 64, 46, 10.0)
@@ -296,7 +296,7 @@ def test_a_long_episode_is_encoded_in_bounded_memory(tmp_path, monkeypatch, rng)
     steps, scale = 400, 16
     with ReplayBuffer(tmp_path / "long", max_episodes=1, max_timesteps=steps, fields=dict(obs=("float32", (H, W, 3)))) as buffer:
         buffer.store_episode(obs=rng.random((steps, H, W, 3), dtype=np.float32))
-    monkeypatch.setattr(frames_module, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(frames_module, "_CHUNK_BYTES", 1 << 20)
     tracemalloc.start()
     try:
         written = write_video(tmp_path / "long", "obs", tmp_path / "long.mp4", scale=scale)
@@ -370,7 +370,7 @@ def test_an_empty_store_and_a_too_large_sheet_are_refused(folder, tmp_path, monk
     ReplayBuffer(tmp_path / "empty", max_episodes=2, max_timesteps=2, fields=dict(img=("uint8", (4, 4)))).close()
     with pytest.raises(InvalidDataError, match=r"holds no episodes: nothing to show"):
         contact_sheet(tmp_path / "empty", "img")
-    monkeypatch.setattr(frames_module, "MAX_SHEET_PIXELS", 10_000)
+    monkeypatch.setattr(frames_module, "_MAX_SHEET_PIXELS", 10_000)
     with pytest.raises(InvalidDataError, match=r"would be \d+ x \d+ pixels .* choose fewer episodes"):
         contact_sheet(folder, "hwc")
 

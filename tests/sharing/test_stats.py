@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import InvalidDataError, ReplayBuffer
-from memmap_replay.sharing.stats import STATS_DIR, RUNNING_FILE, TRACK_LIMIT, Moments
+from memmap_replay.sharing.stats import STATS_DIR, RUNNING_FILE, TRACK_LIMIT, _Moments
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", done="bool", image=("uint8", (4, 16, 32)))
 
@@ -128,10 +128,10 @@ def test_merge_matches_one_pass_in_any_grouping():
     rng = np.random.default_rng(6)
     rows = rng.standard_normal((100, 2)) * [1, 1000] + [5, -7]
     cuts = np.sort(rng.choice(np.arange(1, 100), 9, replace=False))
-    merged = Moments.empty((2,))
+    merged = _Moments.empty((2,))
     for part in np.split(rows, cuts):
-        merged = merged.merge(Moments.of(part))
-    whole = Moments.of(rows)
+        merged = merged.merge(_Moments.of(part))
+    whole = _Moments.of(rows)
     assert merged.count == whole.count == 100
     np.testing.assert_allclose(merged.mean, whole.mean, rtol=1e-13)
     np.testing.assert_allclose(merged.m2, whole.m2, rtol=1e-12)
@@ -241,11 +241,11 @@ def test_refusals(tmp_path, kwargs, match):
 
 def test_big_fields_are_left_to_on_request_reads():
     from memmap_replay.core.schema import Schema
-    from memmap_replay.sharing.stats import tracked_by_default
+    from memmap_replay.sharing.stats import _tracked_by_default
 
     schema = Schema.parse(dict(small=("float", TRACK_LIMIT), big=("float", TRACK_LIMIT + 1), c="complex64",
                                flag="bool"))
-    assert tracked_by_default(schema) == ("small", "flag")
+    assert _tracked_by_default(schema) == ("small", "flag")
 
 
 def test_the_stats_file_is_plain_numpy(tmp_path):

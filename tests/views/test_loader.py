@@ -135,13 +135,13 @@ def test_reader_process_view_from_folder(filled, tmp_path):
 
 @pytest.mark.parametrize("size", [1, 2, 3, 1000, 100_003, (1 << 20) + 7])
 def test_lazy_permutation_is_a_seeded_bijection(size):
-    from memmap_replay.views.loader import LazyPermutation
+    from memmap_replay.views.loader import _LazyPermutation
 
-    values = LazyPermutation(size, [5, 0])[slice(0, size)]
+    values = _LazyPermutation(size, [5, 0])[slice(0, size)]
     assert np.array_equal(np.sort(values), np.arange(size))
-    assert np.array_equal(values, LazyPermutation(size, [5, 0])[slice(0, size)])
+    assert np.array_equal(values, _LazyPermutation(size, [5, 0])[slice(0, size)])
     if size > 1000:
-        assert not np.array_equal(values, LazyPermutation(size, [6, 0])[slice(0, size)])
+        assert not np.array_equal(values, _LazyPermutation(size, [6, 0])[slice(0, size)])
         assert abs(np.corrcoef(np.arange(size), values)[0, 1]) < 0.05  # shuffled, not a near-identity
 
 

@@ -248,9 +248,9 @@ def test_output_names_never_silently_collide(make_buffer):
 
 
 def test_output_pool_keeps_bounded_memory():
-    from memmap_replay.views.dataset import OutputPool
+    from memmap_replay.views.dataset import _OutputPool
 
-    pool = OutputPool()
+    pool = _OutputPool()
     source = np.zeros((1000, 1024), np.uint8)
     for size in range(200, 1000, 7):  # many distinct batch sizes, each dropped at once
         pool.take(source, np.arange(size))

@@ -29,16 +29,16 @@ from .limits import Refused
 
 __all__ = ["ShardCall", "ShardUnavailableError", "call_shard"]
 
-BACKOFF = (0.02, 0.5)  # the first and the longest pause before a failed call is sent again
-RATE_BACKOFF = (0.001, 0.05)  # the first and the longest pause before a refused call is sent again
-RATE_LIMITS = ("block", "raise")
+_BACKOFF = (0.02, 0.5)  # the first and the longest pause before a failed call is sent again
+_RATE_BACKOFF = (0.001, 0.05)  # the first and the longest pause before a refused call is sent again
+_RATE_LIMITS = ("block", "raise")
 
 
 def timeout_option(value: Any) -> float:
     return number(value, "timeout", low=0.0, low_open=True)
 
 
-def unwrapped(error: RayTaskError) -> BaseException:
+def _unwrapped(error: RayTaskError) -> BaseException:
     """The exception the actor's method raised (with its message as the library words it)."""
     cause = getattr(error, "cause", None)
     return cause if isinstance(cause, BaseException) else error
@@ -54,9 +54,9 @@ class ShardCall:
                  rate_limit: str = "block", **kwargs: Any):
         self.actor, self.method, self.args, self.kwargs = actor, method, args, kwargs
         self.timeout, self.what = timeout_option(timeout), what
-        self.rate_limit = choice(rate_limit, "rate_limit", RATE_LIMITS)
+        self.rate_limit = choice(rate_limit, "rate_limit", _RATE_LIMITS)
         self.deadline: float | None = None
-        self.pause, self.wait = BACKOFF[0], RATE_BACKOFF[0]
+        self.pause, self.wait = _BACKOFF[0], _RATE_BACKOFF[0]
         self.refused: list[Refused] = []  # the refusals met so far (each says what the call did anyway)
         self.ref = self._send()
 
@@ -84,7 +84,7 @@ class ShardCall:
             raise self._unavailable(f"last error: {type(error).__name__}") from error
         if wait:
             time.sleep(min(self.pause, max(0.0, self.deadline - now)))
-            self.pause = min(2 * self.pause, BACKOFF[1])
+            self.pause = min(2 * self.pause, _BACKOFF[1])
         self.ref = self._send()
 
     def _limited(self, refusal: Refused, began: float) -> None:
@@ -101,7 +101,7 @@ class ShardCall:
                                    f"side running")
         if self.sent >= began:
             time.sleep(self.wait)
-            self.wait = min(2 * self.wait, RATE_BACKOFF[1])
+            self.wait = min(2 * self.wait, _RATE_BACKOFF[1])
         self.ref = self._send()
 
     def result(self, *, settle: bool = False) -> Any:
@@ -112,14 +112,14 @@ class ShardCall:
         if self.ref is None:  # refused before: ask again now, with a deadline of its own
             if settle:
                 return None
-            self.ref, self.deadline, self.wait = self._send(), None, RATE_BACKOFF[0]
+            self.ref, self.deadline, self.wait = self._send(), None, _RATE_BACKOFF[0]
         if self.deadline is None:
             self.deadline = began + self.timeout
         while True:
             try:
                 answer = ray.get(self.ref, timeout=max(0.0, self.deadline - time.monotonic()))
             except RayTaskError as error:
-                raise unwrapped(error) from error
+                raise _unwrapped(error) from error
             except GetTimeoutError:
                 raise self._unavailable("no answer") from None
             except RayActorError as error:
@@ -139,7 +139,7 @@ class ShardCall:
         try:
             return True, ray.get(self.ref, timeout=0)
         except RayTaskError as error:
-            raise unwrapped(error) from error
+            raise _unwrapped(error) from error
         except RayActorError as error:
             self._again(error, wait=False)
             return False, None

@@ -45,8 +45,8 @@ from ..ratelimit import RateLimiter
 
 __all__ = ["Refused", "limiter_option", "shard_limiter", "limiter_info", "insert_refusal", "sample_refusal"]
 
-LIMITS = ("samples_per_insert", "error_buffer", "min_size_to_sample", "unit")
-SHARD_KEYS = ("shared", "name")
+_LIMITS = ("samples_per_insert", "error_buffer", "min_size_to_sample", "unit")
+_SHARD_KEYS = ("shared", "name")
 
 
 class Refused(NamedTuple):
@@ -68,14 +68,14 @@ def limiter_option(value: Any) -> dict | RateLimiter | None:
         raise OptionError(f"rate_limiter must be None, a RateLimiter or a dict of its limits, e.g. "
                                f"dict(samples_per_insert=4.0, error_buffer=200, min_size_to_sample=1000) "
                                f"(got {short(value)})")
-    unknown = sorted(set(value) - set(LIMITS) - set(SHARD_KEYS))
+    unknown = sorted(set(value) - set(_LIMITS) - set(_SHARD_KEYS))
     if unknown:
-        raise OptionError(f"rate_limiter has unknown keys {unknown}: it takes {list(LIMITS + SHARD_KEYS)}")
+        raise OptionError(f"rate_limiter has unknown keys {unknown}: it takes {list(_LIMITS + _SHARD_KEYS)}")
     if "samples_per_insert" not in value or "error_buffer" not in value:
         raise OptionError(f"rate_limiter needs samples_per_insert and error_buffer (got {sorted(value)})")
     value = dict(value)
     flag(value.get("shared", False), "rate_limiter's shared")
-    RateLimiter(**{key: value[key] for key in LIMITS if key in value}, name=value.get("name", "default"))
+    RateLimiter(**{key: value[key] for key in _LIMITS if key in value}, name=value.get("name", "default"))
     return value
 
 
@@ -88,7 +88,7 @@ def shard_limiter(option: dict | RateLimiter | None, store: Any) -> RateLimiter 
         return RateLimiter(**option.config, folder=option.folder, name=option.name, mode="raise")
     if isinstance(option, RateLimiter):
         option = dict(option.config)  # its limits, counted in memory
-    limits = {key: option[key] for key in LIMITS if key in option}
+    limits = {key: option[key] for key in _LIMITS if key in option}
     folder = store.folder if option.get("shared", False) else None
     limiter = RateLimiter(**limits, folder=folder, name=option.get("name", "default"), mode="raise")
     if not any(limiter.counts):  # nothing counted yet: start from what the folder holds, sampled on target
@@ -110,14 +110,14 @@ def limiter_info(limiter: RateLimiter | None) -> dict | None:
                 folder=None if limiter.folder is None else str(limiter.folder), refused=dict(limiter.blocked))
 
 
-def episode_items(limiter: RateLimiter, episode: Mapping[str, Any]) -> int:
+def _episode_items(limiter: RateLimiter, episode: Mapping[str, Any]) -> int:
     """What an episode (a dict of (T, ...) arrays) counts as: its T steps, or 1 episode."""
     if limiter.unit == "episodes":
         return 1
     return max([int(np.shape(value)[0]) for value in episode.values() if np.ndim(value)] + [1])
 
 
-def refusal(limiter: RateLimiter, what: str, n: int, done: dict | None = None,
+def _refusal(limiter: RateLimiter, what: str, n: int, done: dict | None = None,
             resend: dict | None = None) -> Refused:
     asked, behind = ((f"an insert of {n} {limiter.unit}", "the learners are behind: sample from it") if what == "insert"
                      else (f"a draw of {n}", "the writers are behind: add episodes"))
@@ -129,11 +129,11 @@ def refusal(limiter: RateLimiter, what: str, n: int, done: dict | None = None,
 def insert_refusal(limiter: RateLimiter, episode: Mapping[str, Any], buffer: Any, stack: ExitStack) -> Refused | None:
     """None if the episode may be inserted (what its commit, in ``stack``, inserts and evicts is then
     counted), else the ``Refused`` answer."""
-    n = episode_items(limiter, episode)
+    n = _episode_items(limiter, episode)
     try:
         stack.enter_context(limiter.inserting(n, buffer=buffer))
     except RateLimitedError:
-        return refusal(limiter, "insert", n)
+        return _refusal(limiter, "insert", n)
     return None
 
 
@@ -143,5 +143,5 @@ def sample_refusal(limiter: RateLimiter, count: int, done: dict) -> Refused | No
     try:
         limiter.await_sample(count)
     except RateLimitedError:
-        return refusal(limiter, "sample", count, done, {"updates": None})
+        return _refusal(limiter, "sample", count, done, {"updates": None})
     return None

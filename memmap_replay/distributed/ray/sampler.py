@@ -51,16 +51,16 @@ from ...errors import InvalidDataError, OptionError, RateLimitedError, SampleExp
 from ...views.loader import make_dataset
 from ...core.options import batch_size as batch_size_of, choice, flag, integer, seed_option, short
 from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, damaged, distributed_rank
-from ..shards import SHARD_STRIDE, ShardSample, global_weights, merge, shard_counts
+from ..shards import SHARD_STRIDE, ShardSample, global_weights, _merge, shard_counts
 from ...core.store import EpisodeStore
-from .calls import RATE_BACKOFF, RATE_LIMITS, ShardCall, timeout_option
-from .server import KINDS, node_id
+from .calls import _RATE_BACKOFF, _RATE_LIMITS, ShardCall, timeout_option
+from .server import KINDS, _node_id
 from .updates import PriorityUpdates
 
 __all__ = ["RayShardedSampler"]
 
 
-class Request:
+class _Request:
     """One batch's draw in flight: its size, its number (which seeds it) and one call per shard."""
 
     __slots__ = ("size", "number", "calls")
@@ -106,12 +106,12 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         self._schedule_beta(beta, beta_final, beta_steps)
         self.prefetch = integer(prefetch, "prefetch", low=0)
         self.timeout = timeout_option(timeout)
-        self.rate_limit = choice(rate_limit, "rate_limit", RATE_LIMITS)
+        self.rate_limit = choice(rate_limit, "rate_limit", _RATE_LIMITS)
         if local is not None and not isinstance(local, (bool, np.bool_)):
             raise OptionError(f"local must be None, True or False (got {short(local)})")
         self.draws = 0  # batches (and samples) handed out: the beta schedule's clock
         self.requests = 0  # requests sent: each request's number seeds its draws
-        self.queue: collections.deque[Request] = collections.deque()
+        self.queue: collections.deque[_Request] = collections.deque()
         self.updates = PriorityUpdates(self._call, len(self.actors), piggyback=flag(piggyback, "piggyback"),
                                        max_pending=integer(max_pending, "max_pending", low=1))
         self.redrawn = 0  # draws made again because a ring evicted their episode before it was read here
@@ -140,7 +140,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
             if self.kind not in info["kinds"]:
                 raise OptionError(f"{self._what(shard)} keeps no {self.kind!r} sampler (its kinds are "
                                        f"{info['kinds']}); make every shard with kinds including {self.kind!r}")
-            if not same_view(info["view"], first["view"]):
+            if not _same_view(info["view"], first["view"]):
                 raise OptionError(f"every shard must draw from the same view: {self._what(shard)} has "
                                        f"{info['view']}, shard 0 {first['view']}")
         folders = [(info["node_id"], info["folder"]) for info in infos]
@@ -149,12 +149,12 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
 
     def _local_view(self, shard: int, info: dict, local: bool | None):
         """A read-only view of the shard's folder in this process, or None (the actor gathers)."""
-        here = info["node_id"] is not None and info["node_id"] == node_id() and Path(info["folder"]).is_dir()
+        here = info["node_id"] is not None and info["node_id"] == _node_id() and Path(info["folder"]).is_dir()
         if local is None:
             local = here
         elif local and not here:
             raise OptionError(f"local=True needs every shard on this learner's node: {self._what(shard)} keeps "
-                                   f"{info['folder']} on node {info['node_id']} (this is {node_id()}); pass "
+                                   f"{info['folder']} on node {info['node_id']} (this is {_node_id()}); pass "
                                    f"local=None to let such shards gather their batches")
         if not local:
             return None
@@ -180,7 +180,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
     def _await_positions(self) -> None:
         """Ask the shards for their totals again while none holds a position; rate limited shards are
         waited for as a refusal is (shards without a limiter: ``shard_counts`` says what is wrong)."""
-        deadline, pause = time.monotonic() + self.timeout, RATE_BACKOFF[0]
+        deadline, pause = time.monotonic() + self.timeout, _RATE_BACKOFF[0]
         while True:
             infos = self.info()
             self._learn([info["samplers"][self.kind] for info in infos])
@@ -192,9 +192,9 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
                                        f"hold learners back until writers add episodes: add episodes, or pass "
                                        f"rate_limit='block' and a longer timeout= to wait for them")
             time.sleep(pause)
-            pause = min(2 * pause, RATE_BACKOFF[1])
+            pause = min(2 * pause, _RATE_BACKOFF[1])
 
-    def _send(self, size: int) -> Request:
+    def _send(self, size: int) -> _Request:
         if not self.masses.sum() > 0:  # nothing known yet: ask the shards again before giving up
             self._await_positions()
         counts = shard_counts(self.rng, self.masses, size)
@@ -203,9 +203,9 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         calls = [self._call(shard, "sample", int(count), self.kind, seed=[self.seed, self.rank, number, shard],
                             gather=bool(count) and self.views[shard] is None, updates=self.updates.take(shard))
                  for shard, count in enumerate(counts)]
-        return Request(size, number, calls)
+        return _Request(size, number, calls)
 
-    def _take(self, size: int) -> tuple[Request, list[dict]]:
+    def _take(self, size: int) -> tuple[_Request, list[dict]]:
         """The next request of ``size`` draws (sent ahead with ``prefetch``) and its answers, after sending
         the requests that keep ``prefetch`` in flight."""
         self.updates.poll()
@@ -223,7 +223,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         self._answered(request, answers)
         return request, answers
 
-    def _answered(self, request: Request, answers: list) -> None:
+    def _answered(self, request: _Request, answers: list) -> None:
         """Take in what a request's answers (and its refusals) say of the priority updates it carried."""
         for call, answer in zip(request.calls, answers):
             for refusal in call.refused:
@@ -276,7 +276,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
             except SampleExpiredError:
                 answers[shard], part = self._renew(shard, request, answer)
                 parts.append(part)
-        batch = merge(parts, None)
+        batch = _merge(parts, None)
         weights = self._weights(answers)
         if weights is not None:
             batch["_weight"] = torch.from_numpy(weights)
@@ -293,7 +293,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         part["_key"] = torch.from_numpy(keys * SHARD_STRIDE + shard)
         return part
 
-    def _renew(self, shard: int, request: Request, answer: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+    def _renew(self, shard: int, request: _Request, answer: dict) -> tuple[dict, dict[str, torch.Tensor]]:
         """A share some of whose episodes a ring evicted before this process read them: the live draws are
         read here, the others drawn again by the shard, which gathers them itself (in the writer's process
         nothing is evicted meanwhile). Returns the share's new answer and its batch."""
@@ -313,7 +313,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
                 return fresh, self._part(shard, fresh)
             renewed = dict(fresh, keys=np.concatenate([keys[alive], fresh["keys"]]), batch=None,
                            leaves=None if leaves is None else np.concatenate([leaves[alive], fresh["leaves"]]))
-            return renewed, merge([kept, self._part(shard, fresh)], None)
+            return renewed, _merge([kept, self._part(shard, fresh)], None)
         fresh = self._call(shard, "sample", len(keys), self.kind, gather=True, limited=False,  # the writer outran us
                            seed=[self.seed, self.rank, request.number, shard, 0]).result()
         self.redrawn += len(keys)
@@ -368,7 +368,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
                     view._store.close()
 
 
-def same_view(a: dict, b: dict) -> bool:
+def _same_view(a: dict, b: dict) -> bool:
     """Equal view options (callables, such as a hindsight reward_fn, are compared by name: each shard
     received its own copy)."""
     def plain(value):

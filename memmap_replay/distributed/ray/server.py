@@ -35,10 +35,10 @@ from .limits import Refused, insert_refusal, limiter_info, limiter_option, sampl
 __all__ = ["ShardServer", "KINDS"]
 
 KINDS = ("prioritized", "uniform")
-VIEW_SWITCHES = ("n_steps", "window", "timestep_level", "hindsight")
+_VIEW_SWITCHES = ("n_steps", "window", "timestep_level", "hindsight")
 
 
-def view_options(options: Mapping[str, Any] | None) -> dict:
+def _view_options(options: Mapping[str, Any] | None) -> dict:
     """The view options of a shard (``buffer.dataset`` keywords): single timesteps unless told otherwise."""
     if options is None:
         options = {}
@@ -48,12 +48,12 @@ def view_options(options: Mapping[str, Any] | None) -> dict:
     options = dict(options)
     if "allow_empty" in options:
         raise OptionError("view must not set allow_empty: a shard's view is always allowed to be empty")
-    if not set(VIEW_SWITCHES) & set(options):
+    if not set(_VIEW_SWITCHES) & set(options):
         options["timestep_level"] = True
     return options
 
 
-def node_id() -> str | None:
+def _node_id() -> str | None:
     """The Ray node this process runs on (None outside a Ray worker or driver)."""
     try:
         import ray
@@ -86,7 +86,7 @@ class ShardServer:
         if not isinstance(kinds, (tuple, list)) or not kinds:
             raise OptionError(f"kinds must be a non-empty tuple of {KINDS} (got {short(kinds)})")
         self.kinds = tuple(choice(kind, "each of kinds", KINDS) for kind in kinds)
-        self.view_options = view_options(view)
+        self.view_options = _view_options(view)
         lock_timeout = number(lock_timeout, "lock_timeout", low=0.0)
         rate_limiter = limiter_option(rate_limiter)
         self.limiter = None
@@ -181,7 +181,7 @@ class ShardServer:
                 applied = self.update_priorities(*updates)
             except ReplayError as failure:  # for the learner to raise; this draw goes on
                 error = failure
-        seed = request_seed(seed)
+        seed = _request_seed(seed)
         if seed is not None:
             sampler.rng = np.random.default_rng(seed)
         keys, leaves, batch = np.zeros(0, dtype=np.int64), np.zeros(0), None
@@ -232,7 +232,7 @@ class ShardServer:
                 totals["name"] = sampler.name
                 totals["dropped"] = sampler.dropped
             samplers[kind] = totals
-        return {"folder": str(self.folder), "node_id": node_id(), "pid": os.getpid(), "store_id": store.meta.store_id,
+        return {"folder": str(self.folder), "node_id": _node_id(), "pid": os.getpid(), "store_id": store.meta.store_id,
                 "episodes": buffer.num_episodes, "steps": buffer.num_steps,
                 "next_episode": store.meta.state.next_episode, "view": dict(self.view_options),
                 "kinds": self.kinds, "samplers": samplers, "started": self.started,
@@ -267,7 +267,7 @@ class ShardServer:
         self.buffer.close()
 
 
-def request_seed(seed: Any) -> Any:
+def _request_seed(seed: Any) -> Any:
     """A sample request's seed: an int >= 0, a list of them, or None."""
     if isinstance(seed, (list, tuple)):
         return [seed_option(value, "each seed", optional=False) for value in seed]
