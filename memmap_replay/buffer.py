@@ -19,7 +19,7 @@ from .errors import EpisodeStateError, OptionError, SchemaError
 from .core.format import Capacity
 from .core.schema import Schema
 from .core.store import EpisodeStore
-from .core.options import flag, positive
+from .core.options import flag, positive_int
 from .core.update import plan_update
 from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
@@ -36,14 +36,6 @@ class EpisodeMeta(dict):
 
     def set_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
         self._writer.set_end(end, final)
-
-
-def positive_int(value: Any, name: str) -> int:
-    """A capacity count: a positive int below 2**40."""
-    value = positive(value, name)
-    if value >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
-        raise OptionError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
-    return value
 
 
 class ReplayBuffer:

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError, OptionError
+from ..errors import InvalidDataError
 from .schema import FieldSpec
 
-__all__ = ["as_array", "coerce", "validate_index"]
+__all__ = ["as_array", "coerce"]
 
 
 def is_tensor(value: Any) -> bool:
@@ -145,19 +145,3 @@ def coerce(spec: FieldSpec, value: Any, lead: tuple[int, ...] = (), *, kind: str
     array = as_array(value, label)
     array = _fit_shape(spec, array, lead, label)
     return cast(spec, array, label)
-
-
-def validate_index(value, size: int, what: str) -> np.ndarray:
-    """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
-    try:
-        array = np.asarray(value)
-    except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
-        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
-    if array.dtype.kind not in "iu" or array.ndim > 1:
-        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
-    array = np.atleast_1d(array)
-    if array.size:
-        low, high = array.min(), array.max()  # in the given dtype: a uint64 beyond int64 must not wrap
-        if low < 0 or high >= size:
-            raise OptionError(f"{what} must be in [0, {size}) (got {low}..{high})")
-    return array.astype(np.int64)

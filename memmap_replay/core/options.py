@@ -6,14 +6,21 @@ must be, what came, and (where it helps) how to fix it. Every check raises ``Opt
 Python form. Arrays, tensors and numpy scalars are refused where a plain value is meant:
 ``np.array([1, 2])`` as a flag or a choice would otherwise end in numpy's "truth value is ambiguous".
 
-The torch-typed options (``device``, ``generator``) are checked in the views room (``views.tensors``,
-``views.loader``): this module is numpy-only.
+Also here, the checks of one option family that several rooms share or that once lived beside their only
+caller: capacities (``positive_int``), an episode's ``end``, episode and env indices (``validate_index``,
+``slice_bounds``), ``timeout``, ``quantiles``, field and meta-field names and filters (``check_names``,
+``check_filter``, ``name_tuple``, ``named_tuple_option``) and the file names of priorities and rate limiters.
+
+The torch-typed options (``device``, ``generator``) are checked in the views room (``views/_options.py``):
+this module is numpy-only.
 """
 
 from __future__ import annotations
 
+import keyword
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,9 +28,12 @@ import numpy as np
 from ..errors import IndexTypeError, OptionError, ReplayError
 
 __all__ = ["flag", "integer", "positive", "count", "batch_size", "seed_option", "rank_option", "follow_option",
-           "number", "choice", "names", "name", "index", "short", "INT64_MAX"]
+           "number", "choice", "names", "name", "index", "short", "INT64_MAX", "positive_int", "check_end",
+           "validate_index", "slice_bounds", "timeout_option", "check_quantiles", "check_names", "check_filter",
+           "name_tuple", "named_tuple_option", "priorities_name", "limiter_name"]
 
 INT64_MAX = 2**63 - 1
+_ENDS = ("terminated", "truncated")  # an episode's end (``end=``), None aside
 
 
 def flag(value: Any, name: str, *, error: type[ReplayError] = OptionError) -> bool:
@@ -168,6 +178,128 @@ def names(value: Any, what: str, known: Iterable[str] | None = None, *, one: boo
         if unknown:
             raise OptionError(f"{what} has unknown names {unknown}: the known ones are {sorted(known)}")
     return value
+
+
+def positive_int(value: Any, name: str) -> int:
+    """A capacity count: a positive int below 2**40."""
+    value = positive(value, name)
+    if value >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
+        raise OptionError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
+    return value
+
+
+def check_end(end: Any) -> str | None:
+    if end is None:
+        return None
+    if not isinstance(end, str) or end not in _ENDS:  # an array is refused, never compared elementwise
+        raise OptionError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
+    return str(end)
+
+
+def validate_index(value, size: int, what: str) -> np.ndarray:
+    """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
+        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
+    if array.dtype.kind not in "iu" or array.ndim > 1:
+        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
+    array = np.atleast_1d(array)
+    if array.size:
+        low, high = array.min(), array.max()  # in the given dtype: a uint64 beyond int64 must not wrap
+        if low < 0 or high >= size:
+            raise OptionError(f"{what} must be in [0, {size}) (got {low}..{high})")
+    return array.astype(np.int64)
+
+
+def slice_bounds(indices: slice, size: int) -> tuple[int, int, int]:
+    """start, stop, step of a slice over ``size`` slots; its bounds must be ints or None, its step not 0."""
+    for what in ("start", "stop", "step"):
+        if getattr(indices, what) is not None:
+            integer(getattr(indices, what), f"episode indices as a slice: its {what}", low=None)  # or None
+    if indices.step == 0:
+        raise OptionError(f"episode indices as a slice must have a non-zero step (got {short(indices)})")
+    return indices.indices(size)
+
+
+def timeout_option(value: Any) -> float:
+    return number(value, "timeout", low=0.0, low_open=True)
+
+
+def check_quantiles(quantiles: Any) -> tuple[float, ...]:
+    if quantiles is None:
+        return ()
+    if isinstance(quantiles, (int, float, np.integer, np.floating)) and not isinstance(quantiles, bool):
+        quantiles = (quantiles,)
+    if not isinstance(quantiles, (tuple, list)) or not quantiles:
+        raise OptionError(f"quantiles must be a number in [0, 1] or a non-empty tuple of them (got {quantiles!r})")
+    return tuple(number(q, "each quantile", low=0.0, high=1.0) for q in quantiles)
+
+
+def check_names(value: Any, known: Mapping, what: str) -> tuple[str, ...]:
+    """A name or a tuple/list of names (``names``), each in ``known``."""
+    value = names(value, f"{what}s")
+    unknown = [item for item in value if item not in known]
+    if unknown:
+        raise OptionError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+    return value
+
+
+def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
+    """A ``filter_meta`` / ``filter_fields`` dict of known names (None: no filter); True if it filters."""
+    if filters is None:
+        return False
+    if not isinstance(filters, Mapping):  # never 0, '' or [] as 'no filter', never an array's truth value
+        raise OptionError(f"{option} must be a dict of {what} -> value, e.g. {{'name': 1}} (got {short(filters)})")
+    for name in filters:
+        if not isinstance(name, str):
+            raise OptionError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
+    unknown = [name for name in filters if name not in known]
+    if unknown:
+        raise OptionError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+    return bool(filters)
+
+
+def name_tuple(names: Any, known: dict, kind: str) -> tuple[str, ...]:
+    """One name (a str) or a tuple/list of names, each in ``known``."""
+    if isinstance(names, str):
+        names = (names,)
+    if not isinstance(names, (tuple, list)):
+        raise OptionError(f"{kind}s must be a name or a tuple of names (got {short(names)})")
+    for name in names:
+        if not isinstance(name, str) or name not in known:
+            raise OptionError(f"unknown {kind} {short(name)}: the store's {kind}s are {sorted(known)}")
+    return tuple(names)
+
+
+def named_tuple_option(value: Any) -> tuple[str, ...] | None:
+    """``to_named_tuple``: batch names (leading underscores are dropped in the tuple's field names)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
+        raise OptionError(f"to_named_tuple must be a tuple of names (got {short(value)})")
+    names = tuple(names)
+    fields = [name.lstrip("_") for name in names]
+    if (len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields)
+            or any(keyword.iskeyword(name) for name in fields)):
+        raise OptionError(f"to_named_tuple names must be distinct identifiers, not Python keywords, once leading "
+                               f"underscores are dropped (got {names}); rename an output with fieldname_map")
+    return names
+
+
+def priorities_name(name: Any) -> str:
+    """A name of files under priorities/: ASCII letters, digits, '_' and '-' (not only those two), at most 64
+    (non-ASCII letters take up to 4 bytes each: 64 of them would not fit a file system's 255-byte names)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
+        raise OptionError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
+    return name
+
+
+def limiter_name(name: Any) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise OptionError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
+    return name
 
 
 def _bounds(low: int | None, high: int | None) -> str:

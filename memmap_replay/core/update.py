@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .convert import as_array, coerce, validate_index
+from .convert import as_array, coerce
 from ..errors import InvalidDataError, OptionError
-from .options import integer, short
+from .options import short, slice_bounds, validate_index
 from .store import EpisodeStore
 
 __all__ = ["plan_update"]
@@ -95,13 +95,3 @@ def _resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.nd
         raise OptionError(f"episode slot {slots[position < 0][0]} holds no live episode "
                                f"(live slots: {len(table.slots)} of {max_episodes})")
     return slots, table.length[position], table.start[position]
-
-
-def slice_bounds(indices: slice, size: int) -> tuple[int, int, int]:
-    """start, stop, step of a slice over ``size`` slots; its bounds must be ints or None, its step not 0."""
-    for what in ("start", "stop", "step"):
-        if getattr(indices, what) is not None:
-            integer(getattr(indices, what), f"episode indices as a slice: its {what}", low=None)  # or None
-    if indices.step == 0:
-        raise OptionError(f"episode indices as a slice must have a non-zero step (got {short(indices)})")
-    return indices.indices(size)

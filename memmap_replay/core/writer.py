@@ -18,27 +18,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .convert import as_array, coerce, validate_index
+from .convert import as_array, coerce
 from ..errors import InvalidDataError, OptionError
-from .options import integer, short
+from .options import check_end, integer, short, validate_index
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore, PendingEpisode
 
-__all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "check_end", "coerce_meta"]
-
-_ENDS = ("terminated", "truncated")
-
+__all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "coerce_meta"]
 
 def _unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
     return InvalidDataError(f"unknown {kind} {sorted(names)}: the store's {kind}s are {sorted(known)}")
-
-
-def check_end(end: Any) -> str | None:
-    if end is None:
-        return None
-    if not isinstance(end, str) or end not in _ENDS:  # an array is refused, never compared elementwise
-        raise OptionError(f"end must be 'terminated', 'truncated' or None (got {short(end)})")
-    return str(end)
 
 
 def _check_final(final: Any) -> Mapping[str, Any] | None:

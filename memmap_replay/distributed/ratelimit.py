@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import threading
 import time
 import weakref
@@ -51,7 +50,7 @@ from ..core import folderio
 from ..errors import (OptionError, CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, RateLimitedError,
                      ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
 from ..core.format import RATELIMIT_DIR, read_npy_header
-from ..core.options import choice, integer, number, short
+from ..core.options import choice, integer, limiter_name, number, short
 
 try:
     import fcntl
@@ -107,12 +106,6 @@ def _error_window(spi: float, min_size: int, error_buffer: Any) -> tuple[float, 
         raise OptionError(f"error_buffer's low end must be at most samples_per_insert * min_size_to_sample = "
                                f"{spi * min_size} (got {low}), else sampling could never start")
     return low, high
-
-
-def limiter_name(name: Any) -> str:
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-        raise OptionError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
-    return name
 
 
 def _folder_of(value: Any) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, Missin
 from ..core.format import PRIORITIES_DIR, npy_header, read_npy_header
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.lock import WriterLock
-from ..core.options import INT64_MAX, flag, integer, number
+from ..core.options import INT64_MAX, flag, integer, number, priorities_name
 from .base import BetaSchedule, ReplaySampler, _optional
 from .sumtree import SumTree
 
@@ -41,14 +40,6 @@ __all__ = ["PrioritizedSampler", "SequenceSampler"]
 _MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 _STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
-
-
-def priorities_name(name: Any) -> str:
-    """A name of files under priorities/: ASCII letters, digits, '_' and '-' (not only those two), at most 64
-    (non-ASCII letters take up to 4 bytes each: 64 of them would not fit a file system's 255-byte names)."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
-        raise OptionError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
-    return name
 
 
 class _PriorityFiles:

@@ -37,8 +37,7 @@ import numpy as np
 from ..core import folderio
 from ..errors import OptionError
 from ..core.format import STATS_DIR, parse_npy_header
-from ..core.options import names as check_names
-from ..core.options import number
+from ..core.options import check_quantiles, names as option_names
 from ..core.store import CommitObserver, observe_commits
 
 __all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT"]
@@ -315,7 +314,7 @@ def compute_stats(store, running: RunningStats | None, *, fields: Any = None, qu
     if fields is None:
         wanted = None
     else:
-        wanted = check_names(fields, "fields", schema.fields)
+        wanted = option_names(fields, "fields", schema.fields)
         complex_ = [name for name in wanted if schema.fields[name].dtype.kind not in "biuf"]
         if complex_:
             raise OptionError(f"statistics are kept for bool, int and float fields (got {complex_}, of dtype "
@@ -349,16 +348,6 @@ def _live_quantiles(store, name: str, table, qs: tuple[float, ...]) -> dict[floa
     array = store.steps[name].array()
     rows = np.concatenate([array[part] for _, part in _chunks(table.start, table.length, _read_rows(store, name))])
     return dict(zip(qs, np.quantile(rows.astype(np.float64), qs, axis=0)))
-
-
-def check_quantiles(quantiles: Any) -> tuple[float, ...]:
-    if quantiles is None:
-        return ()
-    if isinstance(quantiles, (int, float, np.integer, np.floating)) and not isinstance(quantiles, bool):
-        quantiles = (quantiles,)
-    if not isinstance(quantiles, (tuple, list)) or not quantiles:
-        raise OptionError(f"quantiles must be a number in [0, 1] or a non-empty tuple of them (got {quantiles!r})")
-    return tuple(number(q, "each quantile", low=0.0, high=1.0) for q in quantiles)
 
 
 class _StatsObserver(CommitObserver):

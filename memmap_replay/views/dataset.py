@@ -21,7 +21,7 @@ from ..errors import CorruptStoreError, InvalidDataError, OptionError, SampleExp
 from ..core.index import EpisodeTable, ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
-from ..core.options import index as index_option, names as option_names, short
+from ..core.options import check_filter, check_names, index as index_option, short
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
@@ -67,29 +67,6 @@ class _OutputPool:
 
 
 _OUTPUTS = _OutputPool()
-
-
-def check_names(names: Any, known: Mapping, what: str) -> tuple[str, ...]:
-    names = option_names(names, f"{what}s")
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise OptionError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
-    return names
-
-
-def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
-    """A ``filter_meta`` / ``filter_fields`` dict of known names (None: no filter); True if it filters."""
-    if filters is None:
-        return False
-    if not isinstance(filters, Mapping):  # never 0, '' or [] as 'no filter', never an array's truth value
-        raise OptionError(f"{option} must be a dict of {what} -> value, e.g. {{'name': 1}} (got {short(filters)})")
-    for name in filters:
-        if not isinstance(name, str):
-            raise OptionError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
-    unknown = [name for name in filters if name not in known]
-    if unknown:
-        raise OptionError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
-    return bool(filters)
 
 
 def _describe(value: Any) -> str:

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from einops import rearrange
 
-from .dataset import ExplicitPositions, StoreView, check_filter, check_names, flag
+from .dataset import ExplicitPositions, StoreView, flag
 from ..errors import OptionError
 from ..core.index import NStepTargets, Positions, stack_rows, window_rows
-from ..core.options import choice, name as name_option, number, positive, short
+from ..core.options import check_filter, check_names, choice, name as name_option, number, positive, short
 from ..core.store import EpisodeStore
 
 __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]

@@ -9,7 +9,6 @@ under every start method.
 from __future__ import annotations
 
 import inspect
-import keyword
 from collections import namedtuple
 from typing import Any, Iterator
 
@@ -21,8 +20,8 @@ from ..errors import InvalidDataError, OptionError
 from ..core.store import EpisodeStore
 from .dataset import StoreView, flag
 from .hindsight import HindsightView
-from ..core.options import count, integer, short
-from .tensors import device_option
+from ..core.options import count, integer, named_tuple_option, short
+from ._options import device_option, generator_option
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
@@ -102,28 +101,6 @@ class _LazyPermutation:
             out[outside] = self._encrypt(out[outside])
             outside = out >= self.size
         return out.astype(np.int64)
-
-
-def generator_option(value: Any) -> torch.Generator | None:
-    if value is not None and not isinstance(value, torch.Generator):
-        raise OptionError(f"generator must be a torch.Generator or None (got {short(value)})")
-    return value
-
-
-def named_tuple_option(value: Any) -> tuple[str, ...] | None:
-    """``to_named_tuple``: batch names (leading underscores are dropped in the tuple's field names)."""
-    if value is None:
-        return None
-    names = (value,) if isinstance(value, str) else value
-    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
-        raise OptionError(f"to_named_tuple must be a tuple of names (got {short(value)})")
-    names = tuple(names)
-    fields = [name.lstrip("_") for name in names]
-    if (len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields)
-            or any(keyword.iskeyword(name) for name in fields)):
-        raise OptionError(f"to_named_tuple names must be distinct identifiers, not Python keywords, once leading "
-                               f"underscores are dropped (got {names}); rename an output with fieldname_map")
-    return names
 
 
 def _accelerator_available() -> bool:

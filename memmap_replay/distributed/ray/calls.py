@@ -24,7 +24,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from ...errors import RateLimitedError, ShardUnavailableError
-from ...core.options import choice, number
+from ...core.options import choice, timeout_option
 from .limits import Refused
 
 __all__ = ["ShardCall", "ShardUnavailableError", "call_shard"]
@@ -32,10 +32,6 @@ __all__ = ["ShardCall", "ShardUnavailableError", "call_shard"]
 _BACKOFF = (0.02, 0.5)  # the first and the longest pause before a failed call is sent again
 _RATE_BACKOFF = (0.001, 0.05)  # the first and the longest pause before a refused call is sent again
 _RATE_LIMITS = ("block", "raise")
-
-
-def timeout_option(value: Any) -> float:
-    return number(value, "timeout", low=0.0, low_open=True)
 
 
 def _unwrapped(error: RayTaskError) -> BaseException:

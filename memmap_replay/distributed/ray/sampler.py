@@ -49,11 +49,11 @@ import torch
 from ...core.index import Sample
 from ...errors import InvalidDataError, OptionError, RateLimitedError, SampleExpiredError
 from ...views.loader import make_dataset
-from ...core.options import batch_size as batch_size_of, choice, flag, integer, seed_option, short
+from ...core.options import batch_size as batch_size_of, choice, flag, integer, seed_option, short, timeout_option
 from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, damaged, distributed_rank
 from ..shards import SHARD_STRIDE, ShardSample, global_weights, _merge, shard_counts
 from ...core.store import EpisodeStore
-from .calls import _RATE_BACKOFF, _RATE_LIMITS, ShardCall, timeout_option
+from .calls import _RATE_BACKOFF, _RATE_LIMITS, ShardCall
 from .server import KINDS, _node_id
 from .updates import PriorityUpdates
 
