@@ -288,6 +288,10 @@ def label(mode: str | None) -> str:
     return "ours (no readahead option)" if mode is None else f"ours readahead={mode}"
 
 
+def verdict(ratio: float, goal: float | None) -> str:
+    return "" if goal is None else f" (goal >= {goal} {'met' if ratio >= goal else 'NOT met'})"
+
+
 def merged_pages(parts: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int]]:
     """Byte ranges [lo, hi) as (start, length) page-aligned ranges, sorted, merged where they touch."""
     first = np.concatenate([lo for lo, _ in parts]) // PAGE
@@ -308,11 +312,11 @@ def cold_batches(folder: Path, args, readahead: bool, pool) -> list[tuple]:
         rates = {name: bench.count / statistics.median(t) for name, t in times.items()}
         limit = max(rates[PREAD], rates[MADVISE])
         for name, t in times.items():
-            rate, ratio = rates[name], rates[name] / limit
+            rate, ratio, goal = rates[name], rates[name] / limit, GOALS[kind] if name.startswith("ours") else None
             print(f"  {name:<34} {rate:>8,.1f} batches/s {rate * bench.nbytes / MB:>7,.0f} MB/s {ratio:6.3f} x limit"
-                  f"   [{', '.join(f'{bench.count / s:,.1f}' for s in t)}]", flush=True)
+                  f"{verdict(ratio, goal)}   [{', '.join(f'{bench.count / s:,.1f}' for s in t)}]", flush=True)
             if name.startswith("ours"):
-                rows.append((f"C-{kind}", name, ratio, GOALS[kind]))
+                rows.append((f"C-{kind}", name, ratio, goal))
         print(f"  {bench.same_bytes()}", flush=True)
         del bench
     return rows
@@ -541,8 +545,7 @@ def main(argv=None) -> int:
     print(f"\nCold figures: {episodes} episodes x {T_STEPS} steps, medians of {args.repeats} repeat(s), memcpy "
           f"{memcpy:.2f} GB/s. C-*: batches/s over the better limit's in this run; E: MB/s over the sequential read's")
     for figure, group in itertools.groupby(rows, key=lambda row: row[0]):
-        print(f"  {figure:<7}" + "; ".join(f"{name} {ratio:.3f}" + (f" (goal >= {goal} {'met' if ratio >= goal else 'NOT met'})"
-                                                                   if goal else "") for _, name, ratio, goal in group))
+        print(f"  {figure:<7}" + "; ".join(f"{name} {ratio:.3f}{verdict(ratio, goal)}" for _, name, ratio, goal in group))
     print(f"(total run time {time.perf_counter() - started:.0f} s; load average now {os.getloadavg()[0]:.2f})")
     return 0
 
