@@ -26,12 +26,14 @@ redraw loop of ``batch()``, ``batches()`` / ``dataloader()`` and the importance-
 from __future__ import annotations
 
 import sys
+from collections import deque
 from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import InvalidDataError, OptionError, SampleExpiredError
+from ..errors import InvalidDataError, OptionError, ReplayError, SampleExpiredError
 from ..core.index import EpisodeTable, PositionSource, Positions, Sample, position_keys
+from .orders import BlockShuffle, epoch_order_options
 from ..core.options import batch_size as batch_size_of, flag, follow_option, integer, number, rank_option, seed_option, short
 
 __all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "SampleBatches",
@@ -53,6 +55,24 @@ def damaged(error: Exception) -> InvalidDataError:
     """The error of a state_dict that cannot be loaded (the library's own reason, or a builtin's repr)."""
     reason = str(error) if isinstance(error, InvalidDataError) else repr(error)
     return InvalidDataError(f"a damaged sampler state_dict ({reason}); save it again with state_dict()")
+
+
+def _checked_ahead(entries: Any) -> list[tuple[int, Sample]]:
+    """The draws made ahead that a state_dict lists: [batch size, keys, weights or None] each."""
+    if not isinstance(entries, list):
+        raise InvalidDataError(f"'ahead' must be a list (got {short(entries)})")
+    ahead = []
+    for entry in entries:
+        size, keys, weights = entry
+        keys = np.asarray(keys, dtype=np.int64)
+        if keys.ndim != 1 or len(keys) != integer(size, "batch size", low=1) or (len(keys) and keys.min() < 0):
+            raise InvalidDataError(f"'ahead' holds {len(keys)} keys for a batch of {size}")
+        if weights is not None:
+            weights = np.asarray(weights, dtype=np.float32)
+            if weights.shape != keys.shape:
+                raise InvalidDataError(f"'ahead' holds {weights.shape} weights for {keys.shape} keys")
+        ahead.append((int(size), Sample(keys, weights)))
+    return ahead
 
 
 def _optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
@@ -108,15 +128,52 @@ class SamplerBase:
     def _gather(self, sample: Any) -> dict:
         return self.view.__getitems__(sample)
 
+    prefetch = 0  # batches batch() draws ahead (ReplaySampler's prefetch=)
+    _ahead: deque | None = None  # those draws: (batch_size, Sample), oldest first
+
     def batch(self, batch_size: int) -> dict:
         """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted).
-        A draw whose episode a ring writer evicts before or while it is read is drawn again."""
-        for _ in range(REDRAWS):
+        A draw whose episode a ring writer evicts before or while it is read is drawn again. With
+        ``prefetch=k``, the next k batches are drawn as this one is returned and their rows advised to the
+        kernel (``view.prefetch``), so their disk reads overlap the work on this one."""
+        for attempt in range(REDRAWS + 1):
+            sample = self._drawn_ahead(batch_size)
             try:
-                return self._gather(self.sample(batch_size))
+                batch = self._gather(sample if sample is not None else self.sample(batch_size))
+                break
             except SampleExpiredError:
+                if attempt == REDRAWS:
+                    raise
+                if self._ahead:
+                    self._ahead.clear()  # drawn before the eviction: stale too
                 self.refresh()
-        return self._gather(self.sample(batch_size))
+        if self.prefetch:
+            self._draw_ahead(batch_size)
+        return batch
+
+    def _drawn_ahead(self, batch_size: int) -> Any:
+        """The oldest draw made ahead if it has this batch size (else the draws ahead are dropped)."""
+        ahead = self._ahead
+        if not ahead:
+            return None
+        size, sample = ahead.popleft()
+        if size == batch_size:
+            return sample
+        ahead.clear()
+        return None
+
+    def _draw_ahead(self, batch_size: int) -> None:
+        if self._ahead is None:
+            self._ahead = deque()
+        prefetch = getattr(self.view, "prefetch", None)
+        while len(self._ahead) < self.prefetch:
+            try:
+                sample = self.sample(batch_size)
+            except ReplayError:  # nothing to draw now (say, a ring emptied): batch() will draw and say so
+                return
+            self._ahead.append((batch_size, sample))
+            if prefetch is not None:
+                prefetch(sample)
 
     def batches(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False) -> "SampleBatches":
         """A batch sampler for a torch DataLoader: ``num_batches`` draws (endless if None and the sampler draws
@@ -153,10 +210,11 @@ class ReplaySampler(SamplerBase):
     ``PositionSource`` drawn from (a view)."""
 
     def __init__(self, view: PositionSource, *, seed: int | None = None, rank: int | None = None,
-                 world_size: int | None = None, follow: bool = True):
+                 world_size: int | None = None, follow: bool = True, prefetch: int = 0):
         if not isinstance(view, PositionSource):
             raise OptionError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
         self.view = view
+        self.prefetch = integer(prefetch, "prefetch", low=0)
         self._seed_stream(seed, rank, world_size)
         self.follow = follow_option(follow)
         self._stamp = view.store.meta_stamp() if follow == "disk" else None
@@ -228,8 +286,12 @@ class ReplaySampler(SamplerBase):
 
     def state_dict(self) -> dict:
         """The sampler's own state (JSON-able): its generator, draws so far and subclass counters."""
-        return {"type": type(self).__name__, "seed": self.seed, "rank": self.rank,
-                "rng": self.rng.bit_generator.state, "draws": self.draws}
+        state = {"type": type(self).__name__, "seed": self.seed, "rank": self.rank,
+                 "rng": self.rng.bit_generator.state, "draws": self.draws}
+        if self._ahead:  # draws made ahead by batch(): a resumed sampler serves them first
+            state["ahead"] = [[size, sample.keys.tolist(), None if sample.weights is None else sample.weights.tolist()]
+                              for size, sample in self._ahead]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Load a ``state_dict()``: every value is checked first, so a refused state changes nothing."""
@@ -247,12 +309,13 @@ class ReplaySampler(SamplerBase):
         generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
         generator.state = state["rng"]
         return {"rng": generator.state, "draws": integer(state["draws"], "draws", low=0),
-                "seed": seed_option(state["seed"], optional=False)}
+                "seed": seed_option(state["seed"], optional=False), "ahead": _checked_ahead(state.get("ahead", []))}
 
     def _apply_state(self, values: dict) -> None:
         """Load checked values (cannot fail)."""
         self.rng.bit_generator.state = values["rng"]
         self.draws, self.seed = values["draws"], values["seed"]
+        self._ahead = deque(values["ahead"])
 
 
 class SampleBatches:
@@ -293,11 +356,18 @@ class UniformSampler(ReplaySampler):
     get disjoint shares of it (as torch's DistributedSampler: padded by wrapping so all are equal). A
     position whose episode the ring evicts during an epoch is replaced by a uniform draw from the live
     ones (seeded), so every rank still gets as many batches. An epoch resumes from ``state_dict`` exactly
-    when the store holds the same episodes as when it began; otherwise a new epoch begins."""
+    when the store holds the same episodes as when it began; otherwise a new epoch begins.
+    ``order="blocks"`` (without replacement): a block-shuffled epoch (``samplers.orders``), for stores
+    bigger than RAM; ``block_size`` and ``block_window`` shape it."""
 
-    def __init__(self, view: PositionSource, *, replacement: bool = True, **options: Any):
+    def __init__(self, view: PositionSource, *, replacement: bool = True, order: str = "random",
+                 block_size: int | None = None, block_window: int | None = None, **options: Any):
         super().__init__(view, **options)
         self.replacement = flag(replacement, "replacement")
+        self.order, self.block_size, self.block_window = epoch_order_options(order, block_size, block_window)
+        if self.order != "random" and self.replacement:
+            raise OptionError(f"order={self.order!r} orders an epoch: pass replacement=False with it (draws with "
+                              f"replacement have no epochs)")
         self.endless = self.replacement
         self.epochs = 0
         self._order: np.ndarray | None = None  # this rank's share of the current epoch (keys)
@@ -344,7 +414,11 @@ class UniformSampler(ReplaySampler):
     def _start_epoch(self) -> None:
         """This rank's share of a permutation common to all ranks (seeded by seed and epoch, not rank)."""
         size = len(self.view)
-        order = np.random.default_rng([self.seed, self.epochs]).permutation(size)
+        if self.order == "blocks":
+            order = np.asarray(BlockShuffle(size, [self.seed, self.epochs], block_size=self.block_size,
+                                            block_window=self.block_window))
+        else:
+            order = np.random.default_rng([self.seed, self.epochs]).permutation(size)
         share = -(-size // self.world_size)
         if share * self.world_size > size:  # pad by wrapping, so that every rank has as many
             order = np.resize(order, share * self.world_size)

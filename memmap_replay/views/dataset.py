@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import CorruptStoreError, InvalidDataError, OptionError, SampleExpiredError
+from ..errors import CorruptStoreError, InvalidDataError, OptionError, ReplayError, SampleExpiredError
 from ..core.index import EpisodeTable, ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 from ..core.options import check_filter, check_names, index as index_option, short
+from .readahead import Readahead, readahead_mode
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
@@ -100,7 +101,7 @@ class StoreView(BatchDataset):
 
     def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
                  filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
-                 return_indices: bool = False):
+                 return_indices: bool = False, readahead: Any = "auto"):
         if not isinstance(store, EpisodeStore):
             fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
                    else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
@@ -118,6 +119,8 @@ class StoreView(BatchDataset):
             if not isinstance(source, str) or not isinstance(target, str) or not target:
                 raise OptionError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
         self.return_indices = flag(return_indices, "return_indices")
+        self.readahead = Readahead(readahead_mode(readahead))
+        self._ahead = 0  # batches prefetch() looked at that are still to be gathered
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
         self.filter_meta = filter_meta
@@ -191,6 +194,7 @@ class StoreView(BatchDataset):
         state = dict(self.__dict__)
         state["_store"] = None
         state["_sources"] = {}
+        state["_ahead"] = 0
         return state
 
     @property
@@ -329,6 +333,10 @@ class StoreView(BatchDataset):
 
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
+        if self._ahead:  # prefetch() looked at this batch already
+            self._ahead -= 1
+        elif self.readahead.due():
+            self.advise(episode, t)
         batch = self.gather(episode, t)
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
@@ -342,6 +350,46 @@ class StoreView(BatchDataset):
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    # ---- readahead: the rows a batch will read, told to the kernel before reading -----------------------
+
+    def read_fields(self) -> tuple[str, ...]:
+        """The step fields a gather reads (subclasses with other field lists override)."""
+        return self.fields
+
+    def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows [lo, hi) of the step files that the batch of (episode, t) reads, one range per item (a
+        superset is fine: it is advice); every field of ``read_fields()`` reads within them."""
+        start = self.table.start[episode]
+        return start, start + self.table.length[episode]
+
+    def advise(self, episode: np.ndarray, t: np.ndarray) -> bool:
+        """Tell the kernel every row range the batch of (episode, t) will read, in one call, so the reads
+        are in flight together (see ``views.readahead``); True if advised."""
+        if not len(episode):
+            return False
+        lo, hi = self.row_ranges(episode, t)
+        return self.readahead.batch([self._map(name) for name in self.read_fields()], lo, hi)
+
+    def prefetch(self, items: Any) -> bool:
+        """Advise the rows of a batch that will be asked for later (item numbers or a sampler's
+        ``Sample``), so its disk reads overlap the work until then; never raises for a stale sample (its
+        gather will). Call it once per batch, in the order they will be gathered: the gather of a batch
+        prefetched skips the look. True if advice was given."""
+        if self.readahead.mode == "off":
+            return False
+        self._ahead += 1
+        if not self.readahead.due():
+            return False
+        try:
+            if isinstance(items, Sample):
+                known = items.positions_in(self)
+                episode, t = known if known is not None else self._locate_keys(items.keys)
+            else:
+                episode, t = self.positions.locate(self.checked(items))
+        except (ReplayError, IndexError):  # evicted, or not this view's: the gather will say so
+            return False
+        return self.advise(episode, t)
+
     # ---- helpers for subclasses --------------------------------------------------------------------------
 
     def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
@@ -353,10 +401,14 @@ class StoreView(BatchDataset):
 
     def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
         """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
+        return _OUTPUTS.take(self._map(name), rows)
+
+    def _map(self, name: str) -> np.ndarray:
+        """The step field's memory map (made at the first read: it covers every row of the snapshot)."""
         source = self._sources.get(name)
-        if source is None:  # the map as of the first read covers every row of the snapshot
+        if source is None:
             source = self._sources[name] = self.store.step_array(name)
-        return _OUTPUTS.take(source, rows)
+        return source
 
 
 def _select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:

@@ -76,6 +76,12 @@ class _FrameStacking:
         if self.frame_stack > 1 and not self.stack_fields:
             raise OptionError("frame_stack needs stack_fields: the store has no field of 2 or more dimensions")
 
+    def stacked_ranges(self, first: np.ndarray, t: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows [lo, hi): step t's stacked frames (from the episode's first row on) to ``reach`` steps on."""
+        rows = first + t
+        lo = np.maximum(rows - (self.frame_stack - 1), first) if self.frame_stack > 1 else rows
+        return lo, rows + reach
+
     def step_rows(self, name: str, rows: np.ndarray, first_row: np.ndarray, keep: np.ndarray | None = None):
         """The field at ``rows`` (B,), stacked to (B, k, ...) if it is a stacked field."""
         if self.frame_stack == 1 or name not in self.stack_fields:
@@ -107,6 +113,9 @@ class TimestepView(StoreView, _FrameStacking):
         first = self.table.start[episode]
         return {name: self.step_rows(name, first + t, first) for name in self.fields}
 
+    def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.stacked_ranges(self.table.start[episode], t, 1)
+
 
 class WindowView(StoreView):
     """Windows of ``window`` consecutive steps inside one episode (Dreamer sequences)."""
@@ -133,6 +142,10 @@ class WindowView(StoreView):
 
     def output_names(self) -> list[str]:
         return super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
+
+    def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = self.table.start[episode]
+        return start + t, start + np.minimum(t + self.window, self.table.length[episode])
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
@@ -186,6 +199,16 @@ class NStepView(StoreView, _FrameStacking):
     @property
     def kind(self) -> str:
         return f"nstep{self.n_steps}"
+
+    def read_fields(self) -> tuple[str, ...]:
+        names = (*self.current_fields, *self.next_fields, *self.sequence_fields)
+        if self.gamma is not None:
+            names += (self.reward_field,)
+        return tuple(dict.fromkeys(names))
+
+    def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # step t (and its stacked frames) through step t + n (the next state), chunks between
+        return self.stacked_ranges(self.table.start[episode], t, self.n_steps + 1)
 
     def position_spec(self) -> dict:
         return {**super().position_spec(), "n_steps": self.n_steps}

@@ -9,8 +9,9 @@ under every start method.
 from __future__ import annotations
 
 import inspect
-from collections import namedtuple
-from typing import Any, Iterator
+import itertools
+from collections import deque, namedtuple
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from ._options import device_option, generator_option
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
+from ..samplers.orders import BlockShuffle, epoch_order_options
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
            "sampler_dataloader"]
@@ -39,11 +41,23 @@ class BatchIndexSampler(Sampler):
     """Batches of item numbers as int64 arrays; a fresh permutation per epoch when ``shuffle``.
 
     ``seed`` fixes the order of every epoch (epoch e uses the seed sequence (seed, e)); without it the
-    order follows ``generator`` (or torch's global RNG), as torch's own RandomSampler does."""
+    order follows ``generator`` (or torch's global RNG), as torch's own RandomSampler does.
+    ``shuffle="blocks"``: a block-shuffled epoch (``samplers.orders``: blocks of ``block_size``
+    consecutive items, shuffled, then shuffled together ``block_window`` blocks at a time), which reads
+    each region of a store bigger than RAM about once an epoch."""
 
-    def __init__(self, size: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
-                 seed: int | None = None, generator: torch.Generator | None = None):
-        self.shuffle, self.drop_last = flag(shuffle, "shuffle"), flag(drop_last, "drop_last")
+    def __init__(self, size: int, batch_size: int, *, shuffle: bool | str = False, drop_last: bool = False,
+                 seed: int | None = None, generator: torch.Generator | None = None, block_size: int | None = None,
+                 block_window: int | None = None):
+        if isinstance(shuffle, str):
+            if shuffle != "blocks":
+                raise OptionError(f"shuffle must be True, False or 'blocks' (got {short(shuffle)})")
+            self.shuffle = True
+        else:
+            self.shuffle = flag(shuffle, "shuffle")
+        self.order, self.block_size, self.block_window = epoch_order_options(
+            "blocks" if shuffle == "blocks" else "random", block_size, block_window)
+        self.drop_last = flag(drop_last, "drop_last")
         # any int: its low 63 bits seed the permutations
         if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
             raise OptionError(f"seed must be an int or None (got {short(seed)})")
@@ -60,9 +74,13 @@ class BatchIndexSampler(Sampler):
             if seed is None:  # torch's generator (the given one, else the global one), as torch's samplers do
                 seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
             entropy = [seed & (2**63 - 1), self.epoch]
+            if self.order == "blocks":
+                order = BlockShuffle(self.size, entropy, block_size=self.block_size, block_window=self.block_window)
             # a full permutation up to a million items; beyond, a lazy one (no O(size) work per epoch)
-            order = (np.random.default_rng(entropy).permutation(self.size) if self.size <= _EAGER_PERMUTATION
-                     else _LazyPermutation(self.size, entropy))
+            elif self.size <= _EAGER_PERMUTATION:
+                order = np.random.default_rng(entropy).permutation(self.size)
+            else:
+                order = _LazyPermutation(self.size, entropy)
         self.epoch += 1
         stop = len(self) * self.batch_size if self.drop_last else self.size
         for begin in range(0, stop, self.batch_size):
@@ -115,11 +133,19 @@ def _pass_through(batch: dict) -> dict:
 
 
 class ReplayDataLoader(DataLoader):
-    """A DataLoader whose batches may become named tuples and move to a device (``non_blocking``)."""
+    """A DataLoader whose batches may become named tuples and move to a device (``non_blocking``).
+
+    ``prefetch`` (default 1): with ``num_workers=0`` the loader takes the next ``prefetch`` batches' items
+    from its batch sampler ahead of time and has the view advise their rows (``view.prefetch``), so their
+    disk reads overlap the training step on the current batch. (With workers, torch's DataLoader keeps
+    ``prefetch_factor`` batches a worker in flight already, each worker advising its own.) A sampler's
+    draws are then made ``prefetch`` batches early: priorities updated after a batch affect the draws
+    from the one after next on, and episodes committed meanwhile show up a batch later."""
 
     def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
-                 device: Any = None, non_blocking: bool = True, **loader_options: Any):
+                 device: Any = None, non_blocking: bool = True, prefetch: int = 1, **loader_options: Any):
         device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
+        self.prefetch = integer(prefetch, "prefetch", low=0)
         to_named_tuple = named_tuple_option(to_named_tuple)
         generator_option(loader_options.get("generator"))
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=_pass_through, **loader_options)
@@ -136,7 +162,7 @@ class ReplayDataLoader(DataLoader):
             return
         # in the main process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
-        for items in self.batch_sampler:
+        for items in _prefetched(self.batch_sampler, getattr(self.dataset, "prefetch", None), self.prefetch):
             batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
             if self.pin_memory and _accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}
@@ -152,6 +178,23 @@ class ReplayDataLoader(DataLoader):
                     raise OptionError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
                 batch = self.batch_type(*(batch[name] for name in self.to_named_tuple))
             yield batch
+
+
+def _prefetched(batches: Iterable, prefetch: Any, depth: int) -> Iterator:
+    """The batches, each taken ``depth`` batches ahead of its turn and passed to ``prefetch`` then."""
+    if prefetch is None or depth == 0:
+        yield from batches
+        return
+    iterator = iter(batches)
+    ahead: deque = deque()
+    for items in itertools.islice(iterator, depth):
+        prefetch(items)
+        ahead.append(items)
+    while ahead:
+        for items in itertools.islice(iterator, 1):
+            prefetch(items)
+            ahead.append(items)
+        yield ahead.popleft()
 
 
 def _keywords(cls) -> set[str]:
@@ -220,6 +263,7 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
 def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
                     seed: int | None = None, to_named_tuple: Any = None, device: Any = None,
                     non_blocking: bool = True, dataset: Any = None, dataset_kwargs: dict | None = None,
+                    prefetch: int = 1, block_size: int | None = None, block_window: int | None = None,
                     **options: Any) -> ReplayDataLoader:
     """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
     loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
@@ -227,6 +271,7 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
     to_named_tuple = named_tuple_option(to_named_tuple)
     device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
     integer(loader_options.get("num_workers", 0), "num_workers", low=0)
+    prefetch = integer(prefetch, "prefetch", low=0)
     if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
         raise OptionError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
     options.update(dataset_kwargs or {})
@@ -238,18 +283,20 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
         raise OptionError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
                                f"__getitems__) (got {short(dataset)})")
     sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                                generator=loader_options.get("generator"))
+                                generator=loader_options.get("generator"), block_size=block_size,
+                                block_window=block_window)
     return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
-                            **loader_options)
+                            prefetch=prefetch, **loader_options)
 
 
 def sampler_dataloader(view: Dataset, batches: Any, **loader_options: Any) -> ReplayDataLoader:
     """``sampler.dataloader(...)``: a ``ReplayDataLoader`` over ``view`` whose batches a sampler draws
     (``batches``: its ``batches(...)``), in the main process; DataLoader workers only gather."""
-    unknown = sorted(set(loader_options) - LOADER_KEYWORDS - {"device", "non_blocking"})
+    own = {"device", "non_blocking", "prefetch"}
+    unknown = sorted(set(loader_options) - LOADER_KEYWORDS - own)
     if unknown:
         raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
-                               f"{sorted(LOADER_KEYWORDS | {'device', 'non_blocking'})}")
+                               f"{sorted(LOADER_KEYWORDS | own)}")
     if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
         loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
     return ReplayDataLoader(view, batches, **loader_options)

@@ -136,18 +136,26 @@ class Readahead:
         self._quiet = 0  # batches still to skip without a probe
         self._quiet_next = 1  # how many the next all-cached probe buys
 
+    def due(self) -> bool:
+        """Whether this batch should be looked at: False when off, or while recent probes found the
+        batches cached (auto mode skips the next 1, 2, 4, then 8 without a probe)."""
+        if self.mode == "off":
+            return False
+        if self._quiet:
+            self._quiet -= 1
+            self.skipped += 1
+            return False
+        return True
+
     def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> bool:
-        """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised."""
+        """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised.
+        In auto mode, first probe whether they are cached (then skip)."""
         if self.mode == "off" or not len(lo) or not maps:
             return False
         kernel = _kernel()
         if not kernel.usable:
             return False
         if self.mode == "auto":
-            if self._quiet:  # recent probes found the batches cached: skip, probe again later
-                self._quiet -= 1
-                self.skipped += 1
-                return False
             if self._cached(kernel, max(maps, key=lambda array: array.strides[0]), lo, hi):
                 self._quiet, self._quiet_next = self._quiet_next, min(2 * self._quiet_next, self.QUIET_MOST)
                 self.skipped += 1

@@ -107,7 +107,7 @@ def test_named_tuple_device_and_field_map(filled):
     (dict(fieldname_map={"rewrd": "r"}), "does not output"),
     (dict(fieldname_map={"obs": "reward"}), "twice"),
     (dict(fields=5), "must be a name or a tuple of names"),
-    (dict(shuffle="no"), "shuffle must be True or False"),
+    (dict(shuffle="no"), "shuffle must be True, False or .blocks."),
     (dict(seed=1.5), "seed must be an int"),
     (dict(num_workers=-1), "num_workers must be an int"),
     (dict(to_named_tuple=("obs", "_obs")), "distinct"),

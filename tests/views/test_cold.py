@@ -1,0 +1,210 @@
+"""Cold reads: readahead, prefetch and block-shuffled epochs give the very batches the warm path gives,
+on a store whose pages are evicted between batches; prefetch looks ahead in order; resumes are exact."""
+
+import ctypes
+import gc
+import mmap
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from memmap_replay import OptionError, ReplayBuffer
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="evicting pages uses Linux's madvise/fadvise")
+FIELDS = dict(image=("uint8", (3, 16, 16)), action=("float", 2), reward="float")
+KINDS = {
+    "steps": (16, dict(timestep_level=True)),
+    "stacked steps": (16, dict(timestep_level=True, frame_stack=3)),
+    "n-step": (16, dict(n_steps=3, gamma=0.9, current_fields=("image",), next_fields=("image",),
+                        sequence_fields=("action", "reward"), frame_stack=2)),
+    "windows": (8, dict(window=5)),
+    "partial windows": (8, dict(window=9, allow_partial=True)),
+    "trajectories": (3, dict()),
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A store of 12 episodes of 3..40 steps, synced to disk (so that its pages can be evicted)."""
+    path = tmp_path_factory.mktemp("cold") / "store"
+    rng = np.random.default_rng(21)
+    buffer = ReplayBuffer(path, 12, 40, fields=FIELDS, meta_fields=dict(task_id="int"))
+    for e in range(12):
+        n = int(rng.integers(3, 41))
+        buffer.store_episode(image=rng.integers(0, 255, (n, 3, 16, 16), dtype=np.uint8),
+                             action=rng.standard_normal((n, 2), dtype=np.float32),
+                             reward=rng.standard_normal(n, dtype=np.float32), task_id=e)
+    buffer.close()
+    for file in path.rglob("*.npy"):
+        fd = os.open(file, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    return path
+
+
+def evict(folder, *views) -> None:
+    """Drop the store's pages: out of the views' maps (madvise) and out of the page cache (fadvise)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    for view in views:
+        for array in view._sources.values():
+            start = array.ctypes.data & -mmap.PAGESIZE
+            libc.madvise(start, array.ctypes.data + array.nbytes - start, mmap.MADV_DONTNEED)
+    for file in folder.rglob("*.npy"):
+        fd = os.open(file, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def warm_batches(folder, batch_size: int, **options) -> list[dict]:
+    """The batches of a loader without readahead, read warm; its maps are gone on return (so that an
+    eviction afterwards drops every page)."""
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    batches = batches_of(buffer.dataloader(batch_size, shuffle=True, readahead="off", **options))
+    buffer.close()
+    gc.collect()
+    return batches
+
+
+def batches_of(loader) -> list[dict]:
+    return [{name: value.clone() for name, value in batch.items()} for batch in loader]
+
+
+def same(a: list[dict], b: list[dict]) -> bool:
+    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+
+
+@linux
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("readahead", ["auto", "always"])
+def test_cold_batches_are_byte_identical_to_warm_ones(folder, kind, readahead):
+    batch_size, options = KINDS[kind]
+    warm = warm_batches(folder, batch_size, seed=5, **options)
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    loader = buffer.dataloader(batch_size, shuffle=True, seed=5, readahead=readahead, **options)
+    cold = []
+    for batch in loader:  # evicted before every batch: each is read (and advised) cold
+        cold.append({name: value.clone() for name, value in batch.items()})
+        evict(folder, loader.dataset)
+    assert same(warm, cold)
+    assert loader.dataset.readahead.advised > 0  # the cold batches were advised
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_the_loader_prefetches_each_batch_ahead_in_order_and_the_batches_do_not_change(folder, depth, monkeypatch):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    reference = batches_of(buffer.dataloader(16, shuffle=True, seed=2, timestep_level=True, prefetch=0))
+    loader = buffer.dataloader(16, shuffle=True, seed=2, timestep_level=True, prefetch=depth)
+    order = [np.asarray(items) for items in loader.batch_sampler]
+    loader.batch_sampler.epoch = 0  # the same epoch again
+    prefetched = []
+    monkeypatch.setattr(loader.dataset, "prefetch", lambda items: prefetched.append(np.asarray(items)))
+    seen = []
+    for i, batch in enumerate(loader):
+        seen.append({name: value.clone() for name, value in batch.items()})
+        assert len(prefetched) == min(i + 1 + depth, len(order)) if depth else not prefetched
+    assert all(np.array_equal(a, b) for a, b in zip(prefetched, order))
+    assert same(reference, seen)
+
+
+@linux
+def test_prefetch_advises_the_next_batch_and_its_gather_skips_the_look(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    loader = buffer.dataloader(16, shuffle=True, seed=2, timestep_level=True, readahead="always", prefetch=1)
+    view = loader.dataset
+    iterator = iter(loader)
+    next(iterator)
+    assert view.readahead.advised == 2 and view._ahead == 1  # batches 0 and 1 prefetched, batch 0 gathered
+    next(iterator)
+    assert view.readahead.advised == 3 and view._ahead == 1
+
+
+def test_sampler_prefetch_draws_the_same_batches_and_resumes_exactly(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    plain = buffer.sampler("uniform", seed=9)
+    ahead = buffer.sampler("uniform", seed=9, prefetch=2)
+    for _ in range(3):
+        assert torch.equal(plain.batch(8)["_key"], ahead.batch(8)["_key"])
+    state = ahead.state_dict()
+    assert len(state["ahead"]) == 2  # the two draws made ahead travel with the state
+    resumed = buffer.sampler("uniform", seed=0, prefetch=2)
+    resumed.load_state_dict(state)
+    for _ in range(4):
+        expected = plain.batch(8)["_key"]
+        assert torch.equal(ahead.batch(8)["_key"], expected) and torch.equal(resumed.batch(8)["_key"], expected)
+    ahead.batch(4)  # another batch size: the draws ahead are dropped and drawn anew
+    assert [size for size, _ in ahead._ahead] == [4, 4]
+
+
+def test_prioritized_prefetch_is_seeded_and_updates_reach_later_draws(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+
+    def run():
+        sampler = buffer.sampler("prioritized", seed=4, prefetch=1, persist=False)
+        keys = []
+        for _ in range(6):
+            batch = sampler.batch(8)
+            keys.append(batch["_key"].clone())
+            sampler.update_priorities(batch["_key"], torch.full((8,), 50.0))
+        return keys, sampler
+
+    first, sampler = run()
+    second, _ = run()
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert len(sampler.state_dict()["ahead"]) == 1 and sampler.state_dict()["ahead"][0][2] is not None
+
+
+def test_prefetch_must_be_a_count(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    with pytest.raises(OptionError, match="prefetch must be an int >= 0"):
+        buffer.dataloader(4, timestep_level=True, prefetch=-1)
+    with pytest.raises(OptionError, match="prefetch must be an int >= 0"):
+        buffer.sampler("uniform", prefetch=1.5)
+    with pytest.raises(OptionError, match="readahead must be one of"):
+        buffer.dataloader(4, timestep_level=True, readahead="yes")
+
+
+def test_a_block_shuffled_epoch_visits_every_item_once_in_blocks(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    loader = buffer.dataloader(16, shuffle="blocks", block_size=8, block_window=2, seed=3, timestep_level=True,
+                               return_indices=True)
+    items = np.concatenate([np.asarray(b) for b in loader.batch_sampler])
+    assert np.array_equal(np.sort(items), np.arange(len(loader.dataset)))
+    # a batch of 16 holds one group of 2 blocks of 8 (two groups, 4 blocks, where the short last block
+    # shifts the seams)
+    assert all(len(np.unique(np.asarray(b) // 8)) <= 4 for b in loader.batch_sampler)
+    loaders = [buffer.dataloader(16, shuffle="blocks", block_size=8, block_window=2, seed=3, timestep_level=True,
+                                 return_indices=True) for _ in range(2)]
+    first = batches_of(loaders[0])
+    assert same(first, batches_of(loaders[1]))  # seeded
+    assert np.array_equal(torch.cat([b["_t"] for b in first]).numpy(),
+                          loaders[0].dataset.positions.locate(items)[1])  # the batches follow the order
+    with pytest.raises(OptionError, match="shuffle must be True, False or 'blocks'"):
+        buffer.dataloader(16, shuffle="block", timestep_level=True)
+    with pytest.raises(OptionError, match="pass them with shuffle='blocks'"):
+        buffer.dataloader(16, shuffle=True, block_size=8, timestep_level=True)
+
+
+def test_a_block_shuffled_sampler_epoch_covers_every_position_once(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    sampler = buffer.sampler("uniform", replacement=False, order="blocks", block_size=8, block_window=2, seed=1)
+    keys = np.concatenate([sample.keys for sample in sampler.batches(16)])
+    view = sampler.view
+    expected = np.concatenate([view.table.ids[e] * view.key_stride + np.arange(n)
+                               for e, n in enumerate(view.table.length)])
+    assert np.array_equal(np.sort(keys), np.sort(expected))
+    with pytest.raises(OptionError, match="pass replacement=False with it"):
+        buffer.sampler("uniform", order="blocks")
+
+
+@linux
+def test_workers_read_cold_batches_with_their_own_advice(folder):
+    warm = warm_batches(folder, 16, seed=8, timestep_level=True)
+    evict(folder)
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    cold = batches_of(buffer.dataloader(16, shuffle=True, seed=8, timestep_level=True, readahead="always",
+                                        num_workers=2))
+    assert same(warm, cold)
