@@ -49,14 +49,12 @@ class BatchIndexSampler(Sampler):
     def __init__(self, size: int, batch_size: int, *, shuffle: bool | str = False, drop_last: bool = False,
                  seed: int | None = None, generator: torch.Generator | None = None, block_size: int | None = None,
                  block_window: int | None = None):
-        if isinstance(shuffle, str):
-            if shuffle != "blocks":
-                raise OptionError(f"shuffle must be True, False or 'blocks' (got {short(shuffle)})")
-            self.shuffle = True
-        else:
-            self.shuffle = flag(shuffle, "shuffle")
+        blocks = isinstance(shuffle, str) and shuffle == "blocks"
+        if not blocks and not isinstance(shuffle, (bool, np.bool_)):
+            raise OptionError(f"shuffle must be True, False or 'blocks' (got {short(shuffle)})")
+        self.shuffle = blocks or bool(shuffle)
         self.order, self.block_size, self.block_window = epoch_order_options(
-            "blocks" if shuffle == "blocks" else "random", block_size, block_window)
+            "blocks" if blocks else "random", block_size, block_window)
         self.drop_last = flag(drop_last, "drop_last")
         # any int: its low 63 bits seed the permutations
         if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):

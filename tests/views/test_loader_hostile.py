@@ -50,7 +50,7 @@ def valid_named_tuple(value) -> bool:
 
 LOADER_OPTIONS = {
     "batch_size": (lambda v: is_int(v) and v >= 1, r"batch_size must be a positive int"),
-    "shuffle": (is_bool, r"shuffle must be True or False"),
+    "shuffle": (lambda v: is_bool(v) or (isinstance(v, str) and v == "blocks"), r"shuffle must be True, False or 'blocks'"),
     "drop_last": (is_bool, r"drop_last must be True or False"),
     "seed": (lambda v: v is None or is_int(v), r"seed must be an int or None"),
     "num_workers": (lambda v: is_int(v) and v >= 0, r"num_workers must be an int >= 0"),
@@ -113,7 +113,7 @@ def test_torch_dataloader_options_get_torchs_own_errors(store, kwargs, match):
 def test_batch_index_sampler_options(batch_size, shuffle, seed):
     ok = (is_int(batch_size) and batch_size >= 1, is_bool(shuffle), seed is None or is_int(seed))
     assume(not all(ok))
-    with raises(OptionError, match=r"^(batch_size must be a positive int|shuffle must be True or False|"
+    with raises(OptionError, match=r"^(batch_size must be a positive int|shuffle must be True, False or .blocks.|"
                                         r"seed must be an int or None)"):
         memmap_replay.BatchIndexSampler(10, batch_size, shuffle=shuffle, seed=seed)
 
