@@ -465,6 +465,11 @@ class LimitedSampler:
         total = None if num_batches is None else integer(num_batches, "num_batches", low=0)
         return (self.sample(n) for _ in (iter(int, 1) if total is None else range(total)))
 
+    def dataloader(self, batch_size: int, num_batches: int | None = None, **loader_options: Any):
+        """A ``ReplayDataLoader`` over the sampler's view whose every batch waits for the limiter, as
+        ``batches()`` does (the wrapped sampler's own ``dataloader`` would not ask the limiter)."""
+        return self.sampler.view.sampler_dataloader(self.batches(batch_size, num_batches), **loader_options)
+
     def __getattr__(self, name: str) -> Any:
         if name in ("sampler", "limiter") or name.startswith("__"):  # unpickling, protocols: not the sampler's
             raise AttributeError(name)

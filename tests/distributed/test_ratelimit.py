@@ -379,6 +379,11 @@ def test_a_wrapped_sampler_waits_counts_and_gives_back_a_failed_draw(make_buffer
     loader = ReplayDataLoader(sampler.view, wrapped.batches(3, 2))
     assert [len(batch["_key"]) for batch in loader] == [3, 3] and limiter.counts.samples == 10
     assert wrapped.state_dict()["draws"] == sampler.draws == 3
+    # the wrapper's own dataloader asks the limiter for every batch too (not the wrapped sampler's)
+    assert [len(batch["_key"]) for batch in wrapped.dataloader(5, 1)] == [5] and limiter.counts.samples == 15
+    unfilled = RateLimiter(1.0, error_buffer=20, min_size_to_sample=100, mode="raise").wrap_sampler(sampler)
+    with pytest.raises(RateLimitedError, match="a sample of 5 was not allowed"):
+        next(iter(unfilled.dataloader(5, 1)))
 
 
 def test_importing_the_limiter_imports_no_torch():

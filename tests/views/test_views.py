@@ -395,6 +395,25 @@ class TestViewContract:
         copy = pickle.loads(pickle.dumps(view))
         same_batch(copy.__getitems__(items), expected)
 
+    def test_readahead_and_prefetch_never_change_a_batch(self, any_view):
+        _, make, _ = any_view
+        items = np.random.default_rng(5).permutation(len(make()))[:7]
+        expected = make().__getitems__(items)
+        for mode in ("always", "auto", "off"):
+            view = make()
+            if not hasattr(view, "readahead"):  # a ConcatView: its shards' views advise their own rows
+                continue
+            view.readahead.mode = mode
+            view.prefetch(items)
+            same_batch(view.__getitems__(items), expected)
+            view.prefetch(np.array([len(view) + 5]))  # a batch that will fail its gather: no error here
+            assert view.advise(np.zeros(0, np.int64), np.zeros(0, np.int64)) is False
+        if hasattr(view, "row_ranges"):  # every row the batch reads lies in its ranges (what readahead advises)
+            episode, t = view.positions.locate(items)
+            lo, hi = view.row_ranges(episode, t)
+            start, end = view.table.start[episode], view.table.start[episode] + view.table.length[episode]
+            assert (lo >= start).all() and (lo <= start + t).all() and (hi > start + t).all() and (hi <= end + 8).all()
+
     def test_refresh_takes_in_new_episodes(self, any_view):
         _, make, store = any_view
         view = make()
