@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from typing import Any, Mapping
 
 import numpy as np
@@ -333,11 +334,17 @@ class StoreView(BatchDataset):
 
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
+        readahead = self.readahead
         if self._ahead:  # prefetch() looked at this batch already
             self._ahead -= 1
-        elif self.readahead.due():
+        elif readahead.due():
             self.advise(episode, t)
-        batch = self.gather(episode, t)
+        if readahead.mode == "auto":
+            began = time.perf_counter()
+            batch = self.gather(episode, t)
+            readahead.timed(time.perf_counter() - began)
+        else:
+            batch = self.gather(episode, t)
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
         if self._stamp is not None and len(episode):  # after every read of the batch's rows and slots

@@ -10,14 +10,16 @@ numpy's own gather. Advice is a hint: any failure to give it is ignored and the 
 One system call advises a whole batch: ``process_madvise`` (Linux 5.10+) takes up to 1,024 ranges at
 once; elsewhere one ``madvise`` per range. In ``"auto"`` mode a view first probes a few of the batch's
 ranges with ``mincore`` and skips the advice when they are all cached; after such a probe it skips the
-probe too for the next 1, 2, 4, then 8 batches (any uncached probe starts over), so warm reads pay about
-a microsecond a batch, and a store that does not fit in RAM is advised every batch.
+probe too for the next 1, 2, 4, ... up to 64 batches (any uncached probe starts over), so warm reads pay
+about a microsecond a batch, and a store that does not fit in RAM is advised every batch. A gather much
+slower than the fastest seen (pages that were not cached after all) ends such a spell at once.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import mmap
 import os
 import sys
@@ -127,7 +129,9 @@ class Readahead:
     ``mode``: ``"auto"`` advises only when a probe finds some of the batch's pages not cached;
     ``"always"`` advises every batch; ``"off"`` never. ``advised``/``skipped`` count the batches."""
 
-    QUIET_MOST = 8  # batches left unprobed after a probe found a batch cached: 1, 2, 4, then 8
+    QUIET_MOST = 64  # batches left unprobed after a probe found a batch cached: 1, 2, 4, ... 64
+    SLOW = 4.0  # a gather this many times slower than the fastest seen (+ SLOW_EXTRA) ends a quiet spell
+    SLOW_EXTRA = 1e-4  # seconds: about one page read from a fast disk
 
     def __init__(self, mode: str = "auto"):
         self.mode = mode
@@ -135,6 +139,7 @@ class Readahead:
         self.skipped = 0
         self._quiet = 0  # batches still to skip without a probe
         self._quiet_next = 1  # how many the next all-cached probe buys
+        self._fastest = math.inf  # the fastest gather seen (seconds)
 
     def due(self) -> bool:
         """Whether this batch should be looked at: False when off, or while recent probes found the
@@ -146,6 +151,14 @@ class Readahead:
             self.skipped += 1
             return False
         return True
+
+    def timed(self, seconds: float) -> None:
+        """A gather's time: one much slower than the fastest seen (its pages were not all cached, say)
+        ends a quiet spell, so the next batch is probed."""
+        if seconds < self._fastest:
+            self._fastest = seconds
+        elif self._quiet and seconds > self.SLOW * self._fastest + self.SLOW_EXTRA:
+            self._quiet, self._quiet_next = 0, 1
 
     def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> bool:
         """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised.

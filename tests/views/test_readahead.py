@@ -76,7 +76,7 @@ def test_auto_mode_advises_a_cold_batch_and_skips_cached_ones_probing_less_and_l
                 assert not readahead.batch([array], rows, rows + 1)
             probes.append(probed)
         assert readahead.skipped == 20 and readahead.advised == 1
-        # a probe, then 1, 2, 4, 8 quiet batches between probes
+        # a probe, then 1, 2, 4, 8 quiet batches between probes (up to 64)
         assert [i for i, probed in enumerate(probes) if probed] == [0, 2, 5, 10, 19]
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # cold again: the next probe advises
         while not readahead.due():
@@ -134,3 +134,13 @@ def test_readahead_modes(value, mode):
 def test_readahead_mode_must_be_one_of_the_modes(value):
     with pytest.raises(OptionError, match=r"readahead must be one of \('auto', 'always', 'off'\), True or False"):
         readahead_mode(value)
+
+
+def test_a_slow_gather_ends_a_quiet_spell():
+    readahead = Readahead("auto")
+    readahead._quiet, readahead._quiet_next = 8, 16  # as after a few all-cached probes
+    readahead.timed(0.0003)
+    readahead.timed(0.0004)  # a little slower: noise
+    assert readahead._quiet == 8
+    readahead.timed(0.01)  # pages were read from the disk: probe the next batch
+    assert readahead._quiet == 0 and readahead._quiet_next == 1 and readahead.due()
