@@ -146,6 +146,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import uuid
 from dataclasses import asdict, dataclass
@@ -375,6 +376,7 @@ class NpyFile:
     size: int = 0  # bytes on disk when opened
     fd: int = -1  # for writing: opened at the first write, without following links
     _map: np.ndarray | None = None
+    _random_map: np.ndarray | None = None  # a second map, marked MADV_RANDOM (no read-around on a fault)
 
     @classmethod
     def open(cls, folder: Path, path: Path, spec: FieldSpec, min_rows: int, *, writable: bool) -> "NpyFile":
@@ -393,17 +395,29 @@ class NpyFile:
             )
         return cls(path, spec, offset, rows, writable, folder, size)
 
-    def array(self) -> np.ndarray:
-        """A read-only map of all rows (no data is read until indexed)."""
-        if self._map is None or len(self._map) != self.rows:
+    def array(self, *, random: bool = False) -> np.ndarray:
+        """A read-only map of all rows (no data is read until indexed). ``random``: a map of its own marked
+        ``MADV_RANDOM``, so that a page fault reads that page, not the disk's whole readahead window around
+        it (``read_ahead_kb``, up to MiBs): for readers of scattered rows that advise their reads."""
+        current = self._random_map if random else self._map
+        if current is None or len(current) != self.rows:
             if self.rows == 0:
                 return np.empty((0, *self.spec.shape), self.spec.dtype)
             with _open_npy(self.folder, self.path) as file, folderio.errors_named(self.path, "map"):
                 mapped = np.memmap(file, dtype=self.spec.dtype, mode="r", offset=self.offset,
                                    shape=(self.rows, *self.spec.shape))
+            if random and hasattr(mmap, "MADV_RANDOM"):
+                try:
+                    mapped._mmap.madvise(mmap.MADV_RANDOM)
+                except (AttributeError, OSError):  # advice only
+                    pass
             # a plain ndarray over the map (it keeps the map alive): indexing skips np.memmap's wrapper
-            self._map = mapped.view(np.ndarray)
-        return self._map
+            current = mapped.view(np.ndarray)
+            if random:
+                self._random_map = current
+            else:
+                self._map = current
+        return current
 
     def grow(self, rows: int) -> None:
         """Make room for ``rows`` rows: file size first, then the header (a crash between is harmless)."""
@@ -432,7 +446,7 @@ class NpyFile:
                 os.fsync(self.fd)
 
     def close(self) -> None:
-        self._map = None
+        self._map = self._random_map = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

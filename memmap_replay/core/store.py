@@ -287,8 +287,9 @@ class EpisodeStore:
         table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
         return table, (get("id") if not self.is_writer else ids)
 
-    def step_array(self, name: str) -> np.ndarray:
-        return self.steps[name].array()
+    def step_array(self, name: str, *, random: bool = False) -> np.ndarray:
+        """A step field's read-only map; ``random``: one marked for scattered reads (``NpyFile.array``)."""
+        return self.steps[name].array(random=random)
 
     def meta_array(self, name: str) -> np.ndarray:
         return self.metas[name].array()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import deque
 from typing import Any, Mapping
 
 import numpy as np
@@ -122,6 +123,7 @@ class StoreView(BatchDataset):
         self.return_indices = flag(return_indices, "return_indices")
         self.readahead = Readahead(readahead_mode(readahead))
         self._ahead = 0  # batches prefetch() looked at that are still to be gathered
+        self._recent_blocks: tuple | None = None  # (epoch, deque): blocks of a block-shuffled epoch advised lately
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
         self.filter_meta = filter_meta
@@ -140,6 +142,9 @@ class StoreView(BatchDataset):
         self.state = (state.first_episode, state.next_episode)
 
     kind = "trajectories"  # names a sampler's priorities by default
+    # reads scattered rows: with readahead on, its maps are marked MADV_RANDOM (a page fault outside the
+    # advised ranges reads one page, not the disk's readahead window of up to MiBs around it)
+    scattered_reads = True
 
     def position_spec(self) -> dict:
         """What decides this view's positions (JSON-able): priorities kept for one view fit only an
@@ -195,7 +200,7 @@ class StoreView(BatchDataset):
         state = dict(self.__dict__)
         state["_store"] = None
         state["_sources"] = {}
-        state["_ahead"] = 0
+        state["_ahead"], state["_recent_blocks"] = 0, None
         return state
 
     @property
@@ -377,17 +382,21 @@ class StoreView(BatchDataset):
         lo, hi = self.row_ranges(episode, t)
         return self.readahead.batch([self._map(name) for name in self.read_fields()], lo, hi)
 
-    def prefetch(self, items: Any) -> bool:
+    def prefetch(self, items: Any, *, blocks: tuple[int, int, Any] | None = None) -> bool:
         """Advise the rows of a batch that will be asked for later (item numbers or a sampler's
         ``Sample``), so its disk reads overlap the work until then; never raises for a stale sample (its
         gather will). Call it once per batch, in the order they will be gathered: the gather of a batch
-        prefetched skips the look. True if advice was given."""
+        prefetched skips the look. ``blocks=(block_size, block_window, epoch)`` (a block-shuffled epoch):
+        advise each block of items the batch enters, whole, the first time in that epoch (the next batches
+        read the rest of it, so the disk reads it in large runs). True if advice was given."""
         if self.readahead.mode == "off":
             return False
         self._ahead += 1
-        if not self.readahead.due():
-            return False
         try:
+            if blocks is not None and not isinstance(items, Sample):
+                return self._advise_blocks(self.checked(items), *blocks)
+            if not self.readahead.due():
+                return False
             if isinstance(items, Sample):
                 known = items.positions_in(self)
                 episode, t = known if known is not None else self._locate_keys(items.keys)
@@ -396,6 +405,19 @@ class StoreView(BatchDataset):
         except (ReplayError, IndexError):  # evicted, or not this view's: the gather will say so
             return False
         return self.advise(episode, t)
+
+    def _advise_blocks(self, items: np.ndarray, block_size: int, block_window: int, epoch: Any) -> bool:
+        """Advise the whole blocks of ``items`` not advised in this epoch's last few windows of blocks."""
+        known, recent = self._recent_blocks or (None, None)
+        if known != (block_size, block_window, epoch):
+            recent = deque(maxlen=4 * block_window)
+            self._recent_blocks = ((block_size, block_window, epoch), recent)
+        entered = [block for block in np.unique(items // block_size).tolist() if block not in recent]
+        if not entered:
+            return False
+        recent.extend(entered)
+        whole = (np.array(entered, dtype=np.int64)[:, None] * block_size + np.arange(block_size)).ravel()
+        return self.advise(*self.positions.locate(whole[whole < len(self)]))
 
     # ---- helpers for subclasses --------------------------------------------------------------------------
 
@@ -414,7 +436,8 @@ class StoreView(BatchDataset):
         """The step field's memory map (made at the first read: it covers every row of the snapshot)."""
         source = self._sources.get(name)
         if source is None:
-            source = self._sources[name] = self.store.step_array(name)
+            scattered = self.scattered_reads and self.readahead.mode != "off"
+            source = self._sources[name] = self.store.step_array(name, random=scattered)
         return source
 
 

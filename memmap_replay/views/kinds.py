@@ -45,6 +45,8 @@ def _steps(value: Any, name: str, store: EpisodeStore) -> int:
 class TrajectoryView(StoreView):
     """Whole episodes, padded to the longest in the batch, with lengths (and a mask on request)."""
 
+    scattered_reads = False  # whole episodes: the kernel's readahead on a fault helps
+
     def __init__(self, store: EpisodeStore, *, return_mask: bool = False, **options: Any):
         super().__init__(store, **options)
         self.return_mask = flag(return_mask, "return_mask")

@@ -160,7 +160,14 @@ class ReplayDataLoader(DataLoader):
             return
         # in the main process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
-        for items in _prefetched(self.batch_sampler, getattr(self.dataset, "prefetch", None), self.prefetch):
+        prefetch = getattr(self.dataset, "prefetch", None)
+        sampler = self.batch_sampler
+        if prefetch is not None and getattr(sampler, "order", None) == "blocks":  # whole blocks, once each
+            blocks = (sampler.block_size, sampler.block_window, (id(self), sampler.epoch))
+
+            def prefetch(items, view_prefetch=prefetch):
+                return view_prefetch(items, blocks=blocks)
+        for items in _prefetched(sampler, prefetch, self.prefetch):
             batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
             if self.pin_memory and _accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}

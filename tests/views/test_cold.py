@@ -208,3 +208,47 @@ def test_workers_read_cold_batches_with_their_own_advice(folder):
     cold = batches_of(buffer.dataloader(16, shuffle=True, seed=8, timestep_level=True, readahead="always",
                                         num_workers=2))
     assert same(warm, cold)
+
+
+def rand_read_flags(path) -> list[bool]:
+    """For each map of ``path`` in this process: whether it is marked MADV_RANDOM (VmFlags 'rr')."""
+    flags, current = [], False
+    with open("/proc/self/smaps") as smaps:
+        lines = smaps.read().splitlines()
+    for line in lines:
+        if not line[0].isupper() or ":" not in line.split()[0]:  # a mapping's header line
+            current = line.rstrip().endswith(str(path))
+        elif current and line.startswith("VmFlags:"):
+            flags.append("rr" in line.split()[1:])
+    return flags
+
+
+@linux
+@pytest.mark.parametrize("options, readahead, marked", [
+    (dict(timestep_level=True), "auto", True), (dict(n_steps=2), "always", True), (dict(window=4), "auto", True),
+    (dict(timestep_level=True), "off", False), (dict(), "auto", False)],
+    ids=["steps", "n-step", "windows", "readahead off", "trajectories"])
+def test_scattered_views_map_their_files_for_random_reads(folder, options, readahead, marked):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    view = buffer.dataset(readahead=readahead, **options)
+    view.__getitems__(np.arange(3))
+    image = (folder / "steps" / "image.npy").resolve()
+    if not image.exists():
+        image = next(folder.rglob("image.npy")).resolve()
+    assert rand_read_flags(image) == [marked]
+
+
+def test_a_block_shuffled_loader_advises_each_block_whole_once_an_epoch(folder, monkeypatch):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    loader = buffer.dataloader(16, shuffle="blocks", block_size=8, block_window=2, seed=3, timestep_level=True,
+                               readahead="always")
+    view = loader.dataset
+    advised = []
+    original = view.advise
+    monkeypatch.setattr(view, "advise", lambda episode, t: advised.append((episode, t)) or original(episode, t))
+    for _ in range(2):  # two epochs: each block advised once in each
+        advised.clear()
+        assert list(loader)
+        positions = {(int(e), int(t)) for episode, t in advised for e, t in zip(episode, t)}
+        everything = {(int(e), int(t)) for e, t in zip(*view.positions.locate(np.arange(len(view))))}
+        assert positions == everything and sum(len(episode) for episode, _ in advised) == len(view)
