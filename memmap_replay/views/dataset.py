@@ -374,13 +374,14 @@ class StoreView(BatchDataset):
         start = self.table.start[episode]
         return start, start + self.table.length[episode]
 
-    def advise(self, episode: np.ndarray, t: np.ndarray) -> bool:
+    def advise(self, episode: np.ndarray, t: np.ndarray, *, background: bool = False) -> bool:
         """Tell the kernel every row range the batch of (episode, t) will read, in one call, so the reads
-        are in flight together (see ``views.readahead``); True if advised."""
+        are in flight together (see ``views.readahead``; ``background``: from a thread of its own, for a
+        batch ahead); True if advised."""
         if not len(episode):
             return False
         lo, hi = self.row_ranges(episode, t)
-        return self.readahead.batch([self._map(name) for name in self.read_fields()], lo, hi)
+        return self.readahead.batch([self._map(name) for name in self.read_fields()], lo, hi, background=background)
 
     def prefetch(self, items: Any, *, blocks: tuple[int, int, Any] | None = None) -> bool:
         """Advise the rows of a batch that will be asked for later (item numbers or a sampler's
@@ -404,7 +405,7 @@ class StoreView(BatchDataset):
                 episode, t = self.positions.locate(self.checked(items))
         except (ReplayError, IndexError):  # evicted, or not this view's: the gather will say so
             return False
-        return self.advise(episode, t)
+        return self.advise(episode, t, background=True)
 
     def _advise_blocks(self, items: np.ndarray, block_size: int, block_window: int, epoch: Any) -> bool:
         """Advise the whole blocks of ``items`` not advised in this epoch's last few windows of blocks."""
@@ -417,7 +418,7 @@ class StoreView(BatchDataset):
             return False
         recent.extend(entered)
         whole = (np.array(entered, dtype=np.int64)[:, None] * block_size + np.arange(block_size)).ravel()
-        return self.advise(*self.positions.locate(whole[whole < len(self)]))
+        return self.advise(*self.positions.locate(whole[whole < len(self)]), background=True)
 
     # ---- helpers for subclasses --------------------------------------------------------------------------
 

@@ -161,13 +161,16 @@ class ReplayDataLoader(DataLoader):
         # in the main process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         prefetch = getattr(self.dataset, "prefetch", None)
-        sampler = self.batch_sampler
-        if prefetch is not None and getattr(sampler, "order", None) == "blocks":  # whole blocks, once each
+        sampler, depth = self.batch_sampler, self.prefetch
+        if prefetch is not None and depth and getattr(sampler, "order", None) == "blocks":
+            # whole blocks, each advised once, a window of blocks ahead: the next window's reads overlap
+            # the batches of this one
             blocks = (sampler.block_size, sampler.block_window, (id(self), sampler.epoch))
+            depth = max(depth, -(-sampler.block_size * sampler.block_window // sampler.batch_size))
 
             def prefetch(items, view_prefetch=prefetch):
                 return view_prefetch(items, blocks=blocks)
-        for items in _prefetched(sampler, prefetch, self.prefetch):
+        for items in _prefetched(sampler, prefetch, depth):
             batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
             if self.pin_memory and _accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}

@@ -22,7 +22,9 @@ import ctypes.util
 import math
 import mmap
 import os
+import queue
 import sys
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -37,6 +39,9 @@ PAGE = mmap.PAGESIZE
 PROBES = 8  # ranges of a batch probed for residency in "auto" mode
 MERGE_GAP = 1 << 16  # ranges closer than this are advised as one (a separate request would cost more)
 MAX_IOV = 1024  # UIO_MAXIOV: ranges per process_madvise call
+# the kernel reads at most the disk's readahead window (read_ahead_kb, often 128 KiB) of each advised
+# range and silently drops the rest: longer ranges are advised in pieces of this size
+PIECE = 1 << 17
 _MADV_WILLNEED = 3
 _SYS_PROCESS_MADVISE = 440  # the same number on every Linux architecture (asm-generic and x86_64 tables)
 
@@ -78,11 +83,14 @@ class _Kernel:
     def _own_pidfd(self) -> int:
         pid = os.getpid()
         if self.pid != pid:
-            self.pid, self.pidfd = pid, -1  # the parent's pidfd (inherited by fork) names the parent
-            try:
-                self.pidfd = os.pidfd_open(pid)
-            except OSError:
-                self.batched = False
+            with _LOCK:  # the advisor thread and the caller's thread may both come here first
+                if self.pid != pid:
+                    self.pidfd = -1  # the parent's pidfd (inherited by fork) names the parent
+                    try:
+                        self.pidfd = os.pidfd_open(pid)
+                    except OSError:
+                        self.batched = False
+                    self.pid = pid
         return self.pidfd
 
     def advise(self, starts: np.ndarray, lengths: np.ndarray) -> None:
@@ -113,6 +121,39 @@ class _Kernel:
         return self.vec.find(0, 0, pages) < 0
 
 
+class _Advisor:
+    """One background thread per process that gives the advice handed to it: a large ``MADV_WILLNEED``
+    (a window of blocks, say) blocks its caller until the disk's queue takes it, and advice for batches
+    still ahead need not hold up the batch being gathered. Advice on a range unmapped meanwhile fails
+    harmlessly."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+        self.jobs: queue.SimpleQueue | None = None
+
+    def submit(self, kernel: _Kernel, starts: np.ndarray, lengths: np.ndarray) -> None:
+        pid = os.getpid()
+        if self.pid != pid:  # first use in this process (threads do not survive a fork)
+            with _LOCK:
+                if self.pid != pid:
+                    self.jobs = queue.SimpleQueue()
+                    threading.Thread(target=self._run, args=(self.jobs,), name="memmap_replay readahead",
+                                     daemon=True).start()
+                    self.pid = pid
+        self.jobs.put((kernel, starts, lengths))
+
+    @staticmethod
+    def _run(jobs: queue.SimpleQueue) -> None:
+        while True:
+            kernel, starts, lengths = jobs.get()
+            try:
+                kernel.advise(starts, lengths)
+            except Exception:  # advice only: never let the thread die  # noqa: BLE001
+                pass
+
+
+_LOCK = threading.Lock()
+_ADVISOR = _Advisor()
 _KERNEL: _Kernel | None = None
 
 
@@ -160,9 +201,10 @@ class Readahead:
         elif self._quiet and seconds > self.SLOW * self._fastest + self.SLOW_EXTRA:
             self._quiet, self._quiet_next = 0, 1
 
-    def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> bool:
+    def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray, *, background: bool = False) -> bool:
         """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised.
-        In auto mode, first probe whether they are cached (then skip)."""
+        In auto mode, first probe whether they are cached (then skip). ``background``: the advice is given
+        by a thread of its own (for batches ahead: this one goes on at once)."""
         if self.mode == "off" or not len(lo) or not maps:
             return False
         kernel = _kernel()
@@ -179,8 +221,11 @@ class Readahead:
             return False
         starts = np.concatenate([starts for starts, _ in ranges])
         ends = np.concatenate([starts + lengths for starts, lengths in ranges])
-        starts, lengths = _merged(starts, ends)
-        kernel.advise(starts, lengths)
+        starts, lengths = _pieces(*_merged(starts, ends))
+        if background:
+            _ADVISOR.submit(kernel, starts, lengths)
+        else:
+            kernel.advise(starts, lengths)
         self.advised += 1
         return True
 
@@ -214,6 +259,18 @@ def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.
     end = base + hi.astype(np.uint64) * row_bytes
     aligned = start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF)
     return aligned, end - aligned
+
+
+def _pieces(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges cut into pieces of at most ``PIECE`` bytes (each advised range is read whole)."""
+    counts = ((lengths + np.uint64(PIECE - 1)) // np.uint64(PIECE)).astype(np.int64)
+    if (counts <= 1).all():
+        return starts, lengths
+    first = np.repeat(starts, counts)
+    offset = (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.uint64) * np.uint64(PIECE)
+    ends = np.repeat(starts + lengths, counts)
+    piece_starts = first + offset
+    return piece_starts, np.minimum(ends - piece_starts, np.uint64(PIECE))
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
