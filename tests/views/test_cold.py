@@ -245,7 +245,7 @@ def test_a_block_shuffled_loader_advises_each_block_whole_once_an_epoch(folder, 
     view = loader.dataset
     advised = []
     original = view.advise
-    monkeypatch.setattr(view, "advise", lambda episode, t: advised.append((episode, t)) or original(episode, t))
+    monkeypatch.setattr(view, "advise", lambda episode, t, **options: advised.append((episode, t)) or original(episode, t))
     for _ in range(2):  # two epochs: each block advised once in each
         advised.clear()
         assert list(loader)
