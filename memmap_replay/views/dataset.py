@@ -407,6 +407,10 @@ class StoreView(BatchDataset):
             return False
         return self.advise(episode, t, background=True)
 
+    def cancel_prefetch(self, count: int) -> None:
+        """``count`` batches given to ``prefetch`` will not be gathered after all (a loop stopped early)."""
+        self._ahead = max(0, self._ahead - count)
+
     def _advise_blocks(self, items: np.ndarray, block_size: int, block_window: int, epoch: Any) -> bool:
         """Advise the whole blocks of ``items`` not advised in this epoch's last few windows of blocks."""
         known, recent = self._recent_blocks or (None, None)

@@ -170,7 +170,7 @@ class ReplayDataLoader(DataLoader):
 
             def prefetch(items, view_prefetch=prefetch):
                 return view_prefetch(items, blocks=blocks)
-        for items in _prefetched(sampler, prefetch, depth):
+        for items in _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None)):
             batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
             if self.pin_memory and _accelerator_available():
                 batch = {name: value.pin_memory() for name, value in batch.items()}
@@ -188,21 +188,26 @@ class ReplayDataLoader(DataLoader):
             yield batch
 
 
-def _prefetched(batches: Iterable, prefetch: Any, depth: int) -> Iterator:
-    """The batches, each taken ``depth`` batches ahead of its turn and passed to ``prefetch`` then."""
+def _prefetched(batches: Iterable, prefetch: Any, depth: int, cancel: Any = None) -> Iterator:
+    """The batches, each taken ``depth`` batches ahead of its turn and passed to ``prefetch`` then; if
+    the loop stops early, ``cancel(n)`` is told of the n batches prefetched that will not be asked for."""
     if prefetch is None or depth == 0:
         yield from batches
         return
     iterator = iter(batches)
     ahead: deque = deque()
-    for items in itertools.islice(iterator, depth):
-        prefetch(items)
-        ahead.append(items)
-    while ahead:
-        for items in itertools.islice(iterator, 1):
+    try:
+        for items in itertools.islice(iterator, depth):
             prefetch(items)
             ahead.append(items)
-        yield ahead.popleft()
+        while ahead:
+            for items in itertools.islice(iterator, 1):
+                prefetch(items)
+                ahead.append(items)
+            yield ahead.popleft()
+    finally:
+        if ahead and cancel is not None:
+            cancel(len(ahead))
 
 
 def _keywords(cls) -> set[str]:

@@ -110,6 +110,16 @@ def test_the_loader_prefetches_each_batch_ahead_in_order_and_the_batches_do_not_
     assert same(reference, seen)
 
 
+def test_a_loop_stopped_early_leaves_no_batch_counted_as_prefetched(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    loader = buffer.dataloader(16, shuffle=True, seed=2, timestep_level=True, prefetch=3)
+    iterator = iter(loader)
+    next(iterator), next(iterator)
+    assert loader.dataset._ahead == 3  # batches 2, 3 and 4 prefetched
+    iterator.close()  # the loop stops (as a break does): its batches ahead are given back
+    assert loader.dataset._ahead == 0
+
+
 @linux
 def test_prefetch_advises_the_next_batch_and_its_gather_skips_the_look(folder):
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
