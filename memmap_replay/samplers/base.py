@@ -5,6 +5,8 @@ Every sampler follows one protocol:
 - ``sample(batch_size) -> Sample``: keys (episode id * ``view.key_stride`` + t, stable while the episode is
   live) and, for prioritized draws, importance weights;
 - ``batch(batch_size) -> dict``: ``view.__getitems__(sample(batch_size))``, with ``_key`` (and ``_weight``);
+  with ``prefetch=k`` the next k draws are made as a batch is returned and handed to ``view.prefetch``
+  (their rows are read from disk meanwhile); they are kept in ``state_dict()``;
 - ``batches(batch_size, num_batches=None)``: a batch sampler for a torch DataLoader (endless for draws
   with replacement, one epoch without); ``dataloader(batch_size, ...)``: the view wraps it in a
   ``ReplayDataLoader`` (the views room builds it: this room never imports torch);
