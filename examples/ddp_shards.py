@@ -47,7 +47,9 @@ def write_shards(root: Path) -> None:
 def gathered(tensor: torch.Tensor) -> torch.Tensor:
     """Every rank's tensor, concatenated in rank order (each rank's batch has the same size)."""
     parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, tensor)
+    # a copy in torch's own memory: a batch's tensors share numpy's (a Python object), and gloo's threads
+    # must not hold a Python reference when the interpreter shuts down (an abort at exit otherwise)
+    dist.all_gather(parts, tensor.clone())
     return torch.cat(parts)
 
 
