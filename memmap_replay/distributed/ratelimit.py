@@ -467,7 +467,9 @@ class LimitedSampler:
 
     def dataloader(self, batch_size: int, num_batches: int | None = None, **loader_options: Any):
         """A ``ReplayDataLoader`` over the sampler's view whose every batch waits for the limiter, as
-        ``batches()`` does (the wrapped sampler's own ``dataloader`` would not ask the limiter)."""
+        ``batches()`` does (the wrapped sampler's own ``dataloader`` would not ask the limiter). It takes
+        no batch ahead (``prefetch=0`` unless given): a batch drawn early would ask the limiter early."""
+        loader_options.setdefault("prefetch", 0)
         return self.sampler.view.sampler_dataloader(self.batches(batch_size, num_batches), **loader_options)
 
     def __getattr__(self, name: str) -> Any:

@@ -197,6 +197,16 @@ class ConcatView(BatchDataset):
             where.append(chosen)
         return _merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1 else None)
 
+    def prefetch(self, items: Any) -> bool:
+        """Advise the rows of a sharded draw that will be gathered later (each shard's view its part)."""
+        if not isinstance(items, ShardSample):
+            return False  # item numbers: each shard's view advises its part when it gathers
+        return any([self.views[shard].prefetch(part) for shard, part in items.parts])
+
+    def cancel_prefetch(self, count: int) -> None:
+        for view in self.views:
+            view.cancel_prefetch(count)
+
     def sample_batch(self, sample: "ShardSample") -> dict[str, torch.Tensor]:
         parts = [self.views[shard].__getitems__(part) for shard, part in sample.parts]
         for (shard, _), batch in zip(sample.parts, parts):
@@ -227,6 +237,7 @@ class ShardedSampler(SamplerBase):
                  **options: Any):
         if options.get("replacement") is False:
             raise OptionError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
+        self.prefetch = integer(options.pop("prefetch", 0), "prefetch", low=0)  # draws ahead: this sampler's
         self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
         if kind == "uniform":
             self.options.pop("persist")

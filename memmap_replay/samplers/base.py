@@ -146,8 +146,7 @@ class SamplerBase:
             except SampleExpiredError:
                 if attempt == REDRAWS:
                     raise
-                if self._ahead:
-                    self._ahead.clear()  # drawn before the eviction: stale too
+                self._drop_ahead()  # drawn before the eviction: stale too
                 self.refresh()
         if self.prefetch:
             self._draw_ahead(batch_size)
@@ -158,11 +157,20 @@ class SamplerBase:
         ahead = self._ahead
         if not ahead:
             return None
-        size, sample = ahead.popleft()
+        size, sample = ahead[0]
         if size == batch_size:
+            ahead.popleft()
             return sample
-        ahead.clear()
+        self._drop_ahead()
         return None
+
+    def _drop_ahead(self) -> None:
+        """Forget the draws made ahead (the view is told: it will not be asked for them)."""
+        if self._ahead:
+            cancel = getattr(self.view, "cancel_prefetch", None)
+            if cancel is not None:
+                cancel(len(self._ahead))
+            self._ahead.clear()
 
     def _draw_ahead(self, batch_size: int) -> None:
         if self._ahead is None:
@@ -366,6 +374,10 @@ class UniformSampler(ReplaySampler):
                  block_size: int | None = None, block_window: int | None = None, **options: Any):
         super().__init__(view, **options)
         self.replacement = flag(replacement, "replacement")
+        if self.prefetch and not self.replacement:
+            raise OptionError(f"prefetch={self.prefetch} draws batches ahead, which an epoch without replacement "
+                              f"would lose when the batch size changes; drop prefetch, or read the epoch through "
+                              f"sampler.dataloader(...), which looks ahead by itself")
         self.order, self.block_size, self.block_window = epoch_order_options(order, block_size, block_window)
         if self.order != "random" and self.replacement:
             raise OptionError(f"order={self.order!r} orders an epoch: pass replacement=False with it (draws with "

@@ -10,6 +10,7 @@ call per field; ``__getitem__`` is the same for one item.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections import deque
@@ -122,7 +123,8 @@ class StoreView(BatchDataset):
                 raise OptionError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
         self.return_indices = flag(return_indices, "return_indices")
         self.readahead = Readahead(readahead_mode(readahead))
-        self._ahead = 0  # batches prefetch() looked at that are still to be gathered
+        self._ahead = 0  # batches prefetch() looked at that are still to be gathered (in process _ahead_pid)
+        self._ahead_pid = os.getpid()
         self._recent_blocks: tuple | None = None  # (epoch, deque): blocks of a block-shuffled epoch advised lately
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
@@ -340,7 +342,7 @@ class StoreView(BatchDataset):
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
         readahead = self.readahead
-        if self._ahead:  # prefetch() looked at this batch already
+        if self._ahead and self._ahead_pid == os.getpid():  # prefetch() looked at this batch already
             self._ahead -= 1
         elif readahead.due():
             self.advise(episode, t)
@@ -392,20 +394,24 @@ class StoreView(BatchDataset):
         read the rest of it, so the disk reads it in large runs). True if advice was given."""
         if self.readahead.mode == "off":
             return False
-        self._ahead += 1
+        if self._ahead_pid != os.getpid():  # a forked copy does not inherit its parent's batches ahead
+            self._ahead, self._ahead_pid = 0, os.getpid()
         try:
             if blocks is not None and not isinstance(items, Sample):
-                return self._advise_blocks(self.checked(items), *blocks)
-            if not self.readahead.due():
-                return False
-            if isinstance(items, Sample):
-                known = items.positions_in(self)
-                episode, t = known if known is not None else self._locate_keys(items.keys)
-            else:
-                episode, t = self.positions.locate(self.checked(items))
-        except (ReplayError, IndexError):  # evicted, or not this view's: the gather will say so
+                advised = self._advise_blocks(self.checked(items), *blocks)
+                self._ahead += 1
+                return advised
+            looked = self.readahead.due()
+            if looked:
+                if isinstance(items, Sample):
+                    known = items.positions_in(self)
+                    episode, t = known if known is not None else self._locate_keys(items.keys)
+                else:
+                    episode, t = self.positions.locate(self.checked(items))
+        except (ReplayError, IndexError):  # evicted, or not this view's: its gather will say so (not counted)
             return False
-        return self.advise(episode, t, background=True)
+        self._ahead += 1
+        return looked and self.advise(episode, t, background=True)
 
     def cancel_prefetch(self, count: int) -> None:
         """``count`` batches given to ``prefetch`` will not be gathered after all (a loop stopped early)."""

@@ -157,6 +157,16 @@ _ADVISOR = _Advisor()
 _KERNEL: _Kernel | None = None
 
 
+def _after_fork_in_child() -> None:
+    """A child forked while another thread held the lock would wait for it forever: a fresh one."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _kernel() -> _Kernel:
     global _KERNEL
     if _KERNEL is None:
@@ -216,12 +226,13 @@ class Readahead:
                 self.skipped += 1
                 return False
             self._quiet_next = 1
-        ranges = [_byte_ranges(array, lo, hi) for array in maps if len(array)]
-        if not ranges or not any(len(starts) for starts, _ in ranges):
+        # merged per map (two maps' ranges are never joined across the gap between them), then in pieces
+        ranges = [_pieces(*_merged(starts, starts + lengths))
+                  for starts, lengths in (_byte_ranges(array, lo, hi) for array in maps if len(array)) if len(starts)]
+        if not ranges:
             return False
         starts = np.concatenate([starts for starts, _ in ranges])
-        ends = np.concatenate([starts + lengths for starts, lengths in ranges])
-        starts, lengths = _pieces(*_merged(starts, ends))
+        lengths = np.concatenate([lengths for _, lengths in ranges])
         if background:
             _ADVISOR.submit(kernel, starts, lengths)
         else:

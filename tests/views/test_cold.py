@@ -262,3 +262,61 @@ def test_a_block_shuffled_loader_advises_each_block_whole_once_an_epoch(folder, 
         positions = {(int(e), int(t)) for episode, t in advised for e, t in zip(episode, t)}
         everything = {(int(e), int(t)) for e, t in zip(*view.positions.locate(np.arange(len(view))))}
         assert positions == everything and sum(len(episode) for episode, _ in advised) == len(view)
+
+
+def test_prefetch_is_refused_where_draws_ahead_would_be_lost(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    with pytest.raises(OptionError, match="prefetch=1 draws batches ahead, which an epoch without replacement"):
+        buffer.sampler("uniform", replacement=False, prefetch=1)
+
+
+def test_draws_dropped_ahead_are_given_back_to_the_view(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    sampler = buffer.sampler("uniform", seed=1, prefetch=2, readahead="always")
+    sampler.batch(4)
+    assert sampler.view._ahead == 2
+    sampler.batch(8)  # another batch size: the two draws ahead are dropped, two new ones made
+    assert len(sampler._ahead) == 2 and sampler.view._ahead == 2
+
+
+@linux
+def test_a_forked_worker_does_not_inherit_the_batches_prefetched(folder):
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    view = buffer.dataset(timestep_level=True, readahead="always")
+    view.prefetch(np.arange(4))
+    assert view._ahead == 1
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child's first gather looks for itself
+        try:
+            view.__getitems__(np.arange(4))
+            os.write(write, bytes([view.readahead.advised]))
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert os.read(read, 1) == bytes([2])  # the parent's prefetch, and the child's own look at its gather
+    os.close(read)
+    os.close(write)
+
+
+def test_sharded_samplers_draw_ahead_and_their_shards_views_advise(tmp_path):
+    from memmap_replay import ShardSet
+
+    rng = np.random.default_rng(0)
+    folders = []
+    for shard in range(2):
+        path = tmp_path / f"shard{shard}"
+        buffer = ReplayBuffer(path, 4, 10, fields=FIELDS)
+        for _ in range(3):
+            buffer.store_episode(image=rng.integers(0, 255, (10, 3, 16, 16), dtype=np.uint8),
+                                 action=rng.standard_normal((10, 2), dtype=np.float32),
+                                 reward=rng.standard_normal(10, dtype=np.float32))
+        buffer.close()
+        folders.append(path)
+    shards = ShardSet(folders=folders)
+    plain = shards.sampler("uniform", seed=3)
+    ahead = shards.sampler("uniform", seed=3, prefetch=1, readahead="always")
+    for _ in range(3):
+        assert torch.equal(plain.batch(6)["_key"], ahead.batch(6)["_key"])
+    assert len(ahead._ahead) == 1 and sum(view.readahead.advised for view in ahead.view.views) > 0
+    shards.close()
