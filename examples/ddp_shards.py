@@ -9,6 +9,7 @@ as one prioritized sampler would, with a batch of world_size * BATCH.
     python examples/ddp_shards.py [folder]
 """
 
+import gc
 import os
 import socket
 import sys
@@ -91,6 +92,10 @@ def train(rank: int, root: str, port: int) -> None:
                   f"{mean_squared_error(model, data):.5f} (noise floor {NOISE ** 2:.5f}) | largest weight error "
                   f"{weight_error:.4f} | priorities in sync: {in_sync}", flush=True)
         shards.close()
+        # nothing may hold the process group when it is destroyed (DDP's reducer does, through the model):
+        # a group destroyed at interpreter exit instead can abort the process
+        del model, optimizer, sampler
+        gc.collect()
         # rank 0 hosts the rendezvous store: no rank may leave while another still talks to it
         dist.barrier()
     finally:
