@@ -66,13 +66,15 @@ def _checked_ahead(entries: Any) -> list[tuple[int, Sample]]:
     ahead = []
     for entry in entries:
         size, keys, weights = entry
+        if not isinstance(keys, list) or not all(type(key) is int and key >= 0 for key in keys):
+            raise InvalidDataError(f"'ahead' keys must be a list of ints >= 0 (got {short(keys)})")
         keys = np.asarray(keys, dtype=np.int64)
-        if keys.ndim != 1 or len(keys) != integer(size, "batch size", low=1) or (len(keys) and keys.min() < 0):
+        if len(keys) != integer(size, "batch size", low=1):
             raise InvalidDataError(f"'ahead' holds {len(keys)} keys for a batch of {size}")
         if weights is not None:
             weights = np.asarray(weights, dtype=np.float32)
-            if weights.shape != keys.shape:
-                raise InvalidDataError(f"'ahead' holds {weights.shape} weights for {keys.shape} keys")
+            if weights.shape != keys.shape or not (np.isfinite(weights).all() and (weights > 0).all()):
+                raise InvalidDataError(f"'ahead' must hold one finite weight > 0 per key (got {short(weights)})")
         ahead.append((int(size), Sample(keys, weights)))
     return ahead
 

@@ -77,6 +77,16 @@ class HindsightView(NStepView):
     def output_names(self) -> list[str]:
         return super().output_names() + ["_relabeled"]
 
+    def advise(self, episode: np.ndarray, t: np.ndarray, *, background: bool = False) -> bool:
+        """The transitions' rows, and the rest of each episode in the achieved-goal field (relabelled goals
+        are read from future steps: a goal field is small, so its whole remainder costs little)."""
+        if not super().advise(episode, t, background=background):
+            return False  # cached (auto mode's probe), or nothing to advise
+        start = self.table.start[episode]
+        self.readahead.batch([self._map(self.achieved_field)], start + t, start + self.table.length[episode] + 1,
+                             background=background, probe=False)
+        return True
+
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         batch = super().gather(episode, t)
         table = self.table

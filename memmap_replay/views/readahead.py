@@ -66,7 +66,7 @@ class _Kernel:
         self.pid = -1
         self.pidfd = -1
         self.libc = None
-        self.vec = bytearray(64)  # mincore's answer, one byte per page (bit 0: resident)
+        self.local = threading.local()  # .vec: mincore's answer, one byte per page (bit 0: resident)
         self.batched = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
         try:
             self.libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -113,12 +113,14 @@ class _Kernel:
     def resident(self, start: int, length: int) -> bool:
         """Whether every page of the range is in the page cache (``mincore``; True if it cannot tell)."""
         pages = -(-length // PAGE)
-        if len(self.vec) < pages:
-            self.vec = bytearray(pages)
-        vec = (ctypes.c_ubyte * pages).from_buffer(self.vec)
+        local = self.local  # one answer buffer per thread: views may be probed from several threads
+        answer = getattr(local, "vec", None)
+        if answer is None or len(answer) < pages:
+            answer = local.vec = bytearray(max(pages, 64))
+        vec = (ctypes.c_ubyte * pages).from_buffer(answer)
         if self.libc.mincore(start, length, vec) != 0:
             return True
-        return self.vec.find(0, 0, pages) < 0
+        return answer.find(0, 0, pages) < 0
 
 
 class _Advisor:
@@ -211,7 +213,8 @@ class Readahead:
         elif self._quiet and seconds > self.SLOW * self._fastest + self.SLOW_EXTRA:
             self._quiet, self._quiet_next = 0, 1
 
-    def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray, *, background: bool = False) -> bool:
+    def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray, *, background: bool = False,
+              probe: bool = True) -> bool:
         """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised.
         In auto mode, first probe whether they are cached (then skip). ``background``: the advice is given
         by a thread of its own (for batches ahead: this one goes on at once)."""
@@ -220,7 +223,7 @@ class Readahead:
         kernel = _kernel()
         if not kernel.usable:
             return False
-        if self.mode == "auto":
+        if self.mode == "auto" and probe:
             if self._cached(kernel, max(maps, key=lambda array: array.strides[0]), lo, hi):
                 self._quiet, self._quiet_next = self._quiet_next, min(2 * self._quiet_next, self.QUIET_MOST)
                 self.skipped += 1

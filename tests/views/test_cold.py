@@ -320,3 +320,51 @@ def test_sharded_samplers_draw_ahead_and_their_shards_views_advise(tmp_path):
         assert torch.equal(plain.batch(6)["_key"], ahead.batch(6)["_key"])
     assert len(ahead._ahead) == 1 and sum(view.readahead.advised for view in ahead.view.views) > 0
     shards.close()
+
+
+@pytest.mark.parametrize("ahead, match", [
+    ([[2, [1.7, 3], None]], "'ahead' keys must be a list of ints >= 0"),
+    ([[2, [True, 3], None]], "'ahead' keys must be a list of ints >= 0"),
+    ([[2, [-1, 3], None]], "'ahead' keys must be a list of ints >= 0"),
+    ([[3, [1, 3], None]], "'ahead' holds 2 keys for a batch of 3"),
+    ([[2, [1, 3], [1.0, float("nan")]]], "one finite weight > 0 per key"),
+    ([[2, [1, 3], [1.0, -2.0]]], "one finite weight > 0 per key"),
+    ([[2, [1, 3], [1.0]]], "one finite weight > 0 per key"),
+    ({"a": 1}, "'ahead' must be a list"),
+])
+def test_a_state_dict_with_damaged_draws_ahead_is_refused_and_changes_nothing(folder, ahead, match):
+    from memmap_replay import InvalidDataError
+
+    buffer = ReplayBuffer.from_folder(folder, read_only=True)
+    sampler = buffer.sampler("uniform", seed=2, prefetch=1)
+    sampler.batch(2)
+    state = sampler.state_dict()
+    with pytest.raises(InvalidDataError, match=match):
+        sampler.load_state_dict(dict(state, ahead=ahead))
+    assert sampler.state_dict() == state
+
+
+def goal_distance(achieved, desired):
+    return -np.linalg.norm(achieved - desired, axis=-1)
+
+
+def test_a_hindsight_view_advises_the_achieved_goals_to_each_episode_end(tmp_path, monkeypatch):
+    rng = np.random.default_rng(4)
+    buffer = ReplayBuffer(tmp_path / "her", 4, 20, fields=dict(obs=("float", 2), goal=("float", 2),
+                                                               achieved=("float", 2), reward="float"))
+    for _ in range(3):
+        buffer.store_episode(obs=rng.random((20, 2)), goal=rng.random((20, 2)), achieved=rng.random((20, 2)),
+                             reward=np.zeros(20), end="terminated")
+    view = buffer.dataset(hindsight=dict(goal_field="goal", achieved_field="achieved", reward_fn=goal_distance),
+                          readahead="always")
+    calls = []
+    original = view.readahead.batch
+    monkeypatch.setattr(view.readahead, "batch",
+                        lambda maps, lo, hi, **options: calls.append((len(maps), lo, hi)) or original(maps, lo, hi, **options))
+    expected = view.__getitems__(np.array([0, 25]))
+    episode, t = view.positions.locate(np.array([0, 25]))
+    end = view.table.start[episode] + view.table.length[episode]
+    assert len(calls) == 2 and calls[1][0] == 1 and (calls[1][2] >= end).all()  # one map: the achieved goals
+    view.readahead.mode = "off"
+    assert all(torch.equal(value, view.__getitems__(np.array([0, 25]))[name]) for name, value in expected.items()
+               if name not in ("goal", "next_goal", "reward", "_relabeled"))
