@@ -28,6 +28,9 @@ printed. It times one epoch of T batches (256 steps, drop_last=False) in uniform
 order (``shuffle="blocks"``, the default block size), and a sequential ``os.read`` of the store's files in
 8 MiB chunks (dd-like), the store evicted before each. Without a cgroup (``--no-cgroup``, or none can be made)
 the child evicts the store's pages every budget's worth of bytes read instead, and says so.
+An in-order epoch (``shuffle=False``) is measured beside them, as the loader's own reference. The ways run
+``--epoch-repeats`` rounds (default 3), interleaved, and the figures are medians: the sequential read of this
+VM's disk swings between runs (the host's cache), and interleaving makes each ratio compare like with like.
 ``--epoch-batches`` caps each epoch (and the sequential read to the same bytes); ``--epoch-seconds`` stops
 an epoch that runs longer (a plain memory map thrashes in a cgroup: each page fault reads the disk's whole
 readahead window around it, printed in the header), and says so.
@@ -380,7 +383,8 @@ def epoch(folder: Path, args, budget: int) -> list[tuple]:
                                          "than the figure asks for)"), flush=True)
     cgroup = None if args.no_cgroup else Cgroup(budget)
     command = [sys.executable, str(Path(__file__).resolve()), "--epoch-child", str(folder), "--budget-mb",
-               str(args.budget_mb), "--epoch-batches", str(args.epoch_batches or 0), "--epoch-seconds", str(args.epoch_seconds)]
+               str(args.budget_mb), "--epoch-batches", str(args.epoch_batches or 0), "--epoch-seconds", str(args.epoch_seconds),
+               "--epoch-repeats", str(args.epoch_repeats)]
     if cgroup is not None and cgroup.path is not None:
         procs = cgroup.path / "cgroup.procs"  # the shell joins the cgroup, then becomes python (same pid)
         command = ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *command]
@@ -415,6 +419,50 @@ def epoch(folder: Path, args, budget: int) -> list[tuple]:
     return [("E", name, mbs / sequential, 0.7 if name.startswith("block") else None) for name, mbs in result.items()]
 
 
+def one_epoch(folder: Path, shuffle, args, cap, every: int, most: int) -> tuple[float, int, str]:
+    """One epoch of T batches in the given order (``shuffle``: True, "blocks" or False), or with ``shuffle``
+    None a sequential read of the store's files, after evicting its pages: (MB/s, bytes, a line to print)."""
+    gc.collect()
+    evict(folder)
+    nbytes, since, batches, shape = 0, 0, 0, ""
+    if shuffle is not None:
+        buffer = ReplayBuffer.from_folder(folder, read_only=True)
+        loader = buffer.dataloader(256, timestep_level=True, shuffle=shuffle, seed=SEED, fields=READ,
+                                   meta_fields=(), drop_last=False)
+        sampler = loader.batch_sampler
+        shape = ", ".join(f"{key} {getattr(sampler, key)}" for key in ("block_size", "block_window")
+                          if shuffle == "blocks" and hasattr(sampler, key))
+        total = len(sampler) if cap is None else min(cap, len(sampler))
+        start = time.perf_counter()
+        for batch in loader:
+            size = sum(v.numel() * v.element_size() for v in batch.values())
+            nbytes, since, batches = nbytes + size, since + size, batches + 1
+            if every and since >= every:
+                evict(folder, drop_maps=True)
+                since = 0
+            if batches == total or time.perf_counter() - start > args.epoch_seconds:
+                break
+        elapsed = time.perf_counter() - start
+        if batches < total:
+            shape += f"{', ' if shape else ''}STOPPED at the {args.epoch_seconds:g} s cap: {batches} of {total} batches"
+        del batch, loader, sampler
+        buffer.close()
+    else:  # dd-like, capped at the epochs' bytes when they are capped
+        start = time.perf_counter()
+        for path in store_files(folder):
+            fd = os.open(path, os.O_RDONLY)
+            while (cap is None or nbytes < most) and (chunk := os.read(fd, CHUNK)):
+                nbytes, since = nbytes + len(chunk), since + len(chunk)
+                if every and since >= every:
+                    evict(folder)
+                    since = 0
+            os.close(fd)
+        elapsed = time.perf_counter() - start
+    rate = nbytes / elapsed / MB
+    done = f"{batches:,} batches ({nbytes / GB:.2f} GB)" if shuffle is not None else f"{nbytes / GB:.2f} GB"
+    return rate, nbytes, f"{done} in {elapsed:.1f} s: {rate:,.0f} MB/s" + (f"  [{shape}]" if shape else "")
+
+
 def epoch_child(args) -> int:
     """In the child: the epochs and the sequential read, each after evicting the store's pages."""
     folder, every, cap = Path(args.epoch_child), args.evict_every, args.epoch_batches or None
@@ -426,49 +474,20 @@ def epoch_child(args) -> int:
     print(f"readahead: {'the default (auto)' if readahead else 'not supported by this version'}")
     if not blocks:
         print("block-shuffled order: skipped (shuffle='blocks' not supported by this version)")
-    result, most = {}, 0
-    for name, shuffle in [("uniform random order", True)] + [("block-shuffled order", "blocks")] * blocks + \
-            [("sequential read", None)]:
-        gc.collect()
-        evict(folder)
-        nbytes, since, batches, shape = 0, 0, 0, ""
-        if shuffle is not None:
-            buffer = ReplayBuffer.from_folder(folder, read_only=True)
-            loader = buffer.dataloader(256, timestep_level=True, shuffle=shuffle, seed=SEED, fields=READ,
-                                       meta_fields=(), drop_last=False)
-            sampler = loader.batch_sampler
-            shape = ", ".join(f"{key} {getattr(sampler, key)}" for key in ("block_size", "block_window")
-                              if shuffle == "blocks" and hasattr(sampler, key))
-            total = len(sampler) if cap is None else min(cap, len(sampler))
-            start = time.perf_counter()
-            for batch in loader:
-                size = sum(v.numel() * v.element_size() for v in batch.values())
-                nbytes, since, batches = nbytes + size, since + size, batches + 1
-                if every and since >= every:
-                    evict(folder, drop_maps=True)
-                    since = 0
-                if batches == total or time.perf_counter() - start > args.epoch_seconds:
-                    break
-            elapsed = time.perf_counter() - start
-            if batches < total:
-                shape += f"{', ' if shape else ''}STOPPED at the {args.epoch_seconds:g} s cap: {batches} of {total} batches"
-            del batch, loader, sampler
-            buffer.close()
-        else:  # dd-like, capped at the epochs' bytes when they are capped
-            start = time.perf_counter()
-            for path in store_files(folder):
-                fd = os.open(path, os.O_RDONLY)
-                while (cap is None or nbytes < most) and (chunk := os.read(fd, CHUNK)):
-                    nbytes, since = nbytes + len(chunk), since + len(chunk)
-                    if every and since >= every:
-                        evict(folder)
-                        since = 0
-                os.close(fd)
-            elapsed = time.perf_counter() - start
-        result[name], most = nbytes / elapsed / MB, max(most, nbytes)
-        done = f"{batches:,} batches ({nbytes / GB:.2f} GB)" if shuffle is not None else f"{nbytes / GB:.2f} GB"
-        print(f"{name:<22} {done} in {elapsed:.1f} s: {result[name]:,.0f} MB/s" + (f"  [{shape}]" if shape else ""),
-              flush=True)
+    ways = [("uniform random order", True)] + [("block-shuffled order", "blocks")] * blocks + \
+        [("in-order loader", False), ("sequential read", None)]
+    runs: dict[str, list[float]] = {name: [] for name, _ in ways}
+    most = 0
+    for round_ in range(args.epoch_repeats):  # the ways interleaved: a change of the disk's speed touches all
+        for name, shuffle in ways:
+            rate, nbytes, line = one_epoch(folder, shuffle, args, cap, every, most)
+            runs[name].append(rate)
+            most = max(most, nbytes)
+            print(f"{name:<22} {line}" + (f"  (round {round_ + 1})" if args.epoch_repeats > 1 else ""), flush=True)
+    result = {name: statistics.median(rates) for name, rates in runs.items()}
+    if args.epoch_repeats > 1:
+        for name, rates in runs.items():
+            print(f"{name:<22} median {result[name]:,.0f} MB/s  [{', '.join(f'{rate:,.0f}' for rate in rates)}]")
     memory = rss()
     print(f"child peak RSS {memory['VmHWM']:,.0f} MB (anonymous now {memory['RssAnon']:,.0f} MB)", flush=True)
     print("RESULT " + json.dumps(result), flush=True)
@@ -490,6 +509,8 @@ def main(argv=None) -> int:
     add("--epoch-batches", type=int, help="cap on each epoch's batches (default: none)")
     add("--epoch-seconds", type=float, default=180.0,
         help="stop an epoch after this many seconds; its MB/s are of the part read (default 180)")
+    add("--epoch-repeats", type=int, help="rounds of the epochs and the sequential read, interleaved; medians "
+                                          "are the figures (default 3)")
     add("--no-cgroup", action="store_true", help="no memory cgroup: evict the store every budget of reading")
     add("--folder", type=Path, help="where to write (a scratch folder is made inside it and removed at the end; "
                                     "default: the current directory, so the same disk as the project)")
@@ -497,6 +518,7 @@ def main(argv=None) -> int:
     add("--evict-every", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.epoch_child:
+        args.epoch_repeats = args.epoch_repeats or 1
         return epoch_child(args)
 
     budget = args.budget_mb * MIB
@@ -505,8 +527,10 @@ def main(argv=None) -> int:
     args.batches = args.batches or (2 if args.quick else 20)
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.epoch_batches = args.epoch_batches or (3 if args.quick else None)
-    if min(args.batches, args.repeats, args.budget_mb) < 1 or episodes < 9:
-        parser.error("--batches, --repeats and --budget-mb must be positive, --episodes at least 9")
+    if not args.epoch_child:
+        args.epoch_repeats = args.epoch_repeats or (1 if args.quick else 3)
+    if min(args.batches, args.repeats, args.budget_mb, args.epoch_repeats) < 1 or episodes < 9:
+        parser.error("--batches, --repeats, --epoch-repeats and --budget-mb must be positive, --episodes at least 9")
     parent = args.folder if args.folder is not None else Path.cwd()
     parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=".bench-cold-", dir=parent))
