@@ -196,7 +196,7 @@ class Readahead:
 
     def due(self) -> bool:
         """Whether this batch should be looked at: False when off, or while recent probes found the
-        batches cached (auto mode skips the next 1, 2, 4, then 8 without a probe)."""
+        batches cached (auto mode skips the next 1, 2, 4, ... up to ``QUIET_MOST`` without a probe)."""
         if self.mode == "off":
             return False
         if self._quiet:
@@ -230,8 +230,8 @@ class Readahead:
                 return False
             self._quiet_next = 1
         # merged per map (two maps' ranges are never joined across the gap between them), then in pieces
-        ranges = [_pieces(*_merged(starts, starts + lengths))
-                  for starts, lengths in (_byte_ranges(array, lo, hi) for array in maps if len(array)) if len(starts)]
+        ranges = [_pieces(*_merged(*_byte_ranges(array, lo, hi))) for array in maps if len(array)]
+        ranges = [(starts, lengths) for starts, lengths in ranges if len(starts)]
         if not ranges:
             return False
         starts = np.concatenate([starts for starts, _ in ranges])
@@ -247,20 +247,14 @@ class Readahead:
     def _cached(kernel: _Kernel, array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
         """Whether a few of the batch's ranges (spread over it) of its widest map are all cached: a few
         ``mincore`` calls, so that a warm batch skips the advice at the cost of microseconds."""
-        rows, row_bytes, base = len(array), array.strides[0], array.ctypes.data
         step = max(1, len(lo) // PROBES)
-        for first, stop in zip(lo[::step][:PROBES].tolist(), hi[::step][:PROBES].tolist()):
-            first, stop = max(0, min(first, rows)), max(0, min(stop, rows))
-            if stop > first:
-                start = base + first * row_bytes
-                aligned = start & -PAGE
-                if not kernel.resident(aligned, start + (stop - first) * row_bytes - aligned):
-                    return False
-        return True
+        starts, ends = _byte_ranges(array, lo[::step][:PROBES], hi[::step][:PROBES])
+        return all(kernel.resident(start, end - start) for start, end in zip(starts.tolist(), ends.tolist()))
 
 
 def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Page-aligned (start address, length) of rows [lo, hi) of a mapped array, clipped to its rows."""
+    """(start, end) addresses of rows [lo, hi) of a mapped array, clipped to its rows, the starts aligned
+    down to a page (empty ranges left out)."""
     rows = len(array)
     lo = np.clip(lo, 0, rows)
     hi = np.clip(hi, 0, rows)
@@ -271,8 +265,7 @@ def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.
     base = array.ctypes.data
     start = base + lo.astype(np.uint64) * row_bytes
     end = base + hi.astype(np.uint64) * row_bytes
-    aligned = start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF)
-    return aligned, end - aligned
+    return start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF), end
 
 
 def _pieces(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
