@@ -13,7 +13,6 @@ import math
 import os
 import sys
 import time
-from collections import deque
 from typing import Any, Mapping
 
 import numpy as np
@@ -125,7 +124,6 @@ class StoreView(BatchDataset):
         self.readahead = Readahead(readahead_mode(readahead))
         self._ahead = 0  # batches prefetch() looked at that are still to be gathered (in process _ahead_pid)
         self._ahead_pid = os.getpid()
-        self._recent_blocks: tuple | None = None  # (epoch, deque): blocks of a block-shuffled epoch advised lately
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
         self.filter_meta = filter_meta
@@ -202,7 +200,7 @@ class StoreView(BatchDataset):
         state = dict(self.__dict__)
         state["_store"] = None
         state["_sources"] = {}
-        state["_ahead"], state["_recent_blocks"] = 0, None
+        state["_ahead"] = 0
         return state
 
     @property
@@ -385,23 +383,18 @@ class StoreView(BatchDataset):
         lo, hi = self.row_ranges(episode, t)
         return self.readahead.batch([self._map(name) for name in self.read_fields()], lo, hi, background=background)
 
-    def prefetch(self, items: Any, *, blocks: tuple[int, int, Any] | None = None) -> bool:
+    def prefetch(self, items: Any, *, covered: bool = False) -> bool:
         """Advise the rows of a batch that will be asked for later (item numbers or a sampler's
         ``Sample``), so its disk reads overlap the work until then; never raises for a stale sample (its
         gather will). Call it once per batch, in the order they will be gathered: the gather of a batch
-        prefetched skips the look. ``blocks=(block_size, block_window, epoch)`` (a block-shuffled epoch):
-        advise each block of items the batch enters, whole, the first time in that epoch (the next batches
-        read the rest of it, so the disk reads it in large runs). True if advice was given."""
+        prefetched skips the look. ``covered``: its rows were advised already (a block-shuffled loader
+        advises whole blocks), so only count it. True if advice was given."""
         if self.readahead.mode == "off":
             return False
         if self._ahead_pid != os.getpid():  # a forked copy does not inherit its parent's batches ahead
             self._ahead, self._ahead_pid = 0, os.getpid()
         try:
-            if blocks is not None and not isinstance(items, Sample):
-                advised = self._advise_blocks(self.checked(items), *blocks)
-                self._ahead += 1
-                return advised
-            looked = self.readahead.due()
+            looked = not covered and self.readahead.due()
             if looked:
                 if isinstance(items, Sample):
                     known = items.positions_in(self)
@@ -416,19 +409,6 @@ class StoreView(BatchDataset):
     def cancel_prefetch(self, count: int) -> None:
         """``count`` batches given to ``prefetch`` will not be gathered after all (a loop stopped early)."""
         self._ahead = max(0, self._ahead - count)
-
-    def _advise_blocks(self, items: np.ndarray, block_size: int, block_window: int, epoch: Any) -> bool:
-        """Advise the whole blocks of ``items`` not advised in this epoch's last few windows of blocks."""
-        known, recent = self._recent_blocks or (None, None)
-        if known != (block_size, block_window, epoch):
-            recent = deque(maxlen=4 * block_window)
-            self._recent_blocks = ((block_size, block_window, epoch), recent)
-        entered = [block for block in np.unique(items // block_size).tolist() if block not in recent]
-        if not entered:
-            return False
-        recent.extend(entered)
-        whole = (np.array(entered, dtype=np.int64)[:, None] * block_size + np.arange(block_size)).ravel()
-        return self.advise(*self.positions.locate(whole[whole < len(self)]), background=True)
 
     # ---- helpers for subclasses --------------------------------------------------------------------------
 

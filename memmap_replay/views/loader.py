@@ -162,14 +162,12 @@ class ReplayDataLoader(DataLoader):
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         prefetch = getattr(self.dataset, "prefetch", None)
         sampler, depth = self.batch_sampler, self.prefetch
-        if prefetch is not None and depth and getattr(sampler, "order", None) == "blocks":
+        blocks = getattr(sampler, "order", None) == "blocks" and hasattr(self.dataset, "advise")
+        if prefetch is not None and depth and blocks:
             # whole blocks, each advised once, a window of blocks ahead: the next window's reads overlap
             # the batches of this one
-            blocks = (sampler.block_size, sampler.block_window, (id(self), sampler.epoch))
             depth = max(depth, -(-sampler.block_size * sampler.block_window // sampler.batch_size))
-
-            def prefetch(items, view_prefetch=prefetch):
-                return view_prefetch(items, blocks=blocks)
+            prefetch = _block_prefetch(self.dataset, sampler.size, sampler.block_size)
         for items in _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None)):
             batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
             if self.pin_memory and _accelerator_available():
@@ -208,6 +206,25 @@ def _prefetched(batches: Iterable, prefetch: Any, depth: int, cancel: Any = None
     finally:
         if ahead and cancel is not None:
             cancel(len(ahead))
+
+
+def _block_prefetch(view: StoreView, size: int, block_size: int):
+    """``view.prefetch`` for one block-shuffled epoch: a batch that enters blocks has them advised whole,
+    each once (the next batches read the rest of them, so the disk reads in large runs); the batches
+    whose blocks were advised are only counted."""
+    entered = np.zeros(-(-size // block_size), dtype=bool)
+
+    def prefetch(items: np.ndarray) -> bool:
+        blocks = np.unique(np.asarray(items) // block_size)
+        new = blocks[~entered[blocks]]
+        advised = False
+        if len(new):
+            entered[new] = True
+            whole = (new[:, None] * block_size + np.arange(block_size)).ravel()
+            advised = view.advise(*view.positions.locate(whole[whole < size]), background=True)
+        return view.prefetch(items, covered=True) or advised
+
+    return prefetch
 
 
 def _keywords(cls) -> set[str]:
