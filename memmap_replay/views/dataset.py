@@ -45,11 +45,18 @@ class _OutputPool:
     def __init__(self) -> None:
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.kept = 0
+        # where a DataLoader worker wants the next batch's outputs (its shared-memory slot, see
+        # views.transport): a callable (shape, dtype) -> array, or None when it has no room left
+        self.target: Any = None
 
     def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
-        buffer) with one ``np.take``; large outputs go to pooled memory."""
+        buffer) with one ``np.take``; large outputs go to pooled memory (or to the target, if one is set)."""
         shape = rows.shape + source.shape[1:]
+        if self.target is not None:
+            out = self.target(shape, source.dtype)
+            if out is not None:
+                return np.take(source, rows, axis=0, out=out, mode="clip")
         nbytes = math.prod(shape) * source.itemsize
         if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
             return np.take(source, rows, axis=0, mode="clip")
@@ -70,6 +77,12 @@ class _OutputPool:
 
 
 _OUTPUTS = _OutputPool()
+
+
+def set_output_target(target: Any) -> None:
+    """Gathers of this process write their outputs through ``target(shape, dtype)`` (an array, or None to
+    fall back to the pool) until it is set to None: a DataLoader worker's batch slot (``views.transport``)."""
+    _OUTPUTS.target = target
 
 
 def _describe(value: Any) -> str:

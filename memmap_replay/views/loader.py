@@ -21,19 +21,21 @@ from ..errors import InvalidDataError, OptionError
 from ..core.store import EpisodeStore
 from .dataset import StoreView, flag
 from .hindsight import HindsightView
-from ..core.options import count, integer, named_tuple_option, short
+from ..core.options import choice, count, integer, named_tuple_option, short
 from ._options import device_option, generator_option
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from ..samplers.orders import BlockShuffle, epoch_order_options
+from .transport import WORKER_KINDS, SlotPacker, SlotReader, slot_release_option, threaded
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
            "sampler_dataloader"]
 
 _EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
 # DataLoader keywords passed through as they are
-LOADER_KEYWORDS = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
+WORKER_TRANSPORTS = ("slots", "torch")
+LOADER_KEYWORDS = {"workers", "worker_transport", "slot_release", "num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
                    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
 
 
@@ -141,12 +143,26 @@ class ReplayDataLoader(DataLoader):
     from the one after next on, and episodes committed meanwhile show up a batch later."""
 
     def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
-                 device: Any = None, non_blocking: bool = True, prefetch: int = 1, **loader_options: Any):
+                 device: Any = None, non_blocking: bool = True, prefetch: int = 1, workers: str = "processes",
+                 worker_transport: str = "slots", slot_release: str = "unused", **loader_options: Any):
         device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
         self.prefetch = integer(prefetch, "prefetch", low=0)
         to_named_tuple = named_tuple_option(to_named_tuple)
         generator_option(loader_options.get("generator"))
-        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=_pass_through, **loader_options)
+        self.worker_transport = choice(worker_transport, "worker_transport", WORKER_TRANSPORTS)
+        self.slot_release = slot_release_option(slot_release)
+        self.workers = choice(workers, "workers", WORKER_KINDS)
+        if self.workers == "threads":
+            process_only = sorted(set(loader_options) & {"worker_init_fn", "multiprocessing_context", "persistent_workers"})
+            if process_only:
+                raise OptionError(f"{process_only} apply to worker processes; with workers='threads' the num_workers "
+                                  f"threads run in this process: drop them, or pass workers='processes'")
+        collate = _pass_through
+        if self.workers == "processes" and self.worker_transport == "slots" and loader_options.get("num_workers", 0) > 0:
+            # a worker's batches in flight, the two the main process may still hold, the one being gathered
+            collate = SlotPacker((loader_options.get("prefetch_factor") or 2) + 3)
+        self._slot_reader: SlotReader | None = None
+        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate, **loader_options)
         self.device = device
         self.non_blocking = non_blocking
         self.to_named_tuple = to_named_tuple
@@ -155,11 +171,25 @@ class ReplayDataLoader(DataLoader):
             self.batch_type = namedtuple("Batch", names)
 
     def _batches(self):
+        trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
+        if self.num_workers > 0 and self.workers == "threads":
+            make = self.dataset.batch if trusted else self.dataset.__getitems__
+            yield from threaded(self.batch_sampler, make, self.num_workers,
+                                self.num_workers * (self.prefetch_factor or 2))
+            return
         if self.num_workers > 0:
-            yield from super().__iter__()
+            if not isinstance(self.collate_fn, SlotPacker):
+                yield from super().__iter__()
+                return
+            reader = self._slot_reader
+            if reader is None:
+                reader = self._slot_reader = SlotReader(self.slot_release)
+            elif not self.persistent_workers:  # the last iteration's workers are gone: so are their slots
+                reader.forget()
+            for item in super().__iter__():
+                yield reader.unpack(item)
             return
         # in the main process the view already returns whole batches: skip torch's fetch machinery
-        trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         prefetch = getattr(self.dataset, "prefetch", None)
         sampler, depth = self.batch_sampler, self.prefetch
         blocks = getattr(sampler, "order", None) == "blocks" and hasattr(self.dataset, "advise")
