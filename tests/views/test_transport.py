@@ -1,0 +1,212 @@
+"""Worker transport: shared-memory batch slots (every start method, given back, never torn, killed
+workers) and gather threads."""
+
+import multiprocessing
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from memmap_replay import OptionError
+from memmap_replay.views.transport import SlotBatch, SlotReader, _SlotWriter, threaded
+
+from conftest import episode_arrays
+
+KINDS = {
+    "timestep": dict(timestep_level=True),
+    "n-step": dict(n_steps=3, gamma=0.9),
+    "window": dict(window=4),
+    "trajectory": dict(return_mask=True),
+}
+
+
+@pytest.fixture
+def filled(make_buffer):
+    buffer = make_buffer(max_episodes=30, max_timesteps=40)
+    for number in range(24):
+        buffer.store_episode(**episode_arrays(number, 20 + number % 7), task_id=number % 3,
+                             end="terminated" if number % 2 else "truncated")
+    return buffer
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+def inline(buffer, kind, batch):
+    return list(buffer.dataloader(batch, shuffle=True, seed=5, **KINDS[kind]))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_slot_batches_equal_the_main_process_batches(filled, kind):
+    batch = 4 if kind == "trajectory" else 16
+    loader = filled.dataloader(batch, shuffle=True, seed=5, num_workers=2, multiprocessing_context="fork", **KINDS[kind])
+    got = [{k: v.clone() for k, v in b.items()} for b in loader]  # copies: the slots go back
+    expected = inline(filled, kind, batch)
+    assert len(got) == len(expected) and all(same(a, b) for a, b in zip(got, expected))
+    reader = loader._slot_reader
+    assert reader is not None and reader.slots, "the batches came through slots"
+    # a worker holds at most prefetch_factor + 3 slots; here every batch was let go at once
+    assert len(reader.slots) <= 2 * (2 + 3)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_slots_under_every_start_method(filled, context):
+    loader = filled.dataloader(16, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                               multiprocessing_context=context)
+    got = [{k: v.clone() for k, v in b.items()} for b in loader]
+    assert all(same(a, b) for a, b in zip(got, inline(filled, "timestep", 16)))
+    assert loader._slot_reader.slots
+
+
+def test_batches_kept_are_never_overwritten(filled):
+    """Holding every batch (list(loader)) exhausts the slots: the rest come torch's way, all intact; a
+    batch kept while later ones arrive keeps its values."""
+    loader = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                               multiprocessing_context="fork")
+    held = list(loader)
+    expected = inline(filled, "timestep", 8)
+    assert len(held) == len(expected) > 20 and all(same(a, b) for a, b in zip(held, expected))
+    kept, copies = [], []
+    for number, batch in enumerate(loader):
+        if number % 5 == 0:  # a few kept (and views of them)
+            kept.append(batch["obs"][1:])
+            copies.append(batch["obs"][1:].clone())
+    assert all(torch.equal(a, b) for a, b in zip(kept, copies))
+
+
+def test_slot_release_next_reuses_at_the_next_batch(filled):
+    loader = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                               multiprocessing_context="fork", slot_release="next", persistent_workers=True)
+    reference = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5)
+    for _ in range(2):  # epochs 0 and 1 of both
+        got = [{k: v.clone() for k, v in b.items()} for b in loader]
+        assert all(same(a, b) for a, b in zip(got, list(reference)))
+    assert len(loader._slot_reader.slots) <= 2 * (2 + 3)
+
+
+def test_torch_transport_on_request(filled):
+    loader = filled.dataloader(16, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                               multiprocessing_context="fork", worker_transport="torch")
+    assert all(same(a, b) for a, b in zip(loader, inline(filled, "timestep", 16)))
+    assert loader._slot_reader is None
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def test_a_killed_worker_is_reported_and_leaks_nothing(filled):
+    before = shm_entries()
+    loader = filled.dataloader(4, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                               multiprocessing_context="fork")
+    expected = inline(filled, "timestep", 4)
+    received = []
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
+        for number, batch in enumerate(loader):
+            received.append({k: v.clone() for k, v in batch.items()})
+            if number == 2:
+                victim = multiprocessing.active_children()[0]
+                os.kill(victim.pid, signal.SIGKILL)
+                victim.join(10)
+                time.sleep(0.2)
+    assert received and all(same(a, b) for a, b in zip(received, expected))  # no torn batch before the kill
+    del batch, loader
+    assert shm_entries() <= before
+    again = filled.dataloader(4, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                              multiprocessing_context="fork")
+    assert all(same(a, b) for a, b in zip(again, expected))
+
+
+def test_reader_gives_a_slot_back_only_when_every_view_is_gone():
+    writer, reader = _SlotWriter(most=2), SlotReader("unused")
+    batch = {"x": torch.arange(12, dtype=torch.float32).reshape(3, 4), "flag": torch.tensor([True, False, True]),
+             "half": torch.ones(3, dtype=torch.bfloat16), "scalar": torch.tensor(7, dtype=torch.int64),
+             "empty": torch.zeros((0, 5), dtype=torch.int16)}
+    sent = writer.pack(batch)
+    assert isinstance(sent, SlotBatch) and sent.memory is not None
+    got = reader.unpack(sent)
+    assert same(got, batch)
+    index = sent.index
+    part = got["x"][1]  # a view keeps the slot busy
+    del got
+    reader.give_back()
+    assert writer.roots[index][0] == 1
+    del part
+    reader.give_back()
+    assert writer.roots[index][0] == 0
+    # a batch bigger than every free slot gets a larger slot in its place, sent again
+    big = {"x": torch.arange(100_000, dtype=torch.float64)}
+    sent = writer.pack(big)
+    assert isinstance(sent, SlotBatch) and sent.memory is not None and same(reader.unpack(sent), big)
+    # no free slot left: the batch travels as it is
+    held = [reader.unpack(writer.pack(batch)) for _ in range(2)]
+    assert isinstance(writer.pack(batch), dict) and len(held) == 2
+
+
+def test_non_tensor_batches_travel_as_they_are():
+    writer = _SlotWriter(most=2)
+    batch = {"x": torch.zeros(3), "names": ["a", "b", "c"]}
+    assert writer.pack(batch) is batch
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_threads_give_the_same_batches(filled, kind):
+    batch = 4 if kind == "trajectory" else 16
+    loader = filled.dataloader(batch, shuffle=True, seed=5, num_workers=2, workers="threads", **KINDS[kind])
+    got = [{k: v.clone() for k, v in b.items()} for b in loader]
+    expected = inline(filled, kind, batch)
+    assert len(got) == len(expected) and all(same(a, b) for a, b in zip(got, expected))
+
+
+def test_threads_stop_early_and_run_in_order():
+    seen = []
+
+    def make(items):
+        time.sleep(0.001 * (items % 3))  # finishing out of order
+        seen.append(items)
+        return {"items": torch.tensor(items)}
+
+    out = threaded(range(100), make, 3, 6)
+    firsts = [int(next(out)["items"]) for _ in range(10)]
+    out.close()
+    assert firsts == list(range(10)) and len(seen) < 100
+
+
+def test_sampler_dataloader_with_threads(filled):
+    sampler = filled.sampler("uniform", seed=3)
+    batches = list(sampler.dataloader(8, 5, num_workers=2, workers="threads"))
+    assert len(batches) == 5
+    assert all(b["obs"].shape == (8, 3) and "_key" in b for b in batches)
+
+
+def test_transport_options_are_checked(filled):
+    with pytest.raises(OptionError, match="worker_transport must be one of"):
+        filled.dataloader(4, timestep_level=True, worker_transport="pipes")
+    with pytest.raises(OptionError, match="slot_release must be one of"):
+        filled.dataloader(4, timestep_level=True, slot_release="never")
+    with pytest.raises(OptionError, match="workers must be one of"):
+        filled.dataloader(4, timestep_level=True, workers="greenlets")
+    with pytest.raises(OptionError, match=r"apply to worker processes; with workers='threads'"):
+        filled.dataloader(4, timestep_level=True, num_workers=2, workers="threads", worker_init_fn=print)
+
+
+def test_numbers_survive_every_dtype_through_slots(tmp_path):
+    """Bool, ints and floats of every width stored, read back through workers bit for bit."""
+    from memmap_replay import ReplayBuffer
+
+    fields = {"b": ("bool", ()), "i8": ("int8", (2,)), "u16": ("uint16", ()), "f64": ("float64", (3,)),
+              "f16": ("float16", ())}
+    buffer = ReplayBuffer(tmp_path / "dtypes", 4, 30, fields=fields)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        buffer.store_episode(b=rng.random(25) < 0.5, i8=rng.integers(-100, 100, (25, 2)).astype(np.int8),
+                             u16=rng.integers(0, 60000, 25).astype(np.uint16), f64=rng.normal(size=(25, 3)),
+                             f16=rng.normal(size=25).astype(np.float16))
+    workers = [{k: v.clone() for k, v in b.items()} for b in
+               buffer.dataloader(8, timestep_level=True, num_workers=1, multiprocessing_context="fork")]
+    assert all(same(a, b) for a, b in zip(workers, buffer.dataloader(8, timestep_level=True)))
+    buffer.close()
