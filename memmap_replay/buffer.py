@@ -332,7 +332,8 @@ class ReplayBuffer:
     def dataloader(self, batch_size: int, **options: Any):
         """A DataLoader over ``dataset(**options)`` that gathers each batch with one call per field.
 
-        Also takes ``shuffle``, ``drop_last``, ``seed``, ``to_named_tuple``, ``device``, ``non_blocking``,
+        Also takes ``shuffle``, ``drop_last``, ``seed``, ``to_named_tuple``, ``output`` ('dict', or
+        'tensordict' with the ``[tensordict]`` extra), ``device``, ``non_blocking``, ``prefetch``,
         ``dataset``, ``dataset_kwargs`` and DataLoader's ``num_workers``, ``pin_memory``, ... ."""
         from .views.loader import make_dataloader
 

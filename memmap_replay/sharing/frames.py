@@ -30,6 +30,7 @@ import numpy as np
 from ..core import format as fmt
 from .checksums import check_new_path
 from ..errors import InvalidDataError, MissingExtraError, OptionError, SampleExpiredError
+from ..core.extras import require_extra
 from ..core.folderio import errors_named
 from .images import LAYOUTS, STACK_MODES, FrameFormat, image_layout, peak, resolve_range
 from ..core.options import flag, integer, number
@@ -44,15 +45,11 @@ _MAX_SHEET_PIXELS = 50_000_000  # below pillow's decompression-bomb limit (89 M 
 _CHUNK_BYTES = 16 << 20         # a video reads (and converts) about this much memory's worth of rows at a time
 _GAP, _LABEL_HEIGHT = 2, 12
 _BACKGROUND, _LABEL_COLOUR = 24, (235, 235, 235)
-_EXTRA = "pip install 'memmap-replay[video]'"
 
 
 def _need(module: str, package: str, what: str):
     """Import an optional package, or say which extra brings it."""
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError:
-        raise MissingExtraError(f"{what} needs the package {package}, which is not installed: {_EXTRA}") from None
+    return require_extra(module, "video", what, package=package)
 
 
 @dataclass

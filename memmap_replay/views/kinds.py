@@ -55,6 +55,10 @@ class TrajectoryView(StoreView):
     def output_names(self) -> list[str]:
         return super().output_names() + ["_lens"] + (["_mask"] if self.return_mask else [])
 
+    def sequence_outputs(self) -> tuple[str, ...]:
+        """The outputs of one value per step, (B, T, ...); the others hold one value per episode."""
+        return _per_step(self)
+
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
         longest = int(length.max()) if len(length) else 0
@@ -144,6 +148,11 @@ class WindowView(StoreView):
 
     def output_names(self) -> list[str]:
         return super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
+
+    def sequence_outputs(self) -> tuple[str, ...]:
+        """The outputs of one value per step, (B, L, ...) ((L, B, ...) time-major); the others hold one
+        value per window."""
+        return _per_step(self)
 
     def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         start = self.table.start[episode]
@@ -271,6 +280,11 @@ class NStepView(StoreView, _FrameStacking):
         if pad is not None:
             values[pad] = 0
         return values
+
+
+def _per_step(view: StoreView) -> tuple[str, ...]:
+    """A sequence view's per-step output names (its fields and ``_mask``, renamed by ``fieldname_map``)."""
+    return tuple(view.fieldname_map.get(name, name) for name in (*view.fields, "_mask"))
 
 
 def _filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):

@@ -23,6 +23,8 @@ from .dataset import StoreView, flag
 from .hindsight import HindsightView
 from ..core.options import choice, count, integer, named_tuple_option, short
 from ._options import device_option, generator_option
+from .device import DevicePrefetcher
+from .output import output_option, to_tensordict
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
@@ -35,8 +37,9 @@ __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_datalo
 _EAGER_PERMUTATION = 1 << 20  # epochs up to this many items are permuted at once, larger ones lazily
 # DataLoader keywords passed through as they are
 WORKER_TRANSPORTS = ("slots", "torch")
-LOADER_KEYWORDS = {"workers", "worker_transport", "slot_release", "num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
-                   "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order"}
+LOADER_KEYWORDS = {"workers", "worker_transport", "slot_release", "num_workers", "pin_memory", "timeout",
+                   "worker_init_fn", "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+                   "pin_memory_device", "in_order"}
 
 
 class BatchIndexSampler(Sampler):
@@ -133,7 +136,9 @@ def _pass_through(batch: dict) -> dict:
 
 
 class ReplayDataLoader(DataLoader):
-    """A DataLoader whose batches may become named tuples and move to a device (``non_blocking``).
+    """A DataLoader whose batches may become named tuples or TensorDicts (``output="tensordict"``, see
+    ``views.output``) and move to a device (``non_blocking``; see ``views.device``: pinned with
+    ``pin_memory=True``, and on an accelerator copied a batch ahead on a side stream unless ``prefetch=0``).
 
     ``prefetch`` (default 1): with ``num_workers=0`` the loader takes the next ``prefetch`` batches' items
     from its batch sampler ahead of time and has the view advise their rows (``view.prefetch``), so their
@@ -143,11 +148,13 @@ class ReplayDataLoader(DataLoader):
     from the one after next on, and episodes committed meanwhile show up a batch later."""
 
     def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
-                 device: Any = None, non_blocking: bool = True, prefetch: int = 1, workers: str = "processes",
-                 worker_transport: str = "slots", slot_release: str = "unused", **loader_options: Any):
+                 device: Any = None, non_blocking: bool = True, prefetch: int = 1, output: str = "dict",
+                 workers: str = "processes", worker_transport: str = "slots", slot_release: str = "unused",
+                 **loader_options: Any):
         device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
         self.prefetch = integer(prefetch, "prefetch", low=0)
         to_named_tuple = named_tuple_option(to_named_tuple)
+        self.output = output_option(output, to_named_tuple)
         generator_option(loader_options.get("generator"))
         self.worker_transport = choice(worker_transport, "worker_transport", WORKER_TRANSPORTS)
         self.slot_release = slot_release_option(slot_release)
@@ -205,15 +212,25 @@ class ReplayDataLoader(DataLoader):
             yield batch
 
     def __iter__(self):
-        for batch in self._batches():
-            if self.device is not None:
-                batch = {name: value.to(self.device, non_blocking=self.non_blocking) for name, value in batch.items()}
-            if self.to_named_tuple is not None:
-                missing = [name for name in self.to_named_tuple if name not in batch]
-                if missing:
-                    raise OptionError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
-                batch = self.batch_type(*(batch[name] for name in self.to_named_tuple))
-            yield batch
+        batches = self._batches()
+        if self.device is not None:  # a batch ahead on an accelerator (unless prefetch=0: nothing drawn early)
+            batches = DevicePrefetcher(batches, self.device, non_blocking=self.non_blocking,
+                                       pin_memory=self.pin_memory, ahead=self.prefetch > 0)
+        for batch in batches:
+            yield self._output(batch)
+
+    def _output(self, batch: dict) -> Any:
+        """The batch as the caller asked: a dict, a named tuple or a TensorDict."""
+        if self.to_named_tuple is not None:
+            missing = [name for name in self.to_named_tuple if name not in batch]
+            if missing:
+                raise OptionError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
+            return self.batch_type(*(batch[name] for name in self.to_named_tuple))
+        if self.output == "tensordict":
+            steps = getattr(self.dataset, "sequence_outputs", None)
+            return to_tensordict(batch, steps() if steps is not None else (),
+                                 time_major=getattr(self.dataset, "time_major", False), device=self.device)
+        return batch
 
 
 def _prefetched(batches: Iterable, prefetch: Any, depth: int, cancel: Any = None) -> Iterator:
@@ -324,11 +341,12 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
                     seed: int | None = None, to_named_tuple: Any = None, device: Any = None,
                     non_blocking: bool = True, dataset: Any = None, dataset_kwargs: dict | None = None,
                     prefetch: int = 1, block_size: int | None = None, block_window: int | None = None,
-                    **options: Any) -> ReplayDataLoader:
+                    output: str = "dict", **options: Any) -> ReplayDataLoader:
     """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
     loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
     # the loader's own options first: a refused call builds no view
     to_named_tuple = named_tuple_option(to_named_tuple)
+    output_option(output, to_named_tuple)
     device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
     integer(loader_options.get("num_workers", 0), "num_workers", low=0)
     prefetch = integer(prefetch, "prefetch", low=0)
@@ -346,13 +364,13 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
                                 generator=loader_options.get("generator"), block_size=block_size,
                                 block_window=block_window)
     return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
-                            prefetch=prefetch, **loader_options)
+                            prefetch=prefetch, output=output, **loader_options)
 
 
 def sampler_dataloader(view: Dataset, batches: Any, **loader_options: Any) -> ReplayDataLoader:
     """``sampler.dataloader(...)``: a ``ReplayDataLoader`` over ``view`` whose batches a sampler draws
     (``batches``: its ``batches(...)``), in the main process; DataLoader workers only gather."""
-    own = {"device", "non_blocking", "prefetch"}
+    own = {"device", "non_blocking", "prefetch", "output"}
     unknown = sorted(set(loader_options) - LOADER_KEYWORDS - own)
     if unknown:
         raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
