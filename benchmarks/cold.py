@@ -9,6 +9,8 @@ the store's pages are evicted: this process holds no map of its files (checked i
 does not drop a page still mapped in some process's page tables), then ``posix_fadvise(POSIX_FADV_DONTNEED)``
 on every file. A run times ``--batches`` batches, the first included (reopening is not timed), these ways:
 
+- ours w=2 (processes) / ours threads=2: the default readahead with ``num_workers=2`` (fork; the workers'
+  start-up is timed) or ``num_workers=2, workers="threads"`` (``--no-workers`` skips them);
 - ours: ``ReplayBuffer.from_folder(read_only=True).dataloader(batch, shuffle=True, seed=..., readahead=MODE,
   **view)``, ``for batch in loader`` (num_workers 0), MODE "auto" (the default) and "off" (one page fault at
   a time, as before the option existed);
@@ -180,7 +182,7 @@ class ColdKind:
     """One view's cold runs: its index batches and, worked out untimed once, the limit's reads for them."""
 
     def __init__(self, kind: str, folder: Path, args, readahead: bool):
-        self.kind, self.folder, self.repeats = kind, folder, args.repeats
+        self.kind, self.folder, self.repeats, self.workers = kind, folder, args.repeats, not args.no_workers
         self.modes = ("auto", "off") if readahead else (None,)
         self.firsts: dict[str, dict] = {}  # each way's first batch (first repeat), for the same-bytes check
         batch, options, _ = VIEWS[kind]
@@ -247,15 +249,15 @@ class ColdKind:
             self.firsts.setdefault(MADVISE, outs)
         return time.perf_counter() - start  # the maps go with this frame
 
-    def ours(self, mode: str | None) -> float:
+    def ours(self, mode: str | None, workers: dict | None = None, name: str | None = None) -> float:
         batch, options, _ = VIEWS[self.kind]
         buffer = ReplayBuffer.from_folder(self.folder, read_only=True)
         loader = buffer.dataloader(batch, shuffle=True, seed=SEED, **({} if mode is None else {"readahead": mode}),
-                                   **options)
+                                   **options, **(workers or {}))
         iterator = iter(loader)
         start = time.perf_counter()
         for i, got in enumerate(iterator):
-            self.firsts.setdefault(label(mode), got)
+            self.firsts.setdefault(name or label(mode), got)
             if i + 1 == self.count:
                 break
         elapsed = time.perf_counter() - start
@@ -264,10 +266,10 @@ class ColdKind:
         return elapsed
 
     def same_bytes(self) -> str:
-        for mode in self.modes:
-            got = self.firsts[label(mode)]
+        for name in [label(mode) for mode in self.modes] + (list(WORKER_WAYS) if self.workers else []):
+            got = self.firsts[name]
             if set(got) != set(self.warm) or not all(torch.equal(got[k], self.warm[k]) for k in got):
-                return f"MISMATCH: {label(mode)}'s first cold batch differs from the same batch read warm"
+                return f"MISMATCH: {name}'s first cold batch differs from the same batch read warm"
         for out, field, rows, mask in self.plans[0]:
             a, b = self.firsts[PREAD][out], self.firsts[MADVISE][out]
             if not np.array_equal(a if mask is None else a[mask], b if mask is None else b[mask]):
@@ -277,6 +279,9 @@ class ColdKind:
     def measure(self, pool) -> dict[str, list[float]]:
         ways = [(PREAD, lambda: self.pread(pool)), (MADVISE, self.madvise)]
         ways += [(label(mode), lambda mode=mode: self.ours(mode)) for mode in self.modes]
+        if self.workers:  # the default readahead, with 2 worker processes (fork; start-up timed) or 2 threads
+            ways += [(name, lambda extra=extra, name=name: self.ours(self.modes[0], extra, name))
+                     for name, extra in WORKER_WAYS.items()]
         times: dict[str, list[float]] = {name: [] for name, _ in ways}
         for _ in range(self.repeats):
             for name, run in ways:  # interleaved: a change of load on the machine touches every way alike
@@ -291,6 +296,8 @@ def label(mode: str | None) -> str:
     return "ours (no readahead option)" if mode is None else f"ours readahead={mode}"
 
 
+WORKER_WAYS = {"ours w=2 (processes)": dict(num_workers=2, multiprocessing_context="fork"),
+               "ours threads=2": dict(num_workers=2, workers="threads")}
 GOAL_WAYS = (label("auto"), label(None))  # the goals are the default's; "off" is what it was before
 
 
@@ -511,6 +518,7 @@ def main(argv=None) -> int:
         help="stop an epoch after this many seconds; its MB/s are of the part read (default 180)")
     add("--epoch-repeats", type=int, help="rounds of the epochs and the sequential read, interleaved; medians "
                                           "are the figures (default 3)")
+    add("--no-workers", action="store_true", help="(a) without the runs with 2 worker processes and 2 threads")
     add("--no-cgroup", action="store_true", help="no memory cgroup: evict the store every budget of reading")
     add("--folder", type=Path, help="where to write (a scratch folder is made inside it and removed at the end; "
                                     "default: the current directory, so the same disk as the project)")

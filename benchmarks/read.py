@@ -21,8 +21,12 @@ all with ``shuffle=True`` (a fixed ``seed``). Each is measured these ways, on th
   (batch sampler ``[[0], [1], ...]``): what torch's DataLoader costs by itself, and with workers what
   carrying the batches from the workers to this process costs;
 - ours ``__getitems__`` direct: ``dataset.__getitems__(items)``, no DataLoader;
-- ours DataLoader w=0 / w=2: ``buffer.dataloader(..., num_workers=0 or 2)`` (pin_memory off); a few
-  untimed batches first (worker start-up and prefetch excluded), each repeat from a fresh DataLoader.
+- ours DataLoader w=0 / w=1 / w=2: ``buffer.dataloader(..., num_workers=0, 1 or 2)`` (pin_memory off;
+  worker processes carry their batches in shared-memory slots, ``views.transport``); "w=2 torch
+  transport": the same with ``worker_transport="torch"`` (a fresh shared-memory segment per tensor, torch's
+  own way); "threads=1/2": ``workers="threads"`` (gather threads in this process, no transport). A few
+  untimed batches first (worker start-up and prefetch excluded), each repeat from a fresh DataLoader; the
+  worker rows also give their ratio to w=0 (goal: w=2 >= 0.9 of w=0).
 
 Every loop keeps the previous batch alive while it makes the next one, as ``for batch in loader:`` does.
 Ratios are to the numpy limit (goals at num_workers 0: T >= 0.9, S and N >= 0.8). Figures are medians of
@@ -253,9 +257,9 @@ class Bench:
         self.args, self.buffer, self.ram = args, buffer, ram
         self.results: dict[tuple[str, str], tuple[float, float, list[float]]] = {}  # (view, how) -> (b/s, MB/s, times)
 
-    def loader(self, kind: str, workers: int):
+    def loader(self, kind: str, num_workers: int, **extra):
         batch, options, _ = VIEWS[kind]
-        return self.buffer.dataloader(batch, shuffle=True, seed=SEED, num_workers=workers, **options)
+        return self.buffer.dataloader(batch, shuffle=True, seed=SEED, num_workers=num_workers, **options, **extra)
 
     def record(self, kind: str, how: str, seconds: float, times: list[float], batches: int, nbytes: float):
         rate = batches / seconds
@@ -331,7 +335,12 @@ class Bench:
                    ("ours DataLoader w=0", lambda: timed_iteration(self.loader(kind, 0), 0))]
         if args.workers:
             methods += [("numpy via DataLoader w=2", lambda: timed_iteration(limit_loader(2), 2)),
-                        ("ours DataLoader w=2", lambda: timed_iteration(self.loader(kind, 2), 2))]
+                        ("ours DataLoader w=1", lambda: timed_iteration(self.loader(kind, 1), 1)),
+                        ("ours DataLoader w=2", lambda: timed_iteration(self.loader(kind, 2), 2)),
+                        ("ours w=2 torch transport",
+                         lambda: timed_iteration(self.loader(kind, 2, worker_transport="torch"), 2)),
+                        ("ours threads=1", lambda: timed_iteration(self.loader(kind, 1, workers="threads"), 1)),
+                        ("ours threads=2", lambda: timed_iteration(self.loader(kind, 2, workers="threads"), 2))]
         limit()  # one untimed pass of each in-process way: caches, allocator
         getitems()
         # the repeats are interleaved (one of each way in turn), so a change of load on the machine
@@ -663,6 +672,10 @@ def main(argv=None) -> int:
             verdict = ""
             if how == "ours DataLoader w=0" and goal is not None:
                 verdict = f">= {goal} {'met' if ratio >= goal else 'NOT met'}"
+            elif how.startswith(("ours DataLoader w=", "ours w=", "ours threads=")) and (kind, "ours DataLoader w=0") in results:
+                versus = rate / results[(kind, "ours DataLoader w=0")][0]
+                verdict = f"{versus:.2f} x w=0" + (f"; >= 0.9 {'met' if versus >= 0.9 else 'NOT met'}"
+                                                   if how == "ours DataLoader w=2" else "")
             rows.append((kind, how, f"{rate:,.1f}", f"{mbs:,.0f}", f"{ratio:.3f}", verdict))
     for label, parts in reopen.items():
         total = parts["total"]
