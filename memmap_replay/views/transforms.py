@@ -353,7 +353,10 @@ class NumpyTransform:
     pickle for spawned workers (a module-level function)."""
 
     def __init__(self, fn: Callable):
-        self.fn = transform_option(fn, "NumpyTransform's fn")
+        if not callable(fn):
+            raise OptionError(f"NumpyTransform's fn must be a callable dict of numpy arrays -> dict (got "
+                              f"{short(fn)}); e.g. a module-level function def f(batch): ...; return batch")
+        self.fn = fn
 
     def __call__(self, batch: dict) -> dict:
         out = self.fn({name: value.numpy() for name, value in batch.items()})
