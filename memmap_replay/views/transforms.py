@@ -224,8 +224,8 @@ class ToFloat(FieldTransform):
 class RandomShift(FieldTransform):
     """DrQ's random shift (Kostrikov et al. 2020): each image is padded by ``pad`` pixels on every side,
     repeating its edge (replicate padding), and cropped back to its size at a random offset in
-    [0, 2 * pad] per axis, drawn per item. Vectorized: one gather of clamped row and column indices for
-    the whole batch, no per-item loop. Fields are (B, ..., H, W) with the batch first: (B, C, H, W), or
+    [0, 2 * pad] per axis, drawn per item. Vectorized: clamped row, then column indices gathered for the
+    whole batch (no padded copy, no per-item loop). Fields are (B, ..., H, W) with the batch first: (B, C, H, W), or
     (B, T, C, H, W) for windows, trajectories and frame stacks, where all T frames of an item get the
     same shift (as DrQ-v2 shifts stacked frames together). A time-major window (T, B, ...) needs
     ``Rearrange`` to batch-first before it. Fields named together get the same shift per item.
@@ -290,9 +290,11 @@ class RandomShift(FieldTransform):
         flat = value.reshape(size, -1, height, width)  # (B, M, H, W): every leading frame and channel
         rows = (torch.arange(height)[None, :] + offsets[:, :1] - self.pad).clamp_(0, height - 1)  # (B, H)
         cols = (torch.arange(width)[None, :] + offsets[:, 1:] - self.pad).clamp_(0, width - 1)  # (B, W)
-        out = flat[torch.arange(size)[:, None, None, None], torch.arange(flat.shape[1])[None, :, None, None],
-                   rows[:, None, :, None], cols[:, None, None, :]]
-        return out.reshape(value.shape)
+        # rows: whole (M, W) slabs picked per (item, row); then columns: one gather along W with an
+        # expanded (not materialized) index. About 3x faster than one 4-index gather.
+        picked = flat.transpose(1, 2)[torch.arange(size)[:, None], rows]  # (B, H, M, W)
+        out = torch.gather(picked, 3, cols[:, None, None, :].expand(picked.shape))
+        return out.transpose(1, 2).contiguous().reshape(value.shape)
 
     def __repr__(self) -> str:
         return f"RandomShift({list(self.fields)}, pad={self.pad}, seed={self.seed})"

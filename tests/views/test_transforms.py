@@ -135,7 +135,7 @@ def test_random_shift_crops_the_padded_image_at_each_items_own_offset():
     pad, size = 2, 16
     images = torch.rand(size, *IMAGE, generator=torch.Generator().manual_seed(0))
     out = RandomShift("image", pad=pad, seed=7)({"image": images.clone()})["image"]
-    assert out.shape == images.shape
+    assert out.shape == images.shape and out.is_contiguous()
     padded = F.pad(images, (pad,) * 4, mode="replicate")
     found = [crop_offset(padded[item], out[item], pad) for item in range(size)]
     assert None not in found
