@@ -324,7 +324,8 @@ class ReplayBuffer:
         """A torch Dataset (a view) over the live episodes; see ``memmap_replay.views`` and the README.
 
         ``n_steps=`` -> n-step transitions, ``timestep_level=True`` -> single steps, ``window=`` ->
-        windows, else whole trajectories. Reading never writes to the store."""
+        windows, else whole trajectories. ``transform=`` (``memmap_replay.views.transforms``) runs on each
+        gathered batch. Reading never writes to the store."""
         from .views.loader import make_dataset
 
         return make_dataset(self._store, **options)
@@ -334,7 +335,11 @@ class ReplayBuffer:
 
         Also takes ``shuffle``, ``drop_last``, ``seed``, ``to_named_tuple``, ``output`` ('dict', or
         'tensordict' with the ``[tensordict]`` extra), ``device``, ``non_blocking``, ``prefetch``,
-        ``dataset``, ``dataset_kwargs`` and DataLoader's ``num_workers``, ``pin_memory``, ... ."""
+        ``dataset``, ``dataset_kwargs``, ``transform`` (a function of the whole batch dict, run where the
+        batch is gathered: in a worker when there are workers; ``collate_fn`` is taken as the same, since
+        the view gathers the batch itself: it receives the batch dict, not a list of samples; with
+        ``dataset=``, a shallow copy of that view carries it), ``workers`` ('processes' or 'threads'),
+        ``worker_transport``, ``slot_release`` and DataLoader's ``num_workers``, ``pin_memory``, ... ."""
         from .views.loader import make_dataloader
 
         return make_dataloader(self._store, batch_size, **options)

@@ -30,6 +30,7 @@ from ..errors import InvalidDataError, OptionError, StoreNotFoundError
 from ..core.folderio import inside
 from ..core.format import META_FILE
 from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset, make_sampler
+from ..views.transforms import loader_transform, transform_option
 from ..core.options import integer
 from ..samplers.prioritized import PrioritizedSampler, as_numpy
 from ..samplers.base import ReplaySampler, SamplerBase, batch_size_of, damaged
@@ -125,16 +126,20 @@ class ShardSet:
         if not self.stores:
             raise InvalidDataError(f"no shards under {self.root}: no writer has committed an episode yet")
 
-    def dataset(self, **options: Any) -> "ConcatView":
-        """The shards' views (``buffer.dataset`` options) one after the other."""
+    def dataset(self, *, transform: Any = None, **options: Any) -> "ConcatView":
+        """The shards' views (``buffer.dataset`` options) one after the other; ``transform`` applies to the
+        batches of the ConcatView (gathered across shards), not to each shard's part."""
+        transform = transform_option(transform)
         self._require_shards()
-        return ConcatView([make_dataset(store, **options) for store in self.stores])
+        return ConcatView([make_dataset(store, **options) for store in self.stores], transform=transform)
 
     def dataloader(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False, seed: int | None = None,
                    **options: Any) -> ReplayDataLoader:
-        """A DataLoader over ``dataset(**options)`` (DataLoader options such as num_workers pass through)."""
+        """A DataLoader over ``dataset(**options)`` (DataLoader options such as num_workers pass through;
+        ``transform=``, or ``collate_fn=`` under torch's name, goes to the ConcatView)."""
         from ..views.loader import LOADER_KEYWORDS
 
+        options["transform"] = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
         loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
         if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
             loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
@@ -165,21 +170,29 @@ def _merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tenso
 
 
 class ConcatView(BatchDataset):
-    """Views of several shards as one Dataset: item numbers run through each shard's items in turn."""
+    """Views of several shards as one Dataset: item numbers run through each shard's items in turn.
+    ``transform`` (``views.transforms``) applies to each whole batch, after the shards' parts are merged."""
 
-    def __init__(self, views: list):
+    def __init__(self, views: list, *, transform: Any = None):
         self.views = views
-        self.ends = np.cumsum([len(view) for view in views])
+        self.transform = transform_option(transform)
+
+    @property
+    def ends(self) -> np.ndarray:
+        """Where each shard's items end (computed anew: copies made by ``with_transform`` share the views)."""
+        return np.cumsum([len(view) for view in self.views])
 
     def __len__(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
+        return sum(len(view) for view in self.views)
+
+    def copied(self) -> None:
+        self.views = list(self.views)
 
     def refresh(self, *, reread: bool = True) -> bool:
         """Every shard's view takes in its store's commits and evictions; True if any changed."""
         changed = False
         for view in self.views:
             changed |= view.refresh(reread=reread)
-        self.ends = np.cumsum([len(view) for view in self.views])
         return changed
 
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
@@ -188,14 +201,16 @@ class ConcatView(BatchDataset):
         items = np.asarray(items, dtype=np.int64)
         if items.ndim != 1 or (items.size and (items.min() < 0 or items.max() >= len(self))):
             raise IndexError(f"item indices must be a 1-d array in [0, {len(self)}) (got {items!r:.80})")
-        shard = np.searchsorted(self.ends, items, side="right")
-        starts = self.ends - np.array([len(view) for view in self.views])
+        ends = self.ends
+        shard = np.searchsorted(ends, items, side="right")
+        starts = ends - np.array([len(view) for view in self.views])
         parts, where = [], []
         for index in np.unique(shard):
             chosen = np.flatnonzero(shard == index)
             parts.append(self.views[index].__getitems__(items[chosen] - starts[index]))
             where.append(chosen)
-        return _merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1 else None)
+        return self.transformed(_merge(parts, np.argsort(np.concatenate(where), kind="stable") if len(parts) > 1
+                                       else None))
 
     def prefetch(self, items: Any) -> bool:
         """Advise the rows of a sharded draw that will be gathered later (each shard's view its part)."""
@@ -214,7 +229,7 @@ class ConcatView(BatchDataset):
         batch = _merge(parts, None)
         if sample.weights is not None:
             batch["_weight"] = torch.from_numpy(sample.weights)
-        return batch
+        return self.transformed(batch)
 
 
 class ShardSample:
@@ -238,6 +253,7 @@ class ShardedSampler(SamplerBase):
         if options.get("replacement") is False:
             raise OptionError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
         self.prefetch = integer(options.pop("prefetch", 0), "prefetch", low=0)  # draws ahead: this sampler's
+        self.transform = transform_option(options.pop("transform", None))  # the ConcatView's, not each shard's
         self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
         if kind == "uniform":
             self.options.pop("persist")
@@ -254,7 +270,7 @@ class ShardedSampler(SamplerBase):
             store = self.shards.stores[index]
             self.samplers.append(make_sampler(store, self.kind, seed=self.seed + index, allow_empty=True, **self.options))
             self._stamps.append(store.meta_stamp())
-        self.view = ConcatView([sampler.view for sampler in self.samplers])
+        self.view = ConcatView([sampler.view for sampler in self.samplers], transform=self.transform)
 
     def sync(self) -> bool:
         """New shards, and each shard's new commits (its meta.json re-read only when it changed); True if

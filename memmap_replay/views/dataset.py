@@ -4,11 +4,13 @@ A view is built over the episodes live when it is made (filtered by meta values 
 the folder path, the store's id and that small episode table; each process (a DataLoader worker under
 fork, spawn or forkserver) reopens the files read-only on first use, so a pickled view is a few KB
 and reading never writes to the store. ``__getitems__`` gathers a whole batch with one numpy indexing
-call per field; ``__getitem__`` is the same for one item.
+call per field; ``__getitem__`` is the same for one item. A view's ``transform`` (``views.transforms``)
+is the batch's last step, in the process that gathers it (a DataLoader worker, or the main process).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import sys
@@ -25,6 +27,7 @@ from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 from ..core.options import check_filter, check_names, index as index_option, short
 from .readahead import Readahead, readahead_mode
+from .transforms import apply_transform, transform_option
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
@@ -94,7 +97,28 @@ def _describe(value: Any) -> str:
 
 class BatchDataset(Dataset):
     """What every view shares (a store's views and a ``ConcatView`` of shards): ``__getitems__`` gathers a
-    batch, ``view[i]`` is that batch of one item, and a sampler's DataLoader is made here."""
+    batch, ``view[i]`` is that batch of one item, and a sampler's DataLoader is made here.
+
+    ``transform``: None, or a callable batch dict -> batch dict applied to every batch as its last step
+    (see ``views.transforms``); it is pickled with the view for DataLoader workers."""
+
+    transform: Any = None
+
+    def transformed(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch through ``self.transform`` (as it is without one)."""
+        return batch if self.transform is None else apply_transform(self.transform, batch)
+
+    def with_transform(self, transform: Any) -> "BatchDataset":
+        """A shallow copy of this view whose batches go through ``transform`` (None: no transform); this
+        view is left as it is. The copy shares the snapshot it starts from, and refreshes on its own."""
+        transform = transform_option(transform)
+        view = copy.copy(self)
+        view.copied()
+        view.transform = transform
+        return view
+
+    def copied(self) -> None:
+        """Called on a shallow copy (``with_transform``): take copies of what must not be shared."""
 
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
         raise NotImplementedError
@@ -116,7 +140,7 @@ class StoreView(BatchDataset):
 
     def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
                  filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
-                 return_indices: bool = False, readahead: Any = "auto"):
+                 return_indices: bool = False, readahead: Any = "auto", transform: Any = None):
         if not isinstance(store, EpisodeStore):
             fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
                    else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
@@ -134,6 +158,7 @@ class StoreView(BatchDataset):
             if not isinstance(source, str) or not isinstance(target, str) or not target:
                 raise OptionError(f"fieldname_map must map names to non-empty names (got {source!r}: {target!r})")
         self.return_indices = flag(return_indices, "return_indices")
+        self.transform = transform_option(transform)
         self.readahead = Readahead(readahead_mode(readahead))
         self._ahead = 0  # batches prefetch() looked at that are still to be gathered (in process _ahead_pid)
         self._ahead_pid = os.getpid()
@@ -216,6 +241,10 @@ class StoreView(BatchDataset):
         state["_ahead"] = 0
         return state
 
+    def copied(self) -> None:
+        self._sources = dict(self._sources)
+        self.readahead = copy.copy(self.readahead)
+
     @property
     def store(self) -> EpisodeStore:
         if self._store is None:
@@ -231,7 +260,8 @@ class StoreView(BatchDataset):
 
     def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
         """The batch of the given item numbers (checked; negative numbers count from the end), or of a
-        sampler's ``Sample`` (then with ``_key`` and, for prioritized draws, ``_weight``)."""
+        sampler's ``Sample`` (then with ``_key`` and, for prioritized draws, ``_weight``), through the
+        view's ``transform``."""
         if isinstance(items, Sample):
             return self.sample_batch(items)
         return self.batch(self.checked(items))
@@ -260,7 +290,7 @@ class StoreView(BatchDataset):
         batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
         if weights is not None:
             batch["_weight"] = torch.from_numpy(weights)
-        return batch
+        return self.transformed(batch)
 
     def _locate_keys(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(episode positions in this view's table, t) of a sample's keys, refreshing once for episodes
@@ -347,11 +377,13 @@ class StoreView(BatchDataset):
         return items
 
     def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
-        """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler)."""
-        return self.assemble(*self.positions.locate(items))
+        """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler), through the
+        view's ``transform``."""
+        return self.transformed(self.assemble(*self.positions.locate(items)))
 
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields."""
+        """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields, then
+        the ``fieldname_map`` renames (the names a transform sees); no transform yet."""
         readahead = self.readahead
         if self._ahead and self._ahead_pid == os.getpid():  # prefetch() looked at this batch already
             self._ahead -= 1

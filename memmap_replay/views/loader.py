@@ -2,8 +2,9 @@
 
 The sampler yields a numpy array of item numbers per batch; the DataLoader hands it to the view's
 ``__getitems__``, which gathers the batch with one indexing call per field; the collate function only
-passes it through. Named tuples and the move to a device happen in the main process, so workers work
-under every start method.
+passes it through. A ``transform=`` (or ``collate_fn=``, torch's name for it) rides on the view, so
+it runs where the batch is gathered: in the worker, or in the main process without workers. Named
+tuples and the move to a device happen in the main process, so workers work under every start method.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ._options import device_option, generator_option
 from .device import DevicePrefetcher
 from .output import output_option, to_tensordict
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
+from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from ..samplers.orders import BlockShuffle, epoch_order_options
@@ -274,6 +276,20 @@ def _block_prefetch(view: StoreView, size: int, block_size: int):
     return prefetch
 
 
+def with_loader_transform(view: Any, transform: Any) -> Any:
+    """The view a loader reads with ``transform``: the view itself without one, else a shallow copy
+    carrying it (``view.with_transform``), so the caller's view (or a sampler's) is left unchanged."""
+    if transform is None:
+        return view
+    if not hasattr(view, "with_transform"):
+        raise OptionError(f"transform= needs a view of this library (with with_transform) (got {short(view)}); "
+                          f"apply the transform in your own Dataset instead")
+    if view.transform is not None:
+        raise OptionError(f"the view has a transform already ({short(view.transform, 80)}) and the loader got "
+                          f"another ({short(transform, 80)}); pass one, e.g. Compose(view.transform, transform)")
+    return view.with_transform(transform)
+
+
 def _keywords(cls) -> set[str]:
     """The keyword-only parameters of the class's own ``__init__``."""
     init = vars(cls).get("__init__")
@@ -342,7 +358,9 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
                     non_blocking: bool = True, dataset: Any = None, dataset_kwargs: dict | None = None,
                     prefetch: int = 1, block_size: int | None = None, block_window: int | None = None,
                     output: str = "dict", **options: Any) -> ReplayDataLoader:
-    """A DataLoader over a view (built from ``options`` unless ``dataset`` is given)."""
+    """A DataLoader over a view (built from ``options`` unless ``dataset`` is given). ``transform`` (or
+    ``collate_fn``, torch's name: here it receives the gathered batch dict, not a list of samples) goes to
+    the view built, or to a shallow copy of ``dataset`` (which is left unchanged)."""
     loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
     # the loader's own options first: a refused call builds no view
     to_named_tuple = named_tuple_option(to_named_tuple)
@@ -353,13 +371,16 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
     if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
         raise OptionError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
     options.update(dataset_kwargs or {})
+    transform = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
     if dataset is None:
-        dataset = make_dataset(store, **options)
+        dataset = make_dataset(store, transform=transform, **options)
     elif options:
         raise OptionError(f"view options {sorted(options)} cannot be combined with dataset=")
     elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
         raise OptionError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
                                f"__getitems__) (got {short(dataset)})")
+    else:
+        dataset = with_loader_transform(dataset, transform)
     sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 generator=loader_options.get("generator"), block_size=block_size,
                                 block_window=block_window)
@@ -369,7 +390,10 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
 
 def sampler_dataloader(view: Dataset, batches: Any, **loader_options: Any) -> ReplayDataLoader:
     """``sampler.dataloader(...)``: a ``ReplayDataLoader`` over ``view`` whose batches a sampler draws
-    (``batches``: its ``batches(...)``), in the main process; DataLoader workers only gather."""
+    (``batches``: its ``batches(...)``), in the main process; DataLoader workers only gather (and run
+    ``transform``/``collate_fn``, which go to a shallow copy of ``view``: the sampler's own is unchanged)."""
+    view = with_loader_transform(view, loader_transform(loader_options.pop("transform", None),
+                                                        loader_options.pop("collate_fn", None)))
     own = {"device", "non_blocking", "prefetch", "output"}
     unknown = sorted(set(loader_options) - LOADER_KEYWORDS - own)
     if unknown:

@@ -1,0 +1,379 @@
+"""Batch transforms: functions of a whole gathered batch, run where the batch is made.
+
+A view (``transform=`` on every view, ``buffer.dataset``, ``buffer.dataloader``, ``sampler.dataloader``)
+hands its batch to the transform as the last step of ``__getitems__``: inside the DataLoader worker that
+gathered it when the loader has workers (so transforms run in parallel), in the main process otherwise
+(and in ``sampler.batch``).
+
+The contract. A transform is a callable ``transform(batch) -> dict``: ``batch`` is the whole batch, a dict
+name -> torch.Tensor with the batch on the leading axis (B, ...), or (B, T, ...) for trajectory, window
+and frame-stacked fields; it may change tensors in place (the batch is its own) and returns the dict the
+loader yields (name -> tensor). It sees the names after ``fieldname_map``, plus the extra keys of the
+batch (``_key``, ``_weight``, ``_lens``, ``_mask``, ``_index``, ``_t``, ``_relabeled``, ...). To run under
+the ``spawn`` or ``forkserver`` start methods it must pickle (it travels with the view to each worker):
+a module-level function or class, not a lambda. The built-ins below touch only the fields named.
+
+- ``ToFloat(fields, scale=1/255, mean=None, std=None)``: integers (uint8 images) to floats in [0, 1],
+  optionally normalized per channel; ``ToFloat.from_stats(buffer.stats(['image']), 'image')``.
+- ``RandomShift(fields, pad=4, seed=None)``: DrQ's random shift, vectorized over the batch.
+- ``Rearrange(fields, 'b c h w -> b h w c')``: einops' rearrange.
+- ``Compose(t1, t2, ...)``: one after the other.
+- ``NumpyTransform(fn)``: ``fn`` takes and returns numpy arrays.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from einops import EinopsError, rearrange
+
+from ..errors import InvalidDataError, OptionError
+from ..core.options import number, seed_option, short
+
+__all__ = ["ToFloat", "RandomShift", "Rearrange", "Compose", "NumpyTransform", "FieldTransform",
+           "transform_option", "loader_transform", "apply_transform"]
+
+_CONTRACT = "a transform takes the batch (a dict name -> tensor) and returns a dict name -> tensor"
+
+
+def transform_option(value: Any, name: str = "transform") -> Callable | None:
+    """None, or a callable (checked when the view or loader is made, not at the first batch)."""
+    if value is not None and not callable(value):
+        raise OptionError(f"{name} must be a callable batch -> batch or None ({_CONTRACT}) (got {short(value)}); "
+                          f"e.g. memmap_replay.views.transforms.ToFloat('image')")
+    return value
+
+
+def loader_transform(transform: Any, collate_fn: Any) -> Callable | None:
+    """A loader's ``transform=`` or, under torch's name, ``collate_fn=`` (the same thing here: it receives the
+    gathered batch dict, not a list of samples); not both."""
+    if transform is not None and collate_fn is not None:
+        raise OptionError("pass transform= or collate_fn= (its other name here), not both; combine them with "
+                          "Compose(first, second)")
+    if collate_fn is not None:
+        return transform_option(collate_fn, "collate_fn")
+    return transform_option(transform)
+
+
+def apply_transform(transform: Callable, batch: dict) -> dict[str, torch.Tensor]:
+    """``transform(batch)``, its result checked: a dict of tensors."""
+    out = transform(batch)
+    if not isinstance(out, dict):
+        raise InvalidDataError(f"the transform {short(transform, 80)} returned a {type(out).__name__}: {_CONTRACT}; "
+                               f"return the batch dict (e.g. batch['image'] = f(batch['image']); return batch)")
+    for key, value in out.items():
+        if not isinstance(value, torch.Tensor):
+            raise InvalidDataError(f"the transform {short(transform, 80)} returned {key!r} as a "
+                                   f"{type(value).__name__}: {_CONTRACT}; convert it with torch.as_tensor, or wrap a "
+                                   f"numpy function in NumpyTransform(fn)")
+    return out
+
+
+def _field_names(fields: Any, who: str) -> tuple[str, ...]:
+    if isinstance(fields, str):
+        fields = (fields,)
+    if not isinstance(fields, (tuple, list)) or not fields or not all(isinstance(f, str) and f for f in fields):
+        raise OptionError(f"{who} fields must be a name or a non-empty tuple/list of names, the batch keys to "
+                          f"transform (got {short(fields)}); e.g. {who}('image')")
+    if len(set(fields)) != len(fields):
+        raise OptionError(f"{who} fields must be distinct (got {list(fields)}); name each field once")
+    return tuple(fields)
+
+
+class FieldTransform:
+    """The base of the built-ins: ``fields``, the batch keys it changes; ``convert(name, tensor)`` per field."""
+
+    def __init__(self, fields: Any):
+        self.fields = _field_names(fields, type(self).__name__)
+
+    def check(self, batch: Any) -> None:
+        """The batch is a dict holding every field named (else OptionError naming the batch's keys)."""
+        if not isinstance(batch, dict):
+            raise OptionError(f"{type(self).__name__} takes a batch dict name -> tensor (got {short(batch, 80)})")
+        missing = [name for name in self.fields if name not in batch]
+        if missing:
+            raise OptionError(f"{type(self).__name__} transforms {missing}, which the batch does not hold; its keys "
+                              f"are {sorted(batch)} (names after fieldname_map); pass fields among them")
+
+    def __call__(self, batch: dict) -> dict:
+        self.check(batch)
+        for name in self.fields:
+            batch[name] = self.convert(name, batch[name])
+        return batch
+
+    def convert(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self.fields)})"
+
+
+def _channel_values(value: Any, name: str) -> np.ndarray | None:
+    """None, a number or a 1-d sequence of finite numbers, as a float64 array (1-d, one per channel)."""
+    if value is None:
+        return None
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (ValueError, TypeError):
+        array = None
+    if array is None or array.ndim > 1 or array.size == 0 or not np.isfinite(array).all():
+        raise OptionError(f"{name} must be a number or a sequence of finite numbers, one per channel "
+                          f"(got {short(value)}); e.g. {name}=(0.485, 0.456, 0.406)")
+    return array.reshape(-1)
+
+
+class ToFloat(FieldTransform):
+    """Integer fields (uint8 images) to floats: ``x * scale``, then ``(x - mean) / std`` per channel.
+
+    - ``scale`` (default 1/255: uint8 to [0, 1]); a float field is refused unless ``scale=1`` (it would be
+      scaled twice).
+    - ``mean``, ``std``: None, one number, or one number per channel, in the scaled units (0.5 means mid
+      grey with the default scale); ``channel_dim`` (default -3, the C of (..., C, H, W); -1 for
+      channels-last) counts from the end, so the same transform fits (B, C, H, W) and (B, T, C, H, W).
+    - ``dtype``: a floating torch dtype (default float32).
+
+    ``buffer.stats()`` does not keep images' statistics as episodes commit (only small numeric fields), but
+    ``buffer.stats(['image'])`` reads them from the live episodes, per pixel: ``ToFloat.from_stats`` turns
+    those into per-channel mean and std."""
+
+    def __init__(self, fields: Any, *, scale: float = 1 / 255, mean: Any = None, std: Any = None,
+                 dtype: torch.dtype = torch.float32, channel_dim: int = -3):
+        super().__init__(fields)
+        self.scale = number(scale, "scale", low=0, low_open=True)
+        self.mean = _channel_values(mean, "mean")
+        self.std = _channel_values(std, "std")
+        if self.std is not None and not (self.std > 0).all():
+            raise OptionError(f"std must be > 0 for every channel (got {self.std.tolist()}); a constant channel "
+                              f"needs std=1 there")
+        if self.mean is not None and self.std is not None and len(self.mean) != len(self.std) \
+                and 1 not in (len(self.mean), len(self.std)):
+            raise OptionError(f"mean and std must have one value per channel each (got {len(self.mean)} and "
+                              f"{len(self.std)})")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise OptionError(f"dtype must be a floating torch dtype, e.g. torch.float32 (got {short(dtype)})")
+        self.dtype = dtype
+        if isinstance(channel_dim, (bool, np.bool_)) or not isinstance(channel_dim, (int, np.integer)) \
+                or channel_dim >= 0:
+            raise OptionError(f"channel_dim must be a negative int, counted from the end: -3 for (..., C, H, W), "
+                              f"-1 for (..., H, W, C) (got {short(channel_dim)})")
+        self.channel_dim = int(channel_dim)
+        inverse = 1 / self.scale  # dividing by 255 rounds each value correctly, multiplying by 1/255 may not
+        self.divisor = inverse if inverse == round(inverse) else None
+
+    @classmethod
+    def from_stats(cls, stats: Any, field: str, **options: Any) -> "ToFloat":
+        """A ``ToFloat`` of ``field`` normalized by the store's statistics: ``stats`` is what
+        ``buffer.stats([field])`` returns (per-pixel mean and std of the stored values, read from the live
+        episodes for an image); they are pooled per channel (``channel_dim``) and scaled by ``scale``."""
+        field = _field_names(field, "ToFloat.from_stats")[0]
+        if "mean" in options or "std" in options:
+            raise OptionError("from_stats computes mean and std; pass them to ToFloat(...) instead")
+        known = getattr(stats, "fields", None)
+        if not isinstance(known, dict) or field not in known:
+            held = sorted(known) if isinstance(known, dict) else None
+            raise OptionError(f"stats must be buffer.stats([{field!r}]) holding field {field!r} (got "
+                              f"{short(stats, 80) if held is None else f'statistics of {held}'})")
+        made = cls(field, **options)
+        mean, std = np.asarray(known[field].mean, np.float64), np.asarray(known[field].std, np.float64)
+        if mean.ndim < -made.channel_dim or not np.isfinite(mean).all():
+            raise OptionError(f"the statistics of {field!r} (shape {mean.shape}) have no channel axis "
+                              f"{made.channel_dim} with finite values; store episodes first, or pass mean and std")
+        axes = tuple(axis for axis in range(mean.ndim) if axis != mean.ndim + made.channel_dim)
+        channel_mean = mean.mean(axis=axes)  # every element counts as many values: pooled exactly
+        channel_var = (np.square(std) + np.square(mean)).mean(axis=axes) - np.square(channel_mean)
+        channel_std = np.sqrt(np.maximum(channel_var, 0))
+        if not (channel_std > 0).all():
+            raise OptionError(f"field {field!r} is constant in some channel (std {channel_std.tolist()}); pass "
+                              f"mean and std to ToFloat yourself")
+        made.mean, made.std = channel_mean * made.scale, channel_std * made.scale
+        return made
+
+    def _per_channel(self, values: np.ndarray | None, value: torch.Tensor, name: str) -> torch.Tensor | None:
+        if values is None:
+            return None
+        channels = value.shape[self.channel_dim] if value.ndim >= -self.channel_dim else None
+        if channels is None or len(values) not in (1, channels):
+            raise OptionError(f"ToFloat's mean/std have {len(values)} values, one per channel, but field {name!r} "
+                              f"of shape {tuple(value.shape)} has "
+                              f"{'no axis ' + str(self.channel_dim) if channels is None else f'{channels} channels'} "
+                              f"(channel_dim={self.channel_dim}); pass channel_dim or one value per channel")
+        shape = (len(values),) + (1,) * (-self.channel_dim - 1)
+        return torch.as_tensor(values, dtype=self.dtype).reshape(shape)
+
+    def convert(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        if value.dtype.is_floating_point and self.scale != 1:
+            raise OptionError(f"ToFloat would scale field {name!r} by {self.scale}, but it is {value.dtype} "
+                              f"already; pass scale=1 (to normalize only) or leave the field out")
+        out = value.to(self.dtype, copy=True)
+        if self.divisor is not None:
+            if self.divisor != 1:
+                out.div_(self.divisor)
+        else:
+            out.mul_(self.scale)
+        mean, std = self._per_channel(self.mean, value, name), self._per_channel(self.std, value, name)
+        if mean is not None:
+            out.sub_(mean)
+        if std is not None:
+            out.div_(std)
+        return out
+
+
+class RandomShift(FieldTransform):
+    """DrQ's random shift (Kostrikov et al. 2020): each image is padded by ``pad`` pixels on every side,
+    repeating its edge (replicate padding), and cropped back to its size at a random offset in
+    [0, 2 * pad] per axis, drawn per item. Vectorized: clamped row, then column indices gathered for the
+    whole batch (no padded copy, no per-item loop). Fields are (B, ..., H, W) with the batch first: (B, C, H, W), or
+    (B, T, C, H, W) for windows, trajectories and frame stacks, where all T frames of an item get the
+    same shift (as DrQ-v2 shifts stacked frames together). A time-major window (T, B, ...) needs
+    ``Rearrange`` to batch-first before it. Fields named together get the same shift per item.
+
+    Randomness: ``seed=None`` draws from torch's global RNG (which DataLoader seeds per worker, so workers
+    differ, and ``torch.manual_seed`` before the loop makes it repeat). With a ``seed`` the transform has
+    its own generator: in the main process the same seed gives the same sequence of shifts, batch after
+    batch; in a DataLoader worker it is seeded by (seed, the worker's seed), so each worker draws its own
+    shifts, new each epoch, and the whole run repeats when the DataLoader's seed does (pass
+    ``generator=torch.Generator().manual_seed(s)`` or call ``torch.manual_seed(s)`` first)."""
+
+    def __init__(self, fields: Any, *, pad: int = 4, seed: int | None = None):
+        super().__init__(fields)
+        if isinstance(pad, (bool, np.bool_)) or not isinstance(pad, (int, np.integer)) or pad < 0:
+            raise OptionError(f"pad must be an int >= 0, the pixels of the shift (got {short(pad)}); DrQ uses 4 "
+                              f"for 84 x 84 images")
+        self.pad = int(pad)
+        self.seed = seed_option(seed)
+        self._generator: torch.Generator | None = None
+        self._owner: tuple | None = None  # (pid, worker seed) the generator was seeded for
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_generator": None, "_owner": None}
+
+    def generator(self) -> torch.Generator | None:
+        """This process's generator (None: torch's global RNG), seeded anew in each DataLoader worker."""
+        if self.seed is None:
+            return None
+        info = torch.utils.data.get_worker_info()
+        owner = (os.getpid(), None if info is None else info.seed)
+        if owner != self._owner:
+            entropy = [self.seed] if info is None else [self.seed, info.seed % 2**64]
+            state = np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]
+            self._generator = torch.Generator().manual_seed(int(state) & (2**63 - 1))
+            self._owner = owner
+        return self._generator
+
+    def offsets(self, batch_size: int) -> torch.Tensor:
+        """(batch_size, 2) offsets (rows, columns) in [0, 2 * pad]: the next draw."""
+        return torch.randint(0, 2 * self.pad + 1, (batch_size, 2), generator=self.generator())
+
+    def __call__(self, batch: dict) -> dict:
+        self.check(batch)
+        sizes = {int(batch[name].shape[0]) if batch[name].ndim else None for name in self.fields}
+        if len(sizes) != 1 or None in sizes:
+            raise OptionError(f"RandomShift's fields {list(self.fields)} must share the leading batch axis (got "
+                              f"shapes {[tuple(batch[name].shape) for name in self.fields]})")
+        offsets = self.offsets(sizes.pop())
+        for name in self.fields:
+            batch[name] = self.shifted(name, batch[name], offsets)
+        return batch
+
+    def shifted(self, name: str, value: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """``value`` (B, ..., H, W) shifted by ``offsets`` (B, 2): pixel (y, x) of item b is the padded
+        image's (y + dy, x + dx), i.e. the original's (clamp(y + dy - pad), clamp(x + dx - pad))."""
+        if value.ndim < 3:
+            raise OptionError(f"RandomShift needs images (B, ..., H, W); field {name!r} has shape "
+                              f"{tuple(value.shape)}; leave it out of fields")
+        if self.pad == 0 or value.shape[0] == 0:
+            return value
+        size, height, width = value.shape[0], value.shape[-2], value.shape[-1]
+        flat = value.reshape(size, -1, height, width)  # (B, M, H, W): every leading frame and channel
+        rows = (torch.arange(height)[None, :] + offsets[:, :1] - self.pad).clamp_(0, height - 1)  # (B, H)
+        cols = (torch.arange(width)[None, :] + offsets[:, 1:] - self.pad).clamp_(0, width - 1)  # (B, W)
+        # rows: whole (M, W) slabs picked per (item, row); then columns: one gather along W with an
+        # expanded (not materialized) index. About 3x faster than one 4-index gather.
+        picked = flat.transpose(1, 2)[torch.arange(size)[:, None], rows]  # (B, H, M, W)
+        out = torch.gather(picked, 3, cols[:, None, None, :].expand(picked.shape))
+        return out.transpose(1, 2).contiguous().reshape(value.shape)
+
+    def __repr__(self) -> str:
+        return f"RandomShift({list(self.fields)}, pad={self.pad}, seed={self.seed})"
+
+
+class Rearrange(FieldTransform):
+    """einops' ``rearrange(value, pattern, **axes)`` on each field named; the pattern covers the batch axes
+    too, e.g. ``Rearrange('image', 'b c h w -> b h w c')`` or, for windows, ``'b t c h w -> b t h w c'``."""
+
+    def __init__(self, fields: Any, pattern: str, **axes: int):
+        super().__init__(fields)
+        if not isinstance(pattern, str) or "->" not in pattern:
+            raise OptionError(f"pattern must be an einops pattern 'input axes -> output axes', e.g. "
+                              f"'b c h w -> b h w c' (got {short(pattern)})")
+        for axis, length in axes.items():
+            if isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)) or length < 1:
+                raise OptionError(f"axis length {axis}= must be a positive int (got {short(length)})")
+        self.pattern, self.axes = pattern, {axis: int(length) for axis, length in axes.items()}
+
+    def convert(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        try:
+            return rearrange(value, self.pattern, **self.axes)
+        except EinopsError as error:
+            raise OptionError(f"Rearrange {self.pattern!r} does not fit field {name!r} of shape "
+                              f"{tuple(value.shape)} (the batch axes included): {str(error).splitlines()[0]}; "
+                              f"fix the pattern") from None
+
+    def __repr__(self) -> str:
+        return f"Rearrange({list(self.fields)}, {self.pattern!r})"
+
+
+class Compose:
+    """Transforms applied one after the other: ``Compose(ToFloat('image'), RandomShift('image'))`` (a list
+    of transforms works too)."""
+
+    def __init__(self, *transforms: Callable):
+        if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+            transforms = tuple(transforms[0])
+        if not transforms:
+            raise OptionError("Compose needs at least one transform, e.g. Compose(ToFloat('image'), "
+                              "RandomShift('image'))")
+        for position, transform in enumerate(transforms):
+            transform_option(transform, f"Compose's transform {position}")
+        self.transforms = tuple(transforms)
+
+    def __call__(self, batch: dict) -> dict:
+        for transform in self.transforms:
+            batch = apply_transform(transform, batch)
+        return batch
+
+    def __repr__(self) -> str:
+        return f"Compose({', '.join(map(repr, self.transforms))})"
+
+
+class NumpyTransform:
+    """A transform written in numpy: ``fn`` receives the batch as numpy arrays (name -> ndarray, sharing
+    the tensors' memory) and returns a dict of arrays (or numbers), turned back into tensors. ``fn`` must
+    pickle for spawned workers (a module-level function)."""
+
+    def __init__(self, fn: Callable):
+        if not callable(fn):
+            raise OptionError(f"NumpyTransform's fn must be a callable dict of numpy arrays -> dict (got "
+                              f"{short(fn)}); e.g. a module-level function def f(batch): ...; return batch")
+        self.fn = fn
+
+    def __call__(self, batch: dict) -> dict:
+        out = self.fn({name: value.numpy() for name, value in batch.items()})
+        if not isinstance(out, dict):
+            raise InvalidDataError(f"NumpyTransform's fn {short(self.fn, 80)} returned a {type(out).__name__}; it "
+                                   f"must return a dict name -> numpy array")
+        result = {}
+        for name, value in out.items():
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if array.dtype.kind not in "biufc":
+                raise InvalidDataError(f"NumpyTransform's fn returned {name!r} as {array.dtype} (got "
+                                       f"{short(value, 60)}); return numeric numpy arrays")
+            result[name] = torch.from_numpy(np.ascontiguousarray(array))
+        return result
+
+    def __repr__(self) -> str:
+        return f"NumpyTransform({self.fn!r})"
+
