@@ -379,6 +379,46 @@ class Bench:
         self.record(kind, "ours __getitems__ fresh map", seconds, times, count, nbytes)
 
 
+    def transformed(self) -> None:
+        """T with a transform (DrQ's random shift of 4 pixels, then image uint8 -> float in [0, 1]), made in
+        the main process (w=0) and by workers or threads: the work that workers exist for."""
+        from memmap_replay.views import Compose, RandomShift, ToFloat
+
+        args, kind = self.args, "T"
+        batch, options, _ = VIEWS[kind]
+        count = max(1, min(args.batches, len(self.buffer.dataset(**options)) // batch - 4))
+        transform = Compose(RandomShift("image", pad=4, seed=SEED), ToFloat("image"))  # shift the uint8 bytes
+        ways = {"transform w=0": dict(num_workers=0)}
+        if args.workers:
+            ways.update({"transform w=2": dict(num_workers=2), "transform threads=2": dict(num_workers=2, workers="threads")})
+        nbytes = batch * (self.ram["image"][0].size * 4 + sum(self.ram[name][0].nbytes for name in READ[1:]))
+
+        def run(extra: dict) -> float:
+            iterator = iter(self.loader(kind, transform=transform, **extra))
+            for _ in range(4):
+                next(iterator)
+            previous = None
+            start = time.perf_counter()
+            for _ in range(count):
+                previous = next(iterator)
+            elapsed = time.perf_counter() - start
+            del iterator, previous
+            return elapsed
+
+        print(f"T with a transform (RandomShift('image', pad=4) then ToFloat('image')): {count} timed batches after "
+              f"4 untimed; {nbytes / MB:.2f} MB a batch out", flush=True)
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(args.repeats):
+            for name, extra in ways.items():
+                times[name].append(run(extra))
+        for name in ways:
+            seconds = statistics.median(times[name])
+            self.results[("T+transform", name)] = (count / seconds, nbytes * count / seconds / MB, times[name])
+            versus = times["transform w=0"] and statistics.median(times["transform w=0"]) / seconds
+            print(f"  {name:<26} {count / seconds:>9,.1f} batches/s {nbytes * count / seconds / MB:>8,.0f} MB/s  "
+                  f"{versus:.2f} x w=0   [{', '.join(f'{count / t:,.0f}' for t in times[name])}]", flush=True)
+
+
 def reopen_first_batch(folder: Path, options: dict, batch: int, repeats: int) -> tuple[dict[str, float], list[float]]:
     """Median ms of from_folder(read_only=True), building the DataLoader, and its first batch; and, outside
     the total, the DataLoader's batch sampler alone making its first index batch (an untimed second loader)."""
@@ -619,6 +659,7 @@ def main(argv=None) -> int:
         for kind in VIEWS:
             bench.view(kind)
         bench.fresh_map(folder)
+        bench.transformed()
 
         if want_seed:
             print(f"seed package (memmap_replay_buffer), T through its DataLoader, {seed_episodes} episode(s) ...",
@@ -677,6 +718,12 @@ def main(argv=None) -> int:
                 verdict = f"{versus:.2f} x w=0" + (f"; >= 0.9 {'met' if versus >= 0.9 else 'NOT met'}"
                                                    if how == "ours DataLoader w=2" else "")
             rows.append((kind, how, f"{rate:,.1f}", f"{mbs:,.0f}", f"{ratio:.3f}", verdict))
+    main = results.get(("T+transform", "transform w=0"))
+    for (view, how), (rate, mbs, _) in results.items():
+        if view == "T+transform" and main is not None:
+            versus = rate / main[0]
+            goal = "" if how == "transform w=0" else f"{versus:.2f} x w=0; >= 1.5 {'met' if versus >= 1.5 else 'NOT met'}"
+            rows.append(("T+x", how, f"{rate:,.1f}", f"{mbs:,.0f}", "", goal))
     for label, parts in reopen.items():
         total = parts["total"]
         rows.append(("R", label, "", "", "", f"{total:.1f} ms; < 50 ms {'met' if total < 50 else 'NOT met'}"))

@@ -26,66 +26,11 @@ from ..core.index import EpisodeTable, ExplicitPositions, Positions, Sample  # (
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 from ..core.options import check_filter, check_names, index as index_option, short
+from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
 from .transforms import apply_transform, transform_option
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
-
-
-class _OutputPool:
-    """Batch output memory, reused once the batch that used it is gone.
-
-    A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed
-    the previous one back to the OS. Large outputs are arrays kept here, one list per shape and dtype;
-    an array is free again when nothing but the pool refers to it (its reference count: every tensor,
-    slice or view of it holds a reference), so memory still held by a user is never reused."""
-
-    KEEP = 8  # arrays kept per shape and dtype
-    MIN_BYTES = 1 << 17  # below this, glibc's malloc serves (and reuses) memory from its heap
-    MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept in all, whatever the mix of batch sizes
-    UNUSED = 3  # references to a free array while take() checks it: its list, the loop variable, the call
-
-    def __init__(self) -> None:
-        self.free: dict[tuple, list[np.ndarray]] = {}
-        self.kept = 0
-        # where a DataLoader worker wants the next batch's outputs (its shared-memory slot, see
-        # views.transport): a callable (shape, dtype) -> array, or None when it has no room left
-        self.target: Any = None
-
-    def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
-        buffer) with one ``np.take``; large outputs go to pooled memory (or to the target, if one is set)."""
-        shape = rows.shape + source.shape[1:]
-        if self.target is not None:
-            out = self.target(shape, source.dtype)
-            if out is not None:
-                return np.take(source, rows, axis=0, out=out, mode="clip")
-        nbytes = math.prod(shape) * source.itemsize
-        if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
-            return np.take(source, rows, axis=0, mode="clip")
-        key = (shape, source.dtype)
-        bucket = self.free.get(key)
-        if bucket is None:
-            bucket = self.free[key] = []
-        for out in bucket:
-            if sys.getrefcount(out) == self.UNUSED:
-                break
-        else:
-            out = np.empty(shape, source.dtype)
-            if len(bucket) < self.KEEP and self.kept + nbytes <= self.MAX_KEPT_BYTES:
-                bucket.append(out)
-                self.kept += nbytes
-        np.take(source, rows, axis=0, out=out, mode="clip")
-        return out
-
-
-_OUTPUTS = _OutputPool()
-
-
-def set_output_target(target: Any) -> None:
-    """Gathers of this process write their outputs through ``target(shape, dtype)`` (an array, or None to
-    fall back to the pool) until it is set to None: a DataLoader worker's batch slot (``views.transport``)."""
-    _OUTPUTS.target = target
 
 
 def _describe(value: Any) -> str:
@@ -466,7 +411,7 @@ class StoreView(BatchDataset):
 
     def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
         """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
-        return _OUTPUTS.take(self._map(name), rows)
+        return OUTPUTS.take(self._map(name), rows)
 
     def _map(self, name: str) -> np.ndarray:
         """The step field's memory map (made at the first read: it covers every row of the snapshot)."""

@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..core.options import choice
-from .dataset import set_output_target
+from .pool import set_output_target
 
 __all__ = ["SLOT_RELEASES", "WORKER_KINDS", "SlotPacker", "SlotReader", "SlotBatch", "threaded"]
 

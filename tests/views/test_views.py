@@ -247,25 +247,6 @@ def test_output_names_never_silently_collide(make_buffer):
         TimestepView(buffer.episode_store, fieldname_map={"rewrd": "r"})
 
 
-def test_output_pool_keeps_bounded_memory():
-    from memmap_replay.views.dataset import _OutputPool
-
-    pool = _OutputPool()
-    source = np.zeros((1000, 1024), np.uint8)
-    for size in range(200, 1000, 7):  # many distinct batch sizes, each dropped at once
-        pool.take(source, np.arange(size))
-    assert pool.kept <= pool.MAX_KEPT_BYTES
-    assert sum(len(bucket) for bucket in pool.free.values()) <= len(pool.free) * pool.KEEP
-    held = [pool.take(source, np.arange(200)) for _ in range(pool.KEEP + 2)]  # all held: none shared
-    assert len({array.ctypes.data for array in held}) == len(held)
-    slices = [torch.from_numpy(array)[:3] for array in held]  # a slice of a tensor holds the array too
-    del held
-    again = pool.take(source, np.arange(200))
-    assert all(again.ctypes.data != piece.data_ptr() for piece in slices)
-    del slices
-    assert pool.take(source, np.arange(200)).ctypes.data == pool.free[((200, 1024), source.dtype)][0].ctypes.data
-
-
 # ---- the contract every view keeps -------------------------------------------------------------------------
 
 VIEW_KINDS = {
