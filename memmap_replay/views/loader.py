@@ -31,7 +31,7 @@ from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from ..samplers.orders import BlockShuffle, epoch_order_options
-from .transport import WORKER_KINDS, SlotPacker, SlotReader, slot_release_option, threaded
+from .transport import PROCESS_OPTIONS, WORKER_KINDS, SlotPacker, SlotReader, slot_release_option, threaded
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
            "sampler_dataloader"]
@@ -147,11 +147,19 @@ class ReplayDataLoader(DataLoader):
     disk reads overlap the training step on the current batch. (With workers, torch's DataLoader keeps
     ``prefetch_factor`` batches a worker in flight already, each worker advising its own.) A sampler's
     draws are then made ``prefetch`` batches early: priorities updated after a batch affect the draws
-    from the one after next on, and episodes committed meanwhile show up a batch later."""
+    from the one after next on, and episodes committed meanwhile show up a batch later.
+
+    Workers (``num_workers > 0``; ``views.transport``): ``workers="threads"`` gathers (and transforms) in
+    ``num_workers`` threads of this process, with no transport: numpy's gathers and torch's ops release
+    the GIL. ``workers="processes"`` is torch's worker processes, whose batches travel through
+    shared-memory slots (``worker_transport="slots"``; ``"torch"``: torch's own transport), given back
+    when the batch's tensors are gone (``slot_release="unused"``) or at the next batch (``"next"``).
+    ``workers="auto"`` (the default) is threads, measured the faster on every view here, unless an option
+    only processes have is given (``worker_init_fn``, ``multiprocessing_context``, ``persistent_workers``)."""
 
     def __init__(self, dataset, batch_sampler: BatchIndexSampler, *, to_named_tuple: tuple[str, ...] | None = None,
                  device: Any = None, non_blocking: bool = True, prefetch: int = 1, output: str = "dict",
-                 workers: str = "processes", worker_transport: str = "slots", slot_release: str = "unused",
+                 workers: str = "auto", worker_transport: str = "slots", slot_release: str = "unused",
                  **loader_options: Any):
         device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
         self.prefetch = integer(prefetch, "prefetch", low=0)
@@ -160,17 +168,20 @@ class ReplayDataLoader(DataLoader):
         generator_option(loader_options.get("generator"))
         self.worker_transport = choice(worker_transport, "worker_transport", WORKER_TRANSPORTS)
         self.slot_release = slot_release_option(slot_release)
-        self.workers = choice(workers, "workers", WORKER_KINDS)
-        if self.workers == "threads":
-            process_only = sorted(set(loader_options) & {"worker_init_fn", "multiprocessing_context", "persistent_workers"})
-            if process_only:
-                raise OptionError(f"{process_only} apply to worker processes; with workers='threads' the num_workers "
-                                  f"threads run in this process: drop them, or pass workers='processes'")
+        workers = choice(workers, "workers", WORKER_KINDS)
+        process_only = sorted(name for name in PROCESS_OPTIONS if loader_options.get(name) not in (None, False))
+        if workers == "threads" and process_only:
+            raise OptionError(f"{process_only} apply to worker processes; with workers='threads' the num_workers "
+                              f"threads run in this process: drop them, or pass workers='processes'")
+        # auto: threads (no transport; numpy's gathers and torch's ops release the GIL), unless an option
+        # only processes have asks for processes
+        self.workers = "processes" if workers == "processes" or (workers == "auto" and process_only) else "threads"
         collate = _pass_through
         if self.workers == "processes" and self.worker_transport == "slots" and loader_options.get("num_workers", 0) > 0:
             # a worker's batches in flight, the two the main process may still hold, the one being gathered
             collate = SlotPacker((loader_options.get("prefetch_factor") or 2) + 3)
         self._slot_reader: SlotReader | None = None
+        self._runs = 0  # iterations with gather threads (a seeded transform's draws depend on it)
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate, **loader_options)
         self.device = device
         self.non_blocking = non_blocking
@@ -179,12 +190,17 @@ class ReplayDataLoader(DataLoader):
             names = tuple(name.lstrip("_") for name in to_named_tuple)
             self.batch_type = namedtuple("Batch", names)
 
+    def check_worker_number_rationality(self) -> None:
+        if getattr(self, "workers", None) != "threads":  # torch's warning speaks of processes
+            super().check_worker_number_rationality()
+
     def _batches(self):
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         if self.num_workers > 0 and self.workers == "threads":
             make = self.dataset.batch if trusted else self.dataset.__getitems__
+            self._runs += 1
             yield from threaded(self.batch_sampler, make, self.num_workers,
-                                self.num_workers * (self.prefetch_factor or 2))
+                                self.num_workers * (self.prefetch_factor or 2), run=self._runs)
             return
         if self.num_workers > 0:
             if not isinstance(self.collate_fn, SlotPacker):

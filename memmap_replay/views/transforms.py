@@ -33,6 +33,7 @@ from einops import EinopsError, rearrange
 from ..errors import InvalidDataError, OptionError
 from ..core.options import number, seed_option, short
 from .pool import output_array
+from .transport import batch_number
 
 __all__ = ["ToFloat", "RandomShift", "Rearrange", "Compose", "NumpyTransform", "FieldTransform",
            "transform_option", "loader_transform", "apply_transform"]
@@ -249,7 +250,9 @@ class RandomShift(FieldTransform):
     its own generator: in the main process the same seed gives the same sequence of shifts, batch after
     batch; in a DataLoader worker it is seeded by (seed, the worker's seed), so each worker draws its own
     shifts, new each epoch, and the whole run repeats when the DataLoader's seed does (pass
-    ``generator=torch.Generator().manual_seed(s)`` or call ``torch.manual_seed(s)`` first)."""
+    ``generator=torch.Generator().manual_seed(s)`` or call ``torch.manual_seed(s)`` first). With gather
+    threads (``workers="threads"``) each batch draws from (seed, the loader's iteration, the batch's
+    number), so the shifts repeat whichever thread makes which batch."""
 
     def __init__(self, fields: Any, *, pad: int = 4, seed: int | None = None):
         super().__init__(fields)
@@ -268,6 +271,10 @@ class RandomShift(FieldTransform):
         """This process's generator (None: torch's global RNG), seeded anew in each DataLoader worker."""
         if self.seed is None:
             return None
+        number = batch_number()
+        if number is not None:  # a gather thread's batch: its own draws, whichever thread makes it
+            state = np.random.SeedSequence([self.seed, 2, *number]).generate_state(1, np.uint64)[0]
+            return torch.Generator().manual_seed(int(state) & (2**63 - 1))
         info = torch.utils.data.get_worker_info()
         owner = (os.getpid(), None if info is None else info.seed)
         if owner != self._owner:

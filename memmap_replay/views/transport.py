@@ -24,6 +24,7 @@ import itertools
 import math
 import os
 import sys
+import threading
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -37,10 +38,12 @@ from torch.utils.data import get_worker_info
 from ..core.options import choice
 from .pool import set_output_target
 
-__all__ = ["SLOT_RELEASES", "WORKER_KINDS", "SlotPacker", "SlotReader", "SlotBatch", "threaded"]
+__all__ = ["SLOT_RELEASES", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
 
 SLOT_RELEASES = ("unused", "next")
-WORKER_KINDS = ("processes", "threads")
+WORKER_KINDS = ("auto", "threads", "processes")
+# options only worker processes have: with one of them, workers="auto" means processes
+PROCESS_OPTIONS = ("worker_init_fn", "multiprocessing_context", "persistent_workers")
 _HEADER = 64  # bytes before a slot's first tensor: byte 0 is the flag
 _ALIGN = 64  # every tensor starts at a multiple of this (cache lines; any dtype's alignment)
 _FREE, _BUSY = 0, 1
@@ -271,20 +274,37 @@ class SlotReader:
             del self.slots[key]
 
 
-def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth: int) -> Iterator[dict]:
+_BATCH = threading.local()  # in a gather thread: (run, number) of the batch it is making
+
+
+def batch_number() -> tuple[int, int] | None:
+    """(run, number) of the batch this gather thread is making (``threaded``), else None: a seeded
+    transform draws from it, so its draws do not depend on which thread made which batch when."""
+    return getattr(_BATCH, "number", None)
+
+
+def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth: int, *, run: int = 0) -> Iterator[dict]:
     """``make(items)`` for each of ``batches``, by a pool of ``threads`` threads, in order, ``depth`` batches
     in flight: numpy's gathers (and torch's ops in a transform) release the GIL, so the threads overlap
-    them with no transport at all. A loop that stops early cancels the batches not begun."""
-    iterator = iter(batches)
+    them with no transport at all. ``run`` (the loader's iteration) and the batch's number are what
+    ``batch_number`` tells a transform. A loop that stops early cancels the batches not begun."""
+    def task(number: int, items: Any) -> dict:
+        _BATCH.number = (run, number)
+        try:
+            return make(items)
+        finally:
+            _BATCH.number = None
+
+    iterator = enumerate(batches)
     pool = ThreadPoolExecutor(threads, thread_name_prefix="memmap_replay-loader")
     pending: deque = deque()
     try:
-        for items in itertools.islice(iterator, depth):
-            pending.append(pool.submit(make, items))
+        for number, items in itertools.islice(iterator, depth):
+            pending.append(pool.submit(task, number, items))
         while pending:
             batch = pending.popleft().result()
-            for items in itertools.islice(iterator, 1):
-                pending.append(pool.submit(make, items))
+            for number, items in itertools.islice(iterator, 1):
+                pending.append(pool.submit(task, number, items))
             yield batch
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

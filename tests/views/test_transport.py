@@ -210,3 +210,33 @@ def test_numbers_survive_every_dtype_through_slots(tmp_path):
                buffer.dataloader(8, timestep_level=True, num_workers=1, multiprocessing_context="fork")]
     assert all(same(a, b) for a, b in zip(workers, buffer.dataloader(8, timestep_level=True)))
     buffer.close()
+
+
+def test_workers_auto_is_threads_unless_a_process_option_asks(filled):
+    assert filled.dataloader(4, timestep_level=True, num_workers=2).workers == "threads"
+    assert filled.dataloader(4, timestep_level=True, num_workers=2, persistent_workers=True).workers == "processes"
+    assert filled.dataloader(4, timestep_level=True, num_workers=2, multiprocessing_context="spawn").workers == "processes"
+    assert filled.dataloader(4, timestep_level=True, num_workers=2, workers="processes").workers == "processes"
+    # more threads than cores: torch's warning about worker processes does not apply (warnings are errors here)
+    loader = filled.dataloader(4, timestep_level=True, num_workers=8)
+    assert sum(len(b["reward"]) for b in loader) == len(filled.dataset(timestep_level=True))
+
+
+def test_seeded_random_shift_repeats_with_threads(tmp_path):
+    from memmap_replay import ReplayBuffer
+    from memmap_replay.views import RandomShift
+
+    buffer = ReplayBuffer(tmp_path / "images", 4, 40, fields={"image": ("uint8", (2, 8, 8))})
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        buffer.store_episode(image=rng.integers(0, 255, (30, 2, 8, 8)).astype(np.uint8))
+
+    def epochs(loader):
+        return [b["image"].clone() for _ in range(2) for b in loader]
+
+    runs = [epochs(buffer.dataloader(8, timestep_level=True, seed=1, shuffle=True, num_workers=3,
+                                     transform=RandomShift("image", pad=2, seed=7))) for _ in range(3)]
+    assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(runs[0], run))
+    plain = [b["image"] for _ in range(2) for b in buffer.dataloader(8, timestep_level=True, seed=1, shuffle=True)]
+    assert not all(torch.equal(a, b) for a, b in zip(runs[0], plain))  # shifted
+    buffer.close()
