@@ -209,11 +209,9 @@ class ToFloat(FieldTransform):
         if value.dtype.is_floating_point and self.scale != 1:
             raise OptionError(f"ToFloat would scale field {name!r} by {self.scale}, but it is {value.dtype} "
                               f"already; pass scale=1 (to normalize only) or leave the field out")
-        out = _output_like(value, self.dtype)
-        if self.divisor is not None:
-            if self.divisor != 1:
-                out.div_(self.divisor)
-        else:
+        divided = self.divisor is not None and self.divisor != 1
+        out = _output_like(value, self.dtype, self.divisor if divided else None)
+        if self.divisor is None:
             out.mul_(self.scale)
         mean, std = self._per_channel(self.mean, value, name), self._per_channel(self.std, value, name)
         if mean is not None:
@@ -223,16 +221,20 @@ class ToFloat(FieldTransform):
         return out
 
 
-def _output_like(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``value`` converted to ``dtype``, written into batch output memory (``views.pool``: reused, and in a
-    DataLoader worker its shared-memory slot) where numpy has the dtype."""
+def _output_like(value: torch.Tensor, dtype: torch.dtype, divisor: float | None = None) -> torch.Tensor:
+    """``value`` converted to ``dtype`` (and divided by ``divisor``), written into batch output memory
+    (``views.pool``: reused, and in a DataLoader worker its shared-memory slot) where numpy has the dtype."""
     try:
         numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     except TypeError:  # bfloat16, ...
-        return value.to(dtype, copy=True)
+        out = value.to(dtype, copy=True)
+        return out if divisor is None else out.div_(divisor)
     out = torch.from_numpy(output_array(tuple(value.shape), numpy_dtype))
+    if divisor is not None and not value.dtype.is_floating_point and dtype == torch.get_default_dtype():
+        # an integer divided in one pass: torch computes it in the default dtype, this very dtype
+        return torch.div(value, divisor, out=out)
     out.copy_(value)
-    return out
+    return out if divisor is None else out.div_(divisor)
 
 
 class RandomShift(FieldTransform):
