@@ -195,26 +195,27 @@ class ReplayDataLoader(DataLoader):
             super().check_worker_number_rationality()
 
     def _batches(self):
+        if self.num_workers > 0 and self.workers == "processes":
+            yield from self._from_processes()
+            return
+        # in this process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
-        if self.num_workers > 0 and self.workers == "threads":
-            make = self.dataset.batch if trusted else self.dataset.__getitems__
+        make = self.dataset.batch if trusted else self.dataset.__getitems__
+        items = self._items_ahead()
+        if self.num_workers > 0:  # gather threads
             self._runs += 1
-            yield from threaded(self.batch_sampler, make, self.num_workers,
-                                self.num_workers * (self.prefetch_factor or 2), run=self._runs)
+            yield from threaded(items, make, self.num_workers, self.num_workers * (self.prefetch_factor or 2),
+                                run=self._runs)
             return
-        if self.num_workers > 0:
-            if not isinstance(self.collate_fn, SlotPacker):
-                yield from super().__iter__()
-                return
-            reader = self._slot_reader
-            if reader is None:
-                reader = self._slot_reader = SlotReader(self.slot_release)
-            elif not self.persistent_workers:  # the last iteration's workers are gone: so are their slots
-                reader.forget()
-            for item in super().__iter__():
-                yield reader.unpack(item)
-            return
-        # in the main process the view already returns whole batches: skip torch's fetch machinery
+        for chosen in items:
+            batch = make(chosen)
+            if self.pin_memory and _accelerator_available():
+                batch = {name: value.pin_memory() for name, value in batch.items()}
+            yield batch
+
+    def _items_ahead(self) -> Iterator:
+        """The batch sampler's items, each told to the view (``view.prefetch``) ``prefetch`` batches before
+        its turn, so its disk reads overlap the work until then."""
         prefetch = getattr(self.dataset, "prefetch", None)
         sampler, depth = self.batch_sampler, self.prefetch
         blocks = getattr(sampler, "order", None) == "blocks" and hasattr(self.dataset, "advise")
@@ -223,11 +224,20 @@ class ReplayDataLoader(DataLoader):
             # the batches of this one
             depth = max(depth, -(-sampler.block_size * sampler.block_window // sampler.batch_size))
             prefetch = _block_prefetch(self.dataset, sampler.size, sampler.block_size)
-        for items in _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None)):
-            batch = self.dataset.batch(items) if trusted else self.dataset.__getitems__(items)
-            if self.pin_memory and _accelerator_available():
-                batch = {name: value.pin_memory() for name, value in batch.items()}
-            yield batch
+        return _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None))
+
+    def _from_processes(self) -> Iterator:
+        """torch's worker processes; with slots, each batch wrapped over its worker's shared memory."""
+        if not isinstance(self.collate_fn, SlotPacker):
+            yield from super().__iter__()
+            return
+        reader = self._slot_reader
+        if reader is None:
+            reader = self._slot_reader = SlotReader(self.slot_release)
+        elif not self.persistent_workers:  # the last iteration's workers are gone: so are their slots
+            reader.forget()
+        for item in super().__iter__():
+            yield reader.unpack(item)
 
     def __iter__(self):
         batches = self._batches()
