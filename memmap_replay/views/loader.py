@@ -9,6 +9,7 @@ tuples and the move to a device happen in the main process, so workers work unde
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections import deque, namedtuple
@@ -31,6 +32,7 @@ from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from ..samplers.orders import BlockShuffle, epoch_order_options
+from .pool import PINNED, set_output_target
 from .transport import PROCESS_OPTIONS, WORKER_KINDS, SlotPacker, SlotReader, slot_release_option, threaded
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
@@ -132,6 +134,17 @@ def _accelerator_available() -> bool:
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
+def _pinned(make, items) -> dict:
+    """``make(items)`` with the gathers' outputs in pooled pinned memory (``views.pool.PINNED``); what else
+    the batch holds (a transform's new tensors, small meta values) is pinned by a copy."""
+    set_output_target(PINNED.empty)
+    try:
+        batch = make(items)
+    finally:
+        set_output_target(None)
+    return {name: value if value.is_pinned() else value.pin_memory() for name, value in batch.items()}
+
+
 def _pass_through(batch: dict) -> dict:
     """The collate function: a view's ``__getitems__`` already returns a whole batch."""
     return batch
@@ -201,6 +214,8 @@ class ReplayDataLoader(DataLoader):
         # in this process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         make = self.dataset.batch if trusted else self.dataset.__getitems__
+        if self.pin_memory and _accelerator_available():  # gathered straight into pinned memory
+            make = functools.partial(_pinned, make)
         items = self._items_ahead()
         if self.num_workers > 0:  # gather threads
             self._runs += 1
@@ -208,10 +223,7 @@ class ReplayDataLoader(DataLoader):
                                 run=self._runs)
             return
         for chosen in items:
-            batch = make(chosen)
-            if self.pin_memory and _accelerator_available():
-                batch = {name: value.pin_memory() for name, value in batch.items()}
-            yield batch
+            yield make(chosen)
 
     def _items_ahead(self) -> Iterator:
         """The batch sampler's items, each told to the view (``view.prefetch``) ``prefetch`` batches before

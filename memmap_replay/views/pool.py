@@ -3,18 +3,21 @@
 A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed the
 previous one back to the OS, so large outputs come from a pool of arrays reused once nothing else refers to
 them. In a DataLoader worker the outputs go straight into the worker's shared-memory slot instead
-(``set_output_target``, ``views.transport``).
+(``set_output_target``, ``views.transport``); with ``pin_memory=True`` on a machine that can pin, into
+pooled page-locked memory (``PINNED``).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import threading
 from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["OUTPUTS", "OutputPool", "output_array", "set_output_target"]
+__all__ = ["OUTPUTS", "PINNED", "OutputPool", "output_array", "pinned_empty", "set_output_target"]
 
 
 class OutputPool:
@@ -30,12 +33,25 @@ class OutputPool:
     MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept in all, whatever the mix of batch sizes
     UNUSED = 3  # references to a free array while take() checks it: its list, the loop variable, the call
 
-    def __init__(self) -> None:
+    def __init__(self, allocate: Any = None, *, min_bytes: int | None = None) -> None:
+        # allocate(shape, dtype) -> a fresh array (np.empty; page-locked memory for ``PINNED``)
+        self.allocate = np.empty if allocate is None else allocate
+        if min_bytes is not None:
+            self.MIN_BYTES = min_bytes
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.kept = 0
-        # where a DataLoader worker wants the next batch's outputs (its shared-memory slot, see
-        # views.transport): a callable (shape, dtype) -> array, or None when it has no room left
-        self.target: Any = None
+        self._local = threading.local()
+
+    @property
+    def target(self) -> Any:
+        """Where this thread's gathers want their outputs (a DataLoader worker's shared-memory slot, see
+        views.transport; pinned memory): a callable (shape, dtype) -> array, or None when it has no room
+        left; None: the pool. Per thread, so gather threads each have their own."""
+        return getattr(self._local, "target", None)
+
+    @target.setter
+    def target(self, target: Any) -> None:
+        self._local.target = target
 
     def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
@@ -47,13 +63,14 @@ class OutputPool:
         """An uninitialized array for a batch output: the target's memory if one is set (and has room), a
         pooled array if large, else a fresh one from the heap."""
         dtype = np.dtype(dtype)
-        if self.target is not None:
-            out = self.target(shape, dtype)
+        target = self.target
+        if target is not None:
+            out = target(shape, dtype)
             if out is not None:
                 return out
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
-            return np.empty(shape, dtype)
+            return self.allocate(shape, dtype)
         key = (shape, dtype)
         bucket = self.free.get(key)
         if bucket is None:
@@ -61,7 +78,7 @@ class OutputPool:
         for out in bucket:
             if sys.getrefcount(out) == self.UNUSED:
                 return out
-        out = np.empty(shape, dtype)
+        out = self.allocate(shape, dtype)
         if len(bucket) < self.KEEP and self.kept + nbytes <= self.MAX_KEPT_BYTES:
             bucket.append(out)
             self.kept += nbytes
@@ -71,9 +88,22 @@ class OutputPool:
 OUTPUTS = OutputPool()
 
 
+def pinned_empty(shape: tuple, dtype: Any) -> np.ndarray:
+    """An array in page-locked memory (torch's pinned host allocator; it needs an accelerator)."""
+    dtype = np.dtype(dtype)
+    memory = torch.empty(max(1, math.prod(shape) * dtype.itemsize), dtype=torch.uint8, pin_memory=True)
+    return memory.numpy()[:math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+
+
+# pinned batch outputs (``pin_memory=True`` with an accelerator): every output, small ones too, so that a
+# batch is gathered straight into memory a device copy can read asynchronously, with no second copy
+PINNED = OutputPool(lambda shape, dtype: pinned_empty(shape, dtype), min_bytes=0)
+
+
 def set_output_target(target: Any) -> None:
-    """Gathers of this process write their outputs through ``target(shape, dtype)`` (an array, or None to
-    fall back to the pool) until it is set to None: a DataLoader worker's batch slot (``views.transport``)."""
+    """Gathers of this thread write their outputs through ``target(shape, dtype)`` (an array, or None to
+    fall back to the pool) until it is set to None: a DataLoader worker's batch slot (``views.transport``),
+    or pinned memory."""
     OUTPUTS.target = target
 
 
