@@ -11,9 +11,7 @@ is the batch's last step, in the process that gathers it (a DataLoader worker, o
 from __future__ import annotations
 
 import copy
-import math
 import os
-import sys
 import time
 from typing import Any, Mapping
 
