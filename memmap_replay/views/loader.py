@@ -165,6 +165,8 @@ class ReplayDataLoader(DataLoader):
             reader = self._slot_reader = SlotReader(self.slot_release)
         elif not self.persistent_workers:  # the last iteration's workers are gone: so are their slots
             reader.forget()
+        else:
+            reader.restart()
         for item in super().__iter__():
             yield reader.unpack(item)
 

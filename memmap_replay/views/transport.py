@@ -44,7 +44,8 @@ SLOT_RELEASES = ("unused", "next")
 WORKER_KINDS = ("auto", "threads", "processes")
 # options only worker processes have: with one of them, workers="auto" means processes
 PROCESS_OPTIONS = ("worker_init_fn", "multiprocessing_context", "persistent_workers")
-_HEADER = 64  # bytes before a slot's first tensor: byte 0 is the flag
+_HEADER = 64  # bytes before a slot's first tensor: byte 0 is the flag, byte 1 "the main process has it"
+_KNOWN = 1  # header byte: set by the main process once it has mapped the slot
 _ALIGN = 64  # every tensor starts at a multiple of this (cache lines; any dtype's alignment)
 _FREE, _BUSY = 0, 1
 _HEADROOM = 1.25  # a new slot holds this much more than the batch that asked for it (later batches vary)
@@ -100,8 +101,7 @@ class _SlotWriter:
         self.token = f"{os.getpid()}-{uuid.uuid4().hex}"
         self.most = most
         self.slots: list[torch.Tensor] = []  # shared uint8 tensors
-        self.roots: list[np.ndarray] = []  # the same bytes as numpy arrays (byte 0: the flag)
-        self.sent: list[bool] = []  # has the main process got this slot's memory yet
+        self.roots: list[np.ndarray] = []  # the same bytes as numpy arrays (byte 0: the flag, 1: known)
         self.armed: tuple[int, _Bump] | None = None  # the slot claimed for the next batch
 
     def claim(self, nbytes: int) -> int | None:
@@ -116,11 +116,11 @@ class _SlotWriter:
                 chosen = len(self.slots)
                 self.slots.append(None)
                 self.roots.append(None)
-                self.sent.append(False)
             else:
                 return None
             memory = torch.empty(int(nbytes * _HEADROOM) + _ALIGN, dtype=torch.uint8).share_memory_()
-            self.slots[chosen], self.roots[chosen], self.sent[chosen] = memory, memory.numpy(), False
+            memory[:_HEADER] = 0
+            self.slots[chosen], self.roots[chosen] = memory, memory.numpy()
         self.roots[chosen][0] = _BUSY
         return chosen
 
@@ -144,8 +144,10 @@ class _SlotWriter:
                 return batch
             packed = self._into(batch, i, _Bump(self.roots[i]))
         i, layout, used = packed
-        first = not self.sent[i]
-        self.sent[i] = True
+        self.roots[i][0] = _BUSY  # (again: a new iteration may have freed the armed slot meanwhile)
+        # the slot's memory travels until the main process says it has it: a batch torch drops (a loop
+        # stopped early) must not leave the main process without the memory of a slot
+        first = self.roots[i][_KNOWN] == 0
         nxt = self.claim(used)  # the next batch gathers into this one
         if nxt is not None:
             self.armed = (nxt, _Bump(self.roots[nxt]))
@@ -239,6 +241,7 @@ class SlotReader:
         key = (item.token, item.index)
         if item.memory is not None:
             self.slots[key] = (item.memory, item.memory.numpy())
+            self.slots[key][1][_KNOWN] = 1
         _, root = self.slots[key]
         batch = {}
         for name, offset, dtype, shape in item.layout:
@@ -264,6 +267,15 @@ class SlotReader:
             else:
                 still.append(key)
         self.busy = still
+
+    def restart(self) -> None:
+        """A new iteration over the same (persistent) workers: slots holding batches torch dropped when the
+        last loop stopped early are free again (any batch a user still holds stays busy)."""
+        self.give_back()
+        busy = set(self.busy)
+        for key, (_, root) in self.slots.items():
+            if key not in busy:
+                root[0] = _FREE
 
     def forget(self) -> None:
         """Drop the slots no batch uses (their workers are gone: a new iteration has new workers); the busy

@@ -240,3 +240,39 @@ def test_seeded_random_shift_repeats_with_threads(tmp_path):
     plain = [b["image"] for _ in range(2) for b in buffer.dataloader(8, timestep_level=True, seed=1, shuffle=True)]
     assert not all(torch.equal(a, b) for a, b in zip(runs[0], plain))  # shifted
     buffer.close()
+
+
+def test_persistent_workers_after_a_loop_stopped_early(filled):
+    """Batches torch drops when a loop stops early neither leave their slots busy for good nor leave the
+    main process without a slot's memory; every later epoch is intact."""
+    loader = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5, num_workers=2,
+                               persistent_workers=True, prefetch_factor=3)
+    reference = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5)
+    for epoch in range(4):
+        expected = list(reference)
+        if epoch % 2 == 0:  # stop after two batches: the batches in flight are dropped
+            got = [{k: v.clone() for k, v in b.items()} for _, b in zip(range(2), loader)]
+        else:
+            got = [{k: v.clone() for k, v in b.items()} for b in loader]
+            assert len(got) == len(expected)
+        assert all(same(a, b) for a, b in zip(got, expected))
+    assert len(loader._slot_reader.slots) <= 2 * (3 + 3)
+
+
+def test_a_restart_never_frees_the_slot_of_a_batch_being_sent():
+    """restart() (a new iteration over persistent workers) frees the slot a worker has claimed for its next
+    batch; the batch then written there must stay busy, or the worker's next batch would overwrite it."""
+    writer, reader = _SlotWriter(most=3), SlotReader("unused")
+
+    def batch(k):
+        return {"x": torch.full((64,), float(k))}
+
+    first = reader.unpack(writer.pack(batch(0)))  # slot 0; slot 1 claimed for the next batch
+    del first
+    second = reader.unpack(writer.pack(batch(1)))  # slot 1 (slot 0 still busy when it claimed: slot 2)
+    del second
+    third = reader.unpack(writer.pack(batch(2)))  # slot 2; slot 0 (given back) claimed for the next batch
+    reader.restart()  # frees slot 0, which the main process knows and holds no batch of
+    fourth = reader.unpack(writer.pack(batch(3)))  # written into slot 0
+    fifth = reader.unpack(writer.pack(batch(4)))  # must not go into slot 0 again
+    assert [float(b["x"][0]) for b in (third, fourth, fifth)] == [2.0, 3.0, 4.0]
