@@ -40,6 +40,17 @@ def make_buffer(tmp_path):
         buffer.close()
 
 
+@pytest.fixture
+def filled(make_buffer):
+    """Six short episodes (5..10 steps), ends alternating truncated / terminated, task_id alternating (the
+    loader tests' store; a module may define its own ``filled``)."""
+    buffer = make_buffer(max_episodes=20)
+    for number in range(6):
+        buffer.store_episode(**episode_arrays(number, 5 + number), task_id=number % 2,
+                             end="terminated" if number % 2 else "truncated")
+    return buffer
+
+
 def reap(process: subprocess.Popen, timeout: float) -> str:
     """Wait for a child process and return its stderr (closing the pipe: no ResourceWarning)."""
     try:

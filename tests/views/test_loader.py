@@ -12,15 +12,6 @@ from memmap_replay.views.loader import BatchIndexSampler
 from conftest import episode_arrays
 
 
-@pytest.fixture
-def filled(make_buffer):
-    buffer = make_buffer(max_episodes=20)
-    for number in range(6):
-        buffer.store_episode(**episode_arrays(number, 5 + number), task_id=number % 2,
-                             end="terminated" if number % 2 else "truncated")
-    return buffer
-
-
 def all_rewards(loader):
     return sorted(float(r) for batch in loader for r in batch["reward"].reshape(-1))
 

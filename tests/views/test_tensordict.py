@@ -9,7 +9,6 @@ import torch
 from memmap_replay import MissingExtraError, OptionError
 from memmap_replay.views.loader import BatchIndexSampler, ReplayDataLoader
 
-from conftest import episode_arrays
 
 REASON = "tensordict is the [tensordict] extra (pip install 'memmap-replay[tensordict]'); its tests run where it is"
 
@@ -17,15 +16,6 @@ REASON = "tensordict is the [tensordict] extra (pip install 'memmap-replay[tenso
 @pytest.fixture
 def tensordict():
     return pytest.importorskip("tensordict", reason=REASON)
-
-
-@pytest.fixture
-def filled(make_buffer):
-    buffer = make_buffer(max_episodes=20)
-    for number in range(6):
-        buffer.store_episode(**episode_arrays(number, 5 + number), task_id=number % 2,
-                             end="terminated" if number % 2 else "truncated")
-    return buffer
 
 
 # view options, and the batch size of a dict batch of n items (T: the longest episode of the batch)
