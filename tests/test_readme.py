@@ -123,3 +123,20 @@ def test_two_commands_names_the_ci_command():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line]
     assert len(ci) == 1, ci
     assert ci[0].strip() in shell, f".ci/run runs {ci[0]!r}; the README's Two commands show {shell!r}"
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_contents_links_every_section_and_every_link_lands():
+    """The table of contents near the top lists every ## section in order, and every #anchor link of the
+    README names a heading (as GitHub spells anchors)."""
+    text = re.sub(r"^ *```.*?^ *```$", "", README.read_text(encoding="utf-8"), flags=re.M | re.S)  # no code
+    sections = [h for h in re.findall(r"^## (.+)$", text, flags=re.M) if h != "Contents"]
+    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^- \[(.+?)\]\(#(.+?)\)$", contents, flags=re.M) == [(h, github_anchor(h)) for h in sections]
+    anchors = {github_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+    broken = [link for link in re.findall(r"\]\(#([^)]+)\)", text) if link not in anchors]
+    assert not broken, f"README links to missing headings: {broken}"
