@@ -13,6 +13,7 @@ The rules, for whoever edits the README:
   that block (and after whatever that one continues). Prefer self-contained blocks.
 - Shell blocks (```bash, ```sh, or a bare fence) are not run; only "Two commands" is checked: its test
   command is the one `.ci/run` runs.
+- The "Contents" list near the top links every ## section, in order; every #anchor link lands on a heading.
 """
 
 import re
