@@ -313,8 +313,8 @@ class VectorEpisodeWriter:
                     raise InvalidDataError(f"final {name!r} must have one entry per env ({self.num_envs}) (got {len(rows)})")
                 out[name] = np.stack([spec.default_row() if row is None else coerce(spec, row) for row in rows])
                 nones[name] = np.array([row is None for row in rows])
-            else:
-                out[name] = coerce(spec, value, (self.num_envs,))
+            else:  # an array per env; gymnasium's object array holds no None when every env ended
+                out[name] = coerce(spec, value if rows is None else rows, (self.num_envs,))
         if not nones:
             return out, np.ones(self.num_envs, dtype=bool)
         none = np.array([nones.get(name, np.zeros(self.num_envs, dtype=bool)) for name in out])  # (fields, envs)

@@ -186,6 +186,18 @@ def test_vector_writer_gymnasium_autoreset_forms(make_buffer):
     assert writer.lengths.tolist() == [0, 1]
 
 
+def test_vector_writer_same_step_final_obs_when_every_env_ended(make_buffer):
+    """SAME_STEP: gymnasium's info["final_obs"] stays an object array when every env ended (no None in it)."""
+    buffer = make_buffer()
+    writer = buffer.vector_writer(2)
+    final = np.empty(2, dtype=object)
+    final[:] = [np.full(3, -7.0, np.float32), np.full(3, -8.0, np.float32)]
+    writer.store(reward=[1.0, 2.0], truncated=[True, True], final=dict(obs=final))
+    episodes = stored_episodes(buffer)
+    assert [e[1]["reward"].tolist() for e in episodes] == [[1.0], [2.0]]
+    np.testing.assert_array_equal([e[3] for e in episodes], [[-7] * 3, [-8] * 3])
+
+
 def test_staging_grows_with_the_episode_not_with_capacity(tmp_path):
     buffer = ReplayBuffer(tmp_path / "long", max_episodes=2, max_timesteps=100_000, fields=dict(x=("uint8", (64, 64))))
     writer = buffer.vector_writer(32)  # 32 x 100,001 x 4 KiB would be 13 GB if reserved up front
