@@ -13,7 +13,6 @@ Also here: ``end_names`` (the end codes of the episode table as names) and ``ste
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -159,10 +158,11 @@ class Episode:
                 f"final={'stored' if self._has_final else None}, fields={list(self._rows)}, meta={self.meta})")
 
 
-class EpisodeList(Sequence):
+class EpisodeList:
     """The live episodes of a store when the list was made (oldest first, filtered by ``filter_meta``),
     read one at a time: ``len``, ``episodes[i]`` (negative counts from the end), slices (a smaller list),
-    iteration. ``ids``, ``slots``, ``lengths`` and ``ends`` describe them without reading any row.
+    iteration (``reversed`` too). ``ids``, ``slots``, ``lengths`` and ``ends`` describe them without reading any
+    row. (No ``in``, ``index`` or ``count``: they would read every episode to compare copies.)
     ``fields``/``meta_fields`` choose what each episode reads (default: all)."""
 
     def __init__(self, store, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
@@ -220,6 +220,14 @@ class EpisodeList(Sequence):
     def __iter__(self) -> Iterator[Episode]:
         for position in range(len(self)):
             yield self.read(position)
+
+    def __reversed__(self) -> Iterator[Episode]:
+        for position in range(len(self) - 1, -1, -1):
+            yield self.read(position)
+
+    def __repr__(self) -> str:
+        ids = f", ids {self.table.ids[0]}..{self.table.ids[-1]}" if len(self) else ""
+        return f"EpisodeList({len(self)} episodes{ids}, fields={list(self.fields)}, meta_fields={list(self.meta_fields)})"
 
     def sample(self, n: Any, *, seed: Any = None, replacement: bool = False) -> list[Episode]:
         """``n`` episodes drawn uniformly (without replacement unless ``replacement=True``), seeded."""

@@ -93,6 +93,9 @@ def test_the_list_is_lazy_sliceable_and_describes_without_reading(three):
     assert isinstance(newest_two, EpisodeList) and newest_two.ids.tolist() == [1, 2]
     assert [episode.id for episode in newest_two] == [1, 2] and newest_two[-1].id == 2
     assert [episode.id for episode in episodes[::-2]] == [2, 0]
+    assert [episode.id for episode in reversed(episodes)] == [2, 1, 0]
+    assert repr(episodes) == ("EpisodeList(3 episodes, ids 0..2, fields=['obs', 'action', 'reward'], "
+                              "meta_fields=['task_id'])")
     iterator = three.iterate_episodes()
     assert not isinstance(iterator, list)
     first = next(iterator)
@@ -198,3 +201,29 @@ def test_end_names_and_step_flags():
     assert first.tolist() == [[True, False, False], [False, False, False]]
     assert last.tolist() == [[False, False, True], [False, True, False]]
     assert terminal.tolist() == [[False, False, True], [False, False, False]]
+
+
+def test_an_eviction_while_the_rows_are_copied_is_caught(make_buffer, monkeypatch):
+    """The writer evicts the episode between the check before the copy and the copy itself: the check after
+    the copy raises, and torn rows never reach the caller."""
+    buffer = make_buffer(max_episodes=2, max_timesteps=5, max_steps=10, circular=True)
+    for number in range(2):
+        buffer.store_episode(**episode_arrays(number, 5), task_id=number)
+    reader = ReplayBuffer.from_folder(buffer.folder, read_only=True)
+    try:
+        store, original = reader.episode_store, reader.episode_store.step_array
+        writes = []
+
+        def step_array_during_a_commit(name, **options):
+            if not writes:  # once: a commit that evicts episode 0 and overwrites its rows
+                writes.append(buffer.store_episode(**episode_arrays(9, 5), task_id=9))
+            return original(name, **options)
+
+        monkeypatch.setattr(store, "step_array", step_array_during_a_commit)
+        episodes = reader.episodes()
+        with pytest.raises(SampleExpiredError, match=r"episode 0 is no longer in the buffer \(the oldest live episode "
+                                                     r"is now 1"):
+            episodes[0]
+        assert writes and episodes[1].meta["task_id"] == 1
+    finally:
+        reader.close()
