@@ -332,7 +332,8 @@ class ReplayBuffer:
 
         ``n_steps=`` -> n-step transitions, ``timestep_level=True`` -> single steps, ``window=`` ->
         windows, else whole trajectories. ``transform=`` (``memmap_replay.views.transforms``) runs on each
-        gathered batch. Reading never writes to the store."""
+        gathered batch. ``episode_flags=True`` (trajectories, windows) adds Dreamer's ``_is_first``,
+        ``_is_last`` and ``_is_terminal`` per step. Reading never writes to the store."""
         from .views.loader import make_dataset
 
         return make_dataset(self._store, **options)

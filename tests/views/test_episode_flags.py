@@ -89,3 +89,34 @@ def test_flags_follow_the_ring(make_buffer):
     assert batch["task_id"].tolist() == [1, 2]
     assert batch["_is_terminal"].int().tolist() == [[0, 0, 0, 0], [0, 1, 0, 0]]
     assert batch["_is_last"].int().tolist() == [[0, 0, 0, 1], [0, 1, 0, 0]]
+
+
+def test_flags_agree_with_the_episodes_read_back(make_buffer):
+    """Random lengths and ends in a ring: each trajectory's flags are the episode's terminations at its last
+    step, and windows' flags are the trajectory's flags at the window's steps."""
+    rng = np.random.default_rng(16)
+    buffer = make_buffer(max_episodes=6, max_timesteps=7, max_steps=40, circular=True)
+    for number in range(15):
+        end = rng.choice(["terminated", "truncated", "none"])
+        buffer.store_episode(**episode_arrays(number, int(rng.integers(1, 8))), task_id=number,
+                             end=None if end == "none" else str(end))
+    episodes = list(buffer.iterate_episodes())
+    trajectories = buffer.dataset(episode_flags=True, return_mask=True)
+    batch = trajectories.__getitems__(np.arange(len(trajectories)))
+    for row, episode in enumerate(episodes):
+        steps = len(episode)
+        assert batch["task_id"][row].item() == episode.meta["task_id"]
+        assert batch["_is_terminal"][row, :steps].numpy().tolist() == episode.terminations.tolist()
+        assert batch["_is_last"][row, :steps].numpy().tolist() == [False] * (steps - 1) + [True]
+        assert batch["_is_first"][row].sum().item() == 1 and not batch["_is_last"][row, steps:].any()
+    windows = buffer.dataset(window=3, allow_partial=True, episode_flags=True, return_indices=True)
+    items = rng.permutation(len(windows))[:20]
+    sampled = windows.__getitems__(items)
+    positions = {slot: row for row, slot in enumerate(trajectories.table.slots.tolist())}
+    for i in range(len(items)):
+        row, t = positions[sampled["_index"][i].item()], sampled["_t"][i].item()
+        inside = sampled["_mask"][i]
+        for name in FLAGS:
+            expected = batch[name][row, t:t + 3]
+            assert sampled[name][i, :len(expected)][inside[:len(expected)]].tolist() == expected[inside[:len(expected)]].tolist()
+            assert not sampled[name][i][~inside].any()
