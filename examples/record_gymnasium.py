@@ -10,9 +10,7 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 
-from memmap_replay import ReplayBuffer
-from memmap_replay.sharing.card import read_card
-from memmap_replay.core.format import END_NAMES
+from memmap_replay import ReplayBuffer, read_card
 from memmap_replay.recording import RecordEpisodes, RecordVectorEpisodes
 
 
@@ -35,15 +33,19 @@ def main(folder: Path) -> None:
         envs.step(rng.integers(0, 2, size=4))
     envs.close()  # the episodes still running are committed as cut (end unspecified)
 
-    # reopen, from this or any other process
+    # reopen, from this or any other process, and read the episodes back with how each one ended
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
-    table = buffer.episode_store.live_table()
-    data = buffer.get_all_data(fields=("reward",), meta_fields=("seed", "episode_lens"))
-    ends = [END_NAMES[int(code)] or "cut" for code in table.end]  # cut: by a reset or close, end unspecified
+    ends = [end or "cut" for end in buffer.ends.tolist()]  # '' (cut by a reset or close): end not recorded
+    returns = [float(episode["reward"].sum()) for episode in buffer.iterate_episodes(fields="reward")]
     print(buffer)
     print(f"episodes: {buffer.num_episodes}, steps: {buffer.num_steps}, "
           f"ends: { {end: ends.count(end) for end in sorted(set(ends))} }")
-    print(f"mean return: {float(data['reward'].sum(1).mean()):.1f}, seeds: {data['seed'].tolist()}")
+    seeds = [int(episode.meta["seed"]) for episode in buffer.iterate_episodes(fields=(), meta_fields="seed")]
+    print(f"mean return: {np.mean(returns):.1f}, seeds: {seeds}")
+    first = buffer.episode(0)  # the oldest; -1 is the newest
+    observations = first.observations("observation")  # (T + 1, 4): Minari's shape, the final observation last
+    print(f"episode {first.id}: {len(first)} steps, end {first.end!r}, observations {observations.shape}, "
+          f"terminations {int(first.terminations.sum())}, truncations {int(first.truncations.sum())}")
     card = read_card(folder)
     print(f"card: env {card.env_spec['id']}, {len(card.provenance)} recordings, reset seeds {card.seeds['reset']}")
     buffer.close()

@@ -10,6 +10,7 @@ import typing as _typing
 
 from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
+from .core.episodes import Episode, EpisodeList
 from .sharing.card import DatasetCard, add_provenance, read_card, update_card, write_card
 from .sharing.checksums import check_manifest, write_manifest
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
@@ -86,6 +87,8 @@ def __dir__() -> list:
 __all__ = [
     "ReplayBuffer",
     "EpisodeMeta",
+    "Episode",
+    "EpisodeList",
     "EpisodeStore",
     "VectorEpisodeWriter",
     "TrajectoryView",

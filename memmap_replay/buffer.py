@@ -16,6 +16,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from .errors import EpisodeStateError, OptionError, SchemaError
+from .core.episodes import Episode, EpisodeList, end_names
 from .core.format import Capacity
 from .core.schema import Schema
 from .core.store import EpisodeStore
@@ -23,7 +24,7 @@ from .core.options import flag, positive_int
 from .core.update import plan_update
 from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
 
-__all__ = ["ReplayBuffer", "EpisodeMeta"]
+__all__ = ["ReplayBuffer", "EpisodeMeta", "Episode", "EpisodeList"]
 
 
 class EpisodeMeta(dict):
@@ -165,6 +166,12 @@ class ReplayBuffer:
     def live_episodes(self) -> np.ndarray:
         """Slots of the live episodes, oldest first."""
         return self._store.live_table().slots
+
+    @property
+    def ends(self) -> np.ndarray:
+        """How each live episode ended, oldest first: a numpy str array of 'terminated', 'truncated', or ''
+        where no end was recorded (``buffer.ends == 'terminated'`` is a mask over the live episodes)."""
+        return end_names(self._store.live_table().end)
 
     def __len__(self) -> int:
         return self.num_episodes
@@ -325,7 +332,8 @@ class ReplayBuffer:
 
         ``n_steps=`` -> n-step transitions, ``timestep_level=True`` -> single steps, ``window=`` ->
         windows, else whole trajectories. ``transform=`` (``memmap_replay.views.transforms``) runs on each
-        gathered batch. Reading never writes to the store."""
+        gathered batch. ``episode_flags=True`` (trajectories, windows) adds Dreamer's ``_is_first``,
+        ``_is_last`` and ``_is_terminal`` per step. Reading never writes to the store."""
         from .views.loader import make_dataset
 
         return make_dataset(self._store, **options)
@@ -363,6 +371,29 @@ class ReplayBuffer:
         if not hasattr(sampler, "batch") or not hasattr(sampler, "sample"):
             raise OptionError(f"sampler must be a sampler, e.g. buffer.sampler('prioritized') (got {sampler!r})")
         return sampler.batch(batch_size)
+
+    def episodes(self, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
+                 meta_fields: Any = None) -> EpisodeList:
+        """The live episodes now (oldest first; those whose meta values equal ``filter_meta``), read one at a
+        time when indexed or iterated: ``Episode`` objects holding copies of their rows (``fields`` and
+        ``meta_fields`` choose what they read; default all). See ``memmap_replay.core.episodes``."""
+        return EpisodeList(self._store, filter_meta=filter_meta, fields=fields, meta_fields=meta_fields)
+
+    def episode(self, index: int, *, fields: Any = None, meta_fields: Any = None) -> Episode:
+        """The live episode at ``index`` (0 the oldest, -1 the newest); ``IndexRangeError`` past either end."""
+        return self.episodes(fields=fields, meta_fields=meta_fields)[index]
+
+    def iterate_episodes(self, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
+                         meta_fields: Any = None) -> Iterator[Episode]:
+        """The live episodes one at a time, oldest first (``iter(buffer.episodes(...))``)."""
+        return iter(self.episodes(filter_meta=filter_meta, fields=fields, meta_fields=meta_fields))
+
+    def sample_episodes(self, n: int, *, seed: int | None = None, replacement: bool = False,
+                        filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
+                        meta_fields: Any = None) -> list[Episode]:
+        """``n`` live episodes drawn uniformly, without replacement unless ``replacement=True``."""
+        episodes = self.episodes(filter_meta=filter_meta, fields=fields, meta_fields=meta_fields)
+        return episodes.sample(n, seed=seed, replacement=replacement)
 
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,
                      device: Any = None) -> dict:

@@ -13,6 +13,7 @@ __all__ = [
     "InvalidDataError",
     "OptionError",
     "IndexTypeError",
+    "IndexRangeError",
     "BufferFullError",
     "EpisodeStateError",
     "ReadOnlyError",
@@ -60,6 +61,11 @@ class OptionError(InvalidDataError):
 class IndexTypeError(OptionError, TypeError):
     """A view was indexed by something other than an int (``view[True]``, ``view['0']``, ``view[0.5]``): an
     ``OptionError`` that is also a ``TypeError``, as Python's own indexing errors are."""
+
+
+class IndexRangeError(OptionError, IndexError):
+    """An index past the end of what it indexes (``buffer.episode(5)`` with five live episodes): an
+    ``OptionError`` that is also an ``IndexError``, as Python's own indexing errors are."""
 
 
 class BufferFullError(ReplayError, ValueError):

@@ -3,6 +3,7 @@ eviction, the writer lock), episode writers and the index arithmetic over the ep
 nothing here imports torch, a sampler, a view or a sharing feature (those subscribe to commits through
 ``observe_commits``)."""
 
+from .episodes import Episode, EpisodeList
 from .format import FORMAT_VERSION, Capacity, StoreMeta
 from .index import EpisodeTable, Positions
 from .lock import WriterLock
@@ -10,6 +11,6 @@ from .schema import FieldSpec, Schema
 from .store import CommitObserver, EpisodeStore, PendingEpisode, observe_commits
 from .writer import EpisodeWriter, VectorEpisodeWriter
 
-__all__ = ["FORMAT_VERSION", "Capacity", "StoreMeta", "EpisodeTable", "Positions", "WriterLock",
+__all__ = ["Episode", "EpisodeList", "FORMAT_VERSION", "Capacity", "StoreMeta", "EpisodeTable", "Positions", "WriterLock",
            "FieldSpec", "Schema", "CommitObserver", "EpisodeStore", "PendingEpisode", "observe_commits",
            "EpisodeWriter", "VectorEpisodeWriter"]

@@ -20,10 +20,11 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import CorruptStoreError, InvalidDataError, OptionError, ReplayError, SampleExpiredError
-from ..core.index import EpisodeTable, ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
+from ..core.episodes import select_episodes as _select_episodes
+from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
-from ..core.options import check_filter, check_names, index as index_option, short
+from ..core.options import check_names, index as index_option, short
 from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
 from .transforms import apply_transform, transform_option
@@ -419,23 +420,3 @@ class StoreView(BatchDataset):
             source = self._sources[name] = self.store.step_array(name, random=scattered)
         return source
 
-
-def _select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
-    """The live episodes whose meta values equal every value of ``filter_meta``."""
-    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
-        return store.live_table(catch_up=True)
-    table = store.live_table(catch_up=True)
-    keep = np.ones(len(table), dtype=bool)
-    for name in filter_meta:
-        spec = store.schema.meta_fields[name]
-        try:
-            wanted = np.asarray(filter_meta[name])
-        except (ValueError, TypeError):  # a ragged list, ...
-            wanted = np.asarray(None)
-        if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
-            raise OptionError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
-                                   f"(got {short(filter_meta[name])})")
-        values = store.meta_array(name)[table.slots]
-        equal = values == wanted
-        keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
-    return table.select(keep)

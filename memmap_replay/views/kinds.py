@@ -5,6 +5,9 @@ B the batch size:
 
 - ``TrajectoryView``: whole episodes padded with zeros to the longest in the batch: fields (B, T, ...),
   ``_lens`` (B,), and ``_mask`` (B, T) with ``return_mask=True``.
+- ``episode_flags=True`` (trajectories and windows): ``_is_first``, ``_is_last`` and ``_is_terminal``, bool
+  (B, T) like the fields (Dreamer's flags): True at the episode's first step, at its last step, and at its
+  last step only when it terminated (not when truncated or of unrecorded end); False at padded steps.
 - ``TimestepView``: single steps: fields (B, ...); with ``frame_stack=k`` the stacked fields are
   (B, k, ...), oldest frame first.
 - ``WindowView``: windows of ``window`` steps that never cross an episode end: fields (B, L, ...), or
@@ -28,6 +31,7 @@ from einops import rearrange
 
 from .dataset import ExplicitPositions, StoreView, flag
 from ..errors import OptionError
+from ..core.episodes import step_flags
 from ..core.index import NStepTargets, Positions, stack_rows, window_rows
 from ..core.options import check_filter, check_names, choice, name as name_option, number, positive, short
 from ..core.store import EpisodeStore
@@ -35,6 +39,7 @@ from ..core.store import EpisodeStore
 __all__ = ["TrajectoryView", "TimestepView", "WindowView", "NStepView"]
 
 _STACK_PADS = ("repeat", "zero")
+_FLAGS = ("_is_first", "_is_last", "_is_terminal")
 
 
 def _steps(value: Any, name: str, store: EpisodeStore) -> int:
@@ -47,13 +52,16 @@ class TrajectoryView(StoreView):
 
     scattered_reads = False  # whole episodes: the kernel's readahead on a fault helps
 
-    def __init__(self, store: EpisodeStore, *, return_mask: bool = False, **options: Any):
+    def __init__(self, store: EpisodeStore, *, return_mask: bool = False, episode_flags: bool = False,
+                 **options: Any):
         super().__init__(store, **options)
         self.return_mask = flag(return_mask, "return_mask")
+        self.episode_flags = flag(episode_flags, "episode_flags")
         self.check_outputs()
 
     def output_names(self) -> list[str]:
-        return super().output_names() + ["_lens"] + (["_mask"] if self.return_mask else [])
+        names = super().output_names() + ["_lens"] + (["_mask"] if self.return_mask else [])
+        return names + (list(_FLAGS) if self.episode_flags else [])
 
     def sequence_outputs(self) -> tuple[str, ...]:
         """The outputs of one value per step, (B, T, ...); the others hold one value per episode."""
@@ -67,6 +75,10 @@ class TrajectoryView(StoreView):
         batch["_lens"] = torch.from_numpy(length.copy())
         if self.return_mask:
             batch["_mask"] = torch.from_numpy(inside)
+        if self.episode_flags:
+            steps = np.broadcast_to(np.arange(longest, dtype=np.int64), inside.shape)
+            flags = step_flags(steps, length, self.table.end[episode], inside)
+            batch.update(zip(_FLAGS, map(torch.from_numpy, flags)))
         return batch
 
 
@@ -127,11 +139,12 @@ class WindowView(StoreView):
     """Windows of ``window`` consecutive steps inside one episode (Dreamer sequences)."""
 
     def __init__(self, store: EpisodeStore, window: int, *, allow_partial: bool = False, time_major: bool = False,
-                 **options: Any):
+                 episode_flags: bool = False, **options: Any):
         super().__init__(store, **options)
         self.window = _steps(window, "window", store)
         self.allow_partial = flag(allow_partial, "allow_partial")
         self.time_major = flag(time_major, "time_major")
+        self.episode_flags = flag(episode_flags, "episode_flags")
         self.build()
         self.check_outputs()
 
@@ -147,7 +160,8 @@ class WindowView(StoreView):
         self.positions = Positions.from_counts(length if self.allow_partial else length - self.window + 1)
 
     def output_names(self) -> list[str]:
-        return super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
+        names = super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
+        return names + (list(_FLAGS) if self.episode_flags else [])
 
     def sequence_outputs(self) -> tuple[str, ...]:
         """The outputs of one value per step, (B, L, ...) ((L, B, ...) time-major); the others hold one
@@ -163,6 +177,9 @@ class WindowView(StoreView):
         rows, inside = window_rows(self.table.start[episode], t, self.window, length)
         keep = inside if self.allow_partial else None
         batch = {name: self.rows_of(name, rows, keep) for name in self.fields}
+        if self.episode_flags:
+            steps = t[:, None] + np.arange(self.window, dtype=np.int64)[None, :]
+            batch.update(zip(_FLAGS, map(torch.from_numpy, step_flags(steps, length, self.table.end[episode], inside))))
         if self.time_major:
             batch = {name: rearrange(value, "b l ... -> l b ...") for name, value in batch.items()}
         if self.allow_partial:
@@ -283,8 +300,10 @@ class NStepView(StoreView, _FrameStacking):
 
 
 def _per_step(view: StoreView) -> tuple[str, ...]:
-    """A sequence view's per-step output names (its fields and ``_mask``, renamed by ``fieldname_map``)."""
-    return tuple(view.fieldname_map.get(name, name) for name in (*view.fields, "_mask"))
+    """A sequence view's per-step output names (its fields, ``_mask`` and the episode flags, renamed by
+    ``fieldname_map``)."""
+    flags = _FLAGS if getattr(view, "episode_flags", False) else ()
+    return tuple(view.fieldname_map.get(name, name) for name in (*view.fields, "_mask", *flags))
 
 
 def _filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):

@@ -255,6 +255,8 @@ VIEW_KINDS = {
     "frame-stack": dict(timestep_level=True, frame_stack=2, stack_fields=["obs"]),
     "window": dict(window=3),
     "partial-window": dict(window=3, allow_partial=True),
+    "flagged-trajectory": dict(episode_flags=True, return_mask=True),
+    "flagged-window": dict(window=3, allow_partial=True, episode_flags=True),
     "nstep": dict(n_steps=2, gamma=0.9),
     "concat": dict(timestep_level=True),
     "hindsight": dict(hindsight=dict(goal_field="goal", achieved_field="obs", strategy="future", relabel_ratio=0.5,

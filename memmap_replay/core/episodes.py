@@ -1,0 +1,275 @@
+"""Episodes as values: read one live episode (its steps, final observation, end, meta values) from a store.
+
+Numpy only. ``EpisodeList`` is a snapshot of the live episodes (optionally filtered by meta values) taken
+when it is made; it reads an episode only when it is indexed or iterated, so iterating a large store holds
+one episode at a time. An ``Episode`` holds copies of its rows (writable numpy arrays, its own): it stays
+valid whatever the ring evicts afterwards. Reading is checked against the ring as views check a batch: an
+episode the writer evicted before or while its rows were copied raises ``SampleExpiredError`` (never torn
+data); read the list again (``buffer.episodes()``) to get the episodes live now.
+
+Also here: ``end_names`` (the end codes of the episode table as names) and ``step_flags`` (Dreamer's
+``is_first``/``is_last``/``is_terminal`` per step, for the sequence views).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from ..errors import CorruptStoreError, EpisodeStateError, IndexRangeError, IndexTypeError, OptionError, SampleExpiredError
+from . import format as fmt
+from .index import EpisodeTable
+from .options import check_filter, check_names, count, flag, seed_option, short
+
+__all__ = ["Episode", "EpisodeList", "select_episodes", "end_names", "step_flags"]
+
+_TERMINATED = fmt.END_CODES["terminated"]
+_TRUNCATED = fmt.END_CODES["truncated"]
+# end code -> name ('' where the end was not recorded); codes are uint8, so every code has an entry
+_END_NAMES = np.full(256, "", dtype="<U10")
+for _code, _name in fmt.END_NAMES.items():
+    _END_NAMES[_code] = _name or ""
+
+
+def end_names(codes: np.ndarray) -> np.ndarray:
+    """End codes of the episode table as names: 'terminated', 'truncated', or '' (not recorded)."""
+    return _END_NAMES[np.asarray(codes, dtype=np.uint8)]
+
+
+def step_flags(steps: np.ndarray, length: np.ndarray, end: np.ndarray, inside: np.ndarray):
+    """Dreamer's per-step flags of (B, L) steps ``t`` of episodes of ``length`` (B,) and end codes (B,):
+    ``is_first`` at t = 0, ``is_last`` at t = length - 1, ``is_terminal`` there only when the episode
+    terminated; False wherever ``inside`` is False (padding)."""
+    is_first = (steps == 0) & inside
+    is_last = (steps == (length - 1)[:, None]) & inside
+    is_terminal = is_last & (end == _TERMINATED)[:, None]
+    return is_first, is_last, is_terminal
+
+
+def select_episodes(store, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
+    """The live episodes whose meta values equal every value of ``filter_meta`` (None: all of them)."""
+    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
+        return store.live_table(catch_up=True)
+    table = store.live_table(catch_up=True)
+    keep = np.ones(len(table), dtype=bool)
+    for name in filter_meta:
+        spec = store.schema.meta_fields[name]
+        try:
+            wanted = np.asarray(filter_meta[name])
+        except (ValueError, TypeError):  # a ragged list, ...
+            wanted = np.asarray(None)
+        if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
+            raise OptionError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
+                              f"(got {short(filter_meta[name])})")
+        values = store.meta_array(name)[table.slots]
+        equal = values == wanted
+        keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
+    return table.select(keep)
+
+
+class Episode:
+    """One episode read from a store; it holds copies of its rows, so it outlives the ring's evictions.
+
+    - ``len(episode)``: T, its number of steps; ``episode['obs']`` (or ``episode.fields['obs']``): (T, ...)
+    - ``end``: 'terminated', 'truncated' or None (not recorded); ``terminated``/``truncated``: bools, and
+      ``terminations``/``truncations``: (T,) bools, True at the last step only (Minari's arrays)
+    - ``final``: the final observation (the row after the last action) as a dict of every read field's value
+      there (fields not given in ``final=`` when it was stored hold their defaults), or None when none
+      was stored; ``observations('obs')``: (T + 1, ...), the T steps then the final observation (Minari's shape)
+    - ``meta``: dict of meta values; ``id``: the episode id (stable while it is in the store); ``slot``
+    """
+
+    __slots__ = ("id", "slot", "end", "meta", "_rows", "_length", "_has_final")
+
+    def __init__(self, *, id: int, slot: int, length: int, end: str | None, rows: Mapping[str, np.ndarray],
+                 has_final: bool, meta: Mapping[str, Any]):
+        self.id, self.slot, self.end = id, slot, end
+        self.meta = dict(meta)
+        self._rows, self._length, self._has_final = dict(rows), length, has_final
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def fields(self) -> dict[str, np.ndarray]:
+        """Step field name -> its (T, ...) values."""
+        return {name: rows[: self._length] for name, rows in self._rows.items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._rows_of(name)[: self._length]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rows
+
+    def keys(self):
+        return self._rows.keys()
+
+    @property
+    def final(self) -> dict[str, np.ndarray] | None:
+        if not self._has_final:
+            return None
+        return {name: rows[self._length] for name, rows in self._rows.items()}
+
+    @property
+    def terminated(self) -> bool:
+        return self.end == "terminated"
+
+    @property
+    def truncated(self) -> bool:
+        return self.end == "truncated"
+
+    @property
+    def terminations(self) -> np.ndarray:
+        return self._at_last(self.terminated)
+
+    @property
+    def truncations(self) -> np.ndarray:
+        return self._at_last(self.truncated)
+
+    def _at_last(self, value: bool) -> np.ndarray:
+        flags = np.zeros(self._length, dtype=bool)
+        if self._length:
+            flags[-1] = value
+        return flags
+
+    def observations(self, name: str) -> np.ndarray:
+        """The field's T steps followed by the final observation: (T + 1, ...) (it shares memory with
+        ``episode[name]``). An episode stored without a final observation raises ``EpisodeStateError``:
+        there is no (T + 1)-th row to give (``episode[name]`` has its T rows)."""
+        rows = self._rows_of(name)
+        if not self._has_final:
+            raise EpisodeStateError(
+                f"episode {self.id} has no final observation stored (end: {self.end or 'not recorded'}), so "
+                f"{name!r} has {self._length} rows, not T + 1 = {self._length + 1}; read episode[{name!r}] for "
+                f"its {self._length} steps, or store episodes with their final observation "
+                f"(end_episode(end, final=dict({name}=obs)) or set_end(end, final=...))")
+        return rows
+
+    def _rows_of(self, name: str) -> np.ndarray:
+        rows = self._rows.get(name) if isinstance(name, str) else None
+        if rows is None:
+            raise OptionError(f"episode {self.id} has no field {short(name)}: it holds {sorted(self._rows)} (the "
+                              f"fields it was read with)")
+        return rows
+
+    def __repr__(self) -> str:
+        return (f"Episode(id={self.id}, slot={self.slot}, {self._length} steps, end={self.end!r}, "
+                f"final={'stored' if self._has_final else None}, fields={list(self._rows)}, meta={self.meta})")
+
+
+class EpisodeList:
+    """The live episodes of a store when the list was made (oldest first, filtered by ``filter_meta``),
+    read one at a time: ``len``, ``episodes[i]`` (negative counts from the end), slices (a smaller list),
+    iteration (``reversed`` too). ``ids``, ``slots``, ``lengths`` and ``ends`` describe them without reading any
+    row. (No ``in``, ``index`` or ``count``: they would read every episode to compare copies.)
+    ``fields``/``meta_fields`` choose what each episode reads (default: all)."""
+
+    def __init__(self, store, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
+                 meta_fields: Any = None):
+        schema = store.schema
+        self._store = store
+        self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
+        self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
+                            else check_names(meta_fields, schema.meta_fields, "meta field"))
+        # what decides whether an episode is still live: meta.json's stamp and the first live id it held
+        self._stamp = None if store.is_writer else store.meta_stamp()  # before the table is read
+        self.table = select_episodes(store, filter_meta)
+        self._first = store.meta.state.first_episode  # of the state the table was read in (or older)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.table.ids.copy()
+
+    @property
+    def slots(self) -> np.ndarray:
+        return self.table.slots.copy()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.table.length.copy()
+
+    @property
+    def ends(self) -> np.ndarray:
+        """'terminated', 'truncated' or '' (not recorded) per episode (a numpy str array)."""
+        return end_names(self.table.end)
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            part = EpisodeList.__new__(EpisodeList)
+            part.__dict__.update(self.__dict__)
+            part.table = self.table.select(np.arange(len(self))[item])
+            return part
+        return self.read(self.position(item))
+
+    def position(self, item: Any) -> int:
+        """The position of episode ``item`` (an int, negative from the end) in this list."""
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise IndexTypeError(f"an episode is indexed by an int position among the live episodes, 0 the oldest "
+                                 f"and -1 the newest (got {type(item).__name__}: {short(item)})")
+        size, item = len(self), int(item)
+        if not -size <= item < size:
+            held = f"[{-size}, {size})" if size else "nothing: there are no episodes"
+            raise IndexRangeError(f"episode index must be in {held} for the {size} episodes (got {item}); "
+                                  f"0 is the oldest, -1 the newest")
+        return item + size if item < 0 else item
+
+    def __iter__(self) -> Iterator[Episode]:
+        for position in range(len(self)):
+            yield self.read(position)
+
+    def __reversed__(self) -> Iterator[Episode]:
+        for position in range(len(self) - 1, -1, -1):
+            yield self.read(position)
+
+    def __repr__(self) -> str:
+        ids = f", ids {self.table.ids[0]}..{self.table.ids[-1]}" if len(self) else ""
+        return f"EpisodeList({len(self)} episodes{ids}, fields={list(self.fields)}, meta_fields={list(self.meta_fields)})"
+
+    def sample(self, n: Any, *, seed: Any = None, replacement: bool = False) -> list[Episode]:
+        """``n`` episodes drawn uniformly (without replacement unless ``replacement=True``), seeded."""
+        n, replacement = count(n, "n"), flag(replacement, "replacement")
+        rng = np.random.default_rng(seed_option(seed))
+        if n > len(self) and not replacement:
+            raise OptionError(f"cannot draw {n} episodes without replacement from {len(self)}; ask for at most "
+                              f"{len(self)}, or pass replacement=True")
+        if n and not len(self):
+            raise OptionError(f"cannot draw {n} episodes: there are no episodes (store some first)")
+        return [self.read(int(position)) for position in rng.choice(len(self), size=n, replace=replacement)]
+
+    def read(self, position: int) -> Episode:
+        """The episode at ``position`` (in [0, len)), its rows copied, checked against the ring."""
+        table, store = self.table, self._store
+        start, length, slot = int(table.start[position]), int(table.length[position]), int(table.slots[position])
+        has_final = bool(table.final[position])
+        episode_id = int(table.ids[position])
+        self._check_live(episode_id)  # before: an episode evicted already may have no rows left to copy
+        stop = start + length + has_final
+        rows = {name: np.array(store.step_array(name)[start:stop]) for name in self.fields}
+        meta = {name: np.array(store.meta_array(name)[slot])[()] for name in self.meta_fields}
+        self._check_live(episode_id)  # after: its rows were not overwritten while they were copied
+        end = fmt.END_NAMES.get(int(table.end[position]))
+        return Episode(id=episode_id, slot=slot, length=length, end=end, rows=rows, has_final=has_final, meta=meta)
+
+    def _check_live(self, episode_id: int) -> None:
+        """Raise if the store no longer holds the episode (a ring writer evicted it, or ``clear()``). The
+        writer's own store holds the newest state; any other reader looks at meta.json again only when its
+        stamp changed (a writer commits an eviction there before it overwrites a row)."""
+        store = self._store
+        if store.is_writer:
+            self._first = store.meta.state.first_episode
+        else:
+            stamp = store.meta_stamp()
+            if stamp != self._stamp:
+                fresh = fmt.read_meta(store.folder)
+                if fresh.store_id != store.meta.store_id:
+                    raise CorruptStoreError(f"{store.folder} was replaced by a new store (overwrite); open it again")
+                self._stamp, self._first = stamp, fresh.state.first_episode
+        if episode_id < self._first:
+            raise SampleExpiredError(
+                f"episode {episode_id} is no longer in the buffer (the oldest live episode is now {self._first}: the "
+                f"ring evicted it, or the buffer was cleared, since the list of episodes was made); read the list "
+                f"again with buffer.episodes()")
