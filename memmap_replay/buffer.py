@@ -348,7 +348,9 @@ class ReplayBuffer:
         """A sampler over a view: ``kind`` is 'uniform', 'prioritized' or 'sequence' (prioritized windows;
         needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
         ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
-        sampler, the rest to ``dataset(...)`` (default: single timesteps)."""
+        sampler, the rest to ``dataset(...)`` (default: single timesteps). On a read-only buffer a prioritized
+        sampler starts from the priorities stored in the folder under its ``name`` and keeps its updates in
+        memory (``persist=True`` is refused there: a reader never writes the folder)."""
         from .views.loader import make_sampler
 
         return make_sampler(self._store, kind, **options)

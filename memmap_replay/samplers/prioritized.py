@@ -11,8 +11,9 @@ possibly refilled) is dropped, never applied to the newcomer.
 Priorities persist in the store folder (``priorities/<name>.npy``: the raw priority per row, float64,
 then the largest priority seen;
 ``priorities/<name>.owner.npy``: per episode slot, the id whose priorities the rows hold, -1 for none),
-written as they change, so a sampler opened again on the folder samples as before. They are sampler
-state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
+written as they change, so a sampler opened again on the folder samples as before; a sampler on a buffer
+opened read-only starts from them too, and keeps its own updates in memory (it never writes the folder).
+They are sampler state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
 folder ignores any row whose episode is no longer live.
 """
 
@@ -140,10 +141,11 @@ class _PriorityFiles:
 
 def read_stored_priorities(folder: Path, name: str, rows: int, slots: int, spec: dict
                            ) -> tuple[np.ndarray, np.ndarray] | None:
-    """A read-only reader's copy of ``priorities/<name>.npy`` and ``.owner.npy`` (values, owner), read into
-    memory without the lock and without writing anything; None when there are none, or none whole and of
-    this view's spec (the writable path would start those afresh). Another view's priorities under the
-    name are refused, as the writable path refuses them."""
+    """A read-only reader's view of ``priorities/<name>.npy`` and ``.owner.npy`` (values, owner): read-only
+    maps, taken without the lock and writing nothing (the caller gathers the live rows from them, so memory
+    follows the rows in use, not the capacity); None when there are none, or none whole and of this view's
+    spec (the writable path would start those afresh). Another view's priorities under the name are
+    refused, as the writable path refuses them."""
     directory = Path(folder) / PRIORITIES_DIR
     spec_path = directory / f"{name}.json"
     try:
@@ -166,12 +168,10 @@ def read_stored_priorities(folder: Path, name: str, rows: int, slots: int, spec:
             return None
         if found != dtype or shape != (length,) or size < offset + length * dtype.itemsize:
             return None  # damaged or of another size: as if there were none
-        with os.fdopen(folderio.open_read(folder, path), "rb") as file, folderio.errors_named(path, "read"):
-            file.seek(offset)
-            data = file.read(length * dtype.itemsize)
-        if len(data) != length * dtype.itemsize:  # shrunk since the header was read
-            return None
-        arrays.append(np.frombuffer(data, dtype=dtype).copy())
+        with os.fdopen(folderio.open_read(folder, path), "rb") as file, folderio.errors_named(path, "map"):
+            if os.fstat(file.fileno()).st_size < offset + length * dtype.itemsize:  # shrunk since the header
+                return None
+            arrays.append(np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(length,)))
     return arrays[0], arrays[1]
 
 
@@ -234,7 +234,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         rows, episode = position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))
         raw = np.full(len(rows), np.nan)
         if stored is not None:
-            values, owner = stored
+            values, owner = stored  # (a reader's read-only maps: only the live rows are read)
             owned = owner[table.slots] == table.ids
             known = owned[episode]
             raw[known] = values[rows[known]]

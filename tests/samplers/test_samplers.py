@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 import pickle
 from collections import Counter
 
@@ -949,6 +950,23 @@ def test_a_read_only_reader_starts_from_the_stored_priorities_and_never_writes(u
         reader.sampler("prioritized", name="steps", window=3)
     reader.close()
     assert _folder_snapshot(folder) == before  # byte-identical, mtimes unchanged
+
+
+def test_a_read_only_reader_ignores_damaged_stored_priorities(uneven):
+    folder = uneven.buffer.folder
+    writer = uneven.buffer.sampler("prioritized", seed=0)
+    writer.update_priorities(writer.sample(4).keys, np.full(4, 9.0))
+    writer.close()
+    uneven.buffer.close()
+    values = folder / "priorities" / "steps.npy"
+    os.truncate(values, values.stat().st_size - 8)  # the largest priority's bytes are gone
+    before = _folder_snapshot(folder)
+    with ReplayBuffer.from_folder(folder, read_only=True) as reader:
+        sampler = reader.sampler("prioritized", seed=0)
+        assert np.all(sampler.tree.leaves[sampler.tree.leaves > 0] == 1.0)  # as if there were none
+        sampler.update_priorities(sampler.sample(4).keys, np.full(4, 2.0))
+        sampler.close()
+    assert _folder_snapshot(folder) == before
 
 
 def test_the_tree_grows_with_the_rows_in_use(make_buffer):
