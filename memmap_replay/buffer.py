@@ -356,7 +356,9 @@ class ReplayBuffer:
         """A sampler over a view: ``kind`` is 'uniform', 'prioritized' or 'sequence' (prioritized windows;
         needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
         ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
-        sampler, the rest to ``dataset(...)`` (default: single timesteps)."""
+        sampler, the rest to ``dataset(...)`` (default: single timesteps). On a read-only buffer a prioritized
+        sampler starts from the priorities stored in the folder under its ``name`` and keeps its updates in
+        memory (``persist=True`` is refused there: a reader never writes the folder)."""
         from .views.loader import make_sampler
 
         return make_sampler(self._store, kind, **options)
@@ -398,14 +400,20 @@ class ReplayBuffer:
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,
                      device: Any = None) -> dict:
         """Every live episode as torch tensors, padded to the longest: step fields (N, T_max, ...), meta
-        fields (N, ...), and ``episode_lens`` (N,). Oldest episode first. ``fields`` and ``meta_fields`` take
-        a name or a tuple of names; with only one of them given, the other selects nothing."""
+        fields (N, ...), and ``episode_lens`` (N,), always. Oldest episode first. ``fields`` and
+        ``meta_fields`` take a name or a tuple of names; each left out (None) means all of its kind, whatever
+        the other selects (``meta_fields=()`` for none: e.g. ``get_all_data(fields='obs', meta_fields=())``
+        gives ``obs`` and ``episode_lens``)."""
         from .views.tensors import padded_episodes
 
-        if fields is None and meta_fields is None:
-            fields, meta_fields = self.fieldnames, self.meta_fieldnames + ("episode_lens",)
-        return padded_episodes(self._store, () if fields is None else fields, () if meta_fields is None else meta_fields,
-                               device)
+        fields = self.fieldnames if fields is None else fields
+        if meta_fields is None:
+            meta_fields = self.meta_fieldnames
+        if isinstance(meta_fields, str):
+            meta_fields = (meta_fields,)
+        if isinstance(meta_fields, (tuple, list)) and "episode_lens" not in meta_fields:
+            meta_fields = (*meta_fields, "episode_lens")  # (anything else: padded_episodes says what it takes)
+        return padded_episodes(self._store, fields, meta_fields, device)
 
     def stats(self, fields: Any = None, *, quantiles: Any = None, recompute: bool = False):
         """Field statistics for normalization (``memmap_replay.sharing.stats.StoreStats``): per element of each

@@ -66,8 +66,15 @@ def test_get_all_data_pads_and_selects(make_buffer):
     assert set(data) == {"obs", "action", "reward", "task_id", "episode_lens"}
     assert data["obs"].shape == (2, 4, 3) and data["obs"].dtype == torch.float32
     assert data["reward"][0].tolist() == [0, 1, 0, 0]  # padded with zeros
-    only = buffer.get_all_data(fields=("reward",))
-    assert set(only) == {"reward"}
+    only = buffer.get_all_data(fields=("reward",))  # every meta field still, and episode_lens always
+    assert set(only) == {"reward", "task_id", "episode_lens"}
+    assert only["episode_lens"].tolist() == [2, 4]
+    meta_only = buffer.get_all_data(meta_fields=("task_id",))  # fields=None: every step field whatever meta_fields
+    assert set(meta_only) == {"obs", "action", "reward", "task_id", "episode_lens"}
+    assert set(buffer.get_all_data(fields="reward", meta_fields=())) == {"reward", "episode_lens"}
+    assert set(buffer.get_all_data(fields=(), meta_fields=())) == {"episode_lens"}
+    empty = make_buffer("empty")
+    assert set(empty.get_all_data(fields=("reward",))) == {"reward", "task_id", "episode_lens"}
 
 
 def test_update_steps_and_meta(make_buffer):

@@ -440,7 +440,7 @@ def enter(entry: str, store: Path, outdir: Path) -> str:
         return ""
     if entry == "stats_api":
         with ReplayBuffer.from_folder(store, read_only=True) as buffer:
-            return json.dumps(buffer.stats().to_json(), default=str)
+            return buffer.stats().to_json(default=str)
     if entry == "write":
         with ReplayBuffer.from_folder(store) as buffer:
             buffer.store_episode(**episode_arrays(3, 4), task_id=3)

@@ -9,7 +9,7 @@ import sys
 from ..errors import NotAFolderError, ReplayError, StoreNotFoundError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
 from .checksum import _fail
-from .import_ import _USAGE_ERRORS, _shared_options
+from .import_ import _USAGE_ERRORS, _shared_options, cli_words
 
 _EXPORT_HELP = """\
 Export a store to another format, episode by episode (memory stays bounded whatever the store's size).
@@ -90,9 +90,9 @@ def run_export(args: argparse.Namespace) -> int:
             report = export_d4rl(args.folder, args.target, next_observations=args.next_observations,
                                  compression=args.compression, **options)
     except _USAGE_ERRORS as error:
-        return _fail(args, str(error), EXIT_USAGE)
+        return _fail(args, cli_words(str(error)), EXIT_USAGE)
     except (ReplayError, OSError) as error:
-        return _fail(args, str(error), EXIT_PROBLEMS)
+        return _fail(args, cli_words(str(error)), EXIT_PROBLEMS)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return EXIT_OK
 

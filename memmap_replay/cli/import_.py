@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from ..errors import NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
@@ -42,6 +43,34 @@ examples:
   %(prog)s data.npz store --json | jq .episodes"""
 
 _USAGE_ERRORS = (SchemaError, OptionError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
+
+# the library's keywords that are flags of import/export, as the command line spells them
+_FLAGS = {"observation": "--observation", "action": "--action", "reward": "--reward", "overwrite": "--overwrite",
+          "missing_final": "--missing-final", "next_observations": "--next-observations", "chunk_mb": "--chunk-mb",
+          "compression": "--compression", "datasets_path": "--datasets-path", "infos": "--infos"}
+_KEYWORD = re.compile(r"\b(%s)=(?:'([\w-]+)'((?: \([^)]*\))?)(?: or '([\w-]+)')?|(NAME|True|False)\b)?"
+                      % "|".join(_FLAGS))
+
+
+def cli_words(message: str) -> str:
+    """A library message as the command line speaks: ``pass observation=NAME`` becomes ``pass --observation
+    FIELD``, ``missing_final='repeat' or 'zeros'`` becomes ``--missing-final repeat or zeros``,
+    ``infos=False`` ``--no-infos``, ``overwrite=True`` ``--overwrite``; a message that starts with a
+    keyword (``chunk_mb must be ...``) starts with its flag."""
+    def flag_of(match: re.Match) -> str:
+        name, choice, note, other, value = match.groups()
+        flag = _FLAGS[name]
+        if choice is not None:
+            return f"{flag} {choice}{note}" + (f" or {other}" if other else "")
+        if value == "NAME":
+            return f"{flag} FIELD"
+        if value == "False" and name == "infos":
+            return "--no-infos"
+        return flag  # overwrite=True, or a keyword named alone ("pass observation=, action= and reward=")
+
+    message = _KEYWORD.sub(flag_of, message).replace("--overwrite (--overwrite)", "--overwrite")
+    first = message.split(" ", 1)[0]
+    return _FLAGS[first] + message[len(first):] if first in _FLAGS and first != "infos" else message
 
 
 def add(commands) -> None:
@@ -83,8 +112,8 @@ def run_import(args: argparse.Namespace) -> int:
             report = import_d4rl(args.source, args.folder, next_observations=args.next_observations,
                                  infos=args.infos, overwrite=args.overwrite, chunk_mb=args.chunk_mb, progress=progress)
     except _USAGE_ERRORS as error:
-        return _fail(args, str(error), EXIT_USAGE)
+        return _fail(args, cli_words(str(error)), EXIT_USAGE)
     except (ReplayError, OSError) as error:
-        return _fail(args, str(error), EXIT_PROBLEMS)
+        return _fail(args, cli_words(str(error)), EXIT_PROBLEMS)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return EXIT_OK

@@ -81,7 +81,7 @@ def _stats_action(args: argparse.Namespace) -> int:
         result, untracked = _gather(store, wanted, args.quantiles, args.recompute, _show_progress(args))
     if args.json:
         print(json.dumps(_json_safe({"folder": args.folder, "ok": True, "recomputed": args.recompute,
-                                    **result.to_json(), "not_shown": untracked}), indent=2))
+                                    **result.to_dict(), "not_shown": untracked}), indent=2))
     else:
         print(_render(args.folder, store, result, untracked, args.recompute, args.quantiles or []))
     return EXIT_OK

@@ -57,8 +57,10 @@ def locate(folder: Any, mode: str) -> tuple[Path, bool]:
             raise StoreNotFoundError(
                 f"no store at {folder}: the folder {what}, only a store's other files (meta.json was lost, or "
                 f"creating the store was interrupted); restore meta.json from a copy, or create a new store "
-                f"with mode 'w'; `python -m memmap_replay verify {folder}` lists what is there")
-        raise StoreNotFoundError(f"no store at {folder}: the folder {what}; create one with mode 'a' or 'w'")
+                f"there with ReplayBuffer(folder, max_episodes, max_timesteps, fields, overwrite=True); "
+                f"`python -m memmap_replay verify {folder}` lists what is there")
+        raise StoreNotFoundError(f"no store at {folder}: the folder {what}; check the path, or create a store "
+                                 f"there with ReplayBuffer(folder, max_episodes, max_timesteps, fields)")
     if mode == "w-" and exists:
         raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True (mode 'w') to replace it")
     return folder, exists

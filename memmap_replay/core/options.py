@@ -17,6 +17,7 @@ this module is numpy-only.
 
 from __future__ import annotations
 
+import difflib
 import keyword
 import math
 import re
@@ -30,7 +31,7 @@ from ..errors import IndexTypeError, OptionError, ReplayError
 __all__ = ["flag", "integer", "positive", "count", "batch_size", "seed_option", "rank_option", "follow_option",
            "number", "choice", "names", "name", "index", "short", "INT64_MAX", "positive_int", "check_end",
            "validate_index", "slice_bounds", "timeout_option", "check_quantiles", "check_names", "check_filter",
-           "name_tuple", "named_tuple_option", "priorities_name", "limiter_name"]
+           "name_tuple", "named_tuple_option", "priorities_name", "limiter_name", "did_you_mean"]
 
 INT64_MAX = 2**63 - 1
 _ENDS = ("terminated", "truncated")  # an episode's end (``end=``), None aside
@@ -176,7 +177,8 @@ def names(value: Any, what: str, known: Iterable[str] | None = None, *, one: boo
         known = tuple(known)
         unknown = [item for item in value if item not in known]
         if unknown:
-            raise OptionError(f"{what} has unknown names {unknown}: the known ones are {sorted(known)}")
+            raise OptionError(f"{what} has unknown names {unknown}: the known ones are {sorted(known)}"
+                              f"{did_you_mean(unknown, known)}")
     return value
 
 
@@ -241,7 +243,8 @@ def check_names(value: Any, known: Mapping, what: str) -> tuple[str, ...]:
     value = names(value, f"{what}s")
     unknown = [item for item in value if item not in known]
     if unknown:
-        raise OptionError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+        raise OptionError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}"
+                          f"{did_you_mean(unknown, known)}")
     return value
 
 
@@ -256,7 +259,8 @@ def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
             raise OptionError(f"{option} keys must be {what} names (str) (got {short(name)} in {short(filters)})")
     unknown = [name for name in filters if name not in known]
     if unknown:
-        raise OptionError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}")
+        raise OptionError(f"{option} has unknown {what} {unknown}: the store's {what}s are {sorted(known)}"
+                          f"{did_you_mean(unknown, known)}")
     return bool(filters)
 
 
@@ -268,7 +272,8 @@ def name_tuple(names: Any, known: dict, kind: str) -> tuple[str, ...]:
         raise OptionError(f"{kind}s must be a name or a tuple of names (got {short(names)})")
     for name in names:
         if not isinstance(name, str) or name not in known:
-            raise OptionError(f"unknown {kind} {short(name)}: the store's {kind}s are {sorted(known)}")
+            raise OptionError(f"unknown {kind} {short(name)}: the store's {kind}s are {sorted(known)}"
+                              f"{did_you_mean([name], known)}")
     return tuple(names)
 
 
@@ -278,7 +283,9 @@ def named_tuple_option(value: Any) -> tuple[str, ...] | None:
         return None
     names = (value,) if isinstance(value, str) else value
     if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
-        raise OptionError(f"to_named_tuple must be a tuple of names (got {short(value)})")
+        hint = "; it is not a switch: name the outputs the tuple holds" if isinstance(value, (bool, np.bool_)) else ""
+        raise OptionError(f"to_named_tuple must be a tuple of output names, e.g. ('obs', 'action'), one per entry of "
+                          f"the named tuple, in order (got {short(value)}){hint}")
     names = tuple(names)
     fields = [name.lstrip("_") for name in names]
     if (len(set(fields)) != len(fields) or not all(name.isidentifier() for name in fields)
@@ -300,6 +307,23 @@ def limiter_name(name: Any) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         raise OptionError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
     return name
+
+
+def did_you_mean(unknown: Iterable[Any], known: Iterable[Any]) -> str:
+    """``"; did you mean 'shuffle'?"`` for the unknown names close to a known one (``difflib``), else ``""``:
+    the end of an unknown-name message. With several unknown names, each suggestion says whose it is."""
+    unknown = list(unknown)
+    known = [name for name in known if isinstance(name, str)]
+    pairs = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+        if close:
+            pairs.append((name, close[0]))
+    if not pairs:
+        return ""
+    if len(unknown) == 1:
+        return f"; did you mean {pairs[0][1]!r}?"
+    return "; did you mean " + ", ".join(f"{close!r} for {name!r}" for name, close in pairs) + "?"
 
 
 def _bounds(low: int | None, high: int | None) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .convert import as_array, coerce
 from ..errors import InvalidDataError, OptionError
-from .options import short, slice_bounds, validate_index
+from .options import did_you_mean, short, slice_bounds, validate_index
 from .store import EpisodeStore
 
 __all__ = ["plan_update"]
@@ -46,7 +46,8 @@ def _field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, st
     n, schema = len(slots), store.schema
     if name not in schema.fields and name not in schema.meta_fields:
         raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(schema.fields)} "
-                               f"and meta fields {sorted(schema.meta_fields)}")
+                               f"and meta fields {sorted(schema.meta_fields)}"
+                               f"{did_you_mean([name], [*schema.fields, *schema.meta_fields])}")
     is_step = name in schema.fields
     spec = schema.fields[name] if is_step else schema.meta_fields[name]
     array = as_array(value, f"{'field' if is_step else 'meta field'} {name!r}")

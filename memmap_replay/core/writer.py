@@ -20,14 +20,16 @@ import numpy as np
 
 from .convert import as_array, coerce
 from ..errors import InvalidDataError, OptionError
-from .options import check_end, integer, short, validate_index
+from .options import check_end, did_you_mean, integer, short, validate_index
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore, PendingEpisode
 
 __all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "coerce_meta"]
 
 def _unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
-    return InvalidDataError(f"unknown {kind} {sorted(names)}: the store's {kind}s are {sorted(known)}")
+    names = sorted(names)
+    return InvalidDataError(f"unknown {kind} {names}: the store's {kind}s are {sorted(known)}"
+                            f"{did_you_mean(names, known)}")
 
 
 def _check_final(final: Any) -> Mapping[str, Any] | None:
@@ -365,7 +367,8 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
     extra = set(arrays) - set(schema.fields) - set(schema.meta_fields)
     if extra:
         raise InvalidDataError(f"unknown field {sorted(extra)}: the store's fields are {sorted(schema.fields)} "
-                               f"and its meta fields {sorted(schema.meta_fields)}")
+                               f"and its meta fields {sorted(schema.meta_fields)}"
+                               f"{did_you_mean(sorted(extra), [*schema.fields, *schema.meta_fields])}")
     step_values = {name: value for name, value in arrays.items() if name in schema.fields}
     meta_values = {name: value for name, value in arrays.items() if name not in schema.fields}
     if not step_values:

@@ -118,6 +118,16 @@ class ShardSet:
     def __len__(self) -> int:
         return len(self.stores)
 
+    def __repr__(self) -> str:
+        """Where the shards are, which are open, and their episodes and steps (as of the last refresh)."""
+        where = f"root={str(self.root)!r}" if self.root is not None else \
+            f"folders={_shortened([str(folder) for folder in self.listed])}"
+        names = [store.folder.name if self.root is not None else str(store.folder) for store in self.stores]
+        episodes = [store.num_episodes for store in self.stores]
+        steps = sum(int(store.live_table().length.sum()) for store in self.stores)
+        return (f"ShardSet({where}, {len(self.stores)} shards {_shortened(names)}, {sum(episodes)} episodes "
+                f"{_shortened(episodes)}, {steps} steps)")
+
     @property
     def num_episodes(self) -> int:
         return sum(store.num_episodes for store in self.stores)
@@ -156,6 +166,14 @@ class ShardSet:
         for store in self.stores:
             store.close()
         self.stores = []
+
+
+def _shortened(items: list, most: int = 6) -> str:
+    """A list's repr, with the middle left out past ``most`` items."""
+    if len(items) <= most:
+        return repr(items)
+    half = most // 2
+    return "[" + ", ".join(map(repr, items[:half])) + ", ..., " + ", ".join(map(repr, items[-half:])) + "]"
 
 
 def _merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tensor]:

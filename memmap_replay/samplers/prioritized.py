@@ -11,8 +11,9 @@ possibly refilled) is dropped, never applied to the newcomer.
 Priorities persist in the store folder (``priorities/<name>.npy``: the raw priority per row, float64,
 then the largest priority seen;
 ``priorities/<name>.owner.npy``: per episode slot, the id whose priorities the rows hold, -1 for none),
-written as they change, so a sampler opened again on the folder samples as before. They are sampler
-state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
+written as they change, so a sampler opened again on the folder samples as before; a sampler on a buffer
+opened read-only starts from them too, and keeps its own updates in memory (it never writes the folder).
+They are sampler state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
 folder ignores any row whose episode is no longer live.
 """
 
@@ -138,12 +139,54 @@ class _PriorityFiles:
         self.lock.release()
 
 
+def read_stored_priorities(folder: Path, name: str, rows: int, slots: int, spec: dict
+                           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A read-only reader's view of ``priorities/<name>.npy`` and ``.owner.npy`` (values, owner): read-only
+    maps, taken without the lock and writing nothing (the caller gathers the live rows from them, so memory
+    follows the rows in use, not the capacity); None when there are none, or none whole and of this view's
+    spec (the writable path would start those afresh). Another view's priorities under the name are
+    refused, as the writable path refuses them."""
+    directory = Path(folder) / PRIORITIES_DIR
+    spec_path = directory / f"{name}.json"
+    try:
+        stored = folderio.read_json(folder, spec_path)
+    except MissingFileError:
+        return None
+    except CorruptStoreError:
+        return None
+    if stored != spec:
+        raise OptionError(
+            f"the priorities {name!r} in {directory} belong to another view ({stored}); this sampler draws "
+            f"from {spec}: pass another name=, or persist=False to start this read-only reader at priority 1.0"
+        )
+    arrays = []
+    for path, dtype, length in ((directory / f"{name}.npy", np.dtype(np.float64), rows),
+                                (directory / f"{name}.owner.npy", np.dtype(np.int64), slots)):
+        try:
+            offset, found, shape, size = read_npy_header(path, folder)
+        except (MissingFileError, CorruptStoreError):
+            return None
+        if found != dtype or shape != (length,) or size < offset + length * dtype.itemsize:
+            return None  # damaged or of another size: as if there were none
+        with os.fdopen(folderio.open_read(folder, path), "rb") as file, folderio.errors_named(path, "map"):
+            if os.fstat(file.fileno()).st_size < offset + length * dtype.itemsize:  # shrunk since the header
+                return None
+            arrays.append(np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(length,)))
+    return arrays[0], arrays[1]
+
+
 class PrioritizedSampler(BetaSchedule, ReplaySampler):
     """Proportional prioritized draws over a view's positions.
 
     ``alpha``: how much priorities count (0 = uniform). ``beta``: importance-weight exponent, annealed
     linearly to ``beta_final`` over ``beta_steps`` draws (0: kept fixed). ``name``/``persist``: the
-    priorities are kept in ``priorities/<name>.npy`` of the store folder (``persist=False``: in memory)."""
+    priorities are kept in ``priorities/<name>.npy`` of the store folder (``persist=False``: in memory).
+
+    On a read-only buffer (``read_only=True``) the sampler starts from the priorities stored under
+    ``name`` (when they are there and belong to this kind of view) and keeps its updates in memory: a
+    reader never writes into a folder opened read-only (nor takes the priorities' lock). ``persist=True``
+    there is refused (it asks to write the folder); ``persist=False`` ignores the stored priorities and
+    starts every position at 1.0."""
 
     endless = True
 
@@ -162,33 +205,43 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         self.tree = SumTree(min(capacity.max_steps, _MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
+        explicit_memory = persist is not None and not flag(persist, "persist")
         persist = view.store.writable if persist is None else flag(persist, "persist")
         if persist and not view.store.writable:
             raise ReadOnlyError(f"persist=True keeps priorities in {view.folder}/priorities, but the store is open "
-                                f"read-only and a reader never writes its folder: pass persist=False (or leave it "
-                                f"out) to keep them in memory, or open the store with read_only=False")
+                                f"read-only and a reader never writes its folder: leave persist out to start from "
+                                f"the stored priorities and keep updates in memory (persist=False: start afresh), "
+                                f"or open the store with read_only=False")
         if name is None:
             name = view.kind + (f"-rank{self.rank}" if self.world_size > 1 else "")
         self.name = priorities_name(name)
         spec = {"view": view.position_spec(), "key_stride": view.key_stride}
         self.files = _PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
             if persist else None
-        self._load()
+        stored = None
+        if self.files is not None:
+            stored = self.files.values, self.files.owner
+        elif not view.store.writable and not explicit_memory:  # a reader: the stored ones, copied into memory
+            stored = read_stored_priorities(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec)
+        self._load(stored)
 
     # ---- the tree follows the view -------------------------------------------------------------------
 
-    def _load(self) -> None:
-        """Fill the tree for every live position: stored priorities where the slot's owner is the live
-        episode, the largest stored (or 1.0) elsewhere."""
+    def _load(self, stored: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Fill the tree for every live position: ``stored`` priorities (values, owner) where the slot's
+        owner is the live episode, the largest stored (or 1.0) elsewhere."""
         table = self.view.table
         rows, episode = position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))
         raw = np.full(len(rows), np.nan)
-        if self.files is not None:
-            owned = self.files.owner[table.slots] == table.ids
+        if stored is not None:
+            values, owner = stored  # (a reader's read-only maps: only the live rows are read)
+            owned = owner[table.slots] == table.ids
             known = owned[episode]
-            raw[known] = self.files.values[rows[known]]
-            stored_max = float(self.files.values[-1])
-            if stored_max > 0:
+            raw[known] = values[rows[known]]
+            raw[(raw < 0) | (raw > self.max_raw)] = np.nan  # damaged values: as if unknown (NaN stays NaN)
+            known &= ~np.isnan(raw)
+            stored_max = float(values[-1])
+            if 0 < stored_max <= self.max_raw:
                 self.max_priority = stored_max
             elif known.any():
                 self.max_priority = max(float(raw[known].max()), np.finfo(np.float64).tiny)

@@ -24,6 +24,7 @@ when the store has a scalar ``reward`` (or ``rewards``) field, of the return (th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -106,11 +107,17 @@ class FieldStats:
         return cls(moments.count, nan if empty else moments.mean, std, nan if empty else moments.low,
                    nan if empty else moments.high)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
+        """Plain values that ``json.dumps`` takes: count, and mean/std/min/max (and quantiles, keyed by
+        their str) as nested lists, NaN and inf as None."""
         out = {"count": self.count, **{key: _as_json(getattr(self, key)) for key in ("mean", "std", "min", "max")}}
         if self.quantiles:
             out["quantiles"] = {str(q): _as_json(value) for q, value in self.quantiles.items()}
         return out
+
+    def to_json(self, **dumps_options: Any) -> str:
+        """``to_dict()`` as a JSON string (``dumps_options`` go to ``json.dumps``, e.g. ``indent=2``)."""
+        return json.dumps(self.to_dict(), **dumps_options)
 
 
 @dataclass
@@ -121,9 +128,25 @@ class StoreStats:
     episodes: dict[str, Any]
     episodes_counted: int  # episodes in the running moments (every committed one unless recompute=True)
 
-    def to_json(self) -> dict:
-        return {"fields": {name: value.to_json() for name, value in self.fields.items()},
-                "episodes": self.episodes, "episodes_counted": self.episodes_counted}
+    def to_dict(self) -> dict:
+        """Plain values that ``json.dumps`` takes: ``fields`` (name -> ``FieldStats.to_dict()``),
+        ``episodes`` and ``episodes_counted``."""
+        return {"fields": {name: value.to_dict() for name, value in self.fields.items()},
+                "episodes": _plain(self.episodes), "episodes_counted": self.episodes_counted}
+
+    def to_json(self, **dumps_options: Any) -> str:
+        """All of it as a JSON string (``to_dict()`` through ``json.dumps``; ``dumps_options`` go to it, e.g.
+        ``indent=2``): NaN and inf, which JSON lacks, are null."""
+        return json.dumps(self.to_dict(), **dumps_options)
+
+
+def _plain(value: Any) -> Any:
+    """Nested dicts of numbers as plain Python values, NaN and inf as None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _as_json(array: np.ndarray) -> Any:

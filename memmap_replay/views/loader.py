@@ -23,7 +23,7 @@ from ..errors import InvalidDataError, OptionError
 from ..core.store import EpisodeStore
 from .dataset import StoreView, flag
 from .hindsight import HindsightView
-from ..core.options import choice, integer, named_tuple_option, short
+from ..core.options import choice, did_you_mean, integer, named_tuple_option, short
 from ._options import device_option, generator_option
 from .device import DevicePrefetcher
 from .output import output_option, to_tensordict
@@ -256,9 +256,11 @@ def _keywords(cls) -> set[str]:
 
 
 def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
-                 window: int | None = None, allow_empty: bool = False, **options: Any):
+                 window: int | None = None, allow_empty: bool = False, _caller: tuple[str, set] | None = None,
+                 **options: Any):
     """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
-    ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors."""
+    ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors (with the closest known one);
+    ``_caller``: (what, its own keywords) of a dataloader or sampler building the view, for that error."""
     timestep_level = flag(timestep_level, "timestep_level")
     chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
                                     ("window", window is not None)) if on]
@@ -299,15 +301,35 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
     accepted = set().union(*(_keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise OptionError(f"unknown keyword {unknown} for a {view.__name__}; it takes {sorted(accepted)}")
+        what, own = _caller if _caller is not None else ("", set())
+        where = f"{what} over a {view.__name__}" if what else f"a {view.__name__}"
+        also = f" ({what} itself takes {sorted(own - accepted)})" if own else ""
+        raise OptionError(f"unknown keyword {unknown} for {where}; it takes {sorted(accepted)}{also}"
+                          f"{did_you_mean(unknown, accepted | own | {'n_steps', 'timestep_level', 'window'})}")
     dataset = view(store, *args, **options)
     if len(dataset) == 0 and not allow_empty:
-        raise OptionError(
-            f"the {view.__name__} has no items: the buffer holds {store.num_episodes} episodes and none give a "
-            f"{'transition' if n_steps or view is HindsightView else 'window' if window else 'step'} with these "
-            f"options; store more data"
-        )
+        raise OptionError(f"the {view.__name__} has no items: " + _why_empty(dataset, store, n_steps, window))
     return dataset
+
+
+def _why_empty(dataset: StoreView, store: EpisodeStore, n_steps: Any, window: Any) -> str:
+    """Why a view has no items, and what to do: a filter that matched nothing, or too little data."""
+    held = f"the buffer holds {store.num_episodes} episodes"
+    how = "check its names and values, or pass allow_empty=True to accept an empty view"
+    filter_meta = getattr(dataset, "filter_meta", None)
+    if filter_meta and store.num_episodes and not len(dataset.table):
+        return f"no episode matched the filter filter_meta={short(filter_meta)} ({held}); {how}"
+    filter_fields = getattr(dataset, "filter_fields", None)
+    if filter_fields and len(dataset.table):
+        return (f"no step of the {len(dataset.table)} episodes it keeps matched the filter "
+                f"filter_fields={short(filter_fields)}; {how}")
+    item = "transition" if n_steps or isinstance(dataset, HindsightView) else "window" if window else "step"
+    return f"{held} and none give a {item} with these options; store more data"
+
+
+# make_dataloader's own keywords, besides torch's (LOADER_KEYWORDS)
+_LOADER_OWN = {"shuffle", "drop_last", "seed", "to_named_tuple", "device", "non_blocking", "dataset", "dataset_kwargs",
+               "prefetch", "block_size", "block_window", "output", "transform", "collate_fn"}
 
 
 def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
@@ -330,7 +352,8 @@ def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = Fal
     options.update(dataset_kwargs or {})
     transform = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
     if dataset is None:
-        dataset = make_dataset(store, transform=transform, **options)
+        own = _LOADER_OWN | LOADER_KEYWORDS
+        dataset = make_dataset(store, transform=transform, _caller=("a dataloader", own), **options)
     elif options:
         raise OptionError(f"view options {sorted(options)} cannot be combined with dataset=")
     elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
@@ -355,7 +378,7 @@ def sampler_dataloader(view: Dataset, batches: Any, **loader_options: Any) -> Re
     unknown = sorted(set(loader_options) - LOADER_KEYWORDS - own)
     if unknown:
         raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
-                               f"{sorted(LOADER_KEYWORDS | own)}")
+                               f"{sorted(LOADER_KEYWORDS | own)}{did_you_mean(unknown, LOADER_KEYWORDS | own)}")
     if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
         loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
     return ReplayDataLoader(view, batches, **loader_options)
@@ -372,7 +395,7 @@ def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView 
             raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
         if not {"n_steps", "window", "timestep_level", "hindsight"} & set(options):
             options["timestep_level"] = True
-        view = make_dataset(store, allow_empty=allow_empty, **options)
+        view = make_dataset(store, allow_empty=allow_empty, _caller=(f"a {kind!r} sampler", accepted), **options)
     elif options:
         raise InvalidDataError(f"view options {sorted(options)} cannot be combined with view= (sampler options: "
                                f"{sorted(accepted)})")

@@ -286,6 +286,9 @@ def test_a_path_that_is_not_a_store_exits_2(tmp_path, capsys, command):
                           (tmp_path / "file", "must be a folder (got a file)")):
         code, out, err = run(capsys, command, path)
         assert (code, out) == (2, "") and err.startswith(f"memmap-replay {command}: error: ") and message in err
+        assert "mode 'a'" not in err  # an internal API: the user is told what to run instead
+    code, _, err = run(capsys, command, tmp_path / "nowhere")
+    assert "check the path, or create a store there with ReplayBuffer(folder, max_episodes, max_timesteps, fields)" in err
     code, out, _ = run(capsys, command, tmp_path / "empty", "--json")
     assert code == 2 and json.loads(out)["is_store"] is False
 

@@ -84,7 +84,8 @@ def test_path_under_a_file(tmp_path):
 ])
 def test_from_folder_that_does_not_exist(tmp_path, opener):
     path = tmp_path / "nowhere"
-    with raises(StoreNotFoundError, match=r"no store at .*nowhere: the folder does not exist"):
+    with raises(StoreNotFoundError, match=r"no store at .*nowhere: the folder does not exist; check the path, or "
+                                          r"create a store there with ReplayBuffer\(folder, max_episodes, "):
         opener(path)
     assert not path.exists()  # not created as a side effect
 
@@ -98,7 +99,8 @@ def test_missing_meta_json_is_not_a_store(folder):
     (folder / "meta.json").unlink()
     files = files_of(folder)
     for read_only in (True, False):
-        with raises(StoreNotFoundError, match=r"no store at .*holds no meta\.json"):
+        with raises(StoreNotFoundError, match=r"no store at .*holds no meta\.json.* create a new store there with "
+                                              r"ReplayBuffer\(folder, .*overwrite=True\)"):
             ReplayBuffer.from_folder(folder, read_only=read_only)
     assert files_of(folder) == files
 

@@ -159,7 +159,23 @@ def test_several_existing_folders_as_one(tmp_path):
     shards = ShardSet(folders=folders)
     view = shards.dataset(timestep_level=True)
     assert view.__getitems__(np.arange(6))["obs"].tolist() == [0, 1, 2, 10, 11, 12]
+    assert repr(shards) == (f"ShardSet(folders={[str(folder) for folder in folders]}, 2 shards "
+                            f"{[str(folder) for folder in folders]}, 2 episodes [1, 1], 6 steps)")
     shards.close()
+    assert repr(shards).endswith(", 0 shards [], 0 episodes [], 0 steps)")
+
+
+def test_a_shard_set_shows_its_folders_and_counts(tmp_path):
+    root = tmp_path / "shards"
+    for index in range(8):
+        with ReplayBuffer(shard_folder(root, index), 10, STRIDE, fields=FIELDS) as buffer:
+            for _ in range(index % 2 + 1):
+                buffer.store_episode(obs=np.arange(3.0), reward=np.zeros(3))
+    with_root = ShardSet(root)
+    assert repr(with_root) == (f"ShardSet(root={str(root)!r}, 8 shards ['shard-000000', 'shard-000001', "
+                               f"'shard-000002', ..., 'shard-000005', 'shard-000006', 'shard-000007'], 12 episodes "
+                               f"[1, 2, 1, ..., 2, 1, 2], 36 steps)")
+    with_root.close()
 
 
 def test_errors(tmp_path):

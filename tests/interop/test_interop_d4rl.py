@@ -380,12 +380,25 @@ def test_one_field_cannot_take_two_roles(tmp_path):
     assert not (tmp_path / "out.npz").exists()
 
 
-def test_export_needs_one_observation_field(tmp_path):
+def test_export_needs_one_observation_field(tmp_path, capsys):
     with ReplayBuffer(tmp_path / "store", 2, 5, fields=dict(observation__a="float", observation__b="float",
                                                            action="float", reward="float")) as buffer:
         buffer.store_episode(observation__a=np.zeros(3), observation__b=np.ones(3), action=np.zeros(3), reward=np.zeros(3))
     with pytest.raises(SchemaError, match=r"one array of observations.*pass observation=NAME"):
         export_d4rl(tmp_path / "store", tmp_path / "out.hdf5")
+    # the command line speaks its own flags
+    assert main(["export", str(tmp_path / "store"), str(tmp_path / "out.hdf5"), "--quiet"], prog="memmap-replay") == 2
+    err = capsys.readouterr().err
+    assert "pass --observation FIELD to choose one" in err and "observation=" not in err, err
+    (tmp_path / "taken.hdf5").write_bytes(b"")
+    assert main(["export", str(tmp_path / "store"), str(tmp_path / "taken.hdf5"), "--observation", "observation__a",
+                 "--quiet"], prog="memmap-replay") == 2
+    err = capsys.readouterr().err
+    assert "pass --overwrite to replace it" in err and "overwrite=" not in err, err
+    assert main(["export", str(tmp_path / "store"), str(tmp_path / "o.hdf5"), "--observation", "observation__a",
+                 "--reward", "observation__a", "--quiet"], prog="memmap-replay") == 2
+    err = capsys.readouterr().err
+    assert "pass --observation, --action and --reward naming different fields" in err, err
     report = export_d4rl(tmp_path / "store", tmp_path / "out.hdf5", observation="observation__a")
     assert report.fields["observation__b"] == "infos/observation/b"
     with pytest.raises(SchemaError, match=r"no field 'reward_x' for the rewards"):
@@ -431,7 +444,7 @@ def test_command_errors_and_help(tmp_path, monkeypatch, capsys):
             (("export", "nowhere", "out.hdf5"), 2, "no store at nowhere"),
             (("export", "short.hdf5", "out.hdf5"), 2, "must be a store folder"),
             (("import", "short.hdf5", "s", "--from", "csv"), 2, "invalid choice"),
-            (("import", "short.hdf5", "s", "--chunk-mb", "inf"), 2, "chunk_mb must be a number of megabytes > 0")]:
+            (("import", "short.hdf5", "s", "--chunk-mb", "inf"), 2, "--chunk-mb must be a number of megabytes > 0")]:
         try:
             got = main(list(args), prog="memmap-replay")
         except SystemExit as exit:  # argparse's own usage errors

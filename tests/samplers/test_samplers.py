@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 import pickle
 from collections import Counter
 
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from memmap_replay import (InvalidDataError, PrioritizedSampler, RateLimiter, ReplayBuffer, Sample, SampleExpiredError,
-                           SequenceSampler, ShardSet, StoreLockedError, UniformSampler)
+                           ReadOnlyError, SequenceSampler, ShardSet, StoreLockedError, UniformSampler)
 from memmap_replay.distributed.shards import SHARD_STRIDE, ShardSample
 from memmap_replay.samplers import Sampler
 from memmap_replay.views.kinds import TimestepView
@@ -912,6 +913,60 @@ def test_a_read_only_buffer_keeps_priorities_in_memory(uneven):
     sampler.update_priorities(sampler.sample(4).keys, np.full(4, 3.0))
     assert sampler.files is None and not (folder / "priorities").exists()
     reader.close()
+
+
+def _folder_snapshot(folder):
+    """Every file under ``folder``: its bytes and its mtime (ns)."""
+    return {path.relative_to(folder): (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_read_only_reader_starts_from_the_stored_priorities_and_never_writes(uneven):
+    folder = uneven.buffer.folder
+    writer = uneven.buffer.sampler("prioritized", seed=0)
+    keys = np.unique(np.concatenate([writer.sample(16).keys for _ in range(8)]))
+    writer.update_priorities(keys, np.linspace(0.1, 5.0, len(keys)))
+    expected = writer.tree.leaves.copy()
+    writer.close()
+    uneven.buffer.close()
+    before = _folder_snapshot(folder)
+    reader = ReplayBuffer.from_folder(folder, read_only=True)
+    sampler = reader.sampler("prioritized", seed=0)
+    np.testing.assert_allclose(sampler.tree.leaves[: len(expected)], expected)  # the stored ones, not all 1.0
+    assert sampler.files is None
+    weights = np.concatenate([sampler.sample(64).weights for _ in range(4)])
+    assert not np.allclose(weights, 1.0)
+    batch = sampler.sample(8)
+    assert sampler.update_priorities(batch.keys, np.full(8, 7.0)) == 8  # applied, in memory
+    rows = sampler.view.table.start[sampler.view.table.positions_of(batch.keys // STRIDE)] + batch.keys % STRIDE
+    np.testing.assert_allclose(sampler.tree.leaves[rows], 7.0 ** sampler.alpha)
+    sampler.close()
+    fresh = reader.sampler("prioritized", seed=0, persist=False)  # persist=False: start afresh at 1.0
+    assert np.all(fresh.tree.leaves[fresh.tree.leaves > 0] == 1.0)
+    with pytest.raises(ReadOnlyError, match="persist=True keeps priorities in .* leave persist out to start from "
+                                            "the stored priorities"):
+        reader.sampler("prioritized", persist=True)
+    with pytest.raises(InvalidDataError, match="belong to another view .* pass another name=, or persist=False"):
+        reader.sampler("prioritized", name="steps", window=3)
+    reader.close()
+    assert _folder_snapshot(folder) == before  # byte-identical, mtimes unchanged
+
+
+def test_a_read_only_reader_ignores_damaged_stored_priorities(uneven):
+    folder = uneven.buffer.folder
+    writer = uneven.buffer.sampler("prioritized", seed=0)
+    writer.update_priorities(writer.sample(4).keys, np.full(4, 9.0))
+    writer.close()
+    uneven.buffer.close()
+    values = folder / "priorities" / "steps.npy"
+    os.truncate(values, values.stat().st_size - 8)  # the largest priority's bytes are gone
+    before = _folder_snapshot(folder)
+    with ReplayBuffer.from_folder(folder, read_only=True) as reader:
+        sampler = reader.sampler("prioritized", seed=0)
+        assert np.all(sampler.tree.leaves[sampler.tree.leaves > 0] == 1.0)  # as if there were none
+        sampler.update_priorities(sampler.sample(4).keys, np.full(4, 2.0))
+        sampler.close()
+    assert _folder_snapshot(folder) == before
 
 
 def test_the_tree_grows_with_the_rows_in_use(make_buffer):

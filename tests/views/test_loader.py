@@ -109,6 +109,49 @@ def test_bad_keywords_are_errors(filled, kwargs, match):
         filled.dataloader(2, **kwargs)
 
 
+@pytest.mark.parametrize("call, match", [
+    (lambda b: b.dataloader(2, shufle=True),
+     r"unknown keyword \['shufle'\] for a dataloader over a TrajectoryView; it takes .*; did you mean 'shuffle'\?$"),
+    (lambda b: b.dataset(timestep_level=True, fram_stack=2), r"unknown keyword \['fram_stack'\].*did you mean 'frame_stack'\?$"),
+    (lambda b: b.sampler("prioritized", alhpa=0.5),
+     r"unknown keyword \['alhpa'\] for a 'prioritized' sampler over a TimestepView.*did you mean 'alpha'\?$"),
+    (lambda b: b.sampler("uniform").dataloader(2, pin_memroy=True), r"unknown keyword \['pin_memroy'\].*did you mean 'pin_memory'\?$"),
+    (lambda b: b.dataset(fields=("rewrd",)), r"unknown field \['rewrd'\]: the store's fields are .*; did you mean 'reward'\?$"),
+    (lambda b: b.dataset(filter_meta=dict(taskid=1)), r"filter_meta has unknown meta field \['taskid'\].*did you mean 'task_id'\?$"),
+    (lambda b: b.get_all_data(fields=("ob",)), r"unknown field 'ob': .*; did you mean 'obs'\?$"),
+    (lambda b: b.store_episode(obs=np.zeros((2, 3)), rewrd=np.zeros(2)), r"unknown field \['rewrd'\].*did you mean 'reward'\?$"),
+    (lambda b: b.update(0, rewrd=1.0), r"unknown field 'rewrd'.*did you mean 'reward'\?$"),
+    (lambda b: b.dataset(fields=("ob", "zzz", "rewrd")), r"did you mean 'obs' for 'ob', 'reward' for 'rewrd'\?$"),
+])
+def test_unknown_names_suggest_the_closest(filled, call, match):
+    with pytest.raises(InvalidDataError, match=match):
+        call(filled)
+
+
+def test_an_unknown_name_far_from_every_known_one_gets_no_suggestion(filled):
+    with pytest.raises(InvalidDataError, match=r"unknown keyword \['zzzz'\] .*\]\)$"):
+        filled.dataloader(2, zzzz=1)
+
+
+def test_to_named_tuple_says_what_it_takes(filled):
+    with pytest.raises(InvalidDataError, match=r"to_named_tuple must be a tuple of output names, e.g. \('obs', "
+                                               r"'action'\), .*\(got True\); it is not a switch"):
+        filled.dataloader(2, to_named_tuple=True)
+    loader = filled.dataloader(2, to_named_tuple=("obs", "action"))
+    assert next(iter(loader))._fields == ("obs", "action")
+
+
+def test_a_filter_that_matches_nothing_says_so(filled):
+    with pytest.raises(InvalidDataError, match=r"the TimestepView has no items: no episode matched the filter "
+                                               r"filter_meta=\{'task_id': 7\} \(the buffer holds 6 episodes\); check "
+                                               r"its names and values, or pass allow_empty=True"):
+        filled.dataset(timestep_level=True, filter_meta=dict(task_id=7))
+    with pytest.raises(InvalidDataError, match=r"no step of the 6 episodes it keeps matched the filter "
+                                               r"filter_fields=\{'reward': -5.0\}"):
+        filled.dataloader(2, timestep_level=True, filter_fields=dict(reward=-5.0))
+    assert len(filled.dataset(timestep_level=True, filter_meta=dict(task_id=7), allow_empty=True)) == 0
+
+
 def test_seed_style_filter_meta_and_meta_included(filled):
     loader = filled.dataloader(8, filter_meta=dict(task_id=1), timestep_level=True, drop_last=True,
                                to_named_tuple=("obs", "action", "task_id"))

@@ -55,7 +55,7 @@ LOADER_OPTIONS = {
     "seed": (lambda v: v is None or is_int(v), r"seed must be an int or None"),
     "num_workers": (lambda v: is_int(v) and v >= 0, r"num_workers must be an int >= 0"),
     "to_named_tuple": (lambda v: valid_named_tuple(v),
-                       r"to_named_tuple (must be a tuple of names|names must be distinct identifiers|names \[.*\] are not in the batch)"),
+                       r"to_named_tuple (must be a tuple of output names, e.g. \(.obs., .action.\)|names must be distinct identifiers|names \[.*\] are not in the batch)"),
     "dataset_kwargs": (lambda v: v is None or v == {}, r"(dataset_kwargs must be a dict|unknown keyword)"),
 }
 

@@ -239,8 +239,8 @@ class ShardServer:
                 "rate_limiter": limiter_info(self.limiter)}
 
     def stats(self, fields: Any = None, *, quantiles: Any = None, recompute: bool = False) -> dict:
-        """``buffer.stats(...)`` as plain values (``StoreStats.to_json()``)."""
-        return self.buffer.stats(fields, quantiles=quantiles, recompute=recompute).to_json()
+        """``buffer.stats(...)`` as plain values (``StoreStats.to_dict()``)."""
+        return self.buffer.stats(fields, quantiles=quantiles, recompute=recompute).to_dict()
 
     def checkpoint(self) -> dict:
         """fsync the store's files and the priorities; returns what is now durable (on this node's disk)."""
