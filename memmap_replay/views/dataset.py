@@ -17,17 +17,17 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from ..errors import CorruptStoreError, InvalidDataError, OptionError, ReplayError, SampleExpiredError
 from ..core.episodes import select_episodes as _select_episodes
 from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
-from ..core.options import check_names, index as index_option, short
+from ..core.options import check_names, short
 from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
-from .transforms import apply_transform, transform_option
+from .batch import BatchDataset
+from .transforms import transform_option
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
 
@@ -37,45 +37,6 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} array of shape {value.shape}"
     return short(value)
-
-
-class BatchDataset(Dataset):
-    """What every view shares (a store's views and a ``ConcatView`` of shards): ``__getitems__`` gathers a
-    batch, ``view[i]`` is that batch of one item, and a sampler's DataLoader is made here.
-
-    ``transform``: None, or a callable batch dict -> batch dict applied to every batch as its last step
-    (see ``views.transforms``); it is pickled with the view for DataLoader workers."""
-
-    transform: Any = None
-
-    def transformed(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The batch through ``self.transform`` (as it is without one)."""
-        return batch if self.transform is None else apply_transform(self.transform, batch)
-
-    def with_transform(self, transform: Any) -> "BatchDataset":
-        """A shallow copy of this view whose batches go through ``transform`` (None: no transform); this
-        view is left as it is. The copy shares the snapshot it starts from, and refreshes on its own."""
-        transform = transform_option(transform)
-        view = copy.copy(self)
-        view.copied()
-        view.transform = transform
-        return view
-
-    def copied(self) -> None:
-        """Called on a shallow copy (``with_transform``): take copies of what must not be shared."""
-
-    def __getitems__(self, items: Any) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        item = index_option(item, len(self))  # IndexTypeError (an OptionError and a TypeError) or IndexError
-        return {name: value[0] for name, value in self.__getitems__(np.array([item], dtype=np.int64)).items()}
-
-    def sampler_dataloader(self, batches: Any, **loader_options: Any):
-        """A ``ReplayDataLoader`` over this view whose batches a sampler draws: ``sampler.dataloader(...)``."""
-        from .loader import sampler_dataloader
-
-        return sampler_dataloader(self, batches, **loader_options)
 
 
 class StoreView(BatchDataset):
