@@ -228,5 +228,5 @@ def _grow_hint(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: C
     if capacity.circular and not old.circular:
         flags.append("--circular")
         options.append("circular=True")
-    return (f"; or, to keep its episodes and raise its capacity in place: ReplayBuffer.from_folder(folder)"
+    return (f"\nor, to keep its episodes and raise its capacity in place: ReplayBuffer.from_folder(folder)"
             f".grow({', '.join(options)}), or `memmap-replay grow {folder} {' '.join(flags)}`")

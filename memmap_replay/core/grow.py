@@ -1,7 +1,8 @@
 """Growing a store's capacity in place (``EpisodeStore.grow``): more episode slots, more rows, longer
 episodes, or a switch to a ring. Numpy only.
 
-What may change: ``max_episodes``, ``max_steps`` and ``max_timesteps`` may only grow (a smaller value is
+What may change (None keeps a value; ``max_steps=None`` with a larger ``max_episodes`` adds room for the
+added episodes at ``max_timesteps + 1`` rows each, as the constructor's default): ``max_episodes``, ``max_steps`` and ``max_timesteps`` may only grow (a smaller value is
 refused: rows and slots in use would be cut), and ``circular`` may go from False to True (a ring evicts
 oldest first once full). True to False is refused: a ring's rows may wrap, and a non-circular store assumes
 that every row after its write head is free.
@@ -17,8 +18,11 @@ Crash safety (every step leaves a store that reopens with every committed episod
 
 When some new slot is an old slot of another live episode (a ring whose ids passed ``max_episodes``), no
 single commit can move them all without touching the committed layout: the grow then goes through an
-intermediate capacity whose slots avoid both layouts (two commits, each one whole). The table files may then
-keep a few more rows than ``max_episodes`` (``verify`` warns; the rows past it are ignored).
+intermediate ``max_episodes`` whose slots avoid both layouts (two commits, each one whole). A kill between
+the two leaves that intermediate capacity, every episode intact: one between the old and the new one when
+there is such a count (grow again to finish), else one above the new one (the store then has more slots
+than asked, and the table files keep those rows: ``verify`` warns that the rows past ``max_episodes`` are
+ignored).
 
 Step files are not touched: they grow as episodes arrive, up to ``max_steps`` (as in every store). Persisted
 priorities of a prioritized sampler whose sizes no longer match start afresh (they are sampler state).
@@ -37,7 +41,8 @@ from .options import flag, positive_int
 
 __all__ = ["grown_capacity", "moves", "grow_layouts"]
 
-_SEARCH = 1 << 16  # intermediate capacities tried at once
+_SEARCH = 1 << 16  # intermediate capacities above the new one tried at once
+_BELOW = 64  # intermediate capacities between the old and the new one tried (each check reads every live id)
 
 
 def grown_capacity(capacity: Capacity, *, max_episodes=None, max_steps=None, max_timesteps=None,
@@ -54,6 +59,10 @@ def grown_capacity(capacity: Capacity, *, max_episodes=None, max_steps=None, max
             raise OptionError(f"{name} must be at least the store's {name}={old}: a grow never shrinks a store "
                               f"(got {value}); to make a smaller store, export the episodes you keep into a new one")
         new[name] = value
+    if max_steps is None and new["max_episodes"] > capacity.max_episodes:
+        # room for the added episodes at their longest, as the constructor's default max_steps (disk use
+        # grows with the rows stored, not with the capacity)
+        new["max_steps"] = capacity.max_steps + (new["max_episodes"] - capacity.max_episodes) * (new["max_timesteps"] + 1)
     if new["max_steps"] < new["max_timesteps"] + 1:
         raise OptionError(f"max_steps must be at least max_timesteps + 1 = {new['max_timesteps'] + 1} (got "
                           f"{new['max_steps']}); pass a larger max_steps with max_timesteps")
@@ -81,6 +90,9 @@ def grow_layouts(ids: np.ndarray, old: int, new: int) -> list[int]:
     if old == new or moves(ids, old, new) is not None:
         return [new]
     first, live = int(ids[0]), len(ids)
+    for middle in range(new - 1, max(old, new - 1 - _BELOW), -1):  # between the two: a rerun finishes a killed grow
+        if moves(ids, old, middle) is not None and moves(ids, middle, new) is not None:
+            return [middle, new]
     if first < new:
         # ids below first + live <= new + old: under first + live slots every id is its own slot, which
         # both the old layout (ids that move there are >= old) and the new one (ids >= new go below first) avoid
