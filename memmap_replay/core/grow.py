@@ -56,8 +56,8 @@ def grown_capacity(capacity: Capacity, *, max_episodes=None, max_steps=None, max
             continue
         value = positive_int(value, name)
         if value < old:
-            raise OptionError(f"{name} must be at least the store's {name}={old}: a grow never shrinks a store "
-                              f"(got {value}); to make a smaller store, export the episodes you keep into a new one")
+            raise OptionError(f"{name} must be at least the store's {name}={old} (got {value}): a grow never shrinks "
+                              f"a store; to make a smaller one, copy the episodes you keep into a new store")
         new[name] = value
     if max_steps is None and new["max_episodes"] > capacity.max_episodes:
         # room for the added episodes at their longest, as the constructor's default max_steps (disk use
