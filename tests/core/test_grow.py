@@ -287,3 +287,23 @@ def test_a_grow_killed_at_any_step_leaves_every_episode(tmp_path, stored, old, o
         reopened.close()
     assert seen == {old, *path}  # every committed state was reached by some kill
     assert json.loads((made / "meta.json").read_text())["capacity"]["max_episodes"] == old
+
+
+def test_a_view_in_another_store_object_follows_a_grow(make_buffer):
+    buffer = make_buffer(max_episodes=3, max_timesteps=6, circular=True)
+    fill(buffer, range(7))
+    reader = ReplayBuffer.from_folder(buffer.folder, read_only=True)
+    sampler = reader.sampler("uniform", seed=0)
+    assert set(sampler.batch(64)["task_id"].tolist()) == {4, 5, 6}
+    buffer.grow(max_episodes=5)  # moves slots through an intermediate count
+    fill(buffer, range(7, 9))
+    sampler.refresh()
+    batch = sampler.batch(256)
+    assert set(batch["task_id"].tolist()) == set(range(4, 9))
+    assert (batch["obs"][:, 0].numpy() // 1000 == batch["task_id"].numpy()).all()  # the meta of each row's episode
+    buffer.grow(max_timesteps=9, max_steps=200)
+    with pytest.raises(SchemaMismatchError, match=r"was grown to max_timesteps=9 since this view was made \(its keys "
+                                                   r"count 6 steps an episode\): make a new view"):
+        sampler.refresh()
+    assert set(reader.sampler("uniform", seed=0).batch(64)["task_id"].tolist()) <= set(range(4, 9))
+    reader.close()
