@@ -21,8 +21,11 @@ single commit can move them all without touching the committed layout: the grow 
 intermediate ``max_episodes`` whose slots avoid both layouts (two commits, each one whole). A kill between
 the two leaves that intermediate capacity, every episode intact: one between the old and the new one when
 there is such a count (grow again to finish), else one above the new one (the store then has more slots
-than asked, and the table files keep those rows: ``verify`` warns that the rows past ``max_episodes`` are
-ignored).
+than asked). Either way the episode table and meta files then keep the intermediate count's rows (they are
+never shortened: a reader that took the intermediate meta.json may still map them); ``verify`` warns that
+the rows past ``max_episodes`` are ignored, and ``unpack`` refuses such a file once its extra rows pass its
+64 KiB slack (rings of more than about 8,000 slots grown by less than twice: a known limit). A full ring
+grown to at least twice its slots moves in one commit.
 
 Step files are not touched: they grow as episodes arrive, up to ``max_steps`` (as in every store). Persisted
 priorities of a prioritized sampler whose sizes no longer match start afresh (they are sampler state).
