@@ -24,8 +24,8 @@ there is such a count (grow again to finish), else one above the new one (the st
 than asked). Either way the episode table and meta files then keep the intermediate count's rows (they are
 never shortened: a reader that took the intermediate meta.json may still map them); ``verify`` warns that
 the rows past ``max_episodes`` are ignored, and ``unpack`` refuses such a file once its extra rows pass its
-64 KiB slack (rings of more than about 8,000 slots grown by less than twice: a known limit). A full ring
-grown to at least twice its slots moves in one commit.
+64 KiB slack (a known limit, for rings of thousands of slots). Growing ``max_episodes`` to a multiple of itself
+(twice, ...) always moves in one commit: a new slot is then the old one plus a multiple of the old count.
 
 Step files are not touched: they grow as episodes arrive, up to ``max_steps`` (as in every store). Persisted
 priorities of a prioritized sampler whose sizes no longer match start afresh (they are sampler state).

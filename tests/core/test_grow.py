@@ -307,3 +307,13 @@ def test_a_view_in_another_store_object_follows_a_grow(make_buffer):
         sampler.refresh()
     assert set(reader.sampler("uniform", seed=0).batch(64)["task_id"].tolist()) <= set(range(4, 9))
     reader.close()
+
+
+def test_a_multiple_of_the_old_count_moves_in_one_commit():
+    rng = np.random.default_rng(2)
+    for _ in range(2000):
+        old = int(rng.integers(1, 300))
+        first, live = int(rng.integers(0, 10**6)), int(rng.integers(1, old + 1))
+        ids = np.arange(first, first + live)
+        new = old * int(rng.integers(2, 6))
+        assert moves(ids, old, new) is not None and grow_layouts(ids, old, new) == [new]
