@@ -33,6 +33,7 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .views.loader import BatchIndexSampler, ReplayDataLoader
     from .samplers.prioritized import PrioritizedSampler, SequenceSampler
     from .samplers.base import ReplaySampler, UniformSampler
+    from .samplers.mixed import MixedSampler
     from .distributed.shards import ConcatView, ShardedSampler, ShardSet, shard_folder
     from .views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 
@@ -51,6 +52,7 @@ _LAZY = {
     "UniformSampler": "samplers.base",
     "PrioritizedSampler": "samplers.prioritized",
     "SequenceSampler": "samplers.prioritized",
+    "MixedSampler": "samplers.mixed",
     "ShardSet": "distributed.shards",
     "ShardedSampler": "distributed.shards",
     "ConcatView": "distributed.shards",
@@ -100,6 +102,7 @@ __all__ = [
     "Sample",
     "ReplaySampler",
     "UniformSampler",
+    "MixedSampler",
     "PrioritizedSampler",
     "SequenceSampler",
     "ShardSet",

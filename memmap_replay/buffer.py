@@ -304,6 +304,20 @@ class ReplayBuffer:
         for write, position, rows in plan_update(self._store, indices, data):
             write(position, rows)
 
+    def grow(self, *, max_episodes: int | None = None, max_steps: int | None = None,
+             max_timesteps: int | None = None, circular: bool | None = None) -> "ReplayBuffer":
+        """Raise the store's capacity in place, keeping every episode (None keeps a value): more episode
+        slots, more rows, longer episodes, or ``circular=True`` to turn it into a ring. Values never shrink,
+        and a ring stays a ring. Crash-safe: killed at any point, the folder reopens with every committed
+        episode, with the old capacity or the new one. Episode ids stay; slots (``live_episodes``) may move.
+        Samplers and datasets made before keep the old capacity: make new ones. Returns the buffer."""
+        self._check_idle("grow the store")
+        self._store.grow(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps,
+                         circular=circular)
+        self._staging = None  # sized by max_timesteps
+        self._sampler = None
+        return self
+
     def clear(self) -> None:
         """Remove every episode."""
         self._check_idle("clear")

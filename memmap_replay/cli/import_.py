@@ -40,7 +40,8 @@ examples:
   %(prog)s ~/.minari/datasets/mujoco/hopper/expert-v0 hopper_store --from minari
   %(prog)s hopper-medium-v2.hdf5 hopper_store
   %(prog)s data.npz store --next-observations field --overwrite
-  %(prog)s data.npz store --json | jq .episodes"""
+  %(prog)s data.npz store --json | jq .episodes
+  %(prog)s hopper-medium-v2.hdf5 hopper_store --max-episodes 5000 --circular   # then add online episodes"""
 
 _USAGE_ERRORS = (SchemaError, OptionError, StoreNotFoundError, NotAFolderError, FileExistsError, ImportError)
 
@@ -83,6 +84,13 @@ def add(commands) -> None:
                         help="d4rl: final rows when next_observations are the next rows (auto, final), the field "
                              "next_observation (field), or leave them out (drop); default auto")
     parser.add_argument("--chunk-mb", type=float, default=64, help="d4rl: rows read at a time, in MB (default 64)")
+    room = parser.add_argument_group("room for episodes stored after the import (default: sized to the dataset; "
+                                     "`grow` raises it later)")
+    room.add_argument("--max-episodes", type=int, metavar="N", help="episode slots (at least the dataset's episodes)")
+    room.add_argument("--max-steps", type=int, metavar="N",
+                      help="rows (default with --max-episodes: room for the added episodes at their longest)")
+    room.add_argument("--max-timesteps", type=int, metavar="N", help="the longest episode (at least the dataset's)")
+    room.add_argument("--circular", action="store_true", help="a ring: once full, the oldest episodes are evicted")
     parser.set_defaults(run=run_import)
 
 
@@ -104,13 +112,15 @@ def run_import(args: argparse.Namespace) -> int:
     if kind is None:
         return _fail(args, f"cannot tell the format of {args.source}: pass --from minari or --from d4rl", EXIT_USAGE)
     progress = not args.quiet and sys.stderr.isatty()
+    room = {key: getattr(args, key) for key in ("max_episodes", "max_steps", "max_timesteps", "circular")}
     try:
         if kind == "minari":
             report = import_minari(args.source, args.folder, datasets_path=args.datasets_path, infos=args.infos,
-                                   overwrite=args.overwrite, progress=progress)
+                                   overwrite=args.overwrite, progress=progress, **room)
         else:
             report = import_d4rl(args.source, args.folder, next_observations=args.next_observations,
-                                 infos=args.infos, overwrite=args.overwrite, chunk_mb=args.chunk_mb, progress=progress)
+                                 infos=args.infos, overwrite=args.overwrite, chunk_mb=args.chunk_mb, progress=progress,
+                                 **room)
     except _USAGE_ERRORS as error:
         return _fail(args, cli_words(str(error)), EXIT_USAGE)
     except (ReplayError, OSError) as error:

@@ -209,4 +209,26 @@ def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity
         raise SchemaMismatchError(
             f"the store at {folder} was created differently:\n  " + "\n  ".join(lines)
             + "\nopen it with ReplayBuffer.from_folder(folder), or pass overwrite=True to replace it"
+            + _grow_hint(folder, meta, schema, capacity)
         )
+
+
+def _grow_hint(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: Capacity | None) -> str:
+    """How to raise the capacity in place, when only a larger capacity was asked for."""
+    if capacity is None or (schema is not None and meta.schema.differences(schema)):
+        return ""
+    old, flags, options = meta.capacity, [], []
+    for key in ("max_episodes", "max_steps", "max_timesteps"):
+        asked, stored = getattr(capacity, key), getattr(old, key)
+        if asked < stored:
+            return ""
+        if asked > stored:
+            flags.append(f"--{key.replace('_', '-')} {asked}")
+            options.append(f"{key}={asked}")
+    if old.circular and not capacity.circular:
+        return ""
+    if capacity.circular and not old.circular:
+        flags.append("--circular")
+        options.append("circular=True")
+    return (f"\nor, to keep its episodes and raise its capacity in place: ReplayBuffer.from_folder(folder)"
+            f".grow({', '.join(options)}), or `memmap-replay grow {folder} {' '.join(flags)}`")

@@ -24,6 +24,7 @@ from ..errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnl
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
+from .grow import grow_store, grown_capacity
 from .checks import MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder
 from .schema import Schema
 
@@ -257,6 +258,10 @@ class EpisodeStore:
             fresh = fmt.read_meta(self.folder)
             if fresh.store_id != self.meta.store_id:
                 raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+            if fresh.capacity != self.meta.capacity:  # a writer grew the store: the slots of ``meta`` are gone
+                self.read_stamp = stamp
+                self._adopt(fresh)
+                return self.live_table(catch_up=catch_up)
             live = table.ids >= fresh.state.first_episode
             wrong = live & (stored != table.ids)
             if wrong.any():  # no writer reuses a live episode's slot: the table itself is damaged
@@ -306,8 +311,19 @@ class EpisodeStore:
         return changed
 
     def _adopt(self, meta: StoreMeta) -> None:
-        """Take a newer meta.json; the step files have grown to its row count before it was written."""
+        """Take a newer meta.json; the step files have grown to its row count before it was written. A new
+        capacity (a writer grew the store) reopens every file, whose headers have grown before it was written."""
+        grown = meta.capacity != self.meta.capacity
         self.meta, self._table_stamp = meta, None
+        if grown:
+            for file in self._files():
+                file.close()
+            self.steps, self.metas, self.table = {}, {}, {}
+            groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
+            for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity):
+                groups[group][spec.name] = NpyFile.open(self.folder, self.folder / path, spec,
+                                                        meta.state.rows if rows is None else rows,
+                                                        writable=self.writable)
         for file in self.steps.values():
             file.rows = max(file.rows, meta.state.rows)
 
@@ -444,7 +460,8 @@ class EpisodeStore:
     def _full(self, what: str) -> BufferFullError:
         return BufferFullError(
             f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest "
-            f"episodes, raise max_episodes/max_steps when creating it, or call clear()"
+            f"episodes, raise max_episodes/max_steps when creating it or grow it in place (buffer.grow(max_episodes=..., "
+            f"max_steps=...), or `memmap-replay grow FOLDER --max-episodes N`), or call clear()"
         )
 
     def _ensure_rows(self, rows: int) -> None:
@@ -457,8 +474,8 @@ class EpisodeStore:
                 file.grow(grown)
         state.rows = grown  # committed with the next meta.json; files never shrink, so this is safe
 
-    def _write_meta(self, state: fmt.State) -> None:
-        meta = StoreMeta(self.meta.schema, self.meta.capacity, state, self.meta.store_id)
+    def _write_meta(self, state: fmt.State, *, capacity: Capacity | None = None) -> None:
+        meta = StoreMeta(self.meta.schema, capacity or self.meta.capacity, state, self.meta.store_id)
         try:
             fmt.write_meta(self.folder, meta, durable=self.durable)
         except OSError as error:
@@ -467,6 +484,27 @@ class EpisodeStore:
             raise DiskFullError(f"no space left for {self.folder} to write meta.json ({error.strerror}): the store "
                                 f"is as it was; free some space (or raise the quota) and try again") from None
         self.meta = meta
+
+    def grow(self, *, max_episodes: int | None = None, max_steps: int | None = None,
+             max_timesteps: int | None = None, circular: bool | None = None) -> Capacity:
+        """Raise the capacity in place (None keeps a value; see ``core/grow.py`` for what may change and how a
+        crash at any point leaves either the old or the new capacity, with every committed episode). Returns
+        the new capacity. Live episodes keep their ids; their slots (``id % max_episodes``) may change."""
+        self.require_writable("grow the store")
+        capacity = grown_capacity(self.capacity, max_episodes=max_episodes, max_steps=max_steps,
+                                  max_timesteps=max_timesteps, circular=circular)
+        if capacity == self.capacity:
+            return capacity
+        self._changing()
+        try:
+            grow_store(self, capacity)
+        except OSError as error:
+            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
+                raise
+            raise DiskFullError(
+                f"no space left for {self.folder} while growing it to {capacity}: its capacity is "
+                f"{self.capacity} and every committed episode is intact; free some space and grow it again") from None
+        return self.capacity
 
     def clear(self) -> None:
         """Drop every episode (ids keep counting, so old slot contents can never look live again)."""

@@ -33,6 +33,7 @@ from ..core import format as fmt
 from ..buffer import ReplayBuffer
 from ..sharing.checksums import check_new_path
 from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
+from ..core.options import flag, positive_int
 from ..core.schema import NAME_PATTERN, RESERVED_NAMES
 from ..core.store import EpisodeStore
 from ..core.writer import whole_episode
@@ -200,6 +201,27 @@ def place(tmp: Path, target: Path) -> None:
 
 # ---- building a store ----------------------------------------------------------------------------------------
 
+_ROOM = ("max_episodes", "max_steps", "max_timesteps", "circular")
+
+
+def check_room(room: Mapping[str, Any] | None, *, episodes: int, max_timesteps: int, rows: int) -> dict:
+    """An import's ``max_episodes``/``max_steps``/``max_timesteps``/``circular`` (None: as the dataset needs):
+    room for episodes stored after the import; each must hold the dataset. Returns the options to grow by."""
+    room = {key: value for key, value in (room or {}).items() if value is not None}
+    needed = {"max_episodes": (max(1, episodes), "episodes"), "max_timesteps": (max(1, max_timesteps), "steps in its longest episode"),
+              "max_steps": (max(rows, max_timesteps + 1), "rows (steps plus final observations)")}
+    for key, value in room.items():
+        if key == "circular":
+            flag(value, "circular")
+            continue
+        positive_int(value, key)
+        if value < needed[key][0]:
+            raise OptionError(f"{key} must hold the dataset's {needed[key][0]} {needed[key][1]} (got {value}); "
+                              f"leave it out to size the store to the dataset, or pass at least {needed[key][0]}")
+    if room.get("circular") is False:
+        del room["circular"]
+    return room
+
 
 class StoreBuilder:
     """A new store built in a hidden sibling of ``folder`` and moved onto it by ``finish`` (a failed or
@@ -209,8 +231,9 @@ class StoreBuilder:
     (no cast, so nothing is rounded)."""
 
     def __init__(self, folder: str | os.PathLike, fields: Mapping[str, tuple], meta_fields: Mapping[str, tuple], *,
-                 episodes: int, max_timesteps: int, rows: int, overwrite: bool):
+                 episodes: int, max_timesteps: int, rows: int, overwrite: bool, room: Mapping[str, Any] | None = None):
         self.folder = Path(folder)
+        self.room = check_room(room, episodes=episodes, max_timesteps=max_timesteps, rows=rows)
         try:
             self.folder.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -254,6 +277,8 @@ class StoreBuilder:
         from ..sharing.card import add_provenance, update_card
 
         self.flush()
+        if self.room:
+            self.buffer.grow(**self.room)
         self.buffer.close()
         if card:
             update_card(self.tmp, **card)

@@ -50,7 +50,7 @@ from ..core.folderio import errors_named
 from .columns import _METADATA_LIMIT, _STRING, Column, RowWindow, decode_value, encode_value, _kind_of, open_columns, write_columns
 from .common import (ACTION, _ALSO_TRUNCATED, INFO, _NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
                      Transfer, _check_target, _field_name, pick_roles, place, progress_bar, provenance_record,
-                     read_store, _remove, same_bytes, _spec_of, stored_episodes, temporary_sibling)
+                     read_store, _remove, same_bytes, _spec_of, stored_episodes, temporary_sibling, check_room)
 
 __all__ = ["import_d4rl", "export_d4rl"]
 
@@ -68,8 +68,14 @@ class _Mismatch(Exception):
 
 
 def import_d4rl(path: str | os.PathLike, folder: str | os.PathLike, *, next_observations: str = "auto",
-                infos: bool = True, overwrite: bool = False, chunk_mb: float = 64, progress: bool = False) -> Transfer:
-    """A D4RL-style ``.hdf5`` / ``.npz`` file as a new store at ``folder`` (see the module docstring)."""
+                infos: bool = True, overwrite: bool = False, chunk_mb: float = 64, progress: bool = False,
+                max_episodes: int | None = None, max_steps: int | None = None, max_timesteps: int | None = None,
+                circular: bool = False) -> Transfer:
+    """A D4RL-style ``.hdf5`` / ``.npz`` file as a new store at ``folder`` (see the module docstring).
+    ``max_episodes``/``max_steps``/``max_timesteps``/``circular``: room for episodes stored after the import
+    (offline data, then online episodes); None sizes the store to the dataset (``ReplayBuffer.grow`` later)."""
+    room = dict(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps, circular=circular)
+    check_room(room, episodes=0, max_timesteps=0, rows=0)  # the types, before reading anything
     if next_observations not in _NEXT_MODES:
         raise OptionError(f"next_observations must be one of {_NEXT_MODES} (got {next_observations!r})")
     if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float)) or not 0 < chunk_mb <= _MAX_CHUNK_MB:
@@ -81,14 +87,15 @@ def import_d4rl(path: str | os.PathLike, folder: str | os.PathLike, *, next_obse
     while True:
         try:
             return _import_once(path, folder, mode, infos=infos, overwrite=overwrite, chunk=int(chunk_mb * 2**20),
-                               progress=progress)
+                               progress=progress, room=room)
         except _Mismatch as error:
             if next_observations != "auto":
                 raise InvalidDataError(f"{path}: {error}; pass next_observations='field' to keep them whole") from None
             mode = "field"
 
 
-def _import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool, chunk: int, progress: bool) -> Transfer:
+def _import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool, chunk: int, progress: bool,
+                 room: dict) -> Transfer:
     source = open_columns(path)
     try:
         layout = _Layout(source, mode, infos)
@@ -104,7 +111,7 @@ def _import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool,
         lengths = split.stops - split.starts
         rows = layout.length + (len(lengths) if layout.mode == "final" else 0)
         with StoreBuilder(folder, layout.fields, meta_fields, episodes=len(lengths),
-                          max_timesteps=int(lengths.max(initial=1)), rows=rows, overwrite=overwrite) as builder, \
+                          max_timesteps=int(lengths.max(initial=1)), rows=rows, overwrite=overwrite, room=room) as builder, \
                 progress_bar(layout.length, "import", progress) as bar:
             window = RowWindow(source, list(layout.keys), layout.length, chunk)
             for number, (start, stop) in enumerate(zip(split.starts.tolist(), split.stops.tolist())):

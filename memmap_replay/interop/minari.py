@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import InvalidDataError, StoreNotFoundError, UnsupportedFormatError
 from .common import (ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, StoreBuilder, Transfer, _field_name,
-                     flatten, progress_bar, require, _spec_of)
+                     flatten, progress_bar, require, _spec_of, check_room)
 
 __all__ = ["import_minari", "minari_root"]
 
@@ -76,14 +76,19 @@ def _open_dataset(dataset: Any, datasets_path: Any) -> tuple[Any, str]:
 
 
 def import_minari(dataset: Any, folder: str | os.PathLike, *, datasets_path: str | os.PathLike | None = None,
-                  infos: bool = True, overwrite: bool = False, progress: bool = False) -> Transfer:
-    """A local Minari dataset as a new store at ``folder`` (see the module docstring); returns a report."""
+                  infos: bool = True, overwrite: bool = False, progress: bool = False, max_episodes: int | None = None,
+                  max_steps: int | None = None, max_timesteps: int | None = None, circular: bool = False) -> Transfer:
+    """A local Minari dataset as a new store at ``folder`` (see the module docstring); returns a report.
+    ``max_episodes``/``max_steps``/``max_timesteps``/``circular``: room for episodes stored after the import
+    (offline data, then online episodes); None sizes the store to the dataset (``ReplayBuffer.grow`` later)."""
+    room = dict(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps, circular=circular)
+    check_room(room, episodes=0, max_timesteps=0, rows=0)  # the types, before reading anything
     dataset, source = _open_dataset(dataset, datasets_path)
     extra_meta: set[str] = set()
     while True:
         try:
             return _import_once(dataset, source, folder, infos=infos, overwrite=overwrite, progress=progress,
-                               extra_meta=extra_meta)
+                               extra_meta=extra_meta, room=room)
         except _NeedsField as needed:  # an episode both terminated and truncated: start again with the field
             extra_meta.add(needed.name)
 
@@ -93,7 +98,7 @@ class _NeedsField(Exception):
         self.name = name
 
 
-def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_meta) -> Transfer:
+def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_meta, room) -> Transfer:
     indices = np.asarray(dataset.episode_indices)
     attrs = list(dataset.storage.get_episode_metadata(indices))
     lengths = [int(attr.get("total_steps", -1)) for attr in attrs]
@@ -110,7 +115,7 @@ def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_m
         fields = {OBSERVATION: ("float32", ())}
         notes.append("the dataset has no episodes: the store is empty")
     with StoreBuilder(folder, fields, meta_fields, episodes=len(indices), max_timesteps=max(lengths, default=1),
-                      rows=sum(lengths) + len(lengths), overwrite=overwrite) as builder, \
+                      rows=sum(lengths) + len(lengths), overwrite=overwrite, room=room) as builder, \
             progress_bar(sum(lengths), "import", progress) as bar:
         for number, episode in enumerate(dataset.iterate_episodes(indices)):
             where = f"episode {indices[number]} of {source}"

@@ -5,8 +5,9 @@ imports torch."""
 
 from .base import BetaSchedule, ReplaySampler, Sampler, SamplerBase, UniformSampler
 from .factory import SAMPLERS, sampler_class, sampler_options
+from .mixed import MixedSampler
 from .prioritized import PrioritizedSampler, SequenceSampler
 from .sumtree import SumTree
 
 __all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "PrioritizedSampler",
-           "SequenceSampler", "SumTree", "SAMPLERS", "sampler_class", "sampler_options"]
+           "SequenceSampler", "MixedSampler", "SumTree", "SAMPLERS", "sampler_class", "sampler_options"]

@@ -18,7 +18,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..errors import CorruptStoreError, InvalidDataError, OptionError, ReplayError, SampleExpiredError
+from ..errors import (CorruptStoreError, InvalidDataError, OptionError, ReplayError, SampleExpiredError,
+                      SchemaMismatchError)
 from ..core.episodes import select_episodes as _select_episodes
 from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
@@ -83,6 +84,14 @@ class StoreView(BatchDataset):
         self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
         state = store.meta.state
         self.state = (state.first_episode, state.next_episode)
+        self._capacity = store.capacity
+
+    def _check_stride(self, store: EpisodeStore) -> None:
+        """Keys are episode id * max_timesteps + t: a view cannot follow a store grown to longer episodes."""
+        if store.capacity.max_timesteps != self.key_stride:
+            raise SchemaMismatchError(
+                f"{store.folder} was grown to max_timesteps={store.capacity.max_timesteps} since this view was made "
+                f"(its keys count {self.key_stride} steps an episode): make a new view (and sampler) of the store")
 
     kind = "trajectories"  # names a sampler's priorities by default
     # reads scattered rows: with readahead on, its maps are marked MADV_RANDOM (a page fault outside the
@@ -108,9 +117,10 @@ class StoreView(BatchDataset):
         store = self.store
         if reread:
             store.refresh()
+        self._check_stride(store)
         state = store.meta.state
-        if (state.first_episode, state.next_episode) == self.state:
-            return False
+        if (state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity:
+            return False  # (a grown capacity moves slots: the snapshot is taken again)
         self._snapshot(store)
         self._sources = {}  # the files may have grown: map them again on the next read
         self.build()
@@ -245,6 +255,10 @@ class StoreView(BatchDataset):
         if not store.is_writer and store.meta_stamp() != self._stamp:
             store.refresh()
             self._stamp = store.read_stamp
+        if store.capacity != self._capacity:  # a grow moved slots while this batch was read
+            self._check_stride(store)
+            raise SampleExpiredError(f"{store.folder} was grown while this batch was read (episode slots may have "
+                                     f"moved); draw again (a sampler's batch() does), or refresh() the view")
         oldest = self.table.ids[episode.min()]  # table ids ascend
         first = store.meta.state.first_episode
         if oldest < first:

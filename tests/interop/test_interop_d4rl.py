@@ -19,7 +19,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from memmap_replay import InvalidDataError, NotAFolderError, OptionError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
+from memmap_replay import BufferFullError, InvalidDataError, NotAFolderError, OptionError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
 from memmap_replay.cli import main  # noqa: E402
 from memmap_replay.interop import TargetExistsError, export_d4rl, import_d4rl  # noqa: E402
 
@@ -480,3 +480,78 @@ def test_nested_keys_that_would_collide_are_refused():
         flatten({"a__b": np.zeros(2), "a": {"b": np.ones(2)}}, "observation", "observations")
     assert set(flatten({"a": {"b": np.ones(2)}, "c": (np.zeros(1),)}, "observation", "o")) == {
         "observation__a__b", "observation__c__0"}
+
+
+# ---- room for online episodes after an import (offline-to-online) ----------------------------------------------
+
+
+def online_episode(rng, length: int) -> dict:
+    return {"observation": rng.standard_normal((length, 3)).astype(np.float32),
+            "action": rng.standard_normal((length, 2)).astype(np.float32),
+            "reward": rng.standard_normal(length).astype(np.float32)}
+
+
+def test_an_imported_store_grows_for_online_episodes(tmp_path):
+    rng = np.random.default_rng(3)
+    source = write_file(tmp_path / "data.npz", d4rl_arrays())
+    import_d4rl(source, tmp_path / "store", infos=False)
+    offline = store_contents(tmp_path / "store")
+    with ReplayBuffer.from_folder(tmp_path / "store") as buffer:
+        with pytest.raises(BufferFullError, match=r"the buffer is full: an episode of 4 rows does not fit in the 0 rows left of max_steps=57(.|\n)*grow it in place"):
+            buffer.store_episode(**online_episode(rng, 4))
+        buffer.grow(max_episodes=20)
+        for _ in range(14):
+            buffer.store_episode(**online_episode(rng, 4), end="truncated")
+        assert len(buffer) == 20
+    for before, after in zip(offline, store_contents(tmp_path / "store")):
+        for name, value in before["steps"].items():
+            assert_same(after["steps"][name], value, name)
+
+
+@pytest.mark.parametrize("circular", [False, True])
+def test_import_with_room_takes_online_episodes(tmp_path, circular):
+    rng = np.random.default_rng(4)
+    data = d4rl_arrays()
+    source = write_file(tmp_path / "data.hdf5", data)
+    report = import_d4rl(source, tmp_path / "store", infos=False, max_episodes=10, max_timesteps=20, circular=circular)
+    assert report.episodes == len(bounds())
+    with ReplayBuffer.from_folder(tmp_path / "store") as buffer:
+        assert (buffer.max_episodes, buffer.max_timesteps, buffer.circular) == (10, 20, circular)
+        for _ in range(4):
+            buffer.store_episode(**online_episode(rng, 20))
+        if circular:
+            buffer.store_episode(**online_episode(rng, 3))  # the oldest offline episode goes
+            assert len(buffer) == 10
+        else:
+            with pytest.raises(BufferFullError, match="all 10 episode slots are used"):
+                buffer.store_episode(**online_episode(rng, 3))
+    stored = store_contents(tmp_path / "store")
+    offline = bounds()[1:] if circular else bounds()
+    for episode, (start, stop, _) in zip(stored, offline):
+        assert_same(episode["steps"]["observation"], data["observations"][start:stop])
+
+
+@pytest.mark.parametrize("options,match", [
+    (dict(max_episodes=3), r"max_episodes must hold the dataset's 6 episodes \(got 3\)"),
+    (dict(max_timesteps=4), r"max_timesteps must hold the dataset's 16 steps in its longest episode \(got 4\)"),
+    (dict(max_steps=10), r"max_steps must hold the dataset's 57 rows .* \(got 10\)"),
+    (dict(max_episodes=0), r"max_episodes must be a positive int \(got 0\)"),
+    (dict(circular=1), r"circular must be True or False \(got 1\)"),
+])
+def test_import_room_smaller_than_the_dataset_is_refused(tmp_path, options, match):
+    source = write_file(tmp_path / "data.npz", d4rl_arrays())
+    with pytest.raises(OptionError, match=match):
+        import_d4rl(source, tmp_path / "store", infos=False, **options)
+    assert not (tmp_path / "store").exists()
+    assert [path.name for path in tmp_path.iterdir()] == ["data.npz"]
+
+
+def test_import_command_with_room(tmp_path):
+    write_file(tmp_path / "data.hdf5", d4rl_arrays())
+    done = cli("import", "data.hdf5", "store", "--max-episodes", "50", "--circular", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as buffer:
+        assert (buffer.max_episodes, buffer.circular, len(buffer)) == (50, True, len(bounds()))
+        assert buffer.max_steps == N + 44 * (buffer.max_timesteps + 1)
+    done = cli("import", "data.hdf5", "small", "--max-episodes", "2", cwd=tmp_path)
+    assert done.returncode == 2 and "max_episodes must hold the dataset's 6 episodes (got 2)" in done.stderr

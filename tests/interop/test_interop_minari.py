@@ -366,3 +366,25 @@ def test_the_commands(root, tmp_path):
     assert_same_datasets(minari.load_dataset("cartpole/random-v0"), minari.load_dataset("cartpole/cli-v0"))
     done = run("export", "store", "cartpole/cli-v0")
     assert done.returncode == 2 and "--overwrite" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_imported_dataset_takes_online_episodes(root, tmp_path):
+    dataset = cartpole_dataset()
+    longest = max(len(episode.rewards) for episode in dataset.iterate_episodes())
+    with pytest.raises(OptionError, match=rf"max_timesteps must hold the dataset's {longest} steps in its longest "
+                                          rf"episode \(got 1\)"):
+        import_minari("cartpole/random-v0", tmp_path / "refused", max_timesteps=1)
+    import_minari("cartpole/random-v0", tmp_path / "store", max_episodes=12, max_timesteps=600, circular=True)
+    offline = store_episodes(tmp_path / "store")
+    rng = np.random.default_rng(5)
+    with ReplayBuffer.from_folder(tmp_path / "store") as buffer:
+        assert (buffer.max_episodes, buffer.max_timesteps, buffer.circular) == (12, 600, True)
+        fields = {name: spec for name, spec in buffer.schema.fields.items()}
+        for _ in range(7):
+            length = int(rng.integers(5, 600))
+            buffer.store_episode(**{name: np.zeros((length, *spec.shape), spec.dtype) for name, spec in fields.items()},
+                                 end="terminated")
+        assert len(buffer) == 12
+    for (steps, final, end, meta), (steps2, final2, end2, meta2) in zip(offline, store_episodes(tmp_path / "store")):
+        assert_same(steps["observation"], steps2["observation"])
+        assert end == end2
