@@ -51,6 +51,17 @@ def filled(make_buffer):
     return buffer
 
 
+@pytest.fixture
+def three(make_buffer):
+    """Episodes of every kind of end. A: 4 steps, terminated, no final row. B: 3 steps, truncated, final
+    obs -2. C: 3 steps, end not recorded."""
+    buffer = make_buffer()
+    buffer.store_episode(**episode_arrays(1, 4), task_id=1, end="terminated")
+    buffer.store_episode(**episode_arrays(2, 3), task_id=2, end="truncated", final=dict(obs=np.full(3, -2.0)))
+    buffer.store_episode(**episode_arrays(3, 3), task_id=3)
+    return buffer
+
+
 def reap(process: subprocess.Popen, timeout: float) -> str:
     """Wait for a child process and return its stderr (closing the pipe: no ResourceWarning)."""
     try:

@@ -12,16 +12,6 @@ from memmap_replay.core.episodes import end_names, step_flags
 from conftest import episode_arrays
 
 
-@pytest.fixture
-def three(make_buffer):
-    """A: 4 steps, terminated, no final row. B: 3 steps, truncated, final obs -2. C: 3 steps, end unknown."""
-    buffer = make_buffer()
-    buffer.store_episode(**episode_arrays(1, 4), task_id=1, end="terminated")
-    buffer.store_episode(**episode_arrays(2, 3), task_id=2, end="truncated", final=dict(obs=np.full(3, -2.0)))
-    buffer.store_episode(**episode_arrays(3, 3), task_id=3)
-    return buffer
-
-
 def test_episodes_of_known_ends(three):
     a, b, c = three.episodes()
     assert [len(a), len(b), len(c)] == [4, 3, 3]

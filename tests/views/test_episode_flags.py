@@ -13,16 +13,6 @@ from conftest import episode_arrays
 FLAGS = ("_is_first", "_is_last", "_is_terminal")
 
 
-@pytest.fixture
-def three(make_buffer):
-    """A: 4 steps, terminated. B: 3 steps, truncated, with a final row. C: 3 steps, end not recorded."""
-    buffer = make_buffer()
-    buffer.store_episode(**episode_arrays(1, 4), task_id=1, end="terminated")
-    buffer.store_episode(**episode_arrays(2, 3), task_id=2, end="truncated", final=dict(obs=np.full(3, -2.0)))
-    buffer.store_episode(**episode_arrays(3, 3), task_id=3)
-    return buffer
-
-
 def flags(batch):
     return [batch[name].int().tolist() for name in FLAGS]
 

@@ -15,16 +15,6 @@ from memmap_replay.views.kinds import NStepView, TimestepView, TrajectoryView, W
 from conftest import episode_arrays
 
 
-@pytest.fixture
-def three(make_buffer):
-    """A: 4 steps, terminated, no final row. B: 3 steps, truncated, final obs -2. C: 3 steps, end unknown."""
-    buffer = make_buffer()
-    buffer.store_episode(**episode_arrays(1, 4), task_id=1, end="terminated")
-    buffer.store_episode(**episode_arrays(2, 3), task_id=2, end="truncated", final=dict(obs=np.full(3, -2.0)))
-    buffer.store_episode(**episode_arrays(3, 3), task_id=3)
-    return buffer
-
-
 def everything(view):
     return view.__getitems__(np.arange(len(view)))
 
