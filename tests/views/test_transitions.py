@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import memmap_replay
-from memmap_replay import OptionError, ReplayBuffer, TransitionView
+from memmap_replay import OptionError, TransitionView
 from memmap_replay.views.kinds import NStepView
 
 from conftest import episode_arrays
