@@ -286,8 +286,8 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
             raise OptionError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
                                    f"achieved_field='achieved', reward_fn=f) (got {hindsight!r})")
         if timestep_level or window is not None or transitions:
-            raise OptionError(f"hindsight relabels one-step transitions itself (got {chosen}): drop timestep_level, "
-                              f"window and transitions")
+            raise OptionError(f"hindsight relabels one-step transitions: drop timestep_level and window, and "
+                              f"transitions (a hindsight view is made of one-step transitions) (got {chosen})")
         clash = sorted(set(hindsight) & set(options))
         if clash:
             raise OptionError(f"{clash} given both in hindsight= and as keywords; pass them once")

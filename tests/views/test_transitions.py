@@ -258,8 +258,9 @@ def test_dataloader_with_two_workers(ends, workers):
     (dict(transitions=True, window=2), r"choose one of .* \(got \['window', 'transitions'\]\)"),
     (dict(transitions="yes"), r"transitions must be"),
     (dict(transitions=True, return_mask=True), r"return_mask applies to trajectories"),
-    (dict(transitions=True, hindsight=dict(goal_field="obs")), r"hindsight relabels one-step transitions itself "
-                                                                r"\(got \['transitions'\]\): drop"),
+    (dict(transitions=True, hindsight=dict(goal_field="obs")), r"hindsight relabels one-step transitions: drop "
+                                                                r"timestep_level and window, and transitions .*"
+                                                                r"\(got \['transitions'\]\)"),
     (dict(transitions=True, current_fields=("obs",)), r"unknown keyword \['current_fields'\] for a TransitionView"),
     (dict(transitions=True, sequence_fields=("reward",)), r"unknown keyword \['sequence_fields'\] for a TransitionView"),
     (dict(transitions=True, observation_field="obs"), r"unknown keyword \['observation_field'\].*did you mean "
