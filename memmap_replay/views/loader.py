@@ -305,8 +305,9 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
         view, args = WindowView, (window,)
         options.pop("return_mask", None)  # partial windows always carry their mask
     accepted = set().union(*(_keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
-    accepted -= set(getattr(view, "refused_options", ()))
-    unknown = sorted(set(options) - accepted)
+    refused = set(getattr(view, "refused_options", ()))  # a parent's options this view sets itself: it says so
+    accepted -= refused
+    unknown = sorted(set(options) - accepted - refused)
     if unknown:
         what, own = _caller if _caller is not None else ("", set())
         where = f"{what} over a {view.__name__}" if what else f"a {view.__name__}"

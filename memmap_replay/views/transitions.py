@@ -44,9 +44,9 @@ _TRUNCATED = END_CODES["truncated"]
 _NSTEP_ONLY = ("n_steps", "current_fields", "next_fields", "sequence_fields", "reward_field")
 
 
-def observation_fields_of(fields: tuple[str, ...], chosen: Any = None) -> tuple[str, ...]:
-    """The observation fields among ``fields``: ``chosen`` (checked: names among ``fields``, at least one),
-    else those named like observations (``OBSERVATION_PREFIXES``)."""
+def observation_fields_of(fields: tuple[str, ...], chosen: Any = None, known: Any = None) -> tuple[str, ...]:
+    """The observation fields among ``fields``: ``chosen`` (checked: step fields of ``known``, the store's,
+    among ``fields``, at least one), else those named like observations (``OBSERVATION_PREFIXES``)."""
     if chosen is None:
         found = tuple(name for name in fields if name.lower().startswith(OBSERVATION_PREFIXES))
         if not found:
@@ -57,7 +57,11 @@ def observation_fields_of(fields: tuple[str, ...], chosen: Any = None) -> tuple[
                 f"observation_fields=, e.g. buffer.dataset(transitions=True, observation_fields=({fields[0]!r},))"
                 if fields else "a transitions view needs at least one field (got fields=())")
         return found
-    chosen = check_names(chosen, dict.fromkeys(fields), "field")
+    chosen = check_names(chosen, dict.fromkeys(fields) if known is None else known, "field")
+    outside = [name for name in chosen if name not in fields]
+    if outside:
+        raise OptionError(f"observation_fields {outside} must be among the fields the view returns, {list(fields)}: "
+                          f"add them to fields=, or leave fields unset (every step field)")
     if not chosen:
         raise OptionError(f"observation_fields must name at least one of the fields {list(fields)} (got ()); leave "
                           f"it unset to take those named like observations")
@@ -84,7 +88,7 @@ class TransitionView(NStepView):
         if fields is not None and not chosen:
             raise OptionError(f"fields must name at least one step field (got ()); the store's fields are "
                               f"{sorted(schema.fields)}")
-        observed = observation_fields_of(chosen, observation_fields)
+        observed = observation_fields_of(chosen, observation_fields, schema.fields)
         # the discount's gamma, known to output_names() before NStepView's checks (its own gamma, for the
         # n-step return, stays None: no reward is read)
         self._discount = None if gamma is None else number(gamma, "gamma", low=0, high=1)

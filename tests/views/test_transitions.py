@@ -261,8 +261,15 @@ def test_dataloader_with_two_workers(ends, workers):
     (dict(transitions=True, hindsight=dict(goal_field="obs")), r"hindsight relabels one-step transitions: drop "
                                                                 r"timestep_level and window, and transitions .*"
                                                                 r"\(got \['transitions'\]\)"),
-    (dict(transitions=True, current_fields=("obs",)), r"unknown keyword \['current_fields'\] for a TransitionView"),
-    (dict(transitions=True, sequence_fields=("reward",)), r"unknown keyword \['sequence_fields'\] for a TransitionView"),
+    (dict(transitions=True, current_fields=("obs",)), r"a transitions view takes fields= and observation_fields=, "
+                                                      r"not \['current_fields'\]: it returns the fields at t and "
+                                                      r"next_<observation> at t \+ 1; for n-step transitions use "
+                                                      r"n_steps= \(NStepView\) instead"),
+    (dict(transitions=True, sequence_fields=("reward",), reward_field="reward"),
+     r"not \['sequence_fields', 'reward_field'\]"),
+    (dict(transitions=True, stack_feilds=("obs",)), r"unknown keyword \['stack_feilds'\] for a TransitionView; it "
+                                                    r"takes \['fieldname_map', 'fields', .*'transform'\]; did you "
+                                                    r"mean 'stack_fields'"),
     (dict(transitions=True, observation_field="obs"), r"unknown keyword \['observation_field'\].*did you mean "
                                                       r"'observation_fields'"),
     (dict(transitions=True, gamma=1.5), r"gamma must be .*1.*\(got 1\.5\)"),
@@ -270,7 +277,8 @@ def test_dataloader_with_two_workers(ends, workers):
                                                    r"\['obs', 'action', 'reward'\] \(got \(\)\)"),
     (dict(transitions=True, observation_fields="obz"), r"unknown field \['obz'\].*did you mean 'obs'"),
     (dict(transitions=True, fields=("action", "reward"), observation_fields="obs"),
-     r"unknown field \['obs'\]: the store's fields are \['action', 'reward'\]"),
+     r"observation_fields \['obs'\] must be among the fields the view returns, \['action', 'reward'\]: add "
+     r"them to fields=, or leave fields unset"),
     (dict(transitions=True, fields=("action", "reward")), r"none of the fields \['action', 'reward'\] has a name"),
     (dict(transitions=True, fields=()), r"fields must name at least one step field \(got \(\)\)"),
     (dict(transitions=True, frame_stack=0), r"frame_stack must be"),
@@ -319,3 +327,26 @@ def test_the_docs_example_runs(tmp_path, monkeypatch):
     assert len(blocks) == 1
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "docs/transitions.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_unknown_keywords_list_only_what_a_transitions_view_takes(ends):
+    with pytest.raises(OptionError, match=r"unknown keyword \['windw'\] for a TransitionView") as caught:
+        ends.dataset(transitions=True, windw=2)
+    assert "observation_fields" in str(caught.value)
+    assert not {"current_fields", "next_fields", "sequence_fields", "reward_field"} & set(re.findall(r"'(\w+)'",
+                                                                                                  str(caught.value)))
+
+
+def test_shards_read_transitions_as_one_store(ends):
+    from memmap_replay import ShardSet
+
+    shards = ShardSet(folders=[ends.folder])
+    try:
+        batch = everything(shards.dataset(transitions=True, gamma=0.9))
+        expected = expected_transitions(0.9)
+        for name in ("obs", "next_obs", "terminated", "truncated", "discount"):
+            np.testing.assert_allclose(batch[name].numpy(), np.array(expected[name]), atol=1e-6, err_msg=name)
+        assert sorted(shards.sampler("uniform", transitions=True, seed=0).batch(4)) == \
+            ["_key", "action", "next_obs", "obs", "reward", "task_id", "terminated", "truncated"]
+    finally:
+        shards.close()
