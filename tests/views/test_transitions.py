@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memmap_replay
-from memmap_replay import OptionError, TransitionView
+from memmap_replay import OptionError, ReplayBuffer, TransitionView
 from memmap_replay.views.kinds import NStepView
 
 from conftest import episode_arrays
@@ -71,6 +73,54 @@ def test_values_at_terminated_truncated_and_unknown_ends(ends):
     assert batch["terminated"].dtype == batch["truncated"].dtype == torch.bool
     assert batch["discount"].dtype == torch.float32 and batch["discount"].shape == (sum(COUNTS),)
     assert batch["action"].dtype == torch.int32 and batch["action"].shape == (sum(COUNTS), 2)
+
+
+RANDOM_EPISODES = st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["terminated", "truncated", None]),
+                                     st.booleans()), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(episodes=RANDOM_EPISODES, gamma=st.sampled_from([None, 0.5, 1.0]), ring=st.booleans())
+def test_matches_a_step_by_step_reference(tmp_path_factory, episodes, gamma, ring):
+    """Every transition of random stores (ends, final rows, a wrapping ring) against a plain loop."""
+    buffer = ReplayBuffer(tmp_path_factory.mktemp("transitions"), 4 if ring else 10, 8, circular=ring,
+                          fields=dict(obs=("float", (2,)), action="int", reward="float"))
+    try:
+        stored = []
+        for number, (length, end, has_final) in enumerate(episodes, start=1):
+            arrays = episode_arrays(number, length)
+            final = dict(obs=np.full(2, -number, dtype=np.float32)) if has_final else None
+            buffer.store_episode(obs=arrays["obs"][:, :2], action=arrays["action"][:, 0], reward=arrays["reward"],
+                                 end=end, final=final)
+            stored.append((number, length, end, has_final))
+        expected = []
+        for number, length, end, has_final in stored[len(stored) - buffer.num_episodes:]:
+            for t in range(length if end == "terminated" or has_final else length - 1):
+                last = t == length - 1
+                following = number * 1000 + t + 1 if not last else -number if has_final else 0
+                discount = 0.0 if last and end == "terminated" else gamma
+                expected.append((number * 1000 + t, following, last and end == "terminated",
+                                 last and end == "truncated", discount))
+        view = TransitionView(buffer.episode_store, gamma=gamma)
+        assert len(view) == len(expected)
+        if not expected:
+            return
+        items = np.random.default_rng(0).permutation(len(view))
+        batch = view.__getitems__(items)
+        got = {name: value.numpy()[np.argsort(items)] for name, value in batch.items()}
+        reward, following, terminated, truncated, discount = (np.array(column) for column in zip(*expected))
+        np.testing.assert_array_equal(got["reward"], reward)
+        np.testing.assert_array_equal(got["action"], reward)
+        np.testing.assert_array_equal(got["obs"][:, 0], reward)
+        np.testing.assert_array_equal(got["next_obs"][:, 0], following)
+        np.testing.assert_array_equal(got["terminated"], terminated)
+        np.testing.assert_array_equal(got["truncated"], truncated)
+        if gamma is None:
+            assert "discount" not in got
+        else:
+            np.testing.assert_allclose(got["discount"], discount.astype(np.float32), rtol=0)
+    finally:
+        buffer.close()
 
 
 def test_the_n_step_rules_exactly(ends):
