@@ -50,7 +50,7 @@ def observation_fields_of(fields: tuple[str, ...], chosen: Any = None, known: An
     if chosen is None:
         found = tuple(name for name in fields if name.lower().startswith(OBSERVATION_PREFIXES))
         if not found:
-            prefixes = ", ".join(repr(prefix) for prefix in OBSERVATION_PREFIXES)
+            prefixes = ", ".join(repr(prefix) for prefix in OBSERVATION_PREFIXES[:-1]) + f" or {OBSERVATION_PREFIXES[-1]!r}"
             raise OptionError(
                 f"a transitions view must know which fields are observations (they get a next_<field>): none of "
                 f"the fields {list(fields)} has a name starting with {prefixes}; name them with "
@@ -97,7 +97,9 @@ class TransitionView(NStepView):
                          stack_pad=stack_pad, **options)
         self.fields = self.current_fields
         self.observation_fields = observed
-        self.gamma = self._discount  # as given (the n-step machinery's targets take it at the next build)
+        # as given; NStepView's targets carry it too from the next build on (their bootstrap column is
+        # gamma or 0, as the discount is), but this view's outputs never read that column
+        self.gamma = self._discount
 
     def read_fields(self) -> tuple[str, ...]:
         return self.current_fields  # the observation fields are among them: nothing else is read

@@ -230,7 +230,7 @@ def test_an_unnamed_store_says_how_to_name_the_observations(make_buffer):
     buffer = make_buffer(fields=dict(x=("float", 2), a="int", r="float"), meta_fields={})
     buffer.store_episode(x=np.zeros((3, 2)), a=np.zeros(3), r=np.zeros(3), end="truncated", final=dict(x=[1, 1]))
     with pytest.raises(OptionError, match=r"none of the fields \['x', 'a', 'r'\] has a name starting with 'obs', "
-                                          r"'state', 'image', 'pixel'; name them with observation_fields=, e\.g\. "
+                                          r"'state', 'image' or 'pixel'; name them with observation_fields=, e\.g\. "
                                           r"buffer\.dataset\(transitions=True, observation_fields=\('x',\)\)"):
         buffer.dataset(transitions=True)
     batch = everything(buffer.dataset(transitions=True, observation_fields="x"))
