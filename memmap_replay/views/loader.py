@@ -401,7 +401,8 @@ def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView 
     if view is None:
         if kind == "sequence" and "window" not in options:
             raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
-        if not {"n_steps", "window", "timestep_level", "hindsight"} & set(options) and not options.get("transitions"):
+        kinds = {"n_steps", "window", "timestep_level", "hindsight"}
+        if not kinds & set(options) and not options.get("transitions"):
             options["timestep_level"] = True
         view = make_dataset(store, allow_empty=allow_empty, _caller=(f"a {kind!r} sampler", accepted), **options)
     elif options:

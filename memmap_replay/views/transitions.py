@@ -50,7 +50,8 @@ def observation_fields_of(fields: tuple[str, ...], chosen: Any = None, known: An
     if chosen is None:
         found = tuple(name for name in fields if name.lower().startswith(OBSERVATION_PREFIXES))
         if not found:
-            prefixes = ", ".join(repr(prefix) for prefix in OBSERVATION_PREFIXES[:-1]) + f" or {OBSERVATION_PREFIXES[-1]!r}"
+            *most, last = OBSERVATION_PREFIXES
+            prefixes = ", ".join(map(repr, most)) + f" or {last!r}"
             raise OptionError(
                 f"a transitions view must know which fields are observations (they get a next_<field>): none of "
                 f"the fields {list(fields)} has a name starting with {prefixes}; name them with "
