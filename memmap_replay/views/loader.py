@@ -256,6 +256,9 @@ def _keywords(cls) -> set[str]:
     return {name for name, p in inspect.signature(init).parameters.items() if p.kind is p.KEYWORD_ONLY}
 
 
+_SWITCHES = {"n_steps", "timestep_level", "window", "transitions"}  # make_dataset's choice of view
+
+
 def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
                  window: int | None = None, transitions: bool = False, allow_empty: bool = False,
                  _caller: tuple[str, set] | None = None, **options: Any):
@@ -313,7 +316,7 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
         where = f"{what} over a {view.__name__}" if what else f"a {view.__name__}"
         also = f" ({what} itself takes {sorted(own - accepted)})" if own else ""
         raise OptionError(f"unknown keyword {unknown} for {where}; it takes {sorted(accepted)}{also}"
-                          f"{did_you_mean(unknown, accepted | own | {'n_steps', 'timestep_level', 'window', 'transitions'})}")
+                          f"{did_you_mean(unknown, accepted | own | _SWITCHES)}")
     dataset = view(store, *args, **options)
     if len(dataset) == 0 and not allow_empty:
         raise OptionError(f"the {view.__name__} has no items: " + _why_empty(dataset, store, n_steps, window))
