@@ -36,6 +36,7 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .samplers.mixed import MixedSampler
     from .distributed.shards import ConcatView, ShardedSampler, ShardSet, shard_folder
     from .views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
+    from .views.transitions import TransitionView
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
 # every command and every numpy-only user would pay for nothing.
@@ -44,6 +45,7 @@ _LAZY = {
     "TimestepView": "views.kinds",
     "WindowView": "views.kinds",
     "NStepView": "views.kinds",
+    "TransitionView": "views.transitions",
     "HindsightView": "views.hindsight",
     "Sample": "views.dataset",
     "BatchIndexSampler": "views.loader",
@@ -97,6 +99,7 @@ __all__ = [
     "TimestepView",
     "WindowView",
     "NStepView",
+    "TransitionView",
     "HindsightView",
     "BatchIndexSampler",
     "Sample",

@@ -344,7 +344,9 @@ class ReplayBuffer:
     def dataset(self, **options: Any):
         """A torch Dataset (a view) over the live episodes; see ``memmap_replay.views`` and the README.
 
-        ``n_steps=`` -> n-step transitions, ``timestep_level=True`` -> single steps, ``window=`` ->
+        ``n_steps=`` -> n-step transitions, ``transitions=True`` -> one-step transitions (the fields at t,
+        ``next_<observation>``, ``terminated``, ``truncated``; ``discount`` with ``gamma=``; which fields are
+        observations: ``observation_fields=``), ``timestep_level=True`` -> single steps, ``window=`` ->
         windows, else whole trajectories. ``transform=`` (``memmap_replay.views.transforms``) runs on each
         gathered batch. ``episode_flags=True`` (trajectories, windows) adds Dreamer's ``_is_first``,
         ``_is_last`` and ``_is_terminal`` per step. Reading never writes to the store."""
@@ -370,7 +372,8 @@ class ReplayBuffer:
         """A sampler over a view: ``kind`` is 'uniform', 'prioritized' or 'sequence' (prioritized windows;
         needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
         ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
-        sampler, the rest to ``dataset(...)`` (default: single timesteps). On a read-only buffer a prioritized
+        sampler, the rest to ``dataset(...)`` (default: single timesteps; ``transitions=True``: one-step
+        transitions). On a read-only buffer a prioritized
         sampler starts from the priorities stored in the folder under its ``name`` and keeps its updates in
         memory (``persist=True`` is refused there: a reader never writes the folder)."""
         from .views.loader import make_sampler

@@ -40,6 +40,15 @@ def _describe(value: Any) -> str:
     return short(value)
 
 
+def check_store(store: Any) -> EpisodeStore:
+    """The store a view reads: an ``EpisodeStore``, else an error that says where to get one."""
+    if not isinstance(store, EpisodeStore):
+        fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
+               else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
+        raise OptionError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
+    return store
+
+
 class StoreView(BatchDataset):
     """Base view, a ``PositionSource`` for samplers (``core.index``). Subclasses set ``self.positions`` and
     implement ``gather(episode, t) -> dict``."""
@@ -47,10 +56,7 @@ class StoreView(BatchDataset):
     def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
                  filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
                  return_indices: bool = False, readahead: Any = "auto", transform: Any = None):
-        if not isinstance(store, EpisodeStore):
-            fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
-                   else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
-            raise OptionError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
+        check_store(store)
         self.folder = store.folder
         self.store_id = store.meta.store_id
         schema = store.schema

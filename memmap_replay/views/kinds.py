@@ -254,11 +254,32 @@ class NStepView(StoreView, _FrameStacking):
         return names + (["_index", "_t"] if self.return_indices else [])
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        batch, key, rows = self.gather_states(episode, t)
+        targets = self.targets
+        actual = targets.actual[key]
+        if self.sequence_fields or self.gamma is not None:
+            # chunk steps past the episode's reach are read (from whatever row follows) and zeroed
+            chunk_rows = rows[:, None] + self.chunk_steps
+            pad = targets.pad[key] if targets.short[key].any() else None
+            chunks = {name: self.chunk_of(name, chunk_rows, pad) for name in self.sequence_fields}
+            batch.update((f"seq_{name}", torch.from_numpy(values)) for name, values in chunks.items())
+        batch["n_step_lens"] = torch.from_numpy(actual)
+        if self.gamma is not None:
+            rewards = chunks.get(self.reward_field)
+            if rewards is None:
+                rewards = self.chunk_of(self.reward_field, chunk_rows, pad)
+            batch["n_step_return"] = torch.from_numpy(rewards.astype(np.float32, copy=False) @ self.discounts)
+            batch["bootstrap_discount"] = torch.from_numpy(targets.bootstrap[key])
+            batch["terminal"] = torch.from_numpy(targets.terminal[key])
+        return batch
+
+    def gather_states(self, episode: np.ndarray, t: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+        """``current_fields`` at t and ``next_<field>`` of ``next_fields`` at the next state (zeros where it
+        was never stored), reading nothing else: (batch, the transitions' ``NStepTargets`` keys, rows of t)."""
         targets, size = self.targets, len(t)
         first = targets.start[episode]
         rows = first + t
         key = targets.key(episode, t)
-        actual = targets.actual[key]
         next_rows = rows + targets.next_offset[key]
         # a terminated episode without a final observation has no row after its last step: read the last
         # step there and zero it (its bootstrap discount is 0, so the value is never used)
@@ -276,21 +297,7 @@ class NStepView(StoreView, _FrameStacking):
         for name in self.next_fields:
             if name not in self.fused:
                 batch[f"next_{name}"] = self.step_rows(name, next_rows, first, stored)
-        if self.sequence_fields or self.gamma is not None:
-            # chunk steps past the episode's reach are read (from whatever row follows) and zeroed
-            chunk_rows = rows[:, None] + self.chunk_steps
-            pad = targets.pad[key] if targets.short[key].any() else None
-            chunks = {name: self.chunk_of(name, chunk_rows, pad) for name in self.sequence_fields}
-            batch.update((f"seq_{name}", torch.from_numpy(values)) for name, values in chunks.items())
-        batch["n_step_lens"] = torch.from_numpy(actual)
-        if self.gamma is not None:
-            rewards = chunks.get(self.reward_field)
-            if rewards is None:
-                rewards = self.chunk_of(self.reward_field, chunk_rows, pad)
-            batch["n_step_return"] = torch.from_numpy(rewards.astype(np.float32, copy=False) @ self.discounts)
-            batch["bootstrap_discount"] = torch.from_numpy(targets.bootstrap[key])
-            batch["terminal"] = torch.from_numpy(targets.terminal[key])
-        return batch
+        return batch, key, rows
 
     def chunk_of(self, name: str, chunk_rows: np.ndarray, pad: np.ndarray | None) -> np.ndarray:
         values = self.values_of(name, chunk_rows)

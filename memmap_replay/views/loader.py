@@ -28,6 +28,7 @@ from ._options import device_option, generator_option
 from .device import DevicePrefetcher
 from .output import output_option, to_tensordict
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
+from .transitions import TransitionView
 from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
@@ -255,17 +256,22 @@ def _keywords(cls) -> set[str]:
     return {name for name, p in inspect.signature(init).parameters.items() if p.kind is p.KEYWORD_ONLY}
 
 
+_SWITCHES = {"n_steps", "timestep_level", "window", "transitions"}  # make_dataset's choice of view
+
+
 def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
-                 window: int | None = None, allow_empty: bool = False, _caller: tuple[str, set] | None = None,
-                 **options: Any):
+                 window: int | None = None, transitions: bool = False, allow_empty: bool = False,
+                 _caller: tuple[str, set] | None = None, **options: Any):
     """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
-    ``window`` -> WindowView, else TrajectoryView. Unknown keywords are errors (with the closest known one);
-    ``_caller``: (what, its own keywords) of a dataloader or sampler building the view, for that error."""
+    ``window`` -> WindowView, ``transitions=True`` -> TransitionView, else TrajectoryView. Unknown keywords
+    are errors (with the closest known one); ``_caller``: (what, its own keywords) of a dataloader or
+    sampler building the view, for that error."""
     timestep_level = flag(timestep_level, "timestep_level")
+    transitions = flag(transitions, "transitions")
     chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
-                                    ("window", window is not None)) if on]
+                                    ("window", window is not None), ("transitions", transitions)) if on]
     if len(chosen) > 1:
-        raise OptionError(f"choose one of n_steps, timestep_level and window (got {chosen})")
+        raise OptionError(f"choose one of n_steps, timestep_level, window and transitions (got {chosen})")
     if "include_metadata" in options:  # the seed's switch for meta fields
         if not flag(options.pop("include_metadata"), "include_metadata"):
             if options.get("meta_fields"):
@@ -273,7 +279,7 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
             options["meta_fields"] = ()
     if "return_mask" in options:
         flag(options["return_mask"], "return_mask")
-    if options.get("return_mask") and (n_steps is not None or timestep_level):
+    if options.get("return_mask") and (n_steps is not None or timestep_level or transitions):
         raise OptionError("return_mask applies to trajectories (and windows with allow_partial): "
                                "single steps and n-step transitions have nothing to mask")
     view, args = TrajectoryView, ()
@@ -282,8 +288,9 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
         if not isinstance(hindsight, dict):
             raise OptionError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
                                    f"achieved_field='achieved', reward_fn=f) (got {hindsight!r})")
-        if timestep_level or window is not None:
-            raise OptionError("hindsight relabels one-step transitions: drop timestep_level and window")
+        if timestep_level or window is not None or transitions:
+            raise OptionError(f"hindsight relabels one-step transitions: drop timestep_level and window, and "
+                              f"transitions (a hindsight view is made of one-step transitions) (got {chosen})")
         clash = sorted(set(hindsight) & set(options))
         if clash:
             raise OptionError(f"{clash} given both in hindsight= and as keywords; pass them once")
@@ -295,17 +302,21 @@ def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_le
         view, args = NStepView, (n_steps,)
     elif timestep_level:
         view = TimestepView
+    elif transitions:
+        view = TransitionView
     elif window is not None:
         view, args = WindowView, (window,)
         options.pop("return_mask", None)  # partial windows always carry their mask
     accepted = set().union(*(_keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
-    unknown = sorted(set(options) - accepted)
+    refused = set(getattr(view, "refused_options", ()))  # a parent's options this view sets itself: it says so
+    accepted -= refused
+    unknown = sorted(set(options) - accepted - refused)
     if unknown:
         what, own = _caller if _caller is not None else ("", set())
         where = f"{what} over a {view.__name__}" if what else f"a {view.__name__}"
         also = f" ({what} itself takes {sorted(own - accepted)})" if own else ""
         raise OptionError(f"unknown keyword {unknown} for {where}; it takes {sorted(accepted)}{also}"
-                          f"{did_you_mean(unknown, accepted | own | {'n_steps', 'timestep_level', 'window'})}")
+                          f"{did_you_mean(unknown, accepted | own | _SWITCHES)}")
     dataset = view(store, *args, **options)
     if len(dataset) == 0 and not allow_empty:
         raise OptionError(f"the {view.__name__} has no items: " + _why_empty(dataset, store, n_steps, window))
@@ -323,7 +334,7 @@ def _why_empty(dataset: StoreView, store: EpisodeStore, n_steps: Any, window: An
     if filter_fields and len(dataset.table):
         return (f"no step of the {len(dataset.table)} episodes it keeps matched the filter "
                 f"filter_fields={short(filter_fields)}; {how}")
-    item = "transition" if n_steps or isinstance(dataset, HindsightView) else "window" if window else "step"
+    item = "transition" if isinstance(dataset, NStepView) else "window" if window else "step"
     return f"{held} and none give a {item} with these options; store more data"
 
 
@@ -393,7 +404,8 @@ def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView 
     if view is None:
         if kind == "sequence" and "window" not in options:
             raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
-        if not {"n_steps", "window", "timestep_level", "hindsight"} & set(options):
+        kinds = {"n_steps", "window", "timestep_level", "hindsight"}
+        if not kinds & set(options) and not options.get("transitions"):
             options["timestep_level"] = True
         view = make_dataset(store, allow_empty=allow_empty, _caller=(f"a {kind!r} sampler", accepted), **options)
     elif options:

@@ -104,6 +104,8 @@ FACTORIES = {  # id: (kind, options, positions per episode, how the sampler is m
     "sequence": ("sequence", dict(window=3), windows(3), "buffer"),
     "nstep-prioritized": ("prioritized", dict(n_steps=2, gamma=0.9), n_step, "buffer"),
     "nstep-uniform": ("uniform", dict(n_steps=3), n_step, "buffer"),
+    "transitions-uniform": ("uniform", dict(transitions=True), n_step, "buffer"),
+    "transitions-prioritized": ("prioritized", dict(transitions=True, gamma=0.9), n_step, "buffer"),
     "sharded-uniform": ("uniform", {}, steps, "sharded"),
     "sharded-prioritized": ("prioritized", {}, steps, "sharded"),
     "rate-limited": ("uniform", {}, steps, "limited"),

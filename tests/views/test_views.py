@@ -248,6 +248,8 @@ VIEW_KINDS = {
     "flagged-trajectory": dict(episode_flags=True, return_mask=True),
     "flagged-window": dict(window=3, allow_partial=True, episode_flags=True),
     "nstep": dict(n_steps=2, gamma=0.9),
+    "transitions": dict(transitions=True, gamma=0.9),
+    "stacked-transitions": dict(transitions=True, frame_stack=2, stack_fields=["obs"], stack_pad="zero"),
     "concat": dict(timestep_level=True),
     "hindsight": dict(hindsight=dict(goal_field="goal", achieved_field="obs", strategy="future", relabel_ratio=0.5,
                                      seed=5)),
