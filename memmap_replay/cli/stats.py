@@ -98,8 +98,9 @@ def _stats_action(args: argparse.Namespace) -> int:
     else:
         print(_render(args.folder, store, result, untracked, args.recompute, args.quantiles or []))
         if written is not None:
+            images = ", ".join(name for name, value in result.fields.items() if value.channels is not None)
             print(f"wrote {written} (LeRobot's stats.json: {len(result.fields)} field"
-                  f"{'s' * (len(result.fields) != 1)}, images per channel)")
+                  f"{'s' * (len(result.fields) != 1)}{f'; per channel: {images}' if images else ''})")
     return EXIT_OK
 
 

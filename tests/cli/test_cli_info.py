@@ -256,7 +256,7 @@ def test_stats_of_an_rgb_image_per_channel_and_a_lerobot_stats_json(tmp_path, ca
 
     target = tmp_path / "stats.json"
     code, out, _ = run(capsys, "stats", tmp_path / "rgb", "--stats-json", target)
-    assert code == 0 and out.rstrip().endswith(f"wrote {target} (LeRobot's stats.json: 3 fields, images per channel)")
+    assert code == 0 and out.rstrip().endswith(f"wrote {target} (LeRobot's stats.json: 3 fields; per channel: rgb)")
     data = json.loads(target.read_text())
     assert list(data) == ["rgb", "obs", "reward"], "without FIELD: every numeric step field, images included"
     np.testing.assert_allclose(np.ravel(data["rgb"]["mean"]), rows.mean(axis=(0, 2, 3)), rtol=1e-12)
