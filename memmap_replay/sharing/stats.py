@@ -25,7 +25,7 @@ counts as many rows): arrays of shape (C,), ``count`` being rows x H x W. No qua
 Other fields (a float image, a frame stack (4, 84, 84), a 2-D grid) have ``channels`` None.
 
 LeRobot's ``meta/stats.json`` (``StoreStats.to_lerobot()``): one key per field, each with ``mean``, ``std``,
-``min``, ``max`` (nested lists) and ``count`` (a list of one int); an image's values are per channel with
+``min``, ``max`` (nested lists) and ``count`` (the rows counted, as a list of one int); an image's values are per channel with
 the field's other axes kept as 1 ((C, 1, 1) or (1, 1, C): they broadcast against a stored row), a
 scalar field's are lists of one value. Values are in the stored units (0-255 for uint8 images; LeRobot
 computes image statistics after scaling to [0, 1]: divide by 255 for that), NaN and inf as null.
@@ -158,7 +158,8 @@ class FieldStats:
     def to_lerobot(self) -> dict:
         """This field as an entry of LeRobot's ``meta/stats.json``: mean, std, min, max as nested lists (per
         channel for an image, shaped (C, 1, 1) or (1, 1, C); a scalar as a list of one value) and count
-        as a list of one int; NaN and inf as null."""
+        (the rows counted, i.e. steps, as LeRobot counts frames, also for an image) as a list of one int;
+        NaN and inf as null."""
         source, shape = self, np.shape(self.mean)
         if self.channels is not None:
             source = self.channels
@@ -166,7 +167,7 @@ class FieldStats:
         elif shape == ():
             shape = (1,)
         return {**{key: _as_json(np.reshape(np.asarray(getattr(source, key), np.float64), shape))
-                   for key in ("mean", "std", "min", "max")}, "count": [int(source.count)]}
+                   for key in ("mean", "std", "min", "max")}, "count": [int(self.count)]}
 
     def to_json(self, **dumps_options: Any) -> str:
         """``to_dict()`` as a JSON string (``dumps_options`` go to ``json.dumps``, e.g. ``indent=2``)."""
