@@ -40,6 +40,10 @@ def main(work: Path) -> None:
     cli("card", data, "--set", "name=cartpole/random-v0", "description=Random policy, 20 episodes",
         "license=CC-BY-4.0")
     print(cli("info", data).strip().splitlines()[0])
+    # README.md (the card rendered, with the Hugging Face Hub's front matter) and a LeRobot-style stats.json
+    # beside the folder, for a Hub upload
+    assert (data / "README.md").read_text().startswith("---\nlicense: cc-by-4.0\n")
+    print(cli("stats", data, "--stats-json", work / "stats.json", "--quiet").strip().splitlines()[-1])
     # 3. pack; 4. unpack elsewhere and verify
     cli("pack", data, archive)
     cli("unpack", archive, unpacked)

@@ -434,8 +434,9 @@ class ReplayBuffer:
 
     def stats(self, fields: Any = None, *, quantiles: Any = None, recompute: bool = False):
         """Field statistics for normalization (``memmap_replay.sharing.stats.StoreStats``): per element of each
-        field count, mean, std, min, max (and ``quantiles`` on request), plus the live episodes' length and
-        return summary. Small numeric fields are kept up to date as episodes commit; other ``fields`` are
+        field count, mean, std, min, max (and ``quantiles`` on request), per channel too for an image field
+        (uint8 (C, H, W) or (H, W, C): ``.fields['image'].channels``), plus the live episodes' length and
+        return summary; ``.to_lerobot()`` / ``.write_lerobot('stats.json')`` give LeRobot's stats.json. Small numeric fields are kept up to date as episodes commit; other ``fields`` are
         read from the live episodes. ``recompute=True`` reads the live episodes instead of the running
         moments (which, in a ring, also count evicted episodes)."""
         from .sharing.stats import compute_stats, running_stats

@@ -362,7 +362,8 @@ class Card(Stage):
         if card is None or card.name not in (self.OLD, self.NEW) or (not failed and card.name != self.NEW):
             problems.append(f"the card is {card!r}")
         readme = (root / "store" / "README.md").read_text()
-        if not readme.startswith(("# " + self.OLD, "# " + self.NEW)):
+        body = readme.split("\n---\n\n", 1)[-1]  # after the front matter
+        if not readme.startswith("---\n") or not body.startswith(("# " + self.OLD, "# " + self.NEW)):
             problems.append(f"README.md starts {readme[:40]!r}")
         if not failed and check_manifest(root / "store"):
             problems.append(f"the manifest is stale after a card write that succeeded: {check_manifest(root / 'store')}")

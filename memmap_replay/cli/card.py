@@ -19,7 +19,9 @@ _KEYS = [key.name for key in fields(DatasetCard) if key.name != "unknown"]
 _CARD_HELP = f"""\
 Print a store's dataset card (card.json, shown as the Markdown of README.md), or edit it. Editing
 writes card.json and README.md atomically, and updates checksums.sha256 if the folder has one; it does
-not need the writer lock.
+not need the writer lock. README.md is a Hugging Face dataset card: YAML front matter (license, tags,
+task_categories: reinforcement-learning, pretty_name, size_categories), the card, the fields, the
+episodes' counts, lengths and returns (as of this write) and how to load the folder.
 
 --set KEY=VALUE sets one key (KEY= clears it). Keys: {', '.join(_KEYS)}.
 Text keys ({', '.join(TEXT_KEYS)}) take VALUE as it is; the others take JSON (a number, a list, an
@@ -65,7 +67,7 @@ def _card_action(args: argparse.Namespace) -> int:
         print("null" if args.json else f"{folder} has no dataset card yet; write one with: memmap-replay card {folder} "
                                        f"--set name=NAMESPACE/NAME-v0 description=...", file=sys.stdout)
         return EXIT_OK
-    print(json.dumps(card.to_json(), indent=2, ensure_ascii=False) if args.json else card.render().rstrip())
+    print(json.dumps(card.to_json(), indent=2, ensure_ascii=False) if args.json else card.render(front_matter=False).rstrip())
     return EXIT_OK
 
 

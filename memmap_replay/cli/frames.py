@@ -29,8 +29,10 @@ Episodes are numbered as get_all_data() returns them: 0 the oldest live episode,
 
 _FRAMES_HELP = f"""\
 Draw a contact sheet of an image field: a PNG grid of frames, each episode starting a new row, each
-frame labelled 'ep E t T' (episode, step). By default every episode shows 8 frames spread over its
-length (one row); --every N shows steps 0, N, 2N, ... instead, wrapping after --columns frames.
+frame labelled 'ep E t T' (episode, step), its final observation (when stored) 'ep E final'. By default
+every episode shows --columns frames (8) in one row, from its first step to its last, the last frame
+being its final observation when one is stored (a shorter episode shows all of its rows); --every N
+shows steps 0, N, 2N, ..., then the last step and the final observation, wrapping after --columns frames.
 Without --episodes: every episode, or 16 spread from the oldest to the newest when there are more.
 Writes OUT (replaced atomically); reads the store without locking it (a writer may keep appending).
 
@@ -45,7 +47,8 @@ examples:
 
 _VIDEO_HELP = f"""\
 Write one episode of an image field as a video: OUT.mp4 (H.264, needs imageio-ffmpeg; odd sizes are
-padded by one black pixel) or OUT.gif (pillow; looping). The episode is read in chunks, so memory stays
+padded by one black pixel) or OUT.gif (pillow; looping). Every step is a frame, then the episode's
+final observation when one is stored. The episode is read in chunks, so memory stays
 small for long episodes. Writes OUT (replaced atomically); reads the store without locking it.
 
 {_IMAGES}
@@ -104,7 +107,7 @@ def add(commands) -> None:
     _add_common(frames)
     frames.add_argument("out", metavar="OUT.png", help="the image to write (.png, or .jpg)")
     frames.add_argument("--episodes", type=_episode_list, metavar="LIST", help="which episodes: e.g. 0,5,-1 or 0:8 (default: all)")
-    frames.add_argument("--every", type=_positive, metavar="N", help="show steps 0, N, 2N, ... of each episode")
+    frames.add_argument("--every", type=_positive, metavar="N", help="show steps 0, N, 2N, ... of each episode (and its last step and final observation)")
     frames.add_argument("--columns", type=_positive, default=8, metavar="N", help="frames per row (default 8)")
     frames.add_argument("--no-labels", action="store_true", help="no 'ep E t T' label above each frame")
     frames.set_defaults(run=run_frames)

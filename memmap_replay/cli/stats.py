@@ -22,8 +22,14 @@ _HEAD, _TAIL = 8, 2  # its first and last few, then one row over all of its elem
 _STATS_HELP = f"""\
 Print the statistics of step fields, per element: count, mean, std (population), min, max, and
 --quantiles on request; also the live episodes' length and return (the sum of a scalar 'reward' or
-'rewards' field). A field of more than {_SHOW_ALL} elements (an image, a large observation) shows its first
-{_HEAD} and last {_TAIL} elements and a row 'all' over every element of it; --json gives every element.
+'rewards' field). An image field (uint8 (C, H, W) or (H, W, C), C in 1, 3, 4) shows one row per
+channel; another field of more than {_SHOW_ALL} elements shows its first {_HEAD} and last {_TAIL} elements; both
+end with a row 'all' over every element. --json gives every element (and an image's 'channels').
+
+--stats-json FILE also writes LeRobot's meta/stats.json to FILE (outside the store's folder): per
+field mean, std, min, max and count, an image's per channel as (C, 1, 1) or (1, 1, C), in the stored
+units (0-255 for uint8 images). Without FIELD it covers every bool, int and float step field, reading
+the untracked ones (images) from the live episodes.
 
 Without FIELD: the fields tracked as episodes commit (bool, int and float fields of at most 1024
 numbers a row); their running statistics are saved in stats/running.npz, so this reads no step data
@@ -41,7 +47,8 @@ examples:
   %(prog)s replay_data
   %(prog)s replay_data obs reward --quantiles 0.05,0.5,0.95
   %(prog)s replay_data image --recompute --quiet
-  %(prog)s replay_data --json | jq '.fields.obs.mean'"""
+  %(prog)s replay_data --json | jq '.fields.obs.mean'
+  %(prog)s replay_data --stats-json stats.json --quiet"""
 
 
 def _quantile_list(text: str) -> list[float]:
@@ -67,6 +74,8 @@ def add(commands) -> None:
                         help="compute from the live episodes instead of the running statistics (reads the rows)")
     parser.add_argument("--json", action="store_true",
                         help="print the statistics as JSON: fields (every element), episodes, episodes_counted")
+    parser.add_argument("--stats-json", metavar="FILE",
+                        help="also write LeRobot's stats.json to FILE (every numeric field when no FIELD is named)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run_stats)
 
@@ -78,12 +87,20 @@ def run_stats(args: argparse.Namespace) -> int:
 def _stats_action(args: argparse.Namespace) -> int:
     with _read_store(args.folder) as store:
         wanted = _step_fields(store, args.fields)
+        if args.stats_json is not None and not wanted:
+            wanted = [name for name, spec in store.schema.fields.items() if spec.dtype.kind in "biuf"]
         result, untracked = _gather(store, wanted, args.quantiles, args.recompute, _show_progress(args))
+    written = None if args.stats_json is None else result.write_lerobot(args.stats_json)
     if args.json:
         print(json.dumps(_json_safe({"folder": args.folder, "ok": True, "recomputed": args.recompute,
-                                    **result.to_dict(), "not_shown": untracked}), indent=2))
+                                    **result.to_dict(), "not_shown": untracked,
+                                    **({"stats_json": str(written)} if written else {})}), indent=2))
     else:
         print(_render(args.folder, store, result, untracked, args.recompute, args.quantiles or []))
+        if written is not None:
+            images = ", ".join(name for name, value in result.fields.items() if value.channels is not None)
+            print(f"wrote {written} (LeRobot's stats.json: {len(result.fields)} field"
+                  f"{'s' * (len(result.fields) != 1)}{f'; per channel: {images}' if images else ''})")
     return EXIT_OK
 
 
@@ -182,11 +199,17 @@ def _field_rows(name: str, shape: tuple[int, ...], stats: FieldStats, quantiles:
     def label(i: int) -> str:
         return name if not shape else f"{name}[{','.join(map(str, np.unravel_index(i, shape)))}]"
 
-    if size <= _SHOW_ALL:
+    if stats.channels is not None:  # an image: one row per channel, then 'all'
+        channels = stats.channels
+        rows = [[f"{name}[channel={c}]", _figure(channels.count),
+                 *(_figure(float(getattr(channels, key)[c])) for key in ("mean", "std", "min", "max")),
+                 *("-" for _ in qs)] for c in range(len(channels.mean))]
+    elif size <= _SHOW_ALL:
         return [row(label(i), i) for i in range(size)]
-    rows = [row(label(i), i) for i in range(_HEAD)]
-    rows.append([f"  ... {size - _HEAD - _TAIL:,} more (--json lists every element)"])
-    rows += [row(label(i), i) for i in range(size - _TAIL, size)]
+    else:
+        rows = [row(label(i), i) for i in range(_HEAD)]
+        rows.append([f"  ... {size - _HEAD - _TAIL:,} more (--json lists every element)"])
+        rows += [row(label(i), i) for i in range(size - _TAIL, size)]
     rows.append([f"{name}[all]", _figure(stats.count * size), *map(_figure, _pooled(flat)), *("-" for _ in qs)])
     return rows
 

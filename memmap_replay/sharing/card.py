@@ -88,9 +88,35 @@ class DatasetCard:
         _check_card(card)
         return card
 
-    def render(self, *, fields_of: dict | None = None) -> str:
-        """The card as Markdown (what README.md holds); ``fields_of`` adds a table of the store's fields
-        (meta.json's schema: ``{"fields": {...}, "meta_fields": {...}}``)."""
+    def render(self, *, fields_of: dict | None = None, summary: dict | None = None, front_matter: bool = True) -> str:
+        """The card as Markdown (what README.md holds): YAML front matter for the Hugging Face Hub (see
+        ``front_matter``; ``front_matter=False`` leaves it out), the card, then ``fields_of`` as a table of
+        the store's fields (meta.json's schema: ``{"fields": {...}, "meta_fields": {...}}``), ``summary``
+        (``stats.episode_summary``: episodes, steps, lengths and returns) as a Contents section, and how to
+        load the folder."""
+        head = self.front_matter(summary) if front_matter else ""
+        return head + self._body(fields_of, summary)
+
+    def front_matter(self, summary: dict | None = None) -> str:
+        """The YAML block (between ``---`` lines) the Hugging Face Hub reads from a dataset's README.md:
+        ``license`` (a Hub license id when the card's license is one, spelled in any case, e.g. CC-BY-4.0 ->
+        cc-by-4.0; else ``other`` with ``license_name``), ``pretty_name`` (the card's name), ``tags``
+        (reinforcement-learning, memmap-replay), ``task_categories`` (reinforcement-learning) and, with a
+        ``summary``, ``size_categories`` from the number of steps. Strings are JSON-quoted (valid YAML)."""
+        lines = ["---"]
+        if self.license:
+            license_id = _hub_license(self.license)
+            lines.append(f"license: {license_id if license_id else 'other'}")
+            if not license_id:
+                lines.append(f"license_name: {_yaml_text(_slug(self.license) or 'custom')}")
+        if self.name:
+            lines.append(f"pretty_name: {_yaml_text(self.name)}")
+        lines += ["tags:", "- reinforcement-learning", "- memmap-replay", "task_categories:", "- reinforcement-learning"]
+        if summary and isinstance(summary.get("steps"), int):
+            lines += ["size_categories:", f"- {_size_category(summary['steps'])}"]
+        return "\n".join(lines + ["---", "", ""])
+
+    def _body(self, fields_of: dict | None, summary: dict | None) -> str:
         rows = [(label, _cell(value)) for label, value in (
             ("Author", self.author), ("Contact", self.author_email), ("License", self.license),
             ("Code", self.code_url), ("Algorithm", self.algorithm),
@@ -107,7 +133,78 @@ class DatasetCard:
         lines += ["## Provenance", ""] + [f"{number}. {_provenance_text(record)}" for number, record in
                                          enumerate(self.provenance, 1)] + [""] if self.provenance else []
         lines += ["## Extra", "", "```json", json.dumps(self.extra, indent=2), "```", ""] if self.extra else []
+        lines += _contents_lines(summary) if summary else []
+        lines += _LOAD_LINES if fields_of is not None else []
         return "\n".join(lines)
+
+
+# license ids the Hugging Face Hub knows (https://huggingface.co/docs/hub/repositories-licenses)
+_HUB_LICENSES = frozenset("""
+apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
+afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0 cc-by-2.5
+cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0 cc-by-nc-nd-3.0
+cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0 cdla-permissive-1.0
+cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0 gfdl gpl gpl-2.0 gpl-3.0 lgpl
+lgpl-2.1 lgpl-3.0 isc lppl-1.3c ms-pl apple-ascl mpl-2.0 odc-by odbl openrail++ osl-3.0 postgresql ofl-1.1 ncsa
+unlicense zlib pddl lgpl-lr unknown other""".split())
+_SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"),
+                    (10_000_000_000, "1B<n<10B"), (100_000_000_000, "10B<n<100B"), (1_000_000_000_000, "100B<n<1T"))
+_LOAD_LINES = [
+    "## How to load", "",
+    "Every field is a plain `.npy` file (`steps/<field>.npy`; the episode table in `episodes/` says which rows "
+    "belong to which episode), readable with `numpy.load(path, mmap_mode=\"r\")`, no pickle anywhere. With "
+    "[memmap-replay](https://pypi.org/project/memmap-replay/):",
+    "", "```bash", "pip install memmap-replay", "```", "",
+    "```python", "from memmap_replay import ReplayBuffer", "",
+    "buffer = ReplayBuffer.from_folder(\"path/to/this/folder\", read_only=True)",
+    "print(buffer.stats().episodes)  # episodes, steps, lengths and returns",
+    "loader = buffer.dataloader(batch_size=256, timestep_level=True, shuffle=True)",
+    "for batch in loader:  # a dict of tensors, one per field",
+    "    ...", "```", "",
+    "From the Hugging Face Hub: `huggingface_hub.snapshot_download(\"<user>/<dataset>\", repo_type=\"dataset\")` "
+    "downloads the folder and returns its path.", "",
+]
+
+
+def _hub_license(text: str) -> str | None:
+    """The Hub's id of a license written in any case (e.g. 'CC-BY-4.0' -> 'cc-by-4.0'), or None."""
+    key = text.strip().lower()
+    return key if key in _HUB_LICENSES else None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")[:64]
+
+
+def _yaml_text(text: str) -> str:
+    """A YAML double-quoted scalar: JSON's quoting, with the characters YAML may not hold raw escaped."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return re.sub("[\u007f-\u009f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]",
+                  lambda match: f"\\u{ord(match.group()):04x}", quoted)
+
+
+def _size_category(steps: int) -> str:
+    return next((label for limit, label in _SIZE_CATEGORIES if steps < limit), "n>1T")
+
+
+def _figure(value: Any) -> str:
+    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else f"{value:,}"
+
+
+def _contents_lines(summary: dict) -> list[str]:
+    """The Contents section: counts, episode lengths and, when there is a reward field, returns."""
+    length = summary.get("length") or {}
+    lines = ["## Contents", "", "| | |", "|---|---|", f"| Episodes | {_figure(summary.get('count'))} |",
+             f"| Steps | {_figure(summary.get('steps'))} |"]
+    if length.get("mean") is not None:
+        lines.append(f"| Episode length | mean {_figure(length['mean'])}, std {_figure(length['std'])}, "
+                     f"min {_figure(length['min'])}, max {_figure(length['max'])} |")
+    returns = summary.get("return")
+    if returns and returns.get("mean") is not None:
+        lines.append(f"| Episode return (sum of `{summary.get('return_field')}`) | mean {_figure(returns['mean'])}, "
+                     f"std {_figure(returns['std'])}, min {_figure(returns['min'])}, max {_figure(returns['max'])} |")
+    return lines + ["", "(As of when this card was written: writing the card again updates them.)", ""]
 
 
 def _json_type(value: Any) -> str:
@@ -315,7 +412,7 @@ def _plain(key: str, value: Any) -> Any:
 
 def _save(folder: Path, card: DatasetCard) -> None:
     text = (json.dumps(card.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    readme = card.render(fields_of=_schema_of(folder)).encode("utf-8")
+    readme = card.render(fields_of=_schema_of(folder), summary=_summary_of(folder)).encode("utf-8")
     if max(len(text), len(readme)) > _TEXT_LIMIT:
         raise InvalidDataError(f"a dataset card must take at most {_TEXT_LIMIT >> 20} MiB as card.json and README.md "
                                f"(got {len(text):,} and {len(readme):,} bytes), so that `unpack` accepts it; keep "
@@ -330,6 +427,23 @@ def _schema_of(folder: Path) -> dict | None:
         return fmt.read_meta(folder).schema.to_json()
     except Exception:  # noqa: BLE001 - the README simply leaves the table out
         return None
+
+
+def _summary_of(folder: Path) -> dict | None:
+    """The live episodes' counts, lengths and returns (read-only, no lock), or None when they cannot be read."""
+    from ..core.store import EpisodeStore  # noqa: PLC0415
+    from .stats import episode_summary  # noqa: PLC0415
+
+    try:
+        store = EpisodeStore.open(folder, "r")
+    except Exception:  # noqa: BLE001 - the README simply leaves the section out
+        return None
+    try:
+        return episode_summary(store)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        store.close()
 
 
 # ---- gymnasium spaces as JSON ------------------------------------------------------------------------

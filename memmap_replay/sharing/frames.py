@@ -1,10 +1,12 @@
 """Look at the episodes of an image field: a contact sheet (PNG) or a video (mp4 or GIF).
 
 ``contact_sheet(folder, "obs", out="sheet.png")`` draws a grid of frames, one episode per row (a long
-episode wraps onto more rows), each frame labelled with its episode and step. ``write_video(folder,
-"obs", "episode.mp4", episode=-1)`` writes one episode as a video, reading it in chunks of about
-16 MB (bounded memory). Both take a folder, a ``ReplayBuffer`` or an ``EpisodeStore``; a folder is
-opened read-only (no writer lock, so this works while a writer appends).
+episode wraps onto more rows), each frame labelled with its episode and step; each episode shows its
+first step, its last step and its final observation when one is stored (``sheet_steps``).
+``write_video(folder, "obs", "episode.mp4", episode=-1)`` writes one episode as a video (its steps, then
+its final observation when stored), reading it in chunks of about 16 MB (bounded memory). Both take a
+folder, a ``ReplayBuffer`` or an ``EpisodeStore``; a folder is opened read-only (no writer lock, so this
+works while a writer appends).
 
 Episodes are numbered as ``get_all_data()`` returns them: 0 is the oldest live episode, -1 the newest.
 
@@ -36,7 +38,7 @@ from .images import LAYOUTS, STACK_MODES, FrameFormat, image_layout, peak, resol
 from ..core.options import flag, integer, number
 from ..core.store import EpisodeStore
 
-__all__ = ["contact_sheet", "write_video", "image_layout", "FramesWritten", "MissingExtraError", "LAYOUTS", "STACK_MODES"]
+__all__ = ["contact_sheet", "write_video", "sheet_steps", "image_layout", "FramesWritten", "MissingExtraError", "LAYOUTS", "STACK_MODES"]
 
 _VIDEO_SUFFIXES = (".mp4", ".gif")
 _SHEET_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
@@ -176,8 +178,11 @@ def contact_sheet(source: Any, field: str, *, episodes: Any = None, every: int |
                   out: str | os.PathLike | None = None, layout: str | None = None, stack: str = "last",
                   scale: int | None = None, value_range: Any = None, labels: bool = True,
                   progress: bool = False) -> FramesWritten:
-    """A grid of frames of an image field: each episode starts a row, showing steps 0, every, 2 every, ...
-    (``every=None``: spaced so one episode fills one row of ``columns``), wrapping after ``columns``.
+    """A grid of frames of an image field: each episode starts a row, wrapping after ``columns``. It shows
+    ``columns`` frames spread from the episode's first step to its last, the last frame being its final
+    observation when one is stored (``every=None``: one episode fills one row), or with ``every=N`` steps
+    0, N, 2N, ..., then the last step and the final observation (``sheet_steps`` says which). A final
+    observation is labelled 'ep E final' and is step ``length`` in ``tiles``.
 
     ``episodes``: an index, a slice, or a list of indices and slices (0 the oldest, -1 the newest);
     None: all, or 16 spread from the oldest to the newest when there are more. ``out``: a file path
@@ -194,7 +199,7 @@ def contact_sheet(source: Any, field: str, *, episodes: Any = None, every: int |
         form = FrameFormat.of(spec, layout, stack, scale)
         table = store.live_table()
         picked = _pick_episodes(store, episodes)
-        steps = [np.arange(0, table.length[p], every or max(1, math.ceil(table.length[p] / columns)))
+        steps = [sheet_steps(int(table.length[p]), bool(table.final[p]), columns=columns, every=every)
                  for p in picked]
         label_height = _LABEL_HEIGHT if labels else 0
         tiles = _sheet_tiles(picked, steps, columns, form, label_height)
@@ -208,15 +213,36 @@ def contact_sheet(source: Any, field: str, *, episodes: Any = None, every: int |
     value_range = resolve_range(spec.dtype, value_range, lambda: max(peak(rows) for rows in raw))
     canvas = np.full((height, width, 3), _BACKGROUND, np.uint8)
     placed = 0
+    lengths = dict(zip(picked, table.length[picked].tolist()))
     for rows in raw:  # one episode at a time: its pixels, then into the canvas
         for frame, (episode, t, x, y) in zip(form.pixels(rows, value_range), tiles[placed:placed + len(rows)]):
             canvas[y:y + form.height, x:x + form.width] = frame
             if labels:
-                canvas[y - _LABEL_HEIGHT:y, x:x + form.width] = _label_strip(f"ep {episode}  t {t}", form.width)
+                text = f"ep {episode}  final" if t == lengths[episode] else f"ep {episode}  t {t}"
+                canvas[y - _LABEL_HEIGHT:y, x:x + form.width] = _label_strip(text, form.width)
         placed += len(rows)
     if path is not None:
         _save_image(canvas, path)
     return FramesWritten(path, len(tiles), width, height, tuple(picked), tiles=tiles, image=canvas)
+
+
+def sheet_steps(length: int, final: bool, *, columns: int, every: int | None = None) -> np.ndarray:
+    """The rows of one episode a contact sheet shows (``length`` steps, plus row ``length``, the final
+    observation, when ``final``): always its first step, its last step and its final observation.
+
+    ``every=None``: ``columns`` rows (fewer when the episode has fewer), the steps spread evenly from the
+    first to the last, then the final observation, so one episode fills one row. ``every=N``: steps 0, N,
+    2N, ..., then the last step and the final observation when those are not among them."""
+    if length <= 0:
+        return np.arange(0)
+    if every is None:
+        shown = min(columns, length + final)
+        steps = np.floor(np.linspace(0, length - 1, max(1, shown - final)) + 0.5).astype(np.int64)
+        tail = [length] if final and shown >= 2 else []
+    else:
+        steps = np.arange(0, length, every, dtype=np.int64)
+        tail = ([length - 1] if steps[-1] != length - 1 else []) + ([length] if final else [])
+    return np.unique(np.concatenate([steps, np.asarray(tail, np.int64)]))
 
 
 def _sheet_tiles(picked: list[int], steps: list[np.ndarray], columns: int, form: FrameFormat,
@@ -268,7 +294,8 @@ def write_video(source: Any, field: str, out: str | os.PathLike, *, episode: int
     """One episode of an image field as a video: ``out`` ending in .mp4 (H.264, imageio-ffmpeg; odd sizes
     are padded by one black pixel) or .gif (pillow; a looping GIF whose delays are whole hundredths of a
     second, identical consecutive frames merged into one longer frame). ``episode``: 0 the oldest, -1
-    the newest. The episode is read and encoded in chunks; a GIF keeps its frames in memory as palette
+    the newest. Every step is a frame, then the final observation when one is stored (``frames`` counts
+    it). The episode is read and encoded in chunks; a GIF keeps its frames in memory as palette
     images (one byte a pixel) until it is written. The file is replaced atomically when it is complete."""
     path = _output_path(out, _VIDEO_SUFFIXES, "a video")
     fps = number(fps, "fps", low=0, high=1000, low_open=True)
@@ -278,7 +305,8 @@ def write_video(source: Any, field: str, out: str | os.PathLike, *, episode: int
         form = FrameFormat.of(spec, layout, stack, scale)
         table = store.live_table()
         position = _pick_episodes(store, [episode])[0]
-        start, stop = int(table.start[position]), int(table.start[position] + table.length[position])
+        start, length = int(table.start[position]), int(table.length[position])
+        stop = start + length + int(bool(table.final[position])) if length else start  # the final observation too
         if stop <= start:
             raise InvalidDataError(f"episode {position} of the store at {store.folder} has no steps: nothing to show")
         array = store.step_array(spec.name)

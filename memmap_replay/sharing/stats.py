@@ -18,6 +18,18 @@ keeping them costs a pass over the episode's rows already in RAM, never a reread
   from the live episodes. After a crash of a ring writer, episodes evicted before the file caught up are
   missing from the running moments (``StoreStats.episodes_counted`` says how many are in).
 
+Per channel (``FieldStats.channels``): an image field, uint8 of three axes that ``images.image_layout``
+reads as (C, H, W) or (H, W, C) (a last axis of 1, 3 or 4, else a first axis of 1 or 3), also gets
+count, mean, std, min and max per channel, pooled exactly from the per-element moments (every element
+counts as many rows): arrays of shape (C,), ``count`` being rows x H x W. No quantiles per channel.
+Other fields (a float image, a frame stack (4, 84, 84), a 2-D grid) have ``channels`` None.
+
+LeRobot's ``meta/stats.json`` (``StoreStats.to_lerobot()``): one key per field, each with ``mean``, ``std``,
+``min``, ``max`` (nested lists) and ``count`` (the rows counted, as a list of one int); an image's values are per channel with
+the field's other axes kept as 1 ((C, 1, 1) or (1, 1, C): they broadcast against a stored row), a
+scalar field's are lists of one value. Values are in the stored units (0-255 for uint8 images; LeRobot
+computes image statistics after scaling to [0, 1]: divide by 255 for that), NaN and inf as null.
+
 Episode summaries (always over the live episodes): count, and min/max/mean/std of the length and,
 when the store has a scalar ``reward`` (or ``rewards``) field, of the return (the sum of rewards).
 """
@@ -40,8 +52,9 @@ from ..errors import OptionError
 from ..core.format import STATS_DIR, parse_npy_header
 from ..core.options import check_quantiles, names as option_names
 from ..core.store import CommitObserver, observe_commits
+from .images import image_layout
 
-__all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT"]
+__all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT", "channel_layout"]
 
 TRACK_LIMIT = 1024  # numbers per row: fields up to this size are tracked on commit
 RUNNING_FILE = "running.npz"
@@ -88,9 +101,20 @@ class _Moments:
                            np.minimum(self.low, other.low), np.maximum(self.high, other.high))
 
 
+def channel_layout(spec) -> str | None:
+    """'CHW' or 'HWC' for an image field (uint8, three axes, channels first or last as ``image_layout``
+    guesses them), else None: the fields whose statistics also come per channel."""
+    if spec.dtype != np.uint8 or len(spec.shape) != 3 or 0 in spec.shape:
+        return None
+    layout = image_layout(spec.shape)
+    return layout if layout in ("CHW", "HWC") else None
+
+
 @dataclass
 class FieldStats:
-    """Statistics of one field, per element: arrays of the field's shape (float64)."""
+    """Statistics of one field, per element: arrays of the field's shape (float64). An image field's
+    ``channels`` holds the same per channel (arrays of shape (C,)) and ``layout`` says where its channel
+    axis is ('CHW' or 'HWC'); both are None for other fields."""
 
     count: int
     mean: np.ndarray
@@ -98,6 +122,8 @@ class FieldStats:
     min: np.ndarray
     max: np.ndarray
     quantiles: dict[float, np.ndarray] = field(default_factory=dict)
+    channels: "FieldStats | None" = None
+    layout: str | None = None
 
     @classmethod
     def of(cls, moments: _Moments) -> "FieldStats":
@@ -113,7 +139,35 @@ class FieldStats:
         out = {"count": self.count, **{key: _as_json(getattr(self, key)) for key in ("mean", "std", "min", "max")}}
         if self.quantiles:
             out["quantiles"] = {str(q): _as_json(value) for q, value in self.quantiles.items()}
+        if self.channels is not None:
+            out["channels"] = {"layout": self.layout, **self.channels.to_dict()}
         return out
+
+    def per_channel(self, layout: str) -> "FieldStats":
+        """These per-element statistics of a (C, H, W) ('CHW') or (H, W, C) ('HWC') field pooled per channel:
+        exact, since every element counts the same rows (population std, as per element)."""
+        axes = (1, 2) if layout == "CHW" else (0, 1)
+        mean, std = np.asarray(self.mean, np.float64), np.asarray(self.std, np.float64)
+        pixels = math.prod(mean.shape[axis] for axis in axes)
+        channel_mean = mean.mean(axis=axes)
+        with np.errstate(invalid="ignore"):
+            variance = (np.square(std) + np.square(mean - np.expand_dims(channel_mean, axes))).mean(axis=axes)
+        return FieldStats(self.count * pixels, channel_mean, np.sqrt(np.maximum(variance, 0)),
+                          np.asarray(self.min, np.float64).min(axis=axes), np.asarray(self.max, np.float64).max(axis=axes))
+
+    def to_lerobot(self) -> dict:
+        """This field as an entry of LeRobot's ``meta/stats.json``: mean, std, min, max as nested lists (per
+        channel for an image, shaped (C, 1, 1) or (1, 1, C); a scalar as a list of one value) and count
+        (the rows counted, i.e. steps, as LeRobot counts frames, also for an image) as a list of one int;
+        NaN and inf as null."""
+        source, shape = self, np.shape(self.mean)
+        if self.channels is not None:
+            source = self.channels
+            shape = (-1, 1, 1) if self.layout == "CHW" else (1, 1, -1)
+        elif shape == ():
+            shape = (1,)
+        return {**{key: _as_json(np.reshape(np.asarray(getattr(source, key), np.float64), shape))
+                   for key in ("mean", "std", "min", "max")}, "count": [int(self.count)]}
 
     def to_json(self, **dumps_options: Any) -> str:
         """``to_dict()`` as a JSON string (``dumps_options`` go to ``json.dumps``, e.g. ``indent=2``)."""
@@ -133,6 +187,23 @@ class StoreStats:
         ``episodes`` and ``episodes_counted``."""
         return {"fields": {name: value.to_dict() for name, value in self.fields.items()},
                 "episodes": _plain(self.episodes), "episodes_counted": self.episodes_counted}
+
+    def to_lerobot(self) -> dict:
+        """LeRobot's ``meta/stats.json``: field name -> ``FieldStats.to_lerobot()`` (see the module docstring)."""
+        return {name: value.to_lerobot() for name, value in self.fields.items()}
+
+    def write_lerobot(self, path: str | os.PathLike) -> Path:
+        """``to_lerobot()`` written to ``path`` (e.g. ``stats.json``) as indented JSON, atomically (a temporary
+        file beside it, then ``os.replace``); returns the path."""
+        from .checksums import check_new_path, _write_atomic  # noqa: PLC0415
+
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise OptionError(f"the statistics file {path} must be in an existing folder ({path.parent} is not one); "
+                              f"create the folder first or choose another path")
+        check_new_path(path, "the statistics file")
+        _write_atomic(path, (json.dumps(self.to_lerobot(), indent=2) + "\n").encode("utf-8"))
+        return path
 
     def to_json(self, **dumps_options: Any) -> str:
         """All of it as a JSON string (``to_dict()`` through ``json.dumps``; ``dumps_options`` go to it, e.g.
@@ -359,6 +430,9 @@ def compute_stats(store, running: RunningStats | None, *, fields: Any = None, qu
         out[name] = FieldStats.of(moments)
         if qs:
             out[name].quantiles = _live_quantiles(store, name, table, qs)
+        layout = channel_layout(schema.fields[name])
+        if layout is not None:
+            out[name].channels, out[name].layout = out[name].per_channel(layout), layout
     counted = len(table.ids) if recompute else running.episodes
     return StoreStats(out, episode_summary(store), counted)
 

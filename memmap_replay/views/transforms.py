@@ -113,6 +113,34 @@ class FieldTransform:
         return f"{type(self).__name__}({list(self.fields)})"
 
 
+def _stats_values(entry: Any, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std) as float64 arrays of one field's statistics: a FieldStats (its per-channel ones when it has
+    them) or a mapping with 'mean' and 'std' (a stats.json entry; null values read as NaN)."""
+    channels = getattr(entry, "channels", None)
+    source = channels if channels is not None else entry
+    try:
+        if isinstance(source, dict):
+            values = [source[key] for key in ("mean", "std")]
+        else:
+            values = [getattr(source, key) for key in ("mean", "std")]
+        mean, std = (_floats(value) for value in values)
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        raise OptionError(f"the statistics of {field!r} must have numeric 'mean' and 'std' of one shape (got "
+                          f"{short(entry, 80)}: {error})") from None
+    if mean.shape != std.shape or mean.ndim == 0:
+        raise OptionError(f"the statistics of {field!r} must have mean and std of one shape with at least one axis "
+                          f"(got {mean.shape} and {std.shape})")
+    return mean, std
+
+
+def _floats(value: Any) -> np.ndarray:
+    """An array of float64; JSON's null (None) as NaN."""
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value, dtype=object)
+        value[np.equal(value, None)] = np.nan
+    return np.asarray(value, np.float64)
+
+
 def _channel_values(value: Any, name: str) -> np.ndarray | None:
     """None, a number or a 1-d sequence of finite numbers, as a float64 array (1-d, one per channel)."""
     if value is None:
@@ -138,8 +166,8 @@ class ToFloat(FieldTransform):
     - ``dtype``: a floating torch dtype (default float32).
 
     ``buffer.stats()`` does not keep images' statistics as episodes commit (only small numeric fields), but
-    ``buffer.stats(['image'])`` reads them from the live episodes, per pixel: ``ToFloat.from_stats`` turns
-    those into per-channel mean and std."""
+    ``buffer.stats(['image'])`` reads them from the live episodes, per pixel and (a uint8 (C, H, W) or
+    (H, W, C) field) per channel: ``ToFloat.from_stats`` takes those, or a loaded ``stats.json``."""
 
     def __init__(self, fields: Any, *, scale: float = 1 / 255, mean: Any = None, std: Any = None,
                  dtype: torch.dtype = torch.float32, channel_dim: int = -3):
@@ -167,26 +195,34 @@ class ToFloat(FieldTransform):
 
     @classmethod
     def from_stats(cls, stats: Any, field: str, **options: Any) -> "ToFloat":
-        """A ``ToFloat`` of ``field`` normalized by the store's statistics: ``stats`` is what
-        ``buffer.stats([field])`` returns (per-pixel mean and std of the stored values, read from the live
-        episodes for an image); they are pooled per channel (``channel_dim``) and scaled by ``scale``."""
+        """A ``ToFloat`` of ``field`` normalized by the store's statistics, scaled by ``scale``. ``stats`` is
+        what ``buffer.stats([field])`` returns (an image field's per-channel statistics are used as they are;
+        per-element ones are pooled per channel along ``channel_dim``), or a mapping field -> {"mean", "std"}
+        such as a loaded ``stats.json`` (``StoreStats.to_lerobot()``: per channel as (C, 1, 1), or per
+        element); a one-axis mean and std are taken as one value per channel."""
         field = _field_names(field, "ToFloat.from_stats")[0]
         if "mean" in options or "std" in options:
             raise OptionError("from_stats computes mean and std; pass them to ToFloat(...) instead")
-        known = getattr(stats, "fields", None)
+        known = getattr(stats, "fields", stats)
         if not isinstance(known, dict) or field not in known:
             held = sorted(known) if isinstance(known, dict) else None
-            raise OptionError(f"stats must be buffer.stats([{field!r}]) holding field {field!r} (got "
-                              f"{short(stats, 80) if held is None else f'statistics of {held}'})")
+            raise OptionError(f"stats must be buffer.stats([{field!r}]) or a loaded stats.json holding field {field!r} "
+                              f"(got {short(stats, 80) if held is None else f'statistics of {held}'})")
         made = cls(field, **options)
-        mean, std = np.asarray(known[field].mean, np.float64), np.asarray(known[field].std, np.float64)
-        if mean.ndim < -made.channel_dim or not np.isfinite(mean).all():
-            raise OptionError(f"the statistics of {field!r} (shape {mean.shape}) have no channel axis "
-                              f"{made.channel_dim} with finite values; store episodes first, or pass mean and std")
-        axes = tuple(axis for axis in range(mean.ndim) if axis != mean.ndim + made.channel_dim)
-        channel_mean = mean.mean(axis=axes)  # every element counts as many values: pooled exactly
-        channel_var = (np.square(std) + np.square(mean)).mean(axis=axes) - np.square(channel_mean)
-        channel_std = np.sqrt(np.maximum(channel_var, 0))
+        mean, std = _stats_values(known[field], field)
+        if mean.ndim == 1:  # per channel already
+            channel_mean, channel_std = mean, std
+        else:
+            if mean.ndim < -made.channel_dim:
+                raise OptionError(f"the statistics of {field!r} (shape {mean.shape}) have no channel axis "
+                                  f"{made.channel_dim}; pass channel_dim= to match them, or mean and std")
+            axes = tuple(axis for axis in range(mean.ndim) if axis != mean.ndim + made.channel_dim)
+            channel_mean = mean.mean(axis=axes)  # every element counts as many values: pooled exactly
+            channel_var = (np.square(std) + np.square(mean)).mean(axis=axes) - np.square(channel_mean)
+            channel_std = np.sqrt(np.maximum(channel_var, 0))
+        if not (np.isfinite(channel_mean).all() and np.isfinite(channel_std).all()):
+            raise OptionError(f"the statistics of {field!r} are not finite (mean {channel_mean.tolist()}): no "
+                              f"episodes were counted; store episodes first, or pass mean and std to ToFloat")
         if not (channel_std > 0).all():
             raise OptionError(f"field {field!r} is constant in some channel (std {channel_std.tolist()}); pass "
                               f"mean and std to ToFloat yourself")

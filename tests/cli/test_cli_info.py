@@ -239,6 +239,35 @@ def test_stats_recompute_counts_only_the_live_episodes(tmp_path, capsys):
     np.testing.assert_allclose(report["fields"]["obs"]["std"], live.std(0), rtol=1e-9)
 
 
+def test_stats_of_an_rgb_image_per_channel_and_a_lerobot_stats_json(tmp_path, capsys):
+    rng = np.random.default_rng(11)
+    rgb = [rng.integers(0, 256, (n, 3, 6, 5), dtype=np.uint8) for n in (4, 9)]
+    with ReplayBuffer(tmp_path / "rgb", 4, 16, dict(rgb=("uint8", (3, 6, 5)), obs=("float", 2), reward="float")) as buffer:
+        for pixels in rgb:
+            buffer.store_episode(rgb=pixels, obs=rng.random((len(pixels), 2)), reward=rng.random(len(pixels)))
+    rows = np.concatenate(rgb).astype(np.float64)
+    code, out, _ = run(capsys, "stats", tmp_path / "rgb", "rgb")
+    assert code == 0 and "rgb[0,0,0]" not in out, "an image shows channels, not elements"
+    for c in range(3):
+        count, mean, std, low, high = table_row(out, f"rgb[channel={c}]")
+        assert count == 13 * 30 and close(mean, rows[:, c].mean()) and close(std, rows[:, c].std())
+        assert (low, high) == (rows[:, c].min(), rows[:, c].max())
+    assert table_row(out, "rgb[all]")[0] == rows.size
+
+    target = tmp_path / "stats.json"
+    code, out, _ = run(capsys, "stats", tmp_path / "rgb", "--stats-json", target)
+    assert code == 0 and out.rstrip().endswith(f"wrote {target} (LeRobot's stats.json: 3 fields; per channel: rgb)")
+    data = json.loads(target.read_text())
+    assert list(data) == ["rgb", "obs", "reward"], "without FIELD: every numeric step field, images included"
+    np.testing.assert_allclose(np.ravel(data["rgb"]["mean"]), rows.mean(axis=(0, 2, 3)), rtol=1e-12)
+    assert np.shape(data["rgb"]["std"]) == (3, 1, 1) and data["obs"]["count"] == [13]
+    report = json.loads(run(capsys, "stats", tmp_path / "rgb", "obs", "--stats-json", target, "--json")[1])
+    assert report["stats_json"] == str(target) and list(json.loads(target.read_text())) == ["obs"]
+    np.testing.assert_allclose(report["fields"]["obs"]["mean"], data["obs"]["mean"])
+    code, out, err = run(capsys, "stats", tmp_path / "rgb", "--stats-json", tmp_path / "rgb" / "stats.json")
+    assert code == 2 and "must be outside the store" in err and not (tmp_path / "rgb" / "stats.json").exists()
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

@@ -54,10 +54,77 @@ def test_round_trip_of_every_key(store):
         assert words in readme, words
 
 
+def front_matter(readme: str) -> dict:
+    """The YAML block at the top of a README.md, parsed as the Hugging Face Hub does (PyYAML's safe loader)."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML parses the front matter (pip install pyyaml)")
+    assert readme.startswith("---\n"), readme[:80]
+    block, rest = readme[4:].split("\n---\n", 1)
+    assert rest.startswith("\n# ")
+    return yaml.safe_load(block)
+
+
+def test_readme_has_hub_front_matter_counts_returns_and_how_to_load(tmp_path):
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "store"
+    rewards = [rng.standard_normal(n) for n in (3, 5, 9)]
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=10, fields=SMALL_FIELDS, meta_fields=SMALL_META) as buffer:
+        for number, reward in enumerate(rewards):
+            buffer.store_episode(**dict(episode_arrays(number, len(reward)), reward=reward), task_id=number)
+    write_card(folder, DatasetCard(**FULL))
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    assert front_matter(readme) == {
+        "license": "cc-by-4.0", "pretty_name": "mujoco/hopper-expert-v0", "tags": ["reinforcement-learning", "memmap-replay"],
+        "task_categories": ["reinforcement-learning"], "size_categories": ["n<1K"]}
+    returns = np.array([r.astype(np.float32).sum(dtype=np.float64) for r in rewards])
+    assert "| Episodes | 3 |" in readme and "| Steps | 17 |" in readme
+    assert "| Episode length | mean 5.66667, std 2.49444, min 3, max 9 |" in readme
+    assert (f"| Episode return (sum of `reward`) | mean {returns.mean():.6g}, std {returns.std():.6g}, "
+            f"min {returns.min():.6g}, max {returns.max():.6g} |") in readme
+    assert "pip install memmap-replay" in readme
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "ReplayBuffer.from_folder(" in snippet and "buffer.dataloader(" in snippet
+    namespace = {}  # the snippet runs as written, on this folder
+    exec(snippet.replace("path/to/this/folder", str(folder)).replace("    ...", "    namespace_batch = batch"), namespace)
+    assert set(namespace["namespace_batch"]) >= {"obs", "action", "reward"}
+    namespace["buffer"].close()
+
+
+@pytest.mark.parametrize("license, expected", [
+    ("MIT", {"license": "mit"}), ("apache-2.0", {"license": "apache-2.0"}),
+    ("My Lab's License™ | v2", {"license": "other", "license_name": "my-lab-s-license-v2"}),
+    (None, {}),
+])
+def test_front_matter_license_is_a_hub_id_or_other(license, expected):
+    parsed = front_matter(DatasetCard(license=license).render())
+    assert {key: parsed[key] for key in ("license", "license_name") if key in parsed} == expected
+    assert "pretty_name" not in parsed and "size_categories" not in parsed  # no name, no counts
+
+
+def test_front_matter_quotes_what_yaml_may_not_hold_raw():
+    text = card_module._yaml_text('a "b": c\n\x85\x7f\u2028 #d')
+    yaml = pytest.importorskip("yaml", reason="PyYAML parses the front matter (pip install pyyaml)")
+    assert yaml.safe_load(f"k: {text}") == {"k": 'a "b": c\n\x85\x7f\u2028 #d'}
+
+
+def test_readme_of_a_store_without_reward_or_episodes(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=2, max_timesteps=3, fields=dict(obs="float")):
+        pass
+    update_card(tmp_path / "s", name="x/empty-v0")
+    readme = (tmp_path / "s" / "README.md").read_text()
+    assert front_matter(readme)["size_categories"] == ["n<1K"]
+    assert "| Episodes | 0 |" in readme and "| Episode length" not in readme and "Episode return" not in readme
+    assert "## How to load" in readme
+
+
+@pytest.mark.parametrize("size, category", [(0, "n<1K"), (999, "n<1K"), (1000, "1K<n<10K"), (2_500_000, "1M<n<10M")])
+def test_size_categories(size, category):
+    assert card_module._size_category(size) == category
+
+
 def test_an_empty_card_and_unknown_keys_are_kept(store):
     assert read_card(store) is None
     write_card(store, DatasetCard())
-    assert read_card(store) == DatasetCard() and (store / "README.md").read_text().startswith("# Unnamed dataset")
+    assert read_card(store) == DatasetCard() and "\n---\n\n# Unnamed dataset\n" in (store / "README.md").read_text()
     data = json.loads((store / "card.json").read_text())
     (store / "card.json").write_text(json.dumps({**data, "from_the_future": {"a": 1}}))
     card = update_card(store, license="MIT")

@@ -127,7 +127,7 @@ def test_sheet_shows_every_layout_and_dtype(folder, tmp_path, field):
     pixels = read_png(out)
     assert pixels.shape == (written.height, written.width, 3)
     np.testing.assert_array_equal(pixels, written.image)
-    expected_steps = [t for length in LENGTHS for t in range(0, length, 4)]
+    expected_steps = [t for length in LENGTHS for t in sorted({*range(0, length, 4), length - 1})]
     assert written.tiles[:, 1].tolist() == expected_steps and written.frames == len(expected_steps)
     frame_h, frame_w = LAYOUT_FIELDS[field][0][1][-2:] if field == "odd" else (H, W)
     for e, t, x, y in written.tiles:
@@ -146,21 +146,23 @@ def test_sheet_geometry_is_a_grid_of_episodes(folder, tmp_path):
     def cell(r, c):
         return (gap + c * (W + gap), gap + r * (H + gap))
     expected = [(2, 0, *cell(0, 0)), (2, 3, *cell(0, 1)), (2, 6, *cell(0, 2)), (2, 9, *cell(1, 0)),
-                (0, 0, *cell(2, 0)), (0, 3, *cell(2, 1))]
+                (2, 11, *cell(1, 1)), (0, 0, *cell(2, 0)), (0, 3, *cell(2, 1)), (0, 4, *cell(2, 2))]
     assert written.tiles.tolist() == [list(row) for row in expected]
     assert (written.width, written.height) == (gap + 3 * (W + gap), gap + 3 * (H + gap))
     pixels = read_png(tmp_path / "grid.png")
     assert (pixels[:gap] == BACKGROUND).all() and (pixels[:, :gap] == BACKGROUND).all()
-    x, y = cell(1, 1)
+    x, y = cell(1, 2)
     assert (pixels[y:y + H, x:x + W] == BACKGROUND).all(), "the rest of an episode's last row stays empty"
     np.testing.assert_array_equal(pixels[cell(1, 0)[1]:, cell(1, 0)[0]:][:H, :W], picture(2, 9))
+    np.testing.assert_array_equal(pixels[cell(1, 1)[1]:, cell(1, 1)[0]:][:H, :W], picture(2, 11))
 
 
 def test_sheet_default_shows_each_episode_on_one_row_enlarged(folder):
     written = contact_sheet(folder, "gray", columns=4)
     assert written.path is None and written.episodes == (0, 1, 2)
     per_episode = [written.tiles[written.tiles[:, 0] == e] for e in range(3)]
-    assert [p[:, 1].tolist() for p in per_episode] == [[0, 2, 4], [0, 3, 6], [0, 3, 6, 9]]
+    assert [p[:, 1].tolist() for p in per_episode] == [[0, 1, 3, 4], [0, 3, 5, 8], [0, 4, 7, 11]], \
+        "columns frames, from the first step to the last"
     assert all(len(set(p[:, 3])) == 1 for p in per_episode), "one row per episode"
     scale = -(-64 // H)
     assert written.image.shape[1] == frames_module._GAP + 4 * (W * scale + frames_module._GAP)
@@ -171,6 +173,62 @@ def test_sheet_tiles_a_frame_stack_oldest_first(folder):
     e, t, x, y = written.tiles[1]
     shown = written.image[y:y + H, x:x + K * W]
     np.testing.assert_array_equal(shown, np.concatenate([gray(picture(e, t)[..., 1] + j) for j in range(K)], axis=1))
+
+
+@pytest.mark.parametrize("length, final, columns, every, steps", [
+    (18, False, 8, None, [0, 2, 5, 7, 10, 12, 15, 17]),   # the help's 8 frames, the last step among them
+    (18, True, 8, None, [0, 3, 6, 9, 11, 14, 17, 18]),    # 7 steps spread, then the final observation
+    (5, True, 8, None, [0, 1, 2, 3, 4, 5]),               # a short episode shows every row
+    (3, False, 8, None, [0, 1, 2]),
+    (1, True, 8, None, [0, 1]),
+    (18, True, 1, None, [0]),                             # one column: the first step
+    (18, True, 2, None, [0, 18]),
+    (18, False, 8, 5, [0, 5, 10, 15, 17]),                # every N, then the last step ...
+    (18, True, 8, 5, [0, 5, 10, 15, 17, 18]),             # ... and the final observation
+    (16, False, 8, 5, [0, 5, 10, 15]),                    # the last step already shown
+    (0, False, 8, None, []),
+])
+def test_sheet_steps_include_the_last_step_and_the_final_observation(length, final, columns, every, steps):
+    assert frames_module.sheet_steps(length, final, columns=columns, every=every).tolist() == steps
+
+
+@pytest.fixture(scope="module")
+def final_folder(tmp_path_factory):
+    """Episodes of 18 and 4 steps stored with their final observation (picture t = length), and one of 6 without."""
+    folder = tmp_path_factory.mktemp("final") / "store"
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=20, fields=dict(obs=("uint8", (H, W, 3)))) as buffer:
+        for e, (length, end) in enumerate([(18, "terminated"), (4, "truncated"), (6, None)]):
+            final = None if end is None else dict(obs=picture(e, length))
+            buffer.store_episode(obs=np.stack([picture(e, t) for t in range(length)]), end=end, final=final)
+    return folder
+
+
+def test_sheet_of_an_episode_shows_its_last_step_and_final_observation(final_folder, monkeypatch):
+    labels = []
+    label_strip = frames_module._label_strip
+    monkeypatch.setattr(frames_module, "_label_strip", lambda text, width: labels.append(text) or label_strip(text, width))
+    written = contact_sheet(final_folder, "obs", scale=1)
+    per_episode = {e: written.tiles[written.tiles[:, 0] == e] for e in range(3)}
+    assert per_episode[0][:, 1].tolist() == [0, 3, 6, 9, 11, 14, 17, 18], "8 frames, as the help says"
+    assert per_episode[1][:, 1].tolist() == [0, 1, 2, 3, 4]
+    assert per_episode[2][:, 1].tolist() == [0, 1, 2, 3, 4, 5], "no final row stored: up to the last step"
+    for e, t, x, y in per_episode[0][-2:]:
+        np.testing.assert_array_equal(written.image[y:y + H, x:x + W], picture(e, t))
+    assert labels[6:8] == ["ep 0  t 17", "ep 0  final"] and labels[12] == "ep 1  final"
+    assert labels[-1] == "ep 2  t 5"
+
+
+def test_a_video_ends_with_the_final_observation(final_folder, tmp_path, monkeypatch):
+    monkeypatch.setattr(frames_module, "_chunk_rows", lambda spec, form: 7)  # 19 rows: chunks of 7, 7 and 5
+    out = tmp_path / "final.gif"
+    written = write_video(final_folder, "obs", out, episode=0, scale=1)
+    assert written.frames == 19
+    with Image.open(out) as gif:
+        assert gif.n_frames == 19
+        for t in (0, 17, 18):
+            gif.seek(t)
+            np.testing.assert_array_equal(np.asarray(gif.convert("RGB")), picture(0, t))
+    assert write_video(final_folder, "obs", tmp_path / "none.gif", episode=2, scale=1).frames == 6
 
 
 @pytest.mark.parametrize("episodes, picked", [
@@ -415,9 +473,9 @@ def test_cli_as_a_user_runs_it(folder, tmp_path):
     for name, (_, code) in cases.items():
         assert done[name].returncode == code, (name, done[name].stderr)
         assert "Traceback" not in done[name].stderr, name
-    assert done["sheet"].stdout == f"wrote {tmp_path / 's.png'}: 2 episodes, 6 frames, 362 x 162 pixels\n"
+    assert done["sheet"].stdout == f"wrote {tmp_path / 's.png'}: 2 episodes, 8 frames, 452 x 162 pixels\n"
     assert done["sheet"].stderr == ""  # no progress bar when stderr is not a terminal
-    assert read_png(tmp_path / "s.png").shape == (162, 362, 3)
+    assert read_png(tmp_path / "s.png").shape == (162, 452, 3)
     assert done["mp4"].stdout == f"wrote {tmp_path / 'v.mp4'}: episode 2, 12 frames at 12 fps, 88 x 66 pixels\n"
     assert json.loads(done["gif"].stdout) == {"path": str(tmp_path / "v.gif"), "frames": 9, "width": 16, "height": 12,
                                               "episodes": [1], "fps": 30.0}

@@ -269,3 +269,92 @@ def test_inf_and_nan_in_the_data_give_nan_moments_without_warnings(tmp_path):
         assert got.count == 3 and np.isnan(got.mean[0]) and np.isnan(got.std).all()
         assert got.max[1] == np.inf
         assert json.loads(buffer.stats().to_json())["fields"]["x"]["max"] == [None, None]  # strict JSON: null
+
+
+# ---- per channel, and LeRobot's stats.json -------------------------------------------------------------------
+
+IMAGES = dict(chw=("uint8", (3, 6, 5)), hwc=("uint8", (6, 5, 4)), gray=("uint8", (1, 6, 5)),
+              stack=("uint8", (4, 6, 5)), floaty=("float32", (3, 6, 5)), grid=("uint8", (6, 5)), reward="float")
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """Episodes of every kind of image-like field, with known values; the first has a final observation."""
+    rng = np.random.default_rng(21)
+    folder = tmp_path_factory.mktemp("channels") / "s"
+    episodes = []
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=10, fields=IMAGES) as buffer:
+        for e, length in enumerate((7, 3, 10)):
+            data = {name: (rng.integers(0, 256, (length, *spec[1]), dtype=np.uint8) if spec[0] == "uint8" else
+                           rng.random((length, *spec[1]), dtype=np.float32)) for name, spec in IMAGES.items()
+                    if name != "reward"}
+            data["reward"] = rng.standard_normal(length)
+            final = dict(chw=np.full((3, 6, 5), 255, np.uint8)) if e == 0 else None  # never counted
+            buffer.store_episode(**data, end="terminated" if final else None, final=final)
+            episodes.append(data)
+    return folder, episodes
+
+
+@pytest.mark.parametrize("name, layout, axes", [("chw", "CHW", (0, 2, 3)), ("hwc", "HWC", (0, 1, 2)),
+                                                ("gray", "CHW", (0, 2, 3))])
+def test_image_fields_get_statistics_per_channel(images, name, layout, axes):
+    folder, episodes = images
+    rows = np.concatenate([data[name] for data in episodes]).astype(np.float64)
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        stats = buffer.stats([name]).fields[name]
+        recomputed = buffer.stats([name], recompute=True).fields[name]
+    assert stats.layout == layout and stats.channels.mean.shape == (rows.shape[1 if layout == "CHW" else -1],)
+    channels = stats.channels
+    assert channels.count == rows.size // channels.mean.size
+    np.testing.assert_allclose(channels.mean, rows.mean(axis=axes), rtol=1e-12)
+    np.testing.assert_allclose(channels.std, rows.std(axis=axes), rtol=1e-9)
+    np.testing.assert_array_equal(channels.min, rows.min(axis=axes))
+    np.testing.assert_array_equal(channels.max, rows.max(axis=axes))
+    np.testing.assert_allclose(recomputed.channels.mean, channels.mean, rtol=1e-12)
+    np.testing.assert_allclose(stats.mean, rows.mean(axis=0), rtol=1e-12)  # per element as before
+    assert stats.to_dict()["channels"]["layout"] == layout
+    np.testing.assert_allclose(stats.to_dict()["channels"]["mean"], channels.mean)
+
+
+@pytest.mark.parametrize("name", ["stack", "floaty", "grid", "reward"])
+def test_other_fields_have_no_channels(images, name):
+    with ReplayBuffer.from_folder(images[0], read_only=True) as buffer:
+        stats = buffer.stats([name]).fields[name]
+    assert stats.channels is None and stats.layout is None and "channels" not in stats.to_dict()
+
+
+def test_lerobot_stats_json_has_a_key_per_field_per_channel_for_images(images, tmp_path):
+    folder, episodes = images
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        stats = buffer.stats(["chw", "hwc", "stack", "reward"])
+    path = stats.write_lerobot(tmp_path / "stats.json")
+    data = json.loads(path.read_text())
+    assert list(data) == ["chw", "hwc", "stack", "reward"]
+    assert all(sorted(entry) == ["count", "max", "mean", "min", "std"] for entry in data.values())
+    assert np.shape(data["chw"]["mean"]) == (3, 1, 1) and np.shape(data["hwc"]["std"]) == (1, 1, 4)
+    assert np.shape(data["stack"]["mean"]) == (4, 6, 5), "not an image: per element"
+    reward = np.concatenate([e["reward"] for e in episodes]).astype(np.float32).astype(np.float64)
+    assert data["reward"]["count"] == [20] and np.shape(data["reward"]["mean"]) == (1,)
+    np.testing.assert_allclose(data["reward"]["mean"], [reward.mean()], rtol=1e-12)
+    chw = np.concatenate([e["chw"] for e in episodes]).astype(np.float64)
+    np.testing.assert_allclose(np.ravel(data["chw"]["mean"]), chw.mean(axis=(0, 2, 3)), rtol=1e-12)
+    assert data["chw"]["count"] == [20] and np.ravel(data["chw"]["max"]).tolist() == chw.max(axis=(0, 2, 3)).tolist()
+    # a broadcastable shape: a stored row normalizes with it as is
+    assert ((chw[0] - np.array(data["chw"]["mean"])) / np.array(data["chw"]["std"])).shape == (3, 6, 5)
+
+
+def test_lerobot_stats_of_an_empty_store_are_null(tmp_path):
+    with ReplayBuffer(tmp_path / "e", max_episodes=2, max_timesteps=3, fields=dict(image=("uint8", (3, 2, 2)))) as buffer:
+        data = buffer.stats(["image"]).to_lerobot()
+    assert data["image"]["count"] == [0] and np.ravel(data["image"]["mean"]).tolist() == [None] * 3
+
+
+def test_write_lerobot_refuses_a_path_inside_the_store_or_nowhere(images, tmp_path):
+    folder = images[0]
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        stats = buffer.stats(["reward"])
+    with pytest.raises(InvalidDataError, match=r"must be outside the store at .*; choose a path beside the store"):
+        stats.write_lerobot(folder / "stats.json")
+    with pytest.raises(InvalidDataError, match=r"must be in an existing folder .*; create the folder first"):
+        stats.write_lerobot(tmp_path / "nowhere" / "stats.json")
+    assert not (folder / "stats.json").exists()

@@ -1,6 +1,7 @@
 """Batch transforms (views.transforms): values of the built-ins, transform= on every view and loader, in
 DataLoader workers under fork and spawn, and their errors."""
 
+import json
 import os
 
 import numpy as np
@@ -127,6 +128,33 @@ def test_to_float_from_stats_pools_per_channel(images):
     np.testing.assert_allclose(transform.std, frames.std(axis=(0, 2, 3)), rtol=1e-9)
     batch = images.dataset(timestep_level=True, transform=transform).__getitems__(np.arange(24))
     np.testing.assert_allclose(batch["image"].mean(dim=(0, 2, 3)).numpy(), 0, atol=1e-5)
+
+
+def test_to_float_from_stats_takes_per_channel_and_stats_json(images):
+    """The per-channel statistics of buffer.stats, a loaded stats.json (per channel (C, 1, 1), nulls as NaN) and
+    a plain {'mean': [...], 'std': [...]} per channel all give the same transform as pooling per pixel."""
+    stats = images.stats(["image"])
+    assert stats.fields["image"].layout == "CHW" and stats.fields["image"].channels.mean.shape == (3,)
+    reference = ToFloat.from_stats(stats, "image")
+    per_pixel = stats.fields["image"]
+    pooled = ToFloat.from_stats({"image": {"mean": per_pixel.mean, "std": per_pixel.std}}, "image")
+    loaded = ToFloat.from_stats(json.loads(json.dumps(stats.to_lerobot())), "image")
+    channels = per_pixel.channels
+    plain = ToFloat.from_stats({"image": {"mean": channels.mean.tolist(), "std": channels.std.tolist()}}, "image")
+    for made in (pooled, loaded, plain):
+        np.testing.assert_allclose(made.mean, reference.mean, rtol=1e-12)
+        np.testing.assert_allclose(made.std, reference.std, rtol=1e-12)
+
+
+@pytest.mark.parametrize("entry, match", [
+    ({"mean": [1.0, 2.0]}, r"statistics of 'image' must have numeric 'mean' and 'std'"),
+    ({"mean": [1.0, 2.0], "std": [1.0]}, r"mean and std of one shape .* \(got \(2,\) and \(1,\)\)"),
+    ({"mean": [None, 2.0], "std": [1.0, 1.0]}, r"statistics of 'image' are not finite"),
+    ({"mean": [[1.0, 2.0]], "std": [[1.0, 1.0]]}, r"no channel axis -3; pass channel_dim="),
+])
+def test_to_float_from_stats_refuses_unusable_statistics(entry, match):
+    with pytest.raises(OptionError, match=match):
+        ToFloat.from_stats({"image": entry}, "image")
 
 
 # ---- RandomShift --------------------------------------------------------------------------------------
