@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..core.options import index as index_option
-from .transforms import apply_transform, transform_option
+from .transform_base import apply_transform, transform_option
 
 __all__ = ["BatchDataset"]
 

@@ -2,7 +2,6 @@
 fields it reads (only those it returns), the observation rule, samplers and DataLoaders over it, errors."""
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -369,14 +368,6 @@ def test_exported_like_the_other_views():
 
     assert memmap_replay.TransitionView is views.TransitionView is TransitionView
     assert "TransitionView" in memmap_replay.__all__ and "TransitionView" in views.__all__
-
-
-def test_the_docs_example_runs(tmp_path, monkeypatch):
-    text = (Path(__file__).parents[2] / "docs" / "transitions.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) == 1
-    monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[0], "docs/transitions.md", "exec"), {"__name__": "__docs__"})
 
 
 def test_unknown_keywords_list_only_what_a_transitions_view_takes(ends):
