@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -33,7 +34,8 @@ class RandomShift(FieldTransform):
     shifts, new each epoch, and the whole run repeats when the DataLoader's seed does (pass
     ``generator=torch.Generator().manual_seed(s)`` or call ``torch.manual_seed(s)`` first). With gather
     threads (``workers="threads"``) each batch draws from (seed, the loader's iteration, the batch's
-    number), so the shifts repeat whichever thread makes which batch."""
+    number), or without a seed from (a seed drawn from torch's global RNG as the iteration begins, the
+    batch's number), so the shifts repeat, whichever thread makes which batch, as they do in this process."""
 
     def __init__(self, fields: Any, *, pad: int = 4, seed: int | None = None):
         super().__init__(fields)
@@ -50,12 +52,14 @@ class RandomShift(FieldTransform):
 
     def generator(self) -> torch.Generator | None:
         """This process's generator (None: torch's global RNG), seeded anew in each DataLoader worker."""
-        if self.seed is None:
-            return None
         number = batch_number()
         if number is not None:  # a gather thread's batch: its own draws, whichever thread makes it
-            state = np.random.SeedSequence([self.seed, 2, *number]).generate_state(1, np.uint64)[0]
+            run, batch, base = number  # base: drawn from torch's global RNG as the iteration began
+            entropy = [self.seed, 2, run, batch] if self.seed is not None else [base, 3, batch]
+            state = np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]
             return torch.Generator().manual_seed(int(state) & (2**63 - 1))
+        if self.seed is None:
+            return None
         info = torch.utils.data.get_worker_info()
         owner = (os.getpid(), None if info is None else info.seed)
         if owner != self._owner:
@@ -86,12 +90,14 @@ class RandomShift(FieldTransform):
         if value.ndim < 3:
             raise OptionError(f"RandomShift needs images (B, ..., H, W); field {name!r} has shape "
                               f"{tuple(value.shape)}; leave it out of fields")
-        if self.pad == 0 or value.shape[0] == 0:
+        if self.pad == 0 or value.numel() == 0:
             return value
         size, height, width = value.shape[0], value.shape[-2], value.shape[-1]
+        if value.device.type != "cpu" or value.requires_grad:  # torch's own gathers, on its device
+            return _shifted_by_torch(value, offsets.to(value.device), self.pad)
         try:
             images = np.ascontiguousarray(value.numpy()).reshape(size, -1, height, width)  # (B, M, H, W)
-        except TypeError:  # a dtype numpy lacks (bfloat16): shifted as float32, then cast back
+        except TypeError:  # a dtype numpy lacks (bfloat16): shifted as float32 (exactly), then cast back
             return self.shifted(name, value.float(), offsets).to(value.dtype)
         pad, frames = self.pad, images.shape[1]
         padded = np.pad(images, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="edge").reshape(-1)
@@ -107,3 +113,16 @@ class RandomShift(FieldTransform):
 
     def __repr__(self) -> str:
         return f"RandomShift({list(self.fields)}, pad={self.pad}, seed={self.seed})"
+
+
+def _shifted_by_torch(value: torch.Tensor, offsets: torch.Tensor, pad: int) -> torch.Tensor:
+    """``RandomShift.shifted`` with torch's gathers (tensors on an accelerator, or needing a gradient):
+    clamped rows, picked as whole (frames, W) slabs per item, then one gather along W."""
+    size, height, width = value.shape[0], value.shape[-2], value.shape[-1]
+    flat = value.reshape(size, -1, height, width)  # (B, M, H, W)
+    arange = functools.partial(torch.arange, device=value.device)
+    rows = (arange(height)[None, :] + offsets[:, :1] - pad).clamp_(0, height - 1)  # (B, H)
+    cols = (arange(width)[None, :] + offsets[:, 1:] - pad).clamp_(0, width - 1)  # (B, W)
+    picked = flat.transpose(1, 2)[arange(size)[:, None], rows]  # (B, H, M, W)
+    out = torch.gather(picked, 3, cols[:, None, None, :].expand(picked.shape))
+    return out.transpose(1, 2).contiguous().reshape(value.shape)

@@ -33,7 +33,6 @@ from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from .batches import BatchIndexSampler, _LazyPermutation  # noqa: F401 - re-exported (BatchIndexSampler is public)
-from .pool import PINNED, set_output_target
 from .transport import PROCESS_OPTIONS, WORKER_KINDS, SlotPacker, SlotReader, slot_release_option, threaded
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
@@ -53,14 +52,11 @@ def _accelerator_available() -> bool:
 
 
 def _pinned(make, items) -> dict:
-    """``make(items)`` with the gathers' outputs in pooled pinned memory (``views.pool.PINNED``); what else
-    the batch holds (a transform's new tensors, small meta values) is pinned by a copy."""
-    set_output_target(PINNED.empty)
-    try:
-        batch = make(items)
-    finally:
-        set_output_target(None)
-    return {name: value if value.is_pinned() else value.pin_memory() for name, value in batch.items()}
+    """``make(items)`` with its tensors copied into pinned memory (torch's caching host allocator, which
+    keeps a block from reuse until the device copies reading it are done). Gathering straight into pooled
+    pinned memory would save this copy, but a pool cannot tell when an asynchronous copy has finished
+    reading a block: not done until it can be measured on a GPU."""
+    return {name: value if value.is_pinned() else value.pin_memory() for name, value in make(items).items()}
 
 
 def _pass_through(batch: dict) -> dict:
@@ -132,13 +128,14 @@ class ReplayDataLoader(DataLoader):
         # in this process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         make = self.dataset.batch if trusted else self.dataset.__getitems__
-        if self.pin_memory and _accelerator_available():  # gathered straight into pinned memory
+        if self.pin_memory and _accelerator_available():
             make = functools.partial(_pinned, make)
         items = self._items_ahead()
         if self.num_workers > 0:  # gather threads
             self._runs += 1
+            base = int(torch.empty((), dtype=torch.int64).random_().item())  # as torch seeds its workers
             yield from threaded(items, make, self.num_workers, self.num_workers * (self.prefetch_factor or 2),
-                                run=self._runs)
+                                run=self._runs, base=base, timeout=self.timeout or None)
             return
         for chosen in items:
             yield make(chosen)
@@ -162,14 +159,15 @@ class ReplayDataLoader(DataLoader):
             yield from super().__iter__()
             return
         reader = self._slot_reader
-        if reader is None:
+        if reader is None or not self.persistent_workers:  # new workers: new slots (an iteration of its own)
             reader = self._slot_reader = SlotReader(self.slot_release)
-        elif not self.persistent_workers:  # the last iteration's workers are gone: so are their slots
-            reader.forget()
-        else:
+        else:  # the same workers: slots of batches dropped by a loop stopped early are free again
             reader.restart()
+            self.collate_fn.new_iteration()
+        pin = self.pin_memory and _accelerator_available()  # (torch's pinning thread passes a SlotBatch by)
         for item in super().__iter__():
-            yield reader.unpack(item)
+            batch = reader.unpack(item)
+            yield {name: value.pin_memory() for name, value in batch.items()} if pin else batch
 
     def __iter__(self):
         batches = self._batches()

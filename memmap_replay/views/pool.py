@@ -3,8 +3,7 @@
 A fresh multi-MB array per batch costs a page fault per 4 KiB page when the allocator has handed the
 previous one back to the OS, so large outputs come from a pool of arrays reused once nothing else refers to
 them. In a DataLoader worker the outputs go straight into the worker's shared-memory slot instead
-(``set_output_target``, ``views.transport``); with ``pin_memory=True`` on a machine that can pin, into
-pooled page-locked memory (``PINNED``).
+(``set_output_target``, ``views.transport``).
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ import threading
 from typing import Any
 
 import numpy as np
-import torch
 
-__all__ = ["OUTPUTS", "PINNED", "OutputPool", "output_array", "pinned_empty", "set_output_target"]
+__all__ = ["OUTPUTS", "OutputPool", "output_array", "set_output_target"]
 
 
 class OutputPool:
@@ -33,11 +31,7 @@ class OutputPool:
     MAX_KEPT_BYTES = 1 << 29  # at most 512 MiB kept in all, whatever the mix of batch sizes
     UNUSED = 3  # references to a free array while take() checks it: its list, the loop variable, the call
 
-    def __init__(self, allocate: Any = None, *, min_bytes: int | None = None) -> None:
-        # allocate(shape, dtype) -> a fresh array (np.empty; page-locked memory for ``PINNED``)
-        self.allocate = np.empty if allocate is None else allocate
-        if min_bytes is not None:
-            self.MIN_BYTES = min_bytes
+    def __init__(self) -> None:
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.kept = 0
         self._local = threading.local()
@@ -70,7 +64,7 @@ class OutputPool:
                 return out
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes < self.MIN_BYTES:  # small blocks come from the heap, which reuses them without faults
-            return self.allocate(shape, dtype)
+            return np.empty(shape, dtype)
         key = (shape, dtype)
         bucket = self.free.get(key)
         if bucket is None:
@@ -78,7 +72,7 @@ class OutputPool:
         for out in bucket:
             if sys.getrefcount(out) == self.UNUSED:
                 return out
-        out = self.allocate(shape, dtype)
+        out = np.empty(shape, dtype)
         if len(bucket) < self.KEEP and self.kept + nbytes <= self.MAX_KEPT_BYTES:
             bucket.append(out)
             self.kept += nbytes
@@ -86,18 +80,6 @@ class OutputPool:
 
 
 OUTPUTS = OutputPool()
-
-
-def pinned_empty(shape: tuple, dtype: Any) -> np.ndarray:
-    """An array in page-locked memory (torch's pinned host allocator; it needs an accelerator)."""
-    dtype = np.dtype(dtype)
-    memory = torch.empty(max(1, math.prod(shape) * dtype.itemsize), dtype=torch.uint8, pin_memory=True)
-    return memory.numpy()[:math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
-
-
-# pinned batch outputs (``pin_memory=True`` with an accelerator): every output, small ones too, so that a
-# batch is gathered straight into memory a device copy can read asynchronously, with no second copy
-PINNED = OutputPool(lambda shape, dtype: pinned_empty(shape, dtype), min_bytes=0)
 
 
 def set_output_target(target: Any) -> None:

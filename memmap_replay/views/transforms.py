@@ -187,8 +187,10 @@ def _output_like(value: torch.Tensor, dtype: torch.dtype, divisor: float | None 
     """``value`` converted to ``dtype`` (and divided by ``divisor``), written into batch output memory
     (``views.pool``: reused, and in a DataLoader worker its shared-memory slot) where numpy has the dtype."""
     try:
+        if value.device.type != "cpu" or value.requires_grad:  # stays where it is, in torch's memory
+            raise TypeError
         numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # bfloat16, ...
+    except TypeError:  # bfloat16, ..., or a tensor the pool does not serve
         out = value.to(dtype, copy=True)
         return out if divisor is None else out.div_(divisor)
     out = torch.from_numpy(output_array(tuple(value.shape), numpy_dtype))

@@ -27,7 +27,7 @@ import sys
 import threading
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -103,6 +103,15 @@ class _SlotWriter:
         self.slots: list[torch.Tensor] = []  # shared uint8 tensors
         self.roots: list[np.ndarray] = []  # the same bytes as numpy arrays (byte 0: the flag, 1: known)
         self.armed: tuple[int, _Bump] | None = None  # the slot claimed for the next batch
+        self.iteration = 0  # the loader's iteration this worker last saw (SlotPacker.iterations)
+
+    def reclaim(self) -> None:
+        """Free the slots the main process never mapped (their first batch was dropped, so it cannot give
+        them back); every batch of an earlier iteration is dropped by now or never will be read."""
+        armed = None if self.armed is None else self.armed[0]
+        for i, root in enumerate(self.roots):
+            if i != armed and root[_KNOWN] == 0:
+                root[0] = _FREE
 
     def claim(self, nbytes: int) -> int | None:
         """A free slot of at least ``nbytes`` (replacing a free smaller one, or adding one), now busy; None
@@ -161,7 +170,8 @@ class _SlotWriter:
         placed = {}
         for name, value in batch.items():
             offset = value.data_ptr() - base
-            if _HEADER <= offset and offset + _nbytes(value) <= bump.end and value.is_contiguous():
+            if (_HEADER <= offset and offset + _nbytes(value) <= bump.end and value.is_contiguous()
+                    and not value.is_conj() and not value.is_neg()):  # (lazy flags are not in the bytes)
                 placed[name] = offset
         rest = sum(_aligned(_nbytes(v)) for name, v in batch.items() if name not in placed)
         if bump.end + rest > size:
@@ -189,10 +199,17 @@ class SlotPacker:
 
     def __init__(self, most: int):
         self.most = most
+        # iterations begun over these workers, in shared memory: a worker that sees it change takes back
+        # the slots the main process never got (their batches were dropped when a loop stopped early)
+        self.iterations = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._writer: _SlotWriter | None = None
 
     def __getstate__(self) -> dict:
-        return {"most": self.most, "_writer": None}
+        return {"most": self.most, "iterations": self.iterations, "_writer": None}
+
+    def new_iteration(self) -> None:
+        """Called by the main process before it asks persistent workers for a new iteration's batches."""
+        self.iterations += 1
 
     def __call__(self, batch: Any) -> Any:
         if get_worker_info() is None or not isinstance(batch, dict):
@@ -200,22 +217,26 @@ class SlotPacker:
         writer = self._writer
         if writer is None or not writer.token.startswith(f"{os.getpid()}-"):  # a fork of a worker: its own slots
             writer = self._writer = _SlotWriter(self.most)
+        iteration = int(self.iterations[0])
+        if iteration != writer.iteration:
+            writer.reclaim()
+            writer.iteration = iteration
         return writer.pack(batch)
 
 
-_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-    torch.float32, torch.float64, torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64)}
+_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """numpy's dtype of the same name, or None (bfloat16, complex32, float8, ...: viewed through torch)."""
     try:
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    except (TypeError, RuntimeError):
+        return np.dtype(str(dtype).removeprefix("torch."))
+    except TypeError:
         return None
 
 
-_NUMPY_DTYPES = {name: _numpy_dtype(dtype) for name, dtype in _DTYPES.items() if _numpy_dtype(dtype) is not None}
+_NUMPY_DTYPES = {name: _numpy_dtype(dtype) for name, dtype in _DTYPES.items()
+                 if _numpy_dtype(dtype) is not None and _numpy_dtype(dtype).itemsize == dtype.itemsize}
 
 
 class SlotReader:
@@ -277,31 +298,28 @@ class SlotReader:
             if key not in busy:
                 root[0] = _FREE
 
-    def forget(self) -> None:
-        """Drop the slots no batch uses (their workers are gone: a new iteration has new workers); the busy
-        ones go once their batches are gone and the next iteration asks again."""
-        self.give_back()
-        busy = set(self.busy)
-        for key in [key for key in self.slots if key not in busy]:
-            del self.slots[key]
 
 
-_BATCH = threading.local()  # in a gather thread: (run, number) of the batch it is making
+_BATCH = threading.local()  # in a gather thread: (run, number, base) of the batch it is making
 
 
-def batch_number() -> tuple[int, int] | None:
-    """(run, number) of the batch this gather thread is making (``threaded``), else None: a seeded
-    transform draws from it, so its draws do not depend on which thread made which batch when."""
+def batch_number() -> tuple[int, int, int] | None:
+    """(run, number, base) of the batch this gather thread is making (``threaded``), else None: the
+    loader's iteration, the batch's number in it and a seed drawn from torch's global RNG as the iteration
+    began. A random transform draws from them, so its draws do not depend on which thread made which
+    batch when."""
     return getattr(_BATCH, "number", None)
 
 
-def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth: int, *, run: int = 0) -> Iterator[dict]:
+def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth: int, *, run: int = 0,
+             base: int = 0, timeout: float | None = None) -> Iterator[dict]:
     """``make(items)`` for each of ``batches``, by a pool of ``threads`` threads, in order, ``depth`` batches
     in flight: numpy's gathers (and torch's ops in a transform) release the GIL, so the threads overlap
-    them with no transport at all. ``run`` (the loader's iteration) and the batch's number are what
-    ``batch_number`` tells a transform. A loop that stops early cancels the batches not begun."""
+    them with no transport at all. ``run`` (the loader's iteration), the batch's number and ``base`` are
+    what ``batch_number`` tells a transform; ``timeout``: seconds to wait for a batch (None: no limit),
+    as torch's ``timeout``. A loop that stops early cancels the batches not begun."""
     def task(number: int, items: Any) -> dict:
-        _BATCH.number = (run, number)
+        _BATCH.number = (run, number, base)
         try:
             return make(items)
         finally:
@@ -314,7 +332,10 @@ def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth
         for number, items in itertools.islice(iterator, depth):
             pending.append(pool.submit(task, number, items))
         while pending:
-            batch = pending.popleft().result()
+            try:
+                batch = pending.popleft().result(timeout)
+            except FutureTimeout:
+                raise RuntimeError(f"DataLoader timed out after {timeout} seconds (a gather thread's batch)") from None
             for number, items in itertools.islice(iterator, 1):
                 pending.append(pool.submit(task, number, items))
             yield batch

@@ -67,25 +67,3 @@ def test_output_target_is_per_thread():
         assert seen == [False] and output_array((4,), np.float64).base is arena
     finally:
         set_output_target(None)
-
-
-def test_pinned_loader_gathers_into_the_pinned_pool(make_buffer, monkeypatch):
-    """With pin_memory=True and an accelerator, the gathers write into pooled pinned memory (faked here:
-    these machines have no accelerator, and torch cannot pin without one)."""
-    from conftest import episode_arrays
-    from memmap_replay.views import loader as loader_module
-
-    fake = OutputPool(np.empty, min_bytes=0)
-    monkeypatch.setattr(loader_module, "PINNED", fake)
-    monkeypatch.setattr(loader_module, "_accelerator_available", lambda: True)
-    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *a, **k: True)
-    buffer = make_buffer(max_episodes=5)
-    for number in range(3):
-        buffer.store_episode(**episode_arrays(number, 10))
-    expected = list(buffer.dataloader(8, timestep_level=True, seed=1, shuffle=True))
-    for workers in (0, 2):  # the main process, and gather threads
-        got = list(buffer.dataloader(8, timestep_level=True, seed=1, shuffle=True, pin_memory=True,
-                                     num_workers=workers, meta_fields=()))
-        pooled = {array.ctypes.data for bucket in fake.free.values() for array in bucket}
-        assert all(batch[name].data_ptr() in pooled for batch in got for name in ("obs", "action", "reward"))
-        assert all(torch.equal(a[name], b[name]) for a, b in zip(got, expected) for name in ("obs", "action", "reward"))

@@ -1,6 +1,7 @@
 """Worker transport: shared-memory batch slots (every start method, given back, never torn, killed
 workers) and gather threads."""
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -115,6 +116,7 @@ def test_a_killed_worker_is_reported_and_leaks_nothing(filled):
                 time.sleep(0.2)
     assert received and all(same(a, b) for a, b in zip(received, expected))  # no torn batch before the kill
     del batch, loader
+    gc.collect()  # (the loader's own shared counter goes with it)
     assert shm_entries() <= before
     again = filled.dataloader(4, timestep_level=True, shuffle=True, seed=5, num_workers=2,
                               multiprocessing_context="fork")
@@ -276,3 +278,80 @@ def test_a_restart_never_frees_the_slot_of_a_batch_being_sent():
     fourth = reader.unpack(writer.pack(batch(3)))  # written into slot 0
     fifth = reader.unpack(writer.pack(batch(4)))  # must not go into slot 0 again
     assert [float(b["x"][0]) for b in (third, fourth, fifth)] == [2.0, 3.0, 4.0]
+
+
+def test_dtypes_numpy_lacks_and_lazy_conjugates_through_a_slot():
+    from memmap_replay.views.pool import output_array, set_output_target
+
+    writer, reader = _SlotWriter(most=3), SlotReader("unused")
+    eight = torch.arange(6, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    got = reader.unpack(writer.pack({"f8": eight}))
+    assert got["f8"].dtype == torch.float8_e4m3fn and torch.equal(got["f8"].view(torch.uint8), eight.view(torch.uint8))
+    try:  # the worker's gathers write into the slot claimed for the next batch, as a view's do
+        array = output_array((2,), np.complex64)
+    finally:
+        set_output_target(None)
+    array[:] = [1 + 2j, 3 - 1j]
+    conjugated = torch.from_numpy(array).conj()  # a lazy flag: the bytes in the slot are not conjugated
+    got = reader.unpack(writer.pack({"c": conjugated}))
+    assert torch.equal(got["c"], conjugated.resolve_conj())
+
+
+def test_two_iterations_of_one_loader_at_once(filled):
+    loader = filled.dataloader(8, timestep_level=True, num_workers=2, multiprocessing_context="fork")
+    expected = list(filled.dataloader(8, timestep_level=True))
+    first = iter(loader)
+    got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
+    peek = next(iter(loader))  # a second iteration (new workers) while the first goes on
+    assert same(peek, expected[0])
+    del peek
+    got += [{k: v.clone() for k, v in b.items()} for b in first]
+    assert len(got) == len(expected) and all(same(a, b) for a, b in zip(got, expected))
+
+
+def test_persistent_workers_take_back_slots_of_dropped_batches(filled, monkeypatch):
+    counts = {"slots": 0, "torch": 0}
+    unpack = SlotReader.unpack
+
+    def counting(self, item):
+        counts["slots" if isinstance(item, SlotBatch) else "torch"] += 1
+        return unpack(self, item)
+
+    monkeypatch.setattr(SlotReader, "unpack", counting)
+    loader = filled.dataloader(8, timestep_level=True, num_workers=1, persistent_workers=True,
+                               multiprocessing_context="fork")
+    for _ in range(12):  # each stopped after two batches: batches in flight (some in new slots) are dropped
+        for _, batch in zip(range(2), loader):
+            pass
+    for _ in range(3):  # batches dropped by a stop hold their slots until a later iteration frees them
+        counts.update(slots=0, torch=0)
+        total = sum(1 for _ in loader)
+    assert counts == {"slots": total, "torch": 0}
+
+
+def test_threads_repeat_an_unseeded_random_transform_after_torch_manual_seed(tmp_path):
+    from memmap_replay import ReplayBuffer
+    from memmap_replay.views import RandomShift
+
+    buffer = ReplayBuffer(tmp_path / "images", 4, 40, fields={"image": ("uint8", (1, 6, 6))})
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        buffer.store_episode(image=rng.integers(0, 255, (30, 1, 6, 6)).astype(np.uint8))
+    runs = []
+    for _ in range(3):
+        torch.manual_seed(11)
+        loader = buffer.dataloader(8, timestep_level=True, num_workers=3, transform=RandomShift("image", pad=2))
+        runs.append([b["image"].clone() for b in loader])
+    assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(runs[0], run))
+    buffer.close()
+
+
+def slow(batch):
+    time.sleep(0.5)
+    return batch
+
+
+def test_threads_honour_timeout(filled):
+    loader = filled.dataloader(8, timestep_level=True, num_workers=2, timeout=0.05, transform=slow)
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.05 seconds"):
+        list(loader)
