@@ -194,10 +194,7 @@ def _output_like(value: torch.Tensor, dtype: torch.dtype, divisor: float | None 
         out = value.to(dtype, copy=True)
         return out if divisor is None else out.div_(divisor)
     out = torch.from_numpy(output_array(tuple(value.shape), numpy_dtype))
-    if divisor is not None and not value.dtype.is_floating_point and dtype == torch.get_default_dtype():
-        # an integer divided in one pass: torch computes it in the default dtype, this very dtype
-        return torch.div(value, divisor, out=out)
-    out.copy_(value)
+    out.copy_(value)  # then divided in place: faster than one mixed-dtype torch.div(value, d, out=out)
     return out if divisor is None else out.div_(divisor)
 
 
