@@ -24,13 +24,20 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-__all__ = ["AcceleratorStreams", "DevicePrefetcher", "can_pin"]
+__all__ = ["AcceleratorStreams", "DevicePrefetcher", "can_pin", "pinned"]
 
 
 def can_pin() -> bool:
     """Whether torch can allocate pinned memory here: it needs an accelerator backend."""
     accelerator = getattr(torch, "accelerator", None)
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def pinned(batch: dict) -> dict:
+    """The batch with each CPU tensor not pinned yet copied into page-locked memory (torch's caching host
+    allocator, which keeps a block from reuse until the device copies reading it are done)."""
+    return {name: value.pin_memory() if value.device.type == "cpu" and not value.is_pinned() else value
+            for name, value in batch.items()}
 
 
 class AcceleratorStreams:
@@ -123,6 +130,6 @@ class DevicePrefetcher:
         return moved, self.streams.record()
 
     def move(self, batch: dict) -> dict:
-        pin, device, non_blocking = self.pin, self.device, self.non_blocking
-        return {name: (value.pin_memory() if pin and value.device.type == "cpu" and not value.is_pinned() else value)
-                .to(device, non_blocking=non_blocking) for name, value in batch.items()}
+        device, non_blocking = self.device, self.non_blocking
+        return {name: value.to(device, non_blocking=non_blocking)
+                for name, value in (pinned(batch) if self.pin else batch).items()}

@@ -25,7 +25,7 @@ from .dataset import StoreView, flag
 from .hindsight import HindsightView
 from ..core.options import choice, did_you_mean, integer, named_tuple_option, short
 from ._options import device_option, generator_option
-from .device import DevicePrefetcher
+from .device import DevicePrefetcher, can_pin, pinned
 from .output import output_option, to_tensordict
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from .transitions import TransitionView
@@ -33,30 +33,22 @@ from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from .batches import BatchIndexSampler, _LazyPermutation  # noqa: F401 - re-exported (BatchIndexSampler is public)
-from .transport import PROCESS_OPTIONS, WORKER_KINDS, SlotPacker, SlotReader, slot_release_option, threaded
+from .transport import PROCESS_OPTIONS, WORKER_KINDS, WORKER_TRANSPORTS, SlotPacker, SlotReader, slot_release_option, threaded
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
            "sampler_dataloader"]
 
 # DataLoader keywords passed through as they are
-WORKER_TRANSPORTS = ("slots", "torch")
 LOADER_KEYWORDS = {"workers", "worker_transport", "slot_release", "num_workers", "pin_memory", "timeout",
                    "worker_init_fn", "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
                    "pin_memory_device", "in_order"}
 
 
-def _accelerator_available() -> bool:
-    """Pinned memory needs an accelerator (torch's own loader skips pinning without one, too)."""
-    accelerator = getattr(torch, "accelerator", None)
-    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-
-
 def _pinned(make, items) -> dict:
-    """``make(items)`` with its tensors copied into pinned memory (torch's caching host allocator, which
-    keeps a block from reuse until the device copies reading it are done). Gathering straight into pooled
-    pinned memory would save this copy, but a pool cannot tell when an asynchronous copy has finished
-    reading a block: not done until it can be measured on a GPU."""
-    return {name: value if value.is_pinned() else value.pin_memory() for name, value in make(items).items()}
+    """``make(items)`` pinned (``views.device.pinned``). Gathering straight into pooled pinned memory would
+    save that copy, but a pool cannot tell when an asynchronous device copy has finished reading a block:
+    not done until it can be tested on a GPU."""
+    return pinned(make(items))
 
 
 def _pass_through(batch: dict) -> dict:
@@ -128,7 +120,7 @@ class ReplayDataLoader(DataLoader):
         # in this process the view already returns whole batches: skip torch's fetch machinery
         trusted = isinstance(self.batch_sampler, BatchIndexSampler) and hasattr(self.dataset, "batch")
         make = self.dataset.batch if trusted else self.dataset.__getitems__
-        if self.pin_memory and _accelerator_available():
+        if self.pin_memory and can_pin():
             make = functools.partial(_pinned, make)
         items = self._items_ahead()
         if self.num_workers > 0:  # gather threads
@@ -164,10 +156,10 @@ class ReplayDataLoader(DataLoader):
         else:  # the same workers: slots of batches dropped by a loop stopped early are free again
             reader.restart()
             self.collate_fn.new_iteration()
-        pin = self.pin_memory and _accelerator_available()  # (torch's pinning thread passes a SlotBatch by)
+        pin = self.pin_memory and can_pin()  # (torch's pinning thread passes a SlotBatch by)
         for item in super().__iter__():
             batch = reader.unpack(item)
-            yield {name: value.pin_memory() for name, value in batch.items()} if pin else batch
+            yield pinned(batch) if pin else batch
 
     def __iter__(self):
         batches = self._batches()

@@ -38,9 +38,10 @@ from torch.utils.data import get_worker_info
 from ..core.options import choice
 from .pool import set_output_target
 
-__all__ = ["SLOT_RELEASES", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
+__all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
 
 SLOT_RELEASES = ("unused", "next")
+WORKER_TRANSPORTS = ("slots", "torch")
 WORKER_KINDS = ("auto", "threads", "processes")
 # options only worker processes have: with one of them, workers="auto" means processes
 PROCESS_OPTIONS = ("worker_init_fn", "multiprocessing_context", "persistent_workers")
@@ -297,7 +298,6 @@ class SlotReader:
         for key, (_, root) in self.slots.items():
             if key not in busy:
                 root[0] = _FREE
-
 
 
 _BATCH = threading.local()  # in a gather thread: (run, number, base) of the batch it is making
