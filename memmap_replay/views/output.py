@@ -25,14 +25,14 @@ from ..core.extras import require_extra
 from ..core.options import choice
 from ..errors import OptionError
 
-__all__ = ["OUTPUTS", "output_option", "require_tensordict", "to_tensordict"]
+__all__ = ["OUTPUT_KINDS", "output_option", "require_tensordict", "to_tensordict"]
 
-OUTPUTS = ("dict", "tensordict")
+OUTPUT_KINDS = ("dict", "tensordict")
 
 
 def output_option(output: Any, to_named_tuple: Any) -> str:
     """``output``: 'dict' or 'tensordict' (which needs the extra and no ``to_named_tuple``)."""
-    output = choice(output, "output", OUTPUTS)
+    output = choice(output, "output", OUTPUT_KINDS)
     if output == "tensordict":
         if to_named_tuple is not None:
             raise OptionError(f"output='tensordict' and to_named_tuple={to_named_tuple!r} cannot be combined (a "

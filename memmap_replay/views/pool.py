@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OUTPUTS", "OutputPool", "output_array", "set_output_target"]
+__all__ = ["OUTPUTS", "OutputPool", "numpy_dtype", "output_array", "set_output_target"]
 
 
 class OutputPool:
@@ -93,3 +93,13 @@ def output_array(shape: tuple, dtype: Any) -> np.ndarray:
     """An uninitialized array for a batch output (``OutputPool.empty``): transforms write their results here,
     so they too reuse memory, and in a worker land in its slot."""
     return OUTPUTS.empty(tuple(shape), dtype)
+
+
+def numpy_dtype(dtype: Any) -> np.dtype | None:
+    """numpy's dtype for a torch dtype (the same name and size), or None where numpy has none (bfloat16,
+    complex32, float8, ...: such tensors are handled through torch)."""
+    try:
+        found = np.dtype(str(dtype).removeprefix("torch."))
+    except TypeError:
+        return None
+    return found if found.itemsize == dtype.itemsize else None

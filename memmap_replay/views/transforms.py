@@ -31,7 +31,7 @@ from einops import EinopsError, rearrange
 
 from ..errors import InvalidDataError, OptionError
 from ..core.options import number, short
-from .pool import output_array
+from .pool import numpy_dtype, output_array
 from .transform_base import (FieldTransform, _field_names, apply_transform, loader_transform,  # noqa: F401
                              transform_option)
 from .augment import RandomShift  # noqa: F401 - a built-in, exported here with the others
@@ -186,14 +186,11 @@ class ToFloat(FieldTransform):
 def _output_like(value: torch.Tensor, dtype: torch.dtype, divisor: float | None = None) -> torch.Tensor:
     """``value`` converted to ``dtype`` (and divided by ``divisor``), written into batch output memory
     (``views.pool``: reused, and in a DataLoader worker its shared-memory slot) where numpy has the dtype."""
-    try:
-        if value.device.type != "cpu" or value.requires_grad:  # stays where it is, in torch's memory
-            raise TypeError
-        numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # bfloat16, ..., or a tensor the pool does not serve
+    as_numpy = numpy_dtype(dtype)
+    if as_numpy is None or value.device.type != "cpu" or value.requires_grad:  # in torch's own memory
         out = value.to(dtype, copy=True)
         return out if divisor is None else out.div_(divisor)
-    out = torch.from_numpy(output_array(tuple(value.shape), numpy_dtype))
+    out = torch.from_numpy(output_array(tuple(value.shape), as_numpy))
     out.copy_(value)  # then divided in place: faster than one mixed-dtype torch.div(value, d, out=out)
     return out if divisor is None else out.div_(divisor)
 

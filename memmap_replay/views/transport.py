@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..core.options import choice
-from .pool import set_output_target
+from .pool import numpy_dtype, set_output_target
 
 __all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
 
@@ -228,16 +228,7 @@ class SlotPacker:
 _DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
 
 
-def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
-    """numpy's dtype of the same name, or None (bfloat16, complex32, float8, ...: viewed through torch)."""
-    try:
-        return np.dtype(str(dtype).removeprefix("torch."))
-    except TypeError:
-        return None
-
-
-_NUMPY_DTYPES = {name: _numpy_dtype(dtype) for name, dtype in _DTYPES.items()
-                 if _numpy_dtype(dtype) is not None and _numpy_dtype(dtype).itemsize == dtype.itemsize}
+_NUMPY_DTYPES = {name: numpy_dtype(dtype) for name, dtype in _DTYPES.items() if numpy_dtype(dtype) is not None}
 
 
 class SlotReader:
