@@ -18,6 +18,7 @@ shard's ``meta.json`` only when it changed.
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,9 @@ from ..core.folderio import inside
 from ..core.format import META_FILE
 from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset, make_sampler
 from ..views.transforms import loader_transform, transform_option
-from ..core.options import integer
+from ..core.options import integer, short
 from ..samplers.prioritized import PrioritizedSampler, as_numpy
-from ..samplers.base import ReplaySampler, SamplerBase, batch_size_of, damaged
+from ..samplers.base import ReplaySampler, SamplerBase, batch_size_of, checked_ahead, damaged
 from ..core.store import EpisodeStore
 
 __all__ = ["ShardSet", "ConcatView", "ShardedSampler", "ShardSample", "shard_folder", "SHARD_STRIDE", "shard_counts",
@@ -353,8 +354,26 @@ class ShardedSampler(SamplerBase):
         return applied
 
     def state_dict(self) -> dict:
-        return {"type": "ShardedSampler", "seed": self.seed, "rng": self.rng.bit_generator.state, "draws": self.draws,
-                "shards": [sampler.state_dict() for sampler in self.samplers]}
+        state = {"type": "ShardedSampler", "seed": self.seed, "rng": self.rng.bit_generator.state, "draws": self.draws,
+                 "shards": [sampler.state_dict() for sampler in self.samplers]}
+        if self._ahead:  # draws made ahead (prefetch=): they moved the generators, so a resume serves them first
+            state["ahead"] = [[size, [[shard, part.keys.tolist(), _listed(part.weights)] for shard, part in sample.parts],
+                               _listed(sample.weights)] for size, sample in self._ahead]
+        return state
+
+    def _checked_ahead_draws(self, entries: Any) -> list[tuple[int, ShardSample]]:
+        """The draws made ahead that a state_dict lists: [batch size, [[shard, keys, weights], ...], weights]."""
+        if not isinstance(entries, list):
+            raise InvalidDataError(f"'ahead' must be a list (got {short(entries)})")
+        ahead = []
+        for size, parts, weights in entries:
+            shards = [integer(part[0], "shard", low=0, high=len(self.samplers) - 1) for part in parts]
+            samples = checked_ahead([[len(keys), keys, part_weights] for _, keys, part_weights in parts])
+            sample = ShardSample([(shard, part) for shard, (_, part) in zip(shards, samples)], None)
+            _, checked = checked_ahead([[size, sample.keys.tolist(), weights]])[0]  # size and weights
+            sample.weights = checked.weights
+            ahead.append((int(size), sample))
+        return ahead
 
     def load_state_dict(self, state: dict) -> None:
         """Load a ``state_dict()`` (the shards' states in order; shards opened since keep theirs). Every value is
@@ -374,9 +393,16 @@ class ShardedSampler(SamplerBase):
                 if not isinstance(shard_state, dict) or shard_state.get("type") != type(sampler).__name__:
                     raise InvalidDataError(f"each shard's state must be a {type(sampler).__name__}'s state_dict()")
             values = [sampler._checked_state(shard_state) for sampler, shard_state in zip(self.samplers, shards)]
+            ahead = self._checked_ahead_draws(state.get("ahead", []))
         except (KeyError, TypeError, ValueError, OverflowError) as error:  # (InvalidDataError is a ValueError)
             raise damaged(error) from None
+        self._drop_ahead()
+        self._ahead = deque(ahead)
         self.rng.bit_generator.state = generator.state
         self.draws = draws
         for sampler, shard_values in zip(self.samplers, values):
             sampler._apply_state(shard_values)
+
+
+def _listed(values: np.ndarray | None) -> list | None:
+    return None if values is None else values.tolist()

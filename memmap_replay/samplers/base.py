@@ -59,7 +59,7 @@ def damaged(error: Exception) -> InvalidDataError:
     return InvalidDataError(f"a damaged sampler state_dict ({reason}); save it again with state_dict()")
 
 
-def _checked_ahead(entries: Any) -> list[tuple[int, Sample]]:
+def checked_ahead(entries: Any) -> list[tuple[int, Sample]]:
     """The draws made ahead that a state_dict lists: [batch size, keys, weights or None] each."""
     if not isinstance(entries, list):
         raise InvalidDataError(f"'ahead' must be a list (got {short(entries)})")
@@ -321,7 +321,7 @@ class ReplaySampler(SamplerBase):
         generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
         generator.state = state["rng"]
         return {"rng": generator.state, "draws": integer(state["draws"], "draws", low=0),
-                "seed": seed_option(state["seed"], optional=False), "ahead": _checked_ahead(state.get("ahead", []))}
+                "seed": seed_option(state["seed"], optional=False), "ahead": checked_ahead(state.get("ahead", []))}
 
     def _apply_state(self, values: dict) -> None:
         """Load checked values (cannot fail)."""

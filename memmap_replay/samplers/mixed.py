@@ -69,6 +69,10 @@ class MixedSampler:
     @staticmethod
     def _sampler_of(source: Any, seed: np.random.SeedSequence | None, name: str) -> Any:
         if hasattr(source, "batch") and hasattr(source, "sample"):
+            if getattr(source, "prefetch", 0):
+                raise OptionError(f"source {name!r} draws ahead (prefetch={source.prefetch}), but a mixed batch asks "
+                                  f"each source for a count that changes from batch to batch, so its draws ahead "
+                                  f"would be dropped every time; make that sampler with prefetch=0")
             return source
         make = getattr(source, "sampler", None)
         if callable(make):

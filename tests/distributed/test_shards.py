@@ -3,12 +3,14 @@
 Every value written encodes (shard, episode number, t): ``obs = shard * 10**6 + number * 1000 + t``, so
 any key a reader returns can be checked against what its writer wrote."""
 
+import json
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+import torch
 
 from memmap_replay import (ConcatView, InvalidDataError, ReplayBuffer, ShardSet, StoreNotFoundError, shard_folder)
 from memmap_replay.distributed.shards import SHARD_STRIDE
@@ -192,3 +194,24 @@ def test_errors(tmp_path):
         ReplayBuffer(shard_folder(tmp_path / "mixed", index), 10, STRIDE, fields=fields).close()
     with pytest.raises(InvalidDataError, match="every shard must have the same fields"):
         ShardSet(tmp_path / "mixed")
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_resumed_sharded_sampler_serves_its_draws_ahead(three_shards, kind):
+    """With prefetch=k the draws ahead have moved the generators: the state_dict carries them, so a sampler
+    resumed from it serves the very batches the original goes on to serve."""
+    sampler = three_shards.sampler(kind, seed=3, prefetch=2)
+    for _ in range(3):
+        sampler.batch(16)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert len(state["ahead"]) == 2
+    resumed = three_shards.sampler(kind, seed=99, prefetch=2)
+    resumed.batch(16)  # draws of its own ahead: the load drops them
+    resumed.load_state_dict(state)
+    for _ in range(4):
+        a, b = sampler.batch(16), resumed.batch(16)
+        assert torch.equal(a["_key"], b["_key"]) and torch.equal(a["obs"], b["obs"])
+    broken = json.loads(json.dumps(sampler.state_dict()))
+    broken["ahead"][0][1][0][1] = [-1]
+    with pytest.raises(InvalidDataError, match="a damaged sampler state_dict .*'ahead' keys must be a list of ints >= 0"):
+        resumed.load_state_dict(broken)

@@ -162,3 +162,13 @@ def test_numpy_batches_concatenate_with_numpy():
     assert batch["_source"].tolist() == [0, 0, 0, 0, 1, 1]
     assert batch["_weight"].tolist() == [1, 1, 1, 1, 0.5, 0.5] and batch["_weight"].dtype == np.float64
     assert sampler.refresh() is False
+
+
+def test_a_source_drawing_ahead_is_refused(make_buffer):
+    from memmap_replay import MixedSampler, OptionError
+    from conftest import episode_arrays
+
+    buffer = make_buffer()
+    buffer.store_episode(**episode_arrays(0, 5))
+    with pytest.raises(OptionError, match=r"source 'a' draws ahead \(prefetch=2\).*make that sampler with prefetch=0"):
+        MixedSampler({buffer.sampler("uniform", seed=0, prefetch=2): 1.0}, names=["a"], seed=0)
