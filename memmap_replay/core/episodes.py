@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from ..errors import CorruptStoreError, EpisodeStateError, IndexRangeError, IndexTypeError, OptionError, SampleExpiredError
+from ..errors import EpisodeStateError, IndexRangeError, IndexTypeError, OptionError, SampleExpiredError
 from . import format as fmt
 from .index import EpisodeTable
 from .options import check_filter, check_names, count, flag, seed_option, short
@@ -172,10 +172,8 @@ class EpisodeList:
         self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
         self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
                             else check_names(meta_fields, schema.meta_fields, "meta field"))
-        # what decides whether an episode is still live: meta.json's stamp and the first live id it held
-        self._stamp = None if store.is_writer else store.meta_stamp()  # before the table is read
         self.table = select_episodes(store, filter_meta)
-        self._first = store.meta.state.first_episode  # of the state the table was read in (or older)
+        self._capacity = store.capacity  # a grow moves slots: the table's no longer name the episodes
 
     def __len__(self) -> int:
         return len(self.table)
@@ -255,21 +253,20 @@ class EpisodeList:
         return Episode(id=episode_id, slot=slot, length=length, end=end, rows=rows, has_final=has_final, meta=meta)
 
     def _check_live(self, episode_id: int) -> None:
-        """Raise if the store no longer holds the episode (a ring writer evicted it, or ``clear()``). The
-        writer's own store holds the newest state; any other reader looks at meta.json again only when its
-        stamp changed (a writer commits an eviction there before it overwrites a row)."""
+        """Raise if the store no longer holds the episode where the list says (a ring writer evicted it,
+        ``clear()``, or a grow moved its slot). The writer's own store holds the newest state; a reader reads
+        meta.json again when its stamp changed (a writer commits an eviction there before it overwrites a
+        row), as views do."""
         store = self._store
-        if store.is_writer:
-            self._first = store.meta.state.first_episode
-        else:
-            stamp = store.meta_stamp()
-            if stamp != self._stamp:
-                fresh = fmt.read_meta(store.folder)
-                if fresh.store_id != store.meta.store_id:
-                    raise CorruptStoreError(f"{store.folder} was replaced by a new store (overwrite); open it again")
-                self._stamp, self._first = stamp, fresh.state.first_episode
-        if episode_id < self._first:
+        if not store.is_writer and store.meta_stamp() != store.read_stamp:
+            store.refresh()  # (also: the store_id check, and a grown capacity adopted)
+        first = store.meta.state.first_episode
+        if episode_id < first:
             raise SampleExpiredError(
-                f"episode {episode_id} is no longer in the buffer (the oldest live episode is now {self._first}: the "
+                f"episode {episode_id} is no longer in the buffer (the oldest live episode is now {first}: the "
                 f"ring evicted it, or the buffer was cleared, since the list of episodes was made); read the list "
                 f"again with buffer.episodes()")
+        if store.capacity != self._capacity:
+            raise SampleExpiredError(
+                "the buffer was grown since the list of episodes was made (episode slots moved); read the list "
+                "again with buffer.episodes()")

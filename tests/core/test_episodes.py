@@ -175,6 +175,28 @@ def test_ring_eviction_of_episodes_held(make_buffer, tmp_path, reader):
             source.close()
 
 
+@pytest.mark.parametrize("reader", ["writer", "other store"])
+def test_a_grow_expires_a_list_made_before_it(make_buffer, reader):
+    """A grow moves slots: a list made before it must not read another episode's meta values."""
+    buffer = make_buffer(max_episodes=4, max_timesteps=5, max_steps=30, circular=True)
+    for number in range(6):  # ids 2..5 live in a ring of 4
+        buffer.store_episode(**episode_arrays(number, 5), task_id=number)
+    source = buffer if reader == "writer" else ReplayBuffer.from_folder(buffer.folder, read_only=True)
+    try:
+        episodes = source.episodes()
+        buffer.grow(max_episodes=8)
+        for number in range(6, 10):
+            buffer.store_episode(**episode_arrays(number, 5), task_id=number)
+        with pytest.raises(SampleExpiredError, match=r"the buffer was grown since the list of episodes was made"):
+            episodes[-1]
+        if reader == "other store":
+            source.refresh()
+        assert [episode.meta["task_id"] for episode in source.episodes()] == list(range(2, 10))
+    finally:
+        if source is not buffer:
+            source.close()
+
+
 def test_clear_expires_episodes_held(three):
     episodes = three.episodes()
     three.clear()
