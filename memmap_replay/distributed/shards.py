@@ -218,11 +218,13 @@ class ConcatView(BatchDataset):
         if isinstance(items, ShardSample):
             return self.sample_batch(items)
         items = np.asarray(items, dtype=np.int64)
-        if items.ndim != 1 or (items.size and (items.min() < 0 or items.max() >= len(self))):
-            raise IndexError(f"item indices must be a 1-d array in [0, {len(self)}) (got {items!r:.80})")
-        ends = self.ends
+        lengths = np.array([len(view) for view in self.views], dtype=np.int64)
+        ends = np.cumsum(lengths)  # (each shard's length once per batch)
+        size = int(ends[-1]) if len(ends) else 0
+        if items.ndim != 1 or (items.size and (items.min() < 0 or items.max() >= size)):
+            raise IndexError(f"item indices must be a 1-d array in [0, {size}) (got {items!r:.80})")
         shard = np.searchsorted(ends, items, side="right")
-        starts = ends - np.array([len(view) for view in self.views])
+        starts = ends - lengths
         parts, where = [], []
         for index in np.unique(shard):
             chosen = np.flatnonzero(shard == index)

@@ -17,7 +17,6 @@ and truncated at its last step (its end code says terminated); the formats add t
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import sys
@@ -33,6 +32,7 @@ from ..core import format as fmt
 from ..buffer import ReplayBuffer
 from ..sharing.checksums import check_new_path
 from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
+from ..core.extras import require_extra
 from ..core.options import flag, positive_int
 from ..core.schema import NAME_PATTERN, RESERVED_NAMES
 from ..core.store import EpisodeStore
@@ -76,12 +76,9 @@ class Transfer:
 
 
 def require(module: str, what: str) -> Any:
-    """Import an optional package, or ImportError saying how to install it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ImportError(f"{what} needs the {module.split('.')[0]} package; install it with "
-                          f"pip install 'memmap-replay[io]'") from None
+    """Import an optional package of the ``io`` extra, or ``MissingExtraError`` (an ImportError) saying how
+    to install it (``core.extras.require_extra``)."""
+    return require_extra(module, "io", what)
 
 
 def provenance_record(kind: str, source: Any, **details: Any) -> dict:
