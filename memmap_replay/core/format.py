@@ -406,10 +406,10 @@ class NpyFile:
             with _open_npy(self.folder, self.path) as file, folderio.errors_named(self.path, "map"):
                 mapped = np.memmap(file, dtype=self.spec.dtype, mode="r", offset=self.offset,
                                    shape=(self.rows, *self.spec.shape))
-            if random and hasattr(mmap, "MADV_RANDOM"):
+            if random:
                 try:
                     mapped._mmap.madvise(mmap.MADV_RANDOM)
-                except (AttributeError, OSError):  # advice only
+                except (AttributeError, OSError):  # advice only (no MADV_RANDOM on this platform, ...)
                     pass
             # a plain ndarray over the map (it keeps the map alive): indexing skips np.memmap's wrapper
             current = mapped.view(np.ndarray)

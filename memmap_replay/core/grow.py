@@ -125,10 +125,7 @@ def grow_store(store, capacity: Capacity) -> None:
         moved = ids[moves(ids, old, count)] if count != old else ids[:0]
         for episode_id in moved.tolist():
             src, dst = episode_id % old, episode_id % count
-            for name, file in store.metas.items():
-                file.write_rows(dst, np.asarray(file.array()[src : src + 1]))
-            for name in ("start", "length", "end", "final"):
-                file = store.table[name]
+            for file in (*store.metas.values(), *(store.table[name] for name in fmt.TABLE if name != "id")):
                 file.write_rows(dst, np.asarray(file.array()[src : src + 1]))
             store.table["id"].write_rows(dst, np.array([episode_id], dtype=fmt.TABLE["id"]))  # the id last
         if store.durable:

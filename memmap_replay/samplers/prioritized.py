@@ -67,8 +67,8 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         self.tree = SumTree(min(capacity.max_steps, _MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
-        explicit_memory = persist is not None and not flag(persist, "persist")
-        persist = view.store.writable if persist is None else flag(persist, "persist")
+        chosen = None if persist is None else flag(persist, "persist")  # None: the store decides
+        persist = view.store.writable if chosen is None else chosen
         if persist and not view.store.writable:
             raise ReadOnlyError(f"persist=True keeps priorities in {view.folder}/priorities, but the store is open "
                                 f"read-only and a reader never writes its folder: leave persist out to start from "
@@ -83,7 +83,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         stored = None
         if self.files is not None:
             stored = self.files.values, self.files.owner
-        elif not view.store.writable and not explicit_memory:  # a reader: the stored ones, copied into memory
+        elif not view.store.writable and chosen is None:  # a reader: the stored ones, copied into memory
             stored = read_stored_priorities(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec)
         self._load(stored)
 
