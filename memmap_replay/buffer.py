@@ -20,9 +20,11 @@ from .core.episodes import Episode, EpisodeList, end_names
 from .core.format import Capacity
 from .core.schema import Schema
 from .core.store import EpisodeStore
-from .core.options import flag, positive_int
+from .core.options import choice, flag, positive_int
 from .core.update import plan_update
-from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, whole_episode
+from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, segments, whole_episode
+
+LONG_EPISODES = ("error", "split")
 
 __all__ = ["ReplayBuffer", "EpisodeMeta", "Episode", "EpisodeList"]
 
@@ -53,13 +55,16 @@ class ReplayBuffer:
     - ``durable``: fsync data and folder on every commit (survives power loss, not only a crash).
     - ``track_stats``: keep running statistics of the small numeric fields as episodes commit
       (``stats()``); False leaves the catch-up to whoever asks next.
+    - ``long_episodes``: what a step past ``max_timesteps`` does: ``'error'`` (the default: an
+      ``InvalidDataError``), or ``'split'``: the episode goes on in a new segment linked to the one before
+      (continuing tasks; ``Episode.continues``, ``buffer.episodes(join_segments=True)``).
     """
 
     def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
                  fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
                  circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
                  max_steps: int | None = None, durable: bool = False, track_stats: bool = True,
-                 _store: EpisodeStore | None = None):
+                 long_episodes: str = "error", _store: EpisodeStore | None = None):
         for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable),
                             ("track_stats", track_stats)):
             flag(value, name)
@@ -74,6 +79,7 @@ class ReplayBuffer:
                                            durable=durable)
         self._store = _store
         _store.track_stats = track_stats
+        self.long_episodes: str = choice(long_episodes, "long_episodes", LONG_EPISODES)
         self.folder = _store.folder
         self.read_only = not _store.writable
         self._staging: StagingBuffer | None = None
@@ -97,12 +103,12 @@ class ReplayBuffer:
 
     @classmethod
     def from_folder(cls, folder: str | Path, read_only: bool = False, *, durable: bool = False,
-                    track_stats: bool = True) -> "ReplayBuffer":
+                    track_stats: bool = True, long_episodes: str = "error") -> "ReplayBuffer":
         """Open an existing store; read-only opens never take the writer lock."""
         for name, value in (("read_only", read_only), ("durable", durable), ("track_stats", track_stats)):
             flag(value, name)
         return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable),
-                   track_stats=track_stats)
+                   track_stats=track_stats, long_episodes=long_episodes)
 
     # ---- description ---------------------------------------------------------------------------------
 
@@ -187,6 +193,10 @@ class ReplayBuffer:
 
     # ---- writing ---------------------------------------------------------------------------------------
 
+    @property
+    def _split(self) -> bool:
+        return self.long_episodes == "split"
+
     def _check_idle(self, action: str) -> None:
         self._store.require_writable(action)
         if self._episode is not None or self._vector is not None:
@@ -203,7 +213,7 @@ class ReplayBuffer:
     def begin_episode(self, **meta: Any) -> EpisodeMeta:
         """Open an episode without a ``with`` block; ``advance_episode()`` commits it."""
         self._check_idle("begin an episode")
-        self._episode = EpisodeWriter(self._store, self._staging_for_one(), meta)
+        self._episode = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split)
         return EpisodeMeta(self._episode)
 
     @contextmanager
@@ -264,19 +274,19 @@ class ReplayBuffer:
 
         ``end`` is 'terminated', 'truncated' or None; ``final`` the observation after the last action."""
         self._check_idle("store an episode")
-        episode = whole_episode(self.schema, self.max_timesteps, arrays, end=end, final=final)
-        return self._store.commit([episode])[0]
+        episode = whole_episode(self.schema, self.max_timesteps, arrays, end=end, final=final, split=self._split)
+        return self._store.commit(segments(episode, self.max_timesteps))[-1]
 
     def vector_writer(self, num_envs: int, **meta: Any) -> VectorEpisodeWriter:
         """A writer for ``num_envs`` environments stepping together (gymnasium VectorEnv style)."""
         self._store.require_writable("write")
-        return VectorEpisodeWriter(self._store, num_envs, self.max_timesteps, **meta)
+        return VectorEpisodeWriter(self._store, num_envs, self.max_timesteps, split=self._split, **meta)
 
     @contextmanager
     def batched_episode(self, batch_size: int, **meta: Any) -> Iterator[VectorEpisodeWriter]:
         """``batch_size`` episodes written in lockstep with ``store_batch``; all commit on a clean exit."""
         self._check_idle("begin batched episodes")
-        self._vector = VectorEpisodeWriter(self._store, batch_size, self.max_timesteps, **meta)
+        self._vector = VectorEpisodeWriter(self._store, batch_size, self.max_timesteps, split=self._split, **meta)
         try:
             yield self._vector
         except BaseException:
@@ -392,26 +402,31 @@ class ReplayBuffer:
         return sampler.batch(batch_size)
 
     def episodes(self, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
-                 meta_fields: Any = None) -> EpisodeList:
+                 meta_fields: Any = None, join_segments: bool = False) -> EpisodeList:
         """The live episodes now (oldest first; those whose meta values equal ``filter_meta``), read one at a
         time when indexed or iterated: ``Episode`` objects holding copies of their rows (``fields`` and
-        ``meta_fields`` choose what they read; default all). See ``memmap_replay.core.episodes``."""
-        return EpisodeList(self._store, filter_meta=filter_meta, fields=fields, meta_fields=meta_fields)
+        ``meta_fields`` choose what they read; default all). ``join_segments``: the linked segments of a long
+        episode (``long_episodes='split'``) as one. See ``memmap_replay.core.episodes``."""
+        return EpisodeList(self._store, filter_meta=filter_meta, fields=fields, meta_fields=meta_fields,
+                           join_segments=join_segments)
 
-    def episode(self, index: int, *, fields: Any = None, meta_fields: Any = None) -> Episode:
+    def episode(self, index: int, *, fields: Any = None, meta_fields: Any = None,
+                join_segments: bool = False) -> Episode:
         """The live episode at ``index`` (0 the oldest, -1 the newest); ``IndexRangeError`` past either end."""
-        return self.episodes(fields=fields, meta_fields=meta_fields)[index]
+        return self.episodes(fields=fields, meta_fields=meta_fields, join_segments=join_segments)[index]
 
     def iterate_episodes(self, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
-                         meta_fields: Any = None) -> Iterator[Episode]:
+                         meta_fields: Any = None, join_segments: bool = False) -> Iterator[Episode]:
         """The live episodes one at a time, oldest first (``iter(buffer.episodes(...))``)."""
-        return iter(self.episodes(filter_meta=filter_meta, fields=fields, meta_fields=meta_fields))
+        return iter(self.episodes(filter_meta=filter_meta, fields=fields, meta_fields=meta_fields,
+                                  join_segments=join_segments))
 
     def sample_episodes(self, n: int, *, seed: int | None = None, replacement: bool = False,
                         filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
-                        meta_fields: Any = None) -> list[Episode]:
+                        meta_fields: Any = None, join_segments: bool = False) -> list[Episode]:
         """``n`` live episodes drawn uniformly, without replacement unless ``replacement=True``."""
-        episodes = self.episodes(filter_meta=filter_meta, fields=fields, meta_fields=meta_fields)
+        episodes = self.episodes(filter_meta=filter_meta, fields=fields, meta_fields=meta_fields,
+                                 join_segments=join_segments)
         return episodes.sample(n, seed=seed, replacement=replacement)
 
     def get_all_data(self, fields: tuple[str, ...] | None = None, meta_fields: tuple[str, ...] | None = None,

@@ -22,7 +22,7 @@ from . import format as fmt
 from .index import EpisodeTable
 from .options import check_filter, check_names, count, flag, seed_option, short
 
-__all__ = ["Episode", "EpisodeList", "select_episodes", "end_names", "step_flags"]
+__all__ = ["Episode", "EpisodeList", "chains", "select_episodes", "end_names", "step_flags"]
 
 _TERMINATED = fmt.END_CODES["terminated"]
 _TRUNCATED = fmt.END_CODES["truncated"]
@@ -45,6 +45,20 @@ def step_flags(steps: np.ndarray, length: np.ndarray, end: np.ndarray, inside: n
     is_last = (steps == (length - 1)[:, None]) & inside
     is_terminal = is_last & (end == _TERMINATED)[:, None]
     return is_first, is_last, is_terminal
+
+
+def chains(ids: np.ndarray, continues: np.ndarray) -> list[np.ndarray]:
+    """Positions of linked segments, one array per episode in order of first segment: a segment whose
+    predecessor (``continues``, -1: none) is among ``ids`` (ascending) joins that one's episode."""
+    where = {episode_id: position for position, episode_id in enumerate(ids.tolist())}
+    groups: dict[int, list[int]] = {}
+    head = np.arange(len(ids))
+    for position in np.flatnonzero(continues >= 0).tolist():  # ascending: a predecessor comes first
+        before = where.get(int(continues[position]))
+        if before is not None:
+            head[position] = head[before]
+            groups.setdefault(int(head[before]), [int(head[before])]).append(position)
+    return [np.array(groups.get(position, [position]), dtype=np.int64) for position in np.flatnonzero(head == np.arange(len(ids)))]
 
 
 def select_episodes(store, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
@@ -78,14 +92,19 @@ class Episode:
       there (fields not given in ``final=`` when it was stored hold their defaults), or None when none
       was stored; ``observations('obs')``: (T + 1, ...), the T steps then the final observation (Minari's shape)
     - ``meta``: dict of meta values; ``id``: the episode id (stable while it is in the store); ``slot``
+    - segments of a long episode (``long_episodes='split'``): ``continues``, the id of the segment this one
+      continues (None: it starts an episode; an id no longer live: its start was evicted), and
+      ``continued_by``, the id of the segment that continues it (None: none is stored, yet)
     """
 
-    __slots__ = ("id", "slot", "end", "meta", "_rows", "_length", "_has_final")
+    __slots__ = ("id", "slot", "end", "meta", "continues", "continued_by", "_rows", "_length", "_has_final")
 
     def __init__(self, *, id: int, slot: int, length: int, end: str | None, rows: Mapping[str, np.ndarray],
-                 has_final: bool, meta: Mapping[str, Any]):
+                 has_final: bool, meta: Mapping[str, Any], continues: int | None = None,
+                 continued_by: int | None = None):
         self.id, self.slot, self.end = id, slot, end
         self.meta = dict(meta)
+        self.continues, self.continued_by = continues, continued_by
         self._rows, self._length, self._has_final = dict(rows), length, has_final
 
     def __len__(self) -> int:
@@ -154,8 +173,22 @@ class Episode:
         return rows
 
     def __repr__(self) -> str:
+        links = "".join(f", {name}={getattr(self, name)}" for name in ("continues", "continued_by")
+                        if getattr(self, name) is not None)
         return (f"Episode(id={self.id}, slot={self.slot}, {self._length} steps, end={self.end!r}, "
-                f"final={'stored' if self._has_final else None}, fields={list(self._rows)}, meta={self.meta})")
+                f"final={'stored' if self._has_final else None}{links}, fields={list(self._rows)}, meta={self.meta})")
+
+    @classmethod
+    def joined(cls, segments: list["Episode"]) -> "Episode":
+        """Linked segments as one episode: their steps in order, the last one's end, final row and meta
+        values; the first one's id, slot and ``continues``."""
+        first, last = segments[0], segments[-1]
+        rows = {name: np.concatenate([segment[name] for segment in segments]
+                                     + ([last._rows[name][last._length:]] if last._has_final else []))
+                for name in first._rows}
+        return cls(id=first.id, slot=first.slot, length=sum(len(segment) for segment in segments), end=last.end,
+                   rows=rows, has_final=last._has_final, meta=last.meta, continues=first.continues,
+                   continued_by=last.continued_by)
 
 
 class EpisodeList:
@@ -163,10 +196,14 @@ class EpisodeList:
     read one at a time: ``len``, ``episodes[i]`` (negative counts from the end), slices (a smaller list),
     iteration (``reversed`` too). ``ids``, ``slots``, ``lengths`` and ``ends`` describe them without reading any
     row. (No ``in``, ``index`` or ``count``: they would read every episode to compare copies.)
-    ``fields``/``meta_fields`` choose what each episode reads (default: all)."""
+    ``fields``/``meta_fields`` choose what each episode reads (default: all).
+
+    ``join_segments=True``: an episode stored as linked segments (``long_episodes='split'``) is one item,
+    its segments joined (``Episode.joined``); ``ids``/``slots`` are its first segment's, ``lengths`` the
+    sum, ``ends`` the last one's. A segment whose predecessor is not in the list starts an item."""
 
     def __init__(self, store, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
-                 meta_fields: Any = None):
+                 meta_fields: Any = None, join_segments: bool = False):
         schema = store.schema
         self._store = store
         self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
@@ -174,32 +211,47 @@ class EpisodeList:
                             else check_names(meta_fields, schema.meta_fields, "meta field"))
         self.table = select_episodes(store, filter_meta)
         self._capacity = store.capacity  # a grow moves slots: the table's no longer name the episodes
+        self._continues = store.links(self.table)  # per listed episode, the segment it continues (-1: none)
+        self._later: dict[int, int] | None = None  # segment id -> the id of the one continuing it (at first read)
+        # join_segments: table positions of each item's segments, in order (None: one item per episode)
+        self._chains = chains(self.table.ids, self._continues) if flag(join_segments, "join_segments") else None
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self.table) if self._chains is None else len(self._chains)
+
+    def _firsts(self) -> np.ndarray | slice:
+        return slice(None) if self._chains is None else np.array([chain[0] for chain in self._chains], dtype=np.int64)
 
     @property
     def ids(self) -> np.ndarray:
-        return self.table.ids.copy()
+        return self.table.ids[self._firsts()].copy()
 
     @property
     def slots(self) -> np.ndarray:
-        return self.table.slots.copy()
+        return self.table.slots[self._firsts()].copy()
 
     @property
     def lengths(self) -> np.ndarray:
-        return self.table.length.copy()
+        if self._chains is None:
+            return self.table.length.copy()
+        return np.array([self.table.length[chain].sum() for chain in self._chains], dtype=np.int64)
 
     @property
     def ends(self) -> np.ndarray:
         """'terminated', 'truncated' or '' (not recorded) per episode (a numpy str array)."""
-        return end_names(self.table.end)
+        if self._chains is None:
+            return end_names(self.table.end)
+        return end_names(np.array([self.table.end[chain[-1]] for chain in self._chains], dtype=np.uint8))
 
     def __getitem__(self, item):
         if isinstance(item, slice):
             part = EpisodeList.__new__(EpisodeList)
             part.__dict__.update(self.__dict__)
-            part.table = self.table.select(np.arange(len(self))[item])
+            if self._chains is None:
+                part.table = self.table.select(np.arange(len(self))[item])
+                part._continues = self._continues[item]
+            else:
+                part._chains = self._chains[item]
             return part
         return self.read(self.position(item))
 
@@ -224,7 +276,7 @@ class EpisodeList:
             yield self.read(position)
 
     def __repr__(self) -> str:
-        ids = f", ids {self.table.ids[0]}..{self.table.ids[-1]}" if len(self) else ""
+        ids = f", ids {self.ids[0]}..{self.ids[-1]}" if len(self) else ""
         return f"EpisodeList({len(self)} episodes{ids}, fields={list(self.fields)}, meta_fields={list(self.meta_fields)})"
 
     def sample(self, n: Any, *, seed: Any = None, replacement: bool = False) -> list[Episode]:
@@ -240,6 +292,12 @@ class EpisodeList:
 
     def read(self, position: int) -> Episode:
         """The episode at ``position`` (in [0, len)), its rows copied, checked against the ring."""
+        if self._chains is None:
+            return self._segment(position)
+        return Episode.joined([self._segment(int(part)) for part in self._chains[position]])
+
+    def _segment(self, position: int) -> Episode:
+        """The episode (segment) at table ``position``."""
         table, store = self.table, self._store
         start, length, slot = int(table.start[position]), int(table.length[position]), int(table.slots[position])
         has_final = bool(table.final[position])
@@ -250,7 +308,17 @@ class EpisodeList:
         meta = {name: np.array(store.meta_array(name)[slot])[()] for name in self.meta_fields}
         self._check_live(episode_id)  # after: its rows were not overwritten while they were copied
         end = fmt.END_NAMES.get(int(table.end[position]))
-        return Episode(id=episode_id, slot=slot, length=length, end=end, rows=rows, has_final=has_final, meta=meta)
+        continues = int(self._continues[position])
+        return Episode(id=episode_id, slot=slot, length=length, end=end, rows=rows, has_final=has_final, meta=meta,
+                       continues=None if continues < 0 else continues,
+                       continued_by=self._continued_by().get(episode_id))
+
+    def _continued_by(self) -> dict[int, int]:
+        if self._later is None:
+            live = self._store.live_table(catch_up=False)
+            links = self._store.links(live)
+            self._later = dict(zip(links[links >= 0].tolist(), live.ids[links >= 0].tolist()))
+        return self._later
 
     def _check_live(self, episode_id: int) -> None:
         """Raise if the store no longer holds the episode where the list says (a ring writer evicted it,

@@ -1,4 +1,4 @@
-"""The memmap_replay on-disk format, version 1.0 (this docstring is the spec; tests parse its example).
+"""The memmap_replay on-disk format, version 1.1 (this docstring is the spec; tests parse its example).
 
 The key words MUST, MUST NOT, SHOULD and MAY are used as in RFC 2119.
 
@@ -14,6 +14,8 @@ A store is a folder::
     episodes/end.npy        uint8 (max_episodes,): how it ended: 0 unspecified, 1 terminated, 2 truncated
     episodes/final.npy      bool  (max_episodes,): true when a final-observation row follows its last step
     episodes/id.npy         int64 (max_episodes,): the episode id of the slot's occupant
+    episodes/continues.npy  int64 (max_episodes,): 1 + the id of the episode segment this one continues, 0 when
+                            it starts an episode (since 1.1; see "Segments")
     writer.lock             empty; a writer holds an exclusive OS lock (flock) on it
     priorities/             OPTIONAL sampler state, not committed data: <name>.npy float64 (max_steps + 1,),
                             a raw priority per row, then the largest seen; <name>.owner.npy int64 (max_episodes,), per slot the
@@ -78,7 +80,7 @@ Example (a store with one step field and one meta field, three committed episode
 
     {
       "format": "memmap_replay",
-      "version": "1.0",
+      "version": "1.1",
       "store_id": "2b5c7e0c5d7a4c1fa1d5f0f8f9a3c2d1",
       "schema": {
         "fields": {"obs": {"dtype": "float32", "shape": [8], "default": 0.0}},
@@ -102,6 +104,16 @@ Example (a store with one step field and one meta field, three committed episode
   ``rows`` is how many rows every ``steps/*.npy`` file holds at least (a file MAY hold more, and its
   header MAY say more); ``commits`` counts commits.
 - A reader MUST ignore every row, slot and file content outside the live episodes.
+
+Segments (1.1)
+--------------
+An episode longer than ``max_timesteps`` MAY be stored as consecutive segments, each an episode of its own
+in the table: every segment but the last has end 0 and a final row (the first row of the next segment),
+and ``episodes/continues.npy`` of each later segment holds 1 + the id of the segment before it. A reader
+of a 1.0 store (``version`` "1.0", where the file MAY be missing, or left stale by a 1.0 writer) MUST take
+every entry as 0. A writer that opens a 1.0 store MUST (re)create ``episodes/continues.npy`` with every
+entry 0 before its first change, and then commit ``meta.json`` as 1.1; it writes the entry of every slot
+it fills. A segment whose predecessor is no longer live still names it.
 
 Commit protocol
 ---------------
@@ -162,13 +174,16 @@ from .schema import FieldSpec, Schema
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Capacity", "State", "StoreMeta", "read_meta", "write_meta"]
 
 FORMAT_NAME = "memmap_replay"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 META_FILE = "meta.json"
 LOCK_FILE = "writer.lock"
 STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR = "steps", "meta", "episodes", "priorities"
 # the episode table: name -> dtype, one entry per slot
 TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtype("uint8"),
-         "final": np.dtype("bool"), "id": np.dtype("int64")}
+         "final": np.dtype("bool"), "id": np.dtype("int64"), "continues": np.dtype("int64")}
+# the table column a 1.0 store may lack (or hold stale): read as zeros there
+LINKS = "continues"
+LINKS_SINCE = (1, 1)
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
 STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR = "stats", "checksums.sha256", "ratelimit"
@@ -199,6 +214,8 @@ class StoreMeta:
     capacity: Capacity
     state: State
     store_id: str
+    # False for a 1.0 store: its episodes/continues.npy is absent or untrusted, every entry reads as 0
+    links: bool = True
 
     @classmethod
     def new(cls, schema: Schema, capacity: Capacity) -> "StoreMeta":
@@ -234,7 +251,13 @@ class StoreMeta:
         except (KeyError, TypeError, SchemaError) as error:
             raise CorruptStoreError(f"{where} is missing or has malformed entries ({error!r})") from None
         _check_numbers(capacity, state, where)
-        return cls(schema, capacity, state, store_id)
+        return cls(schema, capacity, state, store_id, links=_minor(version) >= LINKS_SINCE[1])
+
+
+def _minor(version: str) -> int:
+    """The minor version of "MAJOR.MINOR" (0 when it is missing or not a number)."""
+    minor = version.split(".")[1] if version.count(".") == 1 else ""
+    return int(minor) if minor.isdigit() and len(minor) < 6 else 0
 
 
 def _check_numbers(capacity: Capacity, state: State, where: str) -> None:
@@ -281,13 +304,16 @@ def _fsync_folder(folder: Path) -> None:
 # ---- .npy files ------------------------------------------------------------------------------------
 
 
-def layout(schema: Schema, capacity: Capacity):
-    """Every .npy file of a store: (group folder, spec, path in the store, rows; None = the step rows)."""
+def layout(schema: Schema, capacity: Capacity, *, links: bool = True):
+    """Every .npy file of a store: (group folder, spec, path in the store, rows; None = the step rows).
+    ``links=False`` (a 1.0 store): without ``episodes/continues.npy``."""
     for spec in schema.fields.values():
         yield STEPS_DIR, spec, Path(STEPS_DIR, f"{spec.name}.npy"), None
     for spec in schema.meta_fields.values():
         yield META_DIR, spec, Path(META_DIR, f"{spec.name}.npy"), capacity.max_episodes
     for name, dtype in TABLE.items():
+        if name == LINKS and not links:
+            continue
         yield EPISODES_DIR, FieldSpec(name, dtype), Path(EPISODES_DIR, f"{name}.npy"), capacity.max_episodes
 
 

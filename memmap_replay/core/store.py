@@ -26,7 +26,7 @@ from .index import EpisodeTable
 from .lock import WriterLock
 from .grow import grow_store, grown_capacity
 from .checks import MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder
-from .schema import Schema
+from .schema import FieldSpec, Schema
 
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES", "CommitObserver", "observe_commits"]
 
@@ -73,6 +73,10 @@ class PendingEpisode:
     end: str | None = None
     final: bool = False
     meta: Mapping[str, np.ndarray] = field(default_factory=dict)
+    # the segment this one continues: an episode id, or an episode committed before it in the same commit;
+    # -1: it starts an episode
+    continues: "int | PendingEpisode" = -1
+    id: int | None = None  # set when it commits
 
     @property
     def num_rows(self) -> int:
@@ -181,7 +185,7 @@ class EpisodeStore:
     def _open_files(self) -> None:
         groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
         try:
-            for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity):
+            for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity, links=self.meta.links):
                 file = groups[group][spec.name] = NpyFile.open(
                     self.folder, self.folder / path, spec, self.meta.state.rows if rows is None else rows,
                     writable=self.writable)
@@ -314,13 +318,15 @@ class EpisodeStore:
         """Take a newer meta.json; the step files have grown to its row count before it was written. A new
         capacity (a writer grew the store) reopens every file, whose headers have grown before it was written."""
         grown = meta.capacity != self.meta.capacity
+        # a writer upgraded a 1.0 store (its links file is new): open it as a grow would
+        linked = meta.links and fmt.LINKS not in self.table
         self.meta, self._table_stamp = meta, None
-        if grown:
+        if grown or linked:
             for file in self._files():
                 file.close()
             self.steps, self.metas, self.table = {}, {}, {}
             groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
-            for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity):
+            for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity, links=meta.links):
                 groups[group][spec.name] = NpyFile.open(self.folder, self.folder / path, spec,
                                                         meta.state.rows if rows is None else rows,
                                                         writable=self.writable)
@@ -397,8 +403,11 @@ class EpisodeStore:
                     position += len(chunk)
             for name, value in episode.meta.items():
                 self.metas[name].write_rows(slot, value[None])
+            prev = episode.continues
+            prev = prev.id if isinstance(prev, PendingEpisode) else prev  # a segment of this very commit
+            episode.id = episode_id
             entry = {"start": start, "length": episode.length, "end": fmt.END_CODES[episode.end],
-                     "final": episode.final, "id": episode_id}
+                     "final": episode.final, "continues": prev + 1, "id": episode_id}
             for name, value in entry.items():
                 self.table[name].write_rows(slot, np.array([value], dtype=fmt.TABLE[name]))
             slots.append(slot)
@@ -420,9 +429,32 @@ class EpisodeStore:
         return self._observers
 
     def _changing(self) -> list[CommitObserver]:
+        self._ensure_links()
         for observer in self.observers:
             observer.changing(self)
         return self.observers
+
+    def _ensure_links(self) -> None:
+        """Before a writer's first change to a 1.0 store: a fresh ``episodes/continues.npy`` of zeros (one a 1.0
+        writer left is stale), so that the 1.1 meta.json it commits next describes it. Readers ignore the file
+        until then (the store stays 1.0 for them)."""
+        if self.meta.links:
+            return
+        path = self.folder / fmt.EPISODES_DIR / f"{fmt.LINKS}.npy"
+        spec = FieldSpec(fmt.LINKS, fmt.TABLE[fmt.LINKS])
+        folderio.remove(self.folder, path)
+        fmt._create_npy(self.folder, path, spec, self.capacity.max_episodes)
+        self.table[fmt.LINKS] = NpyFile.open(self.folder, path, spec, self.capacity.max_episodes, writable=True)
+        self.meta = replace(self.meta, links=True)
+
+    def links(self, table: EpisodeTable) -> np.ndarray:
+        """The id of the segment each episode of ``table`` continues (-1: it starts an episode), as read now."""
+        if not self.meta.links:
+            return np.full(len(table), -1, dtype=np.int64)
+        links = np.asarray(self.table[fmt.LINKS].array()[table.slots], dtype=np.int64) - 1
+        if not self.is_writer:  # a slot the ring reused since ``table`` was read: its episode is gone
+            links[np.asarray(self.table["id"].array()[table.slots]) != table.ids] = -1
+        return links
 
     def _plan(self, episodes: list[PendingEpisode]) -> tuple[int, list[tuple[int, PendingEpisode]]]:
         """Where each episode goes, and the new first live id after the evictions that makes necessary."""

@@ -24,7 +24,7 @@ from .options import check_end, did_you_mean, integer, short, validate_index
 from .schema import FieldSpec, Schema
 from .store import EpisodeStore, PendingEpisode
 
-__all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "coerce_meta"]
+__all__ = ["EpisodeWriter", "VectorEpisodeWriter", "whole_episode", "segments", "coerce_meta"]
 
 def _unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
     names = sorted(names)
@@ -133,10 +133,24 @@ class StagingBuffer:
                               length, end, final is not None, meta)
 
 
-class EpisodeWriter:
-    """One episode in progress. ``meta`` is a dict the caller may fill until the episode commits."""
+_LONGER = ("; grow max_timesteps (buffer.grow(max_timesteps=...)), or create the buffer with long_episodes='split' to "
+           "store longer episodes as linked segments")
 
-    def __init__(self, store: EpisodeStore, staging: StagingBuffer, meta: Mapping[str, Any]):
+
+def _too_long(max_timesteps: int, who: str, fixes: str) -> InvalidDataError:
+    return InvalidDataError(
+        f"{who} must have at most max_timesteps={max_timesteps} steps (got one more); {fixes}create the buffer "
+        f"with a larger max_timesteps (or grow it: buffer.grow(max_timesteps=...)), or with long_episodes='split' "
+        f"to store longer episodes as linked segments")
+
+
+class EpisodeWriter:
+    """One episode in progress. ``meta`` is a dict the caller may fill until the episode commits.
+
+    ``split``: a step past ``max_timesteps`` first commits the steps so far as a segment (its final row is that
+    step, the first of the next segment), and the episode goes on in a new segment linked to it."""
+
+    def __init__(self, store: EpisodeStore, staging: StagingBuffer, meta: Mapping[str, Any], *, split: bool = False):
         self.target = store
         self.schema = store.schema
         coerce_meta(self.schema, meta)  # fail early, before any step
@@ -147,6 +161,8 @@ class EpisodeWriter:
         self._max = staging.max_timesteps
         self.end: str | None = None
         self.final: dict[str, np.ndarray] | None = None
+        self._split = split
+        self._continues = -1  # the id of the segment the open one continues
         # the per-step fast path, by name: (field spec, this episode's staging rows, scalar test, default)
         self._renew_views()
 
@@ -164,12 +180,13 @@ class EpisodeWriter:
         t = self._t
         if t >= self._room:
             if t >= self._max:
-                raise InvalidDataError(
-                    f"the episode must have at most max_timesteps={self._max} steps (got one more); "
-                    f"create the buffer with a larger max_timesteps"
-                )
-            self.staging.ensure(t + 1)
-            self._renew_views()
+                if not self._split:
+                    raise _too_long(self._max, "the episode", "")
+                self._cut(step)
+                t = 0
+            else:
+                self.staging.ensure(t + 1)
+                self._renew_views()
         fast = self._fast
         for name, value in step.items():
             entry = fast.get(name)
@@ -193,6 +210,16 @@ class EpisodeWriter:
         final = None if final is None else _coerce_steps(self.schema, final, ())
         self.end, self.final = end, final  # both checked before either changes
 
+    def _cut(self, step: Mapping[str, Any]) -> None:
+        """Commit the steps so far as a segment whose final row is ``step``; the episode goes on from row 0."""
+        first = _coerce_steps(self.schema, step, ())  # checked before anything commits
+        self.staging.lengths[0] = self._t
+        meta = _full_meta(self.schema, coerce_meta(self.schema, self.meta))
+        segment = self.staging.pending(0, end=None, final=first, meta=meta)
+        segment.continues = self._continues
+        self.target.commit([segment])
+        self._continues, self._t = segment.id, 0
+
     def commit(self) -> int | None:
         """Commit the episode; returns its slot, or None for an empty episode (nothing is stored)."""
         if self.length == 0:
@@ -200,6 +227,7 @@ class EpisodeWriter:
         meta = _full_meta(self.schema, coerce_meta(self.schema, self.meta))
         self.staging.lengths[0] = self._t
         episode = self.staging.pending(0, end=self.end, final=self.final, meta=meta)
+        episode.continues = self._continues
         return self.target.commit([episode])[0]
 
 
@@ -214,7 +242,7 @@ class VectorEpisodeWriter:
     ``truncated``, the flags are stored in them too.
     """
 
-    def __init__(self, store: EpisodeStore, num_envs: int, max_timesteps: int, **meta: Any):
+    def __init__(self, store: EpisodeStore, num_envs: int, max_timesteps: int, *, split: bool = False, **meta: Any):
         num_envs = integer(num_envs, "num_envs", low=1)
         _check_staging_memory(store.schema, num_envs, max_timesteps)
         self.target = store
@@ -227,6 +255,8 @@ class VectorEpisodeWriter:
                                    f"({error}); use fewer environments per writer") from None
         self.meta = {name: spec.default_row()[None].repeat(num_envs, 0) for name, spec in self.schema.meta_fields.items()}
         self.set_meta(**meta)
+        self._split = split
+        self._continues = np.full(num_envs, -1, dtype=np.int64)  # per env, the segment its episode continues
 
     @property
     def lengths(self) -> np.ndarray:
@@ -273,11 +303,11 @@ class VectorEpisodeWriter:
         lengths = self.staging.lengths
         full = envs[lengths[envs] >= self.staging.max_timesteps]
         if full.size:
-            raise InvalidDataError(
-                f"env {int(full[0])}'s episode must have at most max_timesteps={self.staging.max_timesteps} steps "
-                f"(got one more); pass truncated=True on an episode's last allowed step, commit_all(envs=[...]) or "
-                f"discard(envs=[...]) it, or create the buffer with a larger max_timesteps"
-            )
+            if not self._split:
+                raise _too_long(self.staging.max_timesteps, f"env {int(full[0])}'s episode",
+                                "pass truncated=True on an episode's last allowed step, commit_all(envs=[...]) or "
+                                "discard(envs=[...]) it, ")
+            self._cut(full, values)
         self.staging.put({name: value[envs] for name, value in values.items()}, envs, lengths[envs])
         lengths[envs] += 1
         if done.size == 0:
@@ -289,12 +319,25 @@ class VectorEpisodeWriter:
             return self.target.commit(episodes)
         finally:
             lengths[done] = 0
+            self._continues[done] = -1
+
+    def _cut(self, envs: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Commit the full episodes of ``envs`` as segments whose final rows are this step's; they go on."""
+        segments = []
+        for env in envs:
+            segments.append(self._pending(env, None, {name: value for name, value in values.items()}, None))
+        self.target.commit(segments)
+        self.staging.lengths[envs] = 0
+        self._continues[envs] = [segment.id for segment in segments]
 
     def _pending(self, env, end: str | None, finals: dict | None, given: np.ndarray | None):
         """Env ``env``'s staged episode, ready to commit: its end, its final row if one was given, its meta."""
-        row = None if finals is None or not given[env] else {name: value[env] for name, value in finals.items()}
+        row = None if finals is None or not (given is None or given[env]) else {
+            name: value[env] for name, value in finals.items()}
         meta = {name: value[env].copy() for name, value in self.meta.items()}
-        return self.staging.pending(int(env), end=end, final=row, meta=meta)
+        episode = self.staging.pending(int(env), end=end, final=row, meta=meta)
+        episode.continues = int(self._continues[env])
+        return episode
 
     def _finals(self, final: Mapping[str, Any], done: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Final observations per env: arrays (num_envs, ...), or sequences with None where no env ended;
@@ -349,6 +392,7 @@ class VectorEpisodeWriter:
             return self.target.commit(episodes)
         finally:
             self.staging.lengths[chosen] = 0
+            self._continues[chosen] = -1
 
     def _envs(self, envs: Any) -> np.ndarray:
         if envs is None:
@@ -356,13 +400,16 @@ class VectorEpisodeWriter:
         return validate_index(envs, self.num_envs, "envs")
 
     def discard(self, *, envs: Any = None) -> None:
-        """Drop the episodes in progress of ``envs`` (default: all)."""
-        self.staging.lengths[self._envs(envs)] = 0
+        """Drop the episodes in progress of ``envs`` (default: all); their committed segments stay."""
+        envs = self._envs(envs)
+        self.staging.lengths[envs] = 0
+        self._continues[envs] = -1
 
 
 def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any], *, end: str | None = None,
-                  final: Mapping[str, Any] | None = None) -> PendingEpisode:
-    """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside."""
+                  final: Mapping[str, Any] | None = None, split: bool = False) -> PendingEpisode:
+    """A complete episode from arrays of shape (T, *field_shape), with its meta values alongside. ``split``:
+    it may be longer than ``max_timesteps`` (``segments`` cuts it before it commits)."""
     end, final = check_end(end), _check_final(final)
     extra = set(arrays) - set(schema.fields) - set(schema.meta_fields)
     if extra:
@@ -383,8 +430,9 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
             f"(got {shape})"
         )
     length = int(shape[0])
-    if not 1 <= length <= max_timesteps:
-        raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})")
+    if length < 1 or (length > max_timesteps and not split):
+        raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})"
+                               f"{'' if length < 1 else _LONGER}")
     values = _coerce_steps(schema, step_values, (length,))
     meta = _full_meta(schema, coerce_meta(schema, meta_values))
     final_values = None if final is None else _coerce_steps(schema, final, ())
@@ -395,3 +443,21 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
         if final_values is not None:
             rows[name].append((final_values[name] if name in final_values else spec.default_row())[None])
     return PendingEpisode(rows, length, end, final_values is not None, meta)
+
+
+def segments(episode: PendingEpisode, max_timesteps: int) -> list[PendingEpisode]:
+    """An episode cut into linked segments of at most ``max_timesteps`` steps (itself when it fits): every
+    segment but the last ends unspecified with the next one's first row as its final row."""
+    if episode.length <= max_timesteps:
+        return [episode]
+    rows = {name: np.concatenate(chunks) if len(chunks) > 1 else chunks[0] for name, chunks in episode.rows.items()}
+    out: list[PendingEpisode] = []
+    for start in range(0, episode.length, max_timesteps):
+        stop = min(start + max_timesteps, episode.length)
+        last = stop == episode.length
+        final = episode.final if last else True
+        part = PendingEpisode({name: [values[start: stop + final]] for name, values in rows.items()}, stop - start,
+                              episode.end if last else None, final, episode.meta)
+        part.continues = out[-1] if out else episode.continues
+        out.append(part)
+    return out

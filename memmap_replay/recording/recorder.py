@@ -29,10 +29,11 @@ def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: i
                     f"{spec.dtype}{list(spec.shape)} or of that kind and shape, and it "
                     f"{'is missing' if got is None else f'is {got.dtype}{list(got.shape)}'}; record into another "
                     f"folder, pass overwrite=True to replace the store, fields=... to match it, or seed_field=None")
-    if max_timesteps is not None and max_timesteps > buffer.max_timesteps:
+    if max_timesteps is not None and max_timesteps > buffer.max_timesteps and buffer.long_episodes != "split":
         raise SchemaMismatchError(f"the store at {buffer.folder} takes episodes of at most max_timesteps="
                                   f"{buffer.max_timesteps} steps, and the env's may have {max_timesteps}; record "
-                                  f"into another folder or pass overwrite=True to replace the store")
+                                  f"into another folder, pass overwrite=True to replace the store, or pass a buffer "
+                                  f"opened with long_episodes='split' (longer episodes become linked segments)")
 
 
 def _open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timesteps: int | None,

@@ -41,7 +41,8 @@ class RecordEpisodes(gymnasium.Wrapper):
         self._finish()
         fieldmap = self.recorder.fieldmap
         meta = {} if fieldmap.seed_field is None else {fieldmap.seed_field: -1 if seed is None else seed}
-        episode = EpisodeWriter(self.buffer.episode_store, self._staging, meta)  # checks the seed first
+        episode = EpisodeWriter(self.buffer.episode_store, self._staging, meta,  # checks the seed first
+                                split=self.buffer.long_episodes == "split")
         self._why = "reset() raised an exception"
         obs, info = self.env.reset(seed=seed, options=options)
         self._row = self._at(obs, info)

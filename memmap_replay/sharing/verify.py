@@ -95,7 +95,9 @@ class VerifyReport:
 
 
 def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word[:-1]}ies" if word.endswith("y") else f"{count} {word}s"
 
 
 def verify(folder: str | os.PathLike, *, checksums: bool | None = None, progress: bool = False) -> VerifyReport:
@@ -122,6 +124,7 @@ class _StoreChecker:
         self.folder, self.report, self.checksums, self.progress = folder, report, checksums, progress
         self.schema: Schema | None = None
         self.capacity: Capacity | None = None
+        self.links = True  # a 1.1 store: episodes/continues.npy is part of it
         self.state: State | None = None
         self.table: dict[str, np.ndarray] = {}  # episode table files whose headers and sizes are good
         self.root = os.path.realpath(folder)  # the folder itself may be a link (a store on another disk)
@@ -160,6 +163,7 @@ class _StoreChecker:
             return
         if not self.check_version(data.get("version")):
             return
+        self.links = fmt._minor(str(data.get("version"))) >= fmt.LINKS_SINCE[1]  # else continues.npy is ignored
         store_id = data.get("store_id")
         if "store_id" not in data:
             self.problem("meta.json", "'store_id' is missing (expected the store's id, a string)")
@@ -467,7 +471,7 @@ class _StoreChecker:
         if self.capacity is None:
             return
         rows = self.state.rows if self.state is not None else 0
-        for group, spec, path, fixed in fmt.layout(self.schema or Schema({}, {}), self.capacity):
+        for group, spec, path, fixed in fmt.layout(self.schema or Schema({}, {}), self.capacity, links=self.links):
             why = "state.rows in meta.json" if fixed is None else "capacity.max_episodes in meta.json"
             array = self.check_npy(path.as_posix(), spec.dtype, spec.shape, rows if fixed is None else fixed,
                                    why, exact=fixed is not None)
@@ -529,7 +533,8 @@ class _StoreChecker:
     # ---- the episode table -----------------------------------------------------------------------------
 
     def check_table(self) -> None:
-        if self.capacity is None or self.state is None or set(self.table) != set(fmt.TABLE):
+        columns = set(fmt.TABLE) - (set() if self.links else {fmt.LINKS})
+        if self.capacity is None or self.state is None or set(self.table) != columns:
             return  # what makes the table unreadable is reported already
         capacity, state = self.capacity, self.state
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
@@ -548,6 +553,10 @@ class _StoreChecker:
                     f"{start[i]} (expected a row in 0 .. {state.rows - 1}, state.rows = {state.rows})")
         self.listed("episodes/end.npy", end > max(fmt.END_NAMES), lambda i: f"{episode(i)} has end code {end[i]} "
                     f"(expected {_END_CODES_TEXT})")
+        if self.links:
+            before = table[fmt.LINKS] - 1
+            self.listed(f"episodes/{fmt.LINKS}.npy", (before < -1) | (before >= ids), lambda i: f"{episode(i)} "
+                        f"continues segment {before[i]} (expected 0 for none, or 1 + an id below {ids[i]})")
         self.listed("episodes/final.npy", final > 1, lambda i: f"{episode(i)} has byte {final[i]} (expected 0 or 1; "
                     f"numpy reads it as true)", warn=True)
         sane = (start >= 0) & (start <= state.rows) & (length >= 1) & (length <= capacity.max_timesteps)

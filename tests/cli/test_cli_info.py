@@ -108,7 +108,7 @@ def test_info_text_shows_the_figures(known, capsys):
                      rf"\(sum of reward\)$", out, re.M)
     assert re.search(r"^ends +2 terminated, 2 truncated, 1 unspecified; 1 with a final observation$", out, re.M)
     assert re.search(r"^files +checksums\.sha256: no; card\.json: yes; stats/running\.npz: yes$", out, re.M)
-    assert re.search(r"^format +memmap_replay 1\.0 \(store id [0-9a-f]{32}\)$", out, re.M)
+    assert re.search(r"^format +memmap_replay 1\.1 \(store id [0-9a-f]{32}\)$", out, re.M)
     assert re.search(r"^  image +uint8 +\(8, 40, 40\) +zeros +\S+ \S+ +\S+ \S+$", out, re.M)
     assert re.search(r"^meta fields \(one value per episode\)\n  task +int32 +\(\) +zeros", out, re.M)
 
@@ -118,7 +118,7 @@ def test_info_json_matches_the_folder(known, capsys):
     code, out, _ = run(capsys, "info", folder, "--json")
     report = json.loads(out)
     assert code == 0 and report["ok"] and report["is_store"]
-    assert (report["name"], report["description"], report["version"]) == ("test/known-v0", "Five known episodes.", "1.0")
+    assert (report["name"], report["description"], report["version"]) == ("test/known-v0", "Five known episodes.", "1.1")
     assert report["schema"]["fields"]["image"] == {"dtype": "uint8", "shape": [8, 40, 40], "default": None}
     assert report["schema"]["meta_fields"] == {"task": {"dtype": "int32", "shape": [], "default": None}}
     assert report["capacity"] == {"max_episodes": 8, "max_timesteps": 32, "max_steps": 264, "circular": False}

@@ -679,3 +679,16 @@ def test_commit_all_bad_final_changes_nothing(writer, final, match):
     with pytest.raises(InvalidDataError, match=match):
         writer.commit_all(final=final)
     assert buffer.num_episodes == 0 and writer.lengths.tolist() == [2, 2, 1]
+
+
+def test_a_buffer_that_splits_records_episodes_longer_than_its_max_timesteps(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "data", 50, 8, dict(observation=("float", (4,)), action="int", reward="float"),
+                          dict(seed="int"), long_episodes="split")
+    recorder = RecordEpisodes(gymnasium.make("CartPole-v1"), buffer)  # its episodes may have 500 steps
+    played, _ = play(recorder, [3])
+    recorder.close()
+    whole, observations = buffer.episode(0, join_segments=True), [row["observation"] for row in played[0]["rows"]]
+    assert len(whole) == len(played[0]["rewards"]) > 8 and whole.end == played[0]["end"] == "terminated"
+    np.testing.assert_array_equal(whole.observations("observation"), observations)  # with the final observation
+    np.testing.assert_array_equal(whole["reward"], played[0]["rewards"])
+    assert buffer.num_episodes == -(-len(whole) // 8) and buffer.episode(1).continues == 0

@@ -235,11 +235,11 @@ def test_healthy_store_report(folder):
     report = verify(folder)
     assert isinstance(report, VerifyReport)
     assert report.ok and report.problems == [] and report.warnings == [] and report.is_store
-    assert report.checked == {"meta_json": 1, "npy_files": 11, "live_episodes": 3, "live_rows": 13, "priority_files": 2,
-                              "checksums": 0, "entries": 21}  # 7 in the folder, 14 in its layout folders
+    assert report.checked == {"meta_json": 1, "npy_files": 12, "live_episodes": 3, "live_rows": 13, "priority_files": 2,
+                              "checksums": 0, "entries": 22}  # 7 in the folder, 15 in its layout folders
     text = str(report)
     assert text.splitlines()[0] == f"{folder}: OK, 0 warnings"
-    assert "3 live episodes" in text and "13 live rows" in text and "11 .npy headers" in text
+    assert "3 live episodes" in text and "13 live rows" in text and "12 .npy headers" in text
     assert json.loads(json.dumps(report.to_json())) == {
         "folder": str(folder), "ok": True, "is_store": True, "problems": [], "warnings": [], "checked": report.checked}
 
@@ -341,7 +341,7 @@ def test_checksums_are_checked_when_present(folder):
     write_manifest(folder)
     report = verify(folder)
     assert report.ok and not report.warnings, report  # card.json, README.md, stats/, checksums.sha256 are the store's
-    assert report.checked["checksums"] == 16 and "16 checksummed files" in str(report)
+    assert report.checked["checksums"] == 17 and "17 checksummed files" in str(report)
     assert verify(folder, checksums=False).checked["checksums"] == 0
 
 
