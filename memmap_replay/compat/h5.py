@@ -88,7 +88,8 @@ class ReplayBufferH5PY(ReplayBuffer):
         arrays are padded past it (0.2.3 took max_timesteps rows and the length). ``force_flush=True``
         stores what is kept (with or without a new episode)."""
         flush_freq = integer(flush_freq, "flush_freq", low=1)
-        kept: list[dict] = []
+        kept: list = []  # episodes checked as they came, waiting for their commit
+        names: list[set] = []  # the fields of the first episode kept
         known = {*self.schema.fields, *self.schema.meta_fields, "episode_lens"}
 
         def buffered_storer(force_flush: bool = False, **episode: Any) -> None:
@@ -97,14 +98,16 @@ class ReplayBufferH5PY(ReplayBuffer):
             if unknown:
                 raise InvalidDataError(f"unknown field {unknown}: the buffer's fields are {sorted(self.schema.fields)} "
                                        f"and meta fields {sorted(self.schema.meta_fields)} (and episode_lens)")
-            if kept and episode and set(episode) != set(kept[0]):
+            if kept and episode and set(episode) != names[0]:
                 raise InvalidDataError(f"every episode given to the storer must hold the same fields: "
-                                       f"{sorted(kept[0])} before, {sorted(episode)} now")
+                                       f"{sorted(names[0])} before, {sorted(episode)} now")
             if episode:
-                kept.append(episode)
+                pending = self._whole(episode)
+                if not kept:
+                    names[:] = [set(episode)]
+                kept.append(pending)
             if kept and (force_flush or len(kept) >= flush_freq):
-                episodes = [self._whole(values) for values in kept]  # all checked before any is stored
-                self.episode_store.commit(episodes)
+                self.episode_store.commit(kept)
                 kept.clear()
 
         return buffered_storer
