@@ -66,11 +66,18 @@ def _long_enough(view, min_episode_len: int) -> Positions:
     return Positions.from_counts(view.table.length >= min_episode_len)
 
 
-def _indices(batch: dict) -> dict:
-    """This project's ``_index`` (row) and ``_t`` as 0.2.3's ``_indices`` [row, t]."""
-    if "_index" in batch:
-        batch["_indices"] = torch.stack((batch.pop("_index"), batch.pop("_t")), dim=-1)
-    return batch
+class _StepIndices:
+    """With ``return_indices``, this project's ``_index`` (row) and ``_t`` as 0.2.3's ``_indices`` [row, t]."""
+
+    def output_names(self) -> list[str]:
+        names = super().output_names()
+        return [name for name in names if name not in ("_index", "_t")] + (["_indices"] if "_index" in names else [])
+
+    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+        batch = super().assemble(episode, t)
+        if "_index" in batch:
+            batch["_indices"] = torch.stack((batch.pop("_index"), batch.pop("_t")), dim=-1)
+        return batch
 
 
 class ReplayDatasetTrajectory(TrajectoryView):
@@ -123,7 +130,7 @@ class ReplayDatasetTrajectory(TrajectoryView):
 ReplayDataset = ReplayDatasetTrajectory
 
 
-class ReplayDatasetTimestep(TimestepView):
+class ReplayDatasetTimestep(_StepIndices, TimestepView):
     """Single timesteps (0.2.3's ``ReplayDatasetTimestep``)."""
 
     def __init__(self, replay_buffer: Any, fields: Any = None, fieldname_map: Mapping[str, str] | None = None,
@@ -134,14 +141,8 @@ class ReplayDatasetTimestep(TimestepView):
                          meta_fields=_meta_fields(include_metadata, options), filter_meta=filter_meta,
                          filter_fields=filter_fields, return_indices=return_indices, **options)
 
-    def output_names(self) -> list[str]:
-        return _compat_indices(super().output_names())
 
-    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        return _indices(super().assemble(episode, t))
-
-
-class ReplayDatasetNStep(NStepView):
+class ReplayDatasetNStep(_StepIndices, NStepView):
     """n-step transitions (0.2.3's ``ReplayDatasetNStep``): from episodes of at least 2 steps, as there."""
 
     def __init__(self, replay_buffer: Any, n_steps: int, current_fields: Any = None, next_fields: Any = None,
@@ -154,15 +155,7 @@ class ReplayDatasetNStep(NStepView):
                          meta_fields=_meta_fields(include_metadata, options), filter_meta=filter_meta,
                          filter_fields=filter_fields, return_indices=return_indices, **options)
 
-    def output_names(self) -> list[str]:
-        return _compat_indices(super().output_names())
 
-    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        return _indices(super().assemble(episode, t))
-
-
-def _compat_indices(names: list[str]) -> list[str]:
-    return [name for name in names if name not in ("_index", "_t")] + (["_indices"] if "_index" in names else [])
 
 
 class ReplayDatasetTimeWindow(WindowView):
