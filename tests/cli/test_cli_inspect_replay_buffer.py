@@ -86,5 +86,5 @@ def test_the_subcommand_returns_exit_codes(cameras, tmp_path, capsys):
     assert main(["inspect-replay-buffer", str(cameras.folder), "-f", "wrist", "-o", str(out)]) == EXIT_OK
     assert frames_of(out) == 5
     assert main(["inspect-replay-buffer", str(cameras.folder), "-e", "7"]) == EXIT_USAGE
-    assert "out of range" in capsys.readouterr().err
+    assert "memmap-replay inspect-replay-buffer: error: episode_index 7 out of range" in capsys.readouterr().err
     assert not any(name.endswith(".mp4") for name in os.listdir(cameras.folder))
