@@ -23,8 +23,8 @@ _DESCRIPTION = """\
 Render episodes of image fields stored in a replay buffer to videos (and optionally contact sheets),
 as memmap-replay-buffer 0.2.3's inspect-replay-buffer does. Episodes are buffer rows (slots). With
 several fields, each field's name goes before the suffix: out.image.mp4, out.wrist.mp4.
-The local video page of 0.2.3 (--serve) is replaced by memmap-replay's viewer (issue #13, upcoming);
-for labelled contact sheets and frame stacks see '%(prog)s frames' / 'video' of memmap-replay.
+The local video page of 0.2.3 (--serve) is replaced by memmap-replay's viewer (issue #13, upcoming).
+For labelled contact sheets, frame stacks and long episodes see 'memmap-replay frames' and 'memmap-replay video'.
 Needs imageio (pip install 'memmap-replay[video]'); .mp4 needs imageio-ffmpeg."""
 
 _SERVE = ("--serve is not provided: memmap-replay-buffer's local video page is replaced by memmap-replay's "
