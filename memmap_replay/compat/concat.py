@@ -109,16 +109,10 @@ class ConcatReplayBuffer:
         parts = [padded_episodes(store, fields, meta_fields, device) for store in self.stores if store.num_episodes]
         if not parts:
             return {}
-        steps = set(self.fieldnames)
-        longest = max(part[name].shape[1] for part in parts for name in part if name in steps) if steps & set(
-            parts[0]) else 0
-        out = {}
-        for name in parts[0]:
-            values = [part[name] for part in parts]
-            if name in steps:
-                values = [_pad_time(value, longest) for value in values]
-            out[name] = torch.cat(values)
-        return out
+        steps = [name for name in parts[0] if name in self.fieldnames]
+        longest = max((part[name].shape[1] for part in parts for name in steps), default=0)
+        return {name: torch.cat([_pad_time(part[name], longest) if name in steps else part[name] for part in parts])
+                for name in parts[0]}
 
     def flush(self) -> None:
         """Nothing to write: the buffer is read-only."""
