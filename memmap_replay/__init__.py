@@ -24,6 +24,8 @@ from .sharing.stats import FieldStats, StoreStats
 from .core.store import EpisodeStore
 from .sharing.verify import VerifyReport, verify
 from .core.writer import VectorEpisodeWriter
+from .compat.h5 import ReplayBufferH5PY
+from .compat.video import frames_to_sheet, to_uint8, trajectory_to_video
 
 from ._version import __version__ as __version__
 
@@ -37,6 +39,11 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .distributed.shards import ConcatView, ShardedSampler, ShardSet, shard_folder
     from .views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
     from .views.transitions import TransitionView
+    from .compat.collector import EpisodeCollector
+    from .compat.concat import ConcatReplayBuffer
+    from .compat.datasets import (ReplayDataset, ReplayDatasetNStep, ReplayDatasetTimestep, ReplayDatasetTimeWindow,
+                                  ReplayDatasetTrajectory)
+    from .cli.inspect_replay_buffer import inspect_replay_buffer
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
 # every command and every numpy-only user would pay for nothing.
@@ -59,6 +66,16 @@ _LAZY = {
     "ShardedSampler": "distributed.shards",
     "ConcatView": "distributed.shards",
     "shard_folder": "distributed.shards",
+    # memmap-replay-buffer 0.2.3's names (compat/)
+    "ReplayDataset": "compat.datasets",
+    "ReplayDatasetTrajectory": "compat.datasets",
+    "ReplayDatasetTimestep": "compat.datasets",
+    "ReplayDatasetTimeWindow": "compat.datasets",
+    "ReplayDatasetNStep": "compat.datasets",
+    "ConcatReplayBuffer": "compat.concat",
+    "EpisodeCollector": "compat.collector",
+    # (numpy only, but it loads the command line's parser: on first use too)
+    "inspect_replay_buffer": "cli.inspect_replay_buffer",
     # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``
     # works on the core install (listed by dir() all the same)
     "RecordEpisodes": "recording",
@@ -139,5 +156,17 @@ __all__ = [
     "RateLimiter",
     "RateCounts",
     "LimitedSampler",
+    "ReplayDataset",
+    "ReplayDatasetTrajectory",
+    "ReplayDatasetTimestep",
+    "ReplayDatasetTimeWindow",
+    "ReplayDatasetNStep",
+    "ConcatReplayBuffer",
+    "EpisodeCollector",
+    "ReplayBufferH5PY",
+    "trajectory_to_video",
+    "frames_to_sheet",
+    "to_uint8",
+    "inspect_replay_buffer",
     *errors.__all__,
 ]

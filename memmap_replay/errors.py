@@ -14,6 +14,7 @@ __all__ = [
     "OptionError",
     "IndexTypeError",
     "IndexRangeError",
+    "DTypeError",
     "BufferFullError",
     "EpisodeStateError",
     "ReadOnlyError",
@@ -66,6 +67,11 @@ class IndexTypeError(OptionError, TypeError):
 class IndexRangeError(OptionError, IndexError):
     """An index past the end of what it indexes (``buffer.episode(5)`` with five live episodes): an
     ``OptionError`` that is also an ``IndexError``, as Python's own indexing errors are."""
+
+
+class DTypeError(InvalidDataError, TypeError):
+    """An array of a dtype the call cannot take (``to_uint8`` of int32 frames): an ``InvalidDataError``
+    that is also a ``TypeError``, as memmap-replay-buffer 0.2.3 raised there."""
 
 
 class BufferFullError(ReplayError, ValueError):

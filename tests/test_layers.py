@@ -1,5 +1,5 @@
 """The floor plan holds: rooms import only rooms below them, never in a circle, and the numpy rooms import
-no torch (DESIGN.md section 2: core <- samplers <- views <- distributed/sharing <- the buffer facade <-
+no torch (DESIGN.md section 2: core <- samplers <- views <- distributed/sharing <- compat <- the buffer facade <-
 interop and Ray shards <- recording (it names fields as the Minari importer does) <- cli)."""
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memmap_replay"
 # room -> rank: a module may import its own room and rooms of a lower rank only
+# (compat: memmap-replay-buffer 0.2.3's names, between the rooms they build on and the buffer, which may use
+# them; compat.h5, a ReplayBuffer subclass, above the buffer)
 RANKS = {"errors": 0, "_version": 0, "core": 1, "samplers": 2, "views": 3, "sharing": 4, "distributed": 4,
-         "buffer": 5, "interop": 6, "distributed.ray": 6, "recording": 7, "cli": 8, "__init__": 9, "__main__": 9}
+         "compat": 4.5, "buffer": 5, "compat.h5": 5.5, "interop": 6, "distributed.ray": 6, "recording": 7, "cli": 8,
+         "__init__": 9, "__main__": 9}
 
 
 def room(module: str) -> str:
@@ -22,6 +25,8 @@ def room(module: str) -> str:
     parts = module.split(".")
     if parts[:2] == ["distributed", "ray"]:
         return "distributed.ray"
+    if parts[:2] == ["compat", "h5"]:
+        return "compat.h5"
     return parts[0]
 
 

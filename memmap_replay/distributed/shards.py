@@ -178,14 +178,28 @@ def _shortened(items: list, most: int = 6) -> str:
 
 
 def _merge(parts: list[dict], order: np.ndarray | None) -> dict[str, torch.Tensor]:
-    """One batch of the shards' batches: concatenated, then put back into request order."""
+    """One batch of the shards' batches: concatenated (whole trajectories of different lengths zero-padded
+    to the longest), then put back into request order."""
     if len(parts) == 1 and order is None:
         return parts[0]
-    batch = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+    batch = {name: torch.cat(_padded([part[name] for part in parts])) for name in parts[0]}
     if order is not None:
         index = torch.from_numpy(order)
         batch = {name: value[index] for name, value in batch.items()}
     return batch
+
+
+def _padded(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Tensors zero-padded at the end of each axis but the first to the largest size of that axis."""
+    shape = [max(sizes) for sizes in zip(*(value.shape[1:] for value in values))]
+    if all(list(value.shape[1:]) == shape for value in values):
+        return values
+    padded = []
+    for value in values:
+        out = value.new_zeros((len(value), *shape))
+        out[(slice(None), *(slice(0, size) for size in value.shape[1:]))] = value
+        padded.append(out)
+    return padded
 
 
 class ConcatView(BatchDataset):

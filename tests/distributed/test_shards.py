@@ -167,6 +167,20 @@ def test_several_existing_folders_as_one(tmp_path):
     assert repr(shards).endswith(", 0 shards [], 0 episodes [], 0 steps)")
 
 
+def test_trajectories_of_different_lengths_across_shards_pad_to_the_longest(tmp_path):
+    folders = []
+    for index, length in enumerate((3, 5)):
+        folder = tmp_path / f"run{index}"
+        with ReplayBuffer(folder, 10, STRIDE, fields=FIELDS) as buffer:
+            buffer.store_episode(obs=np.arange(length) + 10.0 * index, reward=np.ones(length))
+        folders.append(folder)
+    shards = ShardSet(folders=folders)
+    batch = shards.dataset(return_mask=True).__getitems__(np.array([1, 0]))
+    assert batch["obs"].tolist() == [[10, 11, 12, 13, 14], [0, 1, 2, 0, 0]]
+    assert batch["_mask"].sum(dim=1).tolist() == [5, 3] and batch["_lens"].tolist() == [5, 3]
+    shards.close()
+
+
 def test_a_shard_set_shows_its_folders_and_counts(tmp_path):
     root = tmp_path / "shards"
     for index in range(8):
