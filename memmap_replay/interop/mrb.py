@@ -62,11 +62,12 @@ def import_memmap_replay_buffer(source: str | os.PathLike, folder: str | os.Path
         lengths = [length for _, length in episodes]
         room = {"max_episodes": config.max_episodes, "max_timesteps": config.max_timesteps,
                 "circular": config.circular, **{key: value for key, value in room.items() if value is not None}}
+        room.setdefault("max_steps", room["max_episodes"] * (room["max_timesteps"] + 1))  # ReplayBuffer's default
         fields = _specs(config.fields, "field", notes)
         metas = _specs(config.meta_fields, "meta field", notes)
         report = Transfer(f"import {KIND}", str(source), str(folder), fields={
-            **{name: f"step field ({config.forms[name]!r})" for name in fields},
-            **{name: f"episode meta ({config.forms[name]!r})" for name in metas}})
+            **{name: _described("step field", spec) for name, spec in fields.items()},
+            **{name: _described("episode meta", spec) for name, spec in metas.items()}})
         with StoreBuilder(folder, fields, metas, episodes=len(episodes), max_timesteps=max(lengths, default=1),
                           rows=sum(lengths), overwrite=overwrite, room=room) as builder, \
                 progress_bar(sum(lengths), "import", progress) as bar:
@@ -89,6 +90,11 @@ def import_memmap_replay_buffer(source: str | os.PathLike, folder: str | os.Path
         return report
     finally:
         reader.close()
+
+
+def _described(kind: str, spec: tuple) -> str:
+    dtype, shape, default = spec
+    return f"{kind}, {dtype} {shape}" + ("" if default is None else f", default {default!r}")
 
 
 def _specs(specs: dict, kind: str, notes: list[str]) -> dict[str, tuple]:
@@ -138,7 +144,7 @@ def _episodes(reader, open_episode: str, notes: list[str]) -> tuple[list[tuple[i
                          f"advance_episode) was kept as the newest episode, with no end recorded")
         else:
             notes.append(f"the open episode (slot {write_slot}, {open_steps} steps, never committed by "
-                         f"advance_episode) was left out; pass open_episode='keep' (--open-episode keep) to keep it")
+                         f"advance_episode) was left out; pass open_episode='keep' (on the command line: --open-episode keep) to keep it")
     return episodes, details
 
 

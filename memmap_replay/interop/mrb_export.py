@@ -101,7 +101,7 @@ class _Plan:
             lost.append(f"the end codes (terminated / truncated) of {int((table.end != 0).sum())} episode(s)")
         if lost and not lossy:
             raise SchemaError(f"a memmap-replay-buffer folder has no place for {' and '.join(lost)}; pass lossy=True "
-                              f"(--lossy) to leave them out, or keep them in a field of their own first")
+                              f"to leave them out, or keep them in a field of their own first")
         self.notes += [f"{what} were left out (lossy=True)" for what in lost]
         forms = ((card.extra.get(KIND) or {}).get("config") or {}) if card else {}
         self.fields = {name: self._form(spec, "field", forms.get("fields") or {}) for name, spec in store.schema.fields.items()}
