@@ -105,8 +105,9 @@ def add(commands) -> None:
     room.add_argument("--max-steps", type=int, metavar="N",
                       help="rows (default with --max-episodes: room for the added episodes at their longest)")
     room.add_argument("--max-timesteps", type=int, metavar="N", help="the longest episode (at least the dataset's)")
-    room.add_argument("--circular", action="store_true", default=None,
-                      help="a ring: once full, the oldest episodes are evicted")
+    room.add_argument("--circular", action=argparse.BooleanOptionalAction, default=None,
+                      help="a ring: once full, the oldest episodes are evicted (--no-circular: a memmap-replay-buffer "
+                           "ring imported as a store that fills up)")
     parser.set_defaults(run=run_import)
 
 

@@ -267,10 +267,11 @@ class H5Source:
     def __init__(self, path: Path):
         h5py = require("h5py", "reading a ReplayBufferH5PY file")
         self.path = path
-        descriptor = folderio.open_read(path.parent, path, links=False)
+        self.stream = os.fdopen(folderio.open_read(path.parent, path, links=False), "rb")  # h5py never closes it
         try:
-            self.file = h5py.File(os.fdopen(descriptor, "rb"), "r")
+            self.file = h5py.File(self.stream, "r")
         except OSError as error:
+            self.stream.close()
             raise UnsupportedFormatError(f"{path} is not a readable HDF5 file ({error})") from None
         try:
             self.notes: list[str] = []
@@ -291,7 +292,7 @@ class H5Source:
             self.sets.update({name: self._dataset(f"data_{name}", spec.dtype, (n, t, *spec.shape))
                               for name, spec in self.config.fields.items()})
         except BaseException:
-            self.file.close()
+            self.close()
             raise
 
     def _inferred(self) -> MrbConfig:
@@ -347,6 +348,7 @@ class H5Source:
 
     def close(self) -> None:
         self.file.close()
+        self.stream.close()
 
 
 def open_source(source: Any) -> FolderSource | H5Source:

@@ -50,10 +50,14 @@ class _NoObjects(pickle.Unpickler):
 
 def load_plain(data: bytes, path: Any) -> Any:
     """The plain value pickled in ``data`` (read from ``path``, named in errors); see the module docstring."""
+    texts = ["", ""]  # the last two strings pushed: the names STACK_GLOBAL would look up
     try:
         for opcode, argument, position in pickletools.genops(data):
+            if isinstance(argument, str):
+                texts = [texts[1], argument]
             if opcode.name not in ALLOWED:
-                what = f" {argument!r:.120}" if argument is not None else ""
+                what = (f" {argument!r:.120}" if argument is not None else
+                        f" {texts[0]!r:.60}.{texts[1]!r:.60}" if opcode.name == "STACK_GLOBAL" else "")
                 raise UnsafeEntryError(
                     f"{path} asks to run {opcode.name}{what} (byte {position}): memmap_replay reads only plain "
                     f"containers and scalars (dict, list, tuple, str, int, float, bool, None) from a pickle and "
