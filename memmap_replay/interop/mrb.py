@@ -16,6 +16,10 @@ episode_index - 1`` (mod ``max_episodes``), which is how its ring turns. Then:
   out (counted in the report);
 - a committed episode of 0 steps is left out (0.2.x's datasets skip them too).
 
+0.2.x's state holds no batch size: a *batch* of episodes left open by ``store_batch`` (no
+``advance_episode``) is seen as one open episode, in the slot ``episode_index``; in a full ring the slots
+after it, which that batch also started overwriting, cannot be told from intact ones and are imported.
+
 Fields and meta fields keep their names, dtypes (int32, float32, bool, uint8), shapes and defaults (a
 default this library refuses, such as inf, is dropped with a note); 0.2.x's own ``episode_lens`` and
 ``_initted`` become the store's episode table. Episodes have no end code (0.2.x records none). The new store

@@ -297,25 +297,26 @@ class H5Source:
 
     def _inferred(self) -> MrbConfig:
         """The config from the datasets alone (no metadata.pkl beside the file: no defaults, not circular)."""
-        names = list(self.file.keys())
+        names = [name for name in self.file.keys() if name.startswith(("data_", "meta_"))]
         if "meta_episode_lens" not in names:
             raise UnsupportedFormatError(f"{self.path} holds no meta_episode_lens: it is not a ReplayBufferH5PY file")
-        shape = self._dataset("meta_episode_lens", KINDS["int"], None).shape
-        steps = [self.file[name].shape[1] for name in names if name.startswith("data_") and self.file[name].ndim >= 2]
-        value = {"max_episodes": shape[0], "max_timesteps": max(steps, default=1), "circular": False,
+        sets = {name: self._dataset(name, None, None) for name in names}  # checked before anything is read
+        episodes = sets["meta_episode_lens"].shape[0] if sets["meta_episode_lens"].ndim else 0
+        steps = [data.shape[1] for name, data in sets.items() if name.startswith("data_") and data.ndim >= 2]
+        value = {"max_episodes": episodes, "max_timesteps": max(steps, default=1), "circular": False,
                  "fields": {}, "meta_fields": {}}
-        for name in names:
-            data = self.file[name]
+        for name, data in sets.items():
             kind = next((key for key, dtype in KINDS.items() if dtype == data.dtype), repr(data.dtype))
             if name.startswith("data_"):
                 value["fields"][name[5:]] = (kind, tuple(data.shape[2:]))
-            elif name.startswith("meta_") and name[5:] not in INTERNAL:
+            elif name[5:] not in INTERNAL:
                 value["meta_fields"][name[5:]] = (kind, tuple(data.shape[1:]))
         self.notes.append(f"no {CONFIG_FILE} beside {self.path.name}: fields were read from its datasets (no "
                           f"defaults), and the buffer taken as not circular")
         return parse_config(value, self.path)
 
-    def _dataset(self, key: str, dtype: np.dtype, shape: tuple | None):
+    def _dataset(self, key: str, dtype: np.dtype | None, shape: tuple | None):
+        """The plain dataset ``key``, checked (dtype None: any dtype and shape)."""
         link = self.file.get(key, getlink=True)
         if link is None:
             raise CorruptStoreError(f"{self.path} lacks the dataset {key!r} that its config lists")
@@ -326,7 +327,7 @@ class H5Source:
         if not isinstance(data, self.h5py.Dataset) or data.is_virtual or data.external:
             raise UnsafeEntryError(f"{self.path}: {key!r} must be a plain dataset stored in the file (not a group, a "
                                    f"virtual dataset, or one with external raw files)")
-        if data.dtype != dtype or (shape is not None and tuple(data.shape) != shape):
+        if dtype is not None and (data.dtype != dtype or tuple(data.shape) != shape):
             raise CorruptStoreError(f"{self.path}: {key!r} must hold {dtype} of shape {shape} as the config says "
                                     f"(got {data.dtype} of shape {tuple(data.shape)})")
         return data

@@ -43,13 +43,13 @@ STEP = ("obs", "action", "image", "done")
 
 
 def write_buffer(folder: Path, lengths: list[int], *, max_episodes: int = 8, circular: bool = False, open_steps: int = 0,
-                 h5: bool = False, seed: int = 0) -> list[dict]:
+                 h5: bool = False, seed: int = 0, **extra) -> list[dict]:
     """A 0.2.3 buffer holding episodes of ``lengths`` (every third one through store_episode, the others
     through one_episode), then ``open_steps`` steps of the flat loop with no advance_episode. Returns the
     committed episodes in commit order and, last, the open one (if any)."""
     rng = np.random.default_rng(seed)
     kind = mrb.ReplayBufferH5PY if h5 else mrb.ReplayBuffer
-    buffer = kind(folder, max_episodes, MAX_T, fields=FIELDS, meta_fields=META, circular=circular)
+    buffer = kind(folder, max_episodes, MAX_T, fields=FIELDS, meta_fields=META, circular=circular, **extra)
     episodes = []
     for number, length in enumerate(lengths):
         episode = make_episode(rng, number, length)
@@ -126,6 +126,23 @@ def test_a_ring_that_wrapped_converts_its_live_episodes_oldest_first(tmp_path):
     assert_store_holds(tmp_path / "new", [*expected[-2:], episode])
 
 
+def test_batched_episodes_convert_in_slot_order(tmp_path):
+    rng = np.random.default_rng(7)
+    buffer = mrb.ReplayBuffer(tmp_path / "old", 5, MAX_T, fields=FIELDS, meta_fields=META, circular=True)
+    episodes = []
+    for batch in range(3):  # 3 batches of 2 in a ring of 5: the oldest goes
+        pair = [make_episode(rng, 2 * batch + number, 4) for number in range(2)]
+        with buffer.batched_episode(2, task=np.array([e["task"] for e in pair]), score=np.stack([e["score"] for e in pair])):
+            for t in range(4):
+                buffer.store_batch(**{name: np.stack([e[name][t] for e in pair]) for name in STEP})
+        episodes += pair
+    del buffer
+    gc.collect()
+    report = import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    assert report.episodes == 5
+    assert_store_holds(tmp_path / "new", episodes[1:])
+
+
 def test_the_open_episode_is_left_out_or_kept(tmp_path):
     expected = write_buffer(tmp_path / "old", [3, 4], open_steps=2)
     report = import_memmap_replay_buffer(tmp_path / "old", tmp_path / "skip")
@@ -162,8 +179,11 @@ def test_an_empty_buffer_converts_to_an_empty_store_with_its_fields(tmp_path):
 @pytest.mark.parametrize("circular", [False, True])
 def test_a_replay_buffer_h5py_converts_as_a_folder_or_as_its_file(tmp_path, circular):
     lengths = [2, 3, 4, 5, 6] if circular else [4, 1, 6]
-    expected = write_buffer(tmp_path / "old", lengths, max_episodes=3, circular=circular, h5=True)
+    expected = write_buffer(tmp_path / "old", lengths, max_episodes=3, circular=circular, h5=True,
+                            **({"h5py_compression": "gzip"} if circular else {}))
     import_memmap_replay_buffer(tmp_path / "old", tmp_path / "from_folder")
+    config = read_card(tmp_path / "from_folder").extra["memmap-replay-buffer"]["config"]
+    assert config.get("h5py_compression") == ("gzip" if circular else None)
     report = import_memmap_replay_buffer(tmp_path / "old" / "data.h5", tmp_path / "from_file")
     assert report.notes == [] and report.episodes == 3
     for target in ("from_folder", "from_file"):
@@ -394,6 +414,10 @@ def test_an_h5_dataset_that_leads_to_another_file_is_refused(tmp_path):
         file["data_obs"] = h5py.ExternalLink(str(tmp_path / "other.h5"), "x")
     with pytest.raises(UnsafeEntryError, match=r"'data_obs' is a ExternalLink .* only plain datasets are read"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    (tmp_path / "alone").mkdir()  # without its config, the datasets are listed from the file: checked first too
+    shutil.copy(tmp_path / "old" / "data.h5", tmp_path / "alone" / "data.h5")
+    with pytest.raises(UnsafeEntryError, match=r"'data_obs' is a ExternalLink"):
+        import_memmap_replay_buffer(tmp_path / "alone" / "data.h5", tmp_path / "new")
     with h5py.File(tmp_path / "old" / "data.h5", "r+") as file:
         del file["data_obs"]
         file.create_dataset("data_obs", shape=(8, 6, 3), dtype=np.float32, external=[(str(tmp_path / "raw"), 0, 1 << 20)])
