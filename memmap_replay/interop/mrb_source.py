@@ -45,6 +45,7 @@ MAX_CONFIG_BYTES = 1 << 20
 KINDS = {"int": np.dtype("int32"), "float": np.dtype("float32"), "bool": np.dtype("bool"), "uint8": np.dtype("uint8")}
 INTERNAL = {"episode_lens": ("int", ()), "_initted": ("bool", ())}
 STATE = ("num_episodes", "episode_index", "timestep_index")
+_INT32 = (1 << 31) - 1
 _EXTRA_TEXT = 200  # an extra config value longer than this (as text) is not kept in the provenance
 
 
@@ -69,40 +70,61 @@ def is_mrb_path(path: Path) -> bool:
     return path.suffix.lower() in (".h5", ".hdf5") and (path.parent / CONFIG_FILE).is_file()
 
 
+def _brief(value: Any) -> str:
+    """``value`` (from a stranger's pickle) in a message: never its whole repr, which may be huge."""
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 64:
+        return f"an integer of {value.bit_length()} bits"
+    return f"{value!r:.80}" if isinstance(value, (str, bytes, int, float, type(None))) else type(value).__name__
+
+
+def _scalar(value: Any) -> bool:
+    """A plain scalar that fits in a card (JSON): None, a bool, a 64-bit int, a finite float, a short text."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int):
+        return abs(value) < 1 << 63
+    return value is None or (isinstance(value, str) and len(value) <= _EXTRA_TEXT)
+
+
 def _int(value: Any, what: str, path: Any, low: int = 0, high: int | None = None) -> int:
     if isinstance(value, np.integer):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
         bound = f" and <= {high}" if high is not None else ""
-        raise CorruptStoreError(f"{path}: {what} must be an integer >= {low}{bound} (got {value!r:.80})")
+        raise CorruptStoreError(f"{path}: {what} must be an integer >= {low}{bound} (got {_brief(value)})")
     return value
 
 
 def _field(name: Any, info: Any, path: Any, kind: str) -> tuple[FieldSpec, Any]:
     """(spec, JSON form) of one field of the config; the form keeps the config's spelling (shape 2 or (2,))."""
     if not isinstance(name, str):
-        raise CorruptStoreError(f"{path}: {kind} names must be strings (got {name!r:.80})")
-    form = info
+        raise CorruptStoreError(f"{path}: {kind} names must be strings (got {_brief(name)})")
     if isinstance(info, str):
-        info = (info, (), None)
-    if not isinstance(info, (tuple, list)) or len(info) not in (2, 3):
-        raise CorruptStoreError(f"{path}: {kind} {name!r} must be a kind, (kind, shape) or (kind, shape, default) "
-                                f"(got {info!r:.120})")
-    kind_name, shape, default = (*info, None)[:3]
-    if kind_name not in KINDS:
-        raise CorruptStoreError(f"{path}: {kind} {name!r} must be of a kind in {sorted(KINDS)} (got {kind_name!r:.80})")
+        kind_name, shape, default = info, (), None
+    elif isinstance(info, (tuple, list)) and len(info) in (2, 3):
+        kind_name, shape, default = (*info, None)[:3]
+    else:
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must be a kind, (kind, shape) or (kind, shape, default) "
+                                f"(got {_brief(info)})")
+    if not isinstance(kind_name, str) or kind_name not in KINDS:
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must be of a kind in {sorted(KINDS)} (got {_brief(kind_name)})")
+    spelled = shape  # the config's spelling (2 or (2,)), kept for an export back
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or len(shape) > 32:
-        raise CorruptStoreError(f"{path}: {kind} {name!r} must have a shape of up to 32 integers (got {shape!r:.80})")
-    shape = tuple(_int(dim, f"{kind} {name!r}'s shape", path) for dim in shape)
-    if default is not None and (not isinstance(default, (bool, int, float))):
-        raise CorruptStoreError(f"{path}: {kind} {name!r} must have a default of int, float or bool (got {default!r:.80})")
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must have a shape of up to 32 integers (got {_brief(shape)})")
+    shape = tuple(_int(dim, f"{kind} {name!r:.80}'s shape", path, 0, 1 << 31) for dim in shape)
+    if default is not None and (not isinstance(default, (bool, int, float)) or not _scalar(default)):
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must have a default of int, float or bool (got "
+                                f"{_brief(default)})")
     spec = FieldSpec(name, KINDS[kind_name], shape, default)
     if spec.row_nbytes > 1 << 31:
-        raise CorruptStoreError(f"{path}: {kind} {name!r} of shape {shape} is larger than any buffer (over 2 GiB a row)")
-    return spec, (form if isinstance(form, str) else [kind_name, list(shape) if isinstance(info[1], (tuple, list))
-                                                       else info[1], *info[2:]])
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} of shape {shape} is larger than any buffer (over 2 GiB a row)")
+    form = info if isinstance(info, str) else [kind_name, list(shape) if isinstance(spelled, (tuple, list)) else spelled,
+                                               *info[2:]]
+    return spec, form
 
 
 def parse_config(value: Any, path: Any) -> MrbConfig:
@@ -113,11 +135,11 @@ def parse_config(value: Any, path: Any) -> MrbConfig:
     missing = [key for key in ("max_episodes", "max_timesteps", "fields") if key not in value]
     if missing:
         raise CorruptStoreError(f"{path} lacks {missing}: it is not a memmap-replay-buffer config")
-    episodes = _int(value["max_episodes"], "max_episodes", path, 1)
-    steps = _int(value["max_timesteps"], "max_timesteps", path, 1)
+    episodes = _int(value["max_episodes"], "max_episodes", path, 1, _INT32)  # its counters are int32
+    steps = _int(value["max_timesteps"], "max_timesteps", path, 1, _INT32)
     circular = value.get("circular", False)
     if not isinstance(circular, bool):
-        raise CorruptStoreError(f"{path}: circular must be True or False (got {circular!r:.80})")
+        raise CorruptStoreError(f"{path}: circular must be True or False (got {_brief(circular)})")
     config = MrbConfig(episodes, steps, circular, {}, {})
     for group, kind, target in (("fields", "field", config.fields), ("meta_fields", "meta field", config.meta_fields)):
         given = value.get(group) or {}
@@ -133,7 +155,7 @@ def parse_config(value: Any, path: Any) -> MrbConfig:
     for key, item in value.items():
         if key in ("max_episodes", "max_timesteps", "fields", "meta_fields", "circular"):
             continue
-        if item is None or isinstance(item, (bool, int, float)) or (isinstance(item, str) and len(item) <= _EXTRA_TEXT):
+        if _scalar(item):
             config.extra[key] = item
         else:
             config.left_out.append(key)

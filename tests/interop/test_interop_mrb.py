@@ -351,6 +351,10 @@ def test_a_hostile_config_runs_nothing(tmp_path):
     ({"max_episodes": 2, "max_timesteps": 2, "fields": {"a": ("int", (-1,))}}, "shape must be an integer >= 0"),
     ({"max_episodes": 2, "max_timesteps": 2, "fields": {"a": ("int", (), "x")}}, "default of int, float or bool"),
     ({"max_episodes": 2, "max_timesteps": 2, "fields": {"a": "int"}, "circular": 1}, "circular must be True or False"),
+    # what a stranger's pickle may hold is never printed whole
+    ({"max_episodes": 1 << 70000, "max_timesteps": 2, "fields": {}}, r"\(got an integer of 70001 bits\)"),
+    ({"max_episodes": 2, "max_timesteps": 2, "fields": {"a": ("int", ["x" * 1000] * 10000)}},
+     r"shape of up to 32 integers \(got a list of 10000 items\)"),
 ])
 def test_a_malformed_config_is_a_clear_error(tmp_path, config, match):
     (tmp_path / "old").mkdir()
