@@ -33,7 +33,8 @@ import numpy as np
 from ..core import folderio
 from ..core import format as fmt
 from ..core.schema import FieldSpec
-from ..errors import CorruptStoreError, MissingFileError, StoreNotFoundError, UnsafeEntryError, UnsupportedFormatError
+from ..errors import (CorruptStoreError, MissingFileError, ReplayError, StoreNotFoundError, UnsafeEntryError,
+                      UnsupportedFormatError)
 from .common import _read_rows, require
 from .plain_pickle import load_plain
 
@@ -313,8 +314,10 @@ class H5Source:
                               for name, spec in self.config.meta_fields.items()})
             self.sets.update({name: self._dataset(f"data_{name}", spec.dtype, (n, t, *spec.shape))
                               for name, spec in self.config.fields.items()})
-        except BaseException:
+        except BaseException as error:
             self.close()
+            if isinstance(error, OSError) and not isinstance(error, ReplayError):  # h5py's, on a damaged file
+                raise CorruptStoreError(f"{path} cannot be read as a ReplayBufferH5PY file ({error})") from None
             raise
 
     def _inferred(self) -> MrbConfig:

@@ -21,7 +21,7 @@ mrb = pytest.importorskip("memmap_replay_buffer", reason="memmap-replay-buffer 0
                           "folders these tests convert: pip install 'memmap-replay[test]'")
 
 from memmap_replay import (BufferFullError, CorruptStoreError, MissingFileError, NotAFolderError, OptionError,  # noqa: E402
-                           ReplayBuffer, read_card, SchemaError, StoreNotFoundError, UnsafeEntryError, export_memmap_replay_buffer,
+                           ReplayBuffer, ReplayError, read_card, SchemaError, StoreNotFoundError, UnsafeEntryError, export_memmap_replay_buffer,
                            import_memmap_replay_buffer)
 from memmap_replay.cli import main  # noqa: E402
 from memmap_replay.interop import TargetExistsError, guess_format  # noqa: E402
@@ -405,6 +405,15 @@ def test_a_damaged_or_hostile_folder_is_a_clear_error(tmp_path, damage, error, m
         (old / "done.data.npy").write_bytes(b"\x93NUMPY\x01\x00" + b"\xff" * 20)
     with pytest.raises(error, match=match):
         import_memmap_replay_buffer(old, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("keep", [0, 1000, 4000])
+def test_a_truncated_h5_file_is_a_clear_error(tmp_path, keep):
+    write_buffer(tmp_path / "old", [2, 3], h5=True)
+    os.truncate(tmp_path / "old" / "data.h5", keep)
+    with pytest.raises(ReplayError, match=r"data\.h5 (is not a readable HDF5 file|cannot be read)"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
     assert not (tmp_path / "new").exists()
 
 
