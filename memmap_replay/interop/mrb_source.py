@@ -210,7 +210,7 @@ class _Npy:
             raise
 
     def _check(self, folder: Path, dtype: np.dtype, want: tuple[int, ...], lead: int) -> None:
-        with os.fdopen(os.dup(self.fd), "rb") as file, folderio.errors_named(self.path, "read"):
+        with folderio.errors_named(self.path, "read"), os.fdopen(os.dup(self.fd), "rb") as file:
             size = os.fstat(file.fileno()).st_size
             try:
                 got_dtype, got_shape, fortran = fmt.parse_npy_header(file)
