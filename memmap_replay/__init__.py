@@ -16,7 +16,8 @@ from .sharing.checksums import check_manifest, write_manifest
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .core.format import FORMAT_VERSION
 from .sharing.frames import FramesWritten, contact_sheet, write_video
-from .interop import export_d4rl, export_minari, import_d4rl, import_minari
+from .interop import (export_d4rl, export_memmap_replay_buffer, export_minari, import_d4rl, import_memmap_replay_buffer,
+                      import_minari)
 from .sharing.pack import pack, unpack
 from .distributed.ratelimit import LimitedSampler, RateCounts, RateLimiter
 from .core.schema import FieldSpec, Schema
@@ -151,6 +152,8 @@ __all__ = [
     "export_minari",
     "import_d4rl",
     "import_minari",
+    "import_memmap_replay_buffer",
+    "export_memmap_replay_buffer",
     "StoreStats",
     "FieldStats",
     "RateLimiter",

@@ -1,4 +1,5 @@
-"""``export FOLDER TARGET``: a store as a local Minari dataset or a D4RL-style file (see ``memmap_replay.interop``)."""
+"""``export FOLDER TARGET``: a store as a local Minari dataset, a D4RL-style file or a memmap-replay-buffer 0.2.x
+folder (see ``memmap_replay.interop``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ Minari dataset id):
           without one); other step fields become infos, meta fields episode attributes.
   d4rl    a .hdf5 or .npz file: observations, actions, rewards, terminals, timeouts (each episode's end
           marked on its last step), next_observations when the store has them, infos/*, metadata/*.
+  memmap-replay-buffer   (never guessed: pass --to memmap-replay-buffer)
+          a folder TARGET in memmap-replay-buffer 0.2.x's ReplayBuffer layout (metadata.pkl, one
+          .npy per field, padded to max_timesteps), which its ReplayBuffer.from_folder opens. Fields
+          must be int32, float32, bool or uint8; end codes and final rows have no place there and
+          are refused unless --lossy leaves them out.
 
 What it writes: TARGET only (written under a hidden name beside it and moved into place when complete).
 The store is opened read-only.
@@ -39,11 +45,13 @@ examples:
   %(prog)s cartpole_store cartpole/mine-v0
   %(prog)s replay_data replay/images-v0 --observation image --action action --missing-final repeat
   %(prog)s hopper_store hopper.hdf5 --compression gzip
-  %(prog)s hopper_store hopper.npz --json | jq .steps"""
+  %(prog)s hopper_store hopper.npz --json | jq .steps
+  %(prog)s replay_store old_format_folder --to memmap-replay-buffer"""
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("export", help="export a store as a Minari dataset or a D4RL .hdf5/.npz file",
+    parser = commands.add_parser("export", help="export a store as a Minari dataset, a D4RL .hdf5/.npz file or a "
+                                 "memmap-replay-buffer folder",
                                  description=_EXPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("target", metavar="TARGET", help="a Minari dataset id, or a .hdf5/.h5/.npz file")
@@ -59,6 +67,8 @@ def add(commands) -> None:
                         help="d4rl: write next_observations when the store has them (auto), insist (require), "
                              "or never (drop)")
     parser.add_argument("--compression", choices=("gzip",), help="d4rl: compress the arrays")
+    parser.add_argument("--lossy", action="store_true", help="memmap-replay-buffer: leave out end codes and final "
+                        "rows (refused otherwise)")
     parser.set_defaults(run=run_export)
 
 
@@ -67,7 +77,7 @@ def _one_or_list(names):
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..interop import export_d4rl, export_minari
+    from ..interop import export_d4rl, export_memmap_replay_buffer, export_minari
     from ..interop.columns import SUFFIXES
 
     from ..interop.common import read_store
@@ -83,7 +93,10 @@ def run_export(args: argparse.Namespace) -> int:
     options = dict(observation=_one_or_list(args.observation), action=_one_or_list(args.action), reward=args.reward,
                    infos=args.infos, overwrite=args.overwrite, progress=progress)
     try:
-        if kind == "minari":
+        if kind == "memmap-replay-buffer":
+            report = export_memmap_replay_buffer(args.folder, args.target, lossy=args.lossy, overwrite=args.overwrite,
+                                                 progress=progress)
+        elif kind == "minari":
             report = export_minari(args.folder, args.target, datasets_path=args.datasets_path,
                                    missing_final=args.missing_final, **options)
         else:

@@ -19,7 +19,7 @@ from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyE
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
 
-__all__ = ["MODES", "locate", "make_folder", "check_replaceable", "check_live_ids", "holds_episodes", "check_matches"]
+__all__ = ["MODES", "MRB_CONFIG", "refuse_mrb_folder", "locate", "make_folder", "check_replaceable", "check_live_ids", "holds_episodes", "check_matches"]
 
 MODES = ("r", "r+", "a", "w", "w-")
 _LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (_check_claim)
@@ -51,6 +51,8 @@ def locate(folder: Any, mode: str) -> tuple[Path, bool]:
         raise NotAFolderError(f"{folder} cannot be a store folder ({error.strerror}); choose another path") from None
     if a_file:
         raise NotAFolderError(f"{folder} must be a folder (got a file); choose another path")
+    if not exists:
+        refuse_mrb_folder(folder, mode)
     if mode in ("r", "r+") and not exists:
         what = "does not exist" if not folder.exists() else "holds no meta.json"
         if any((folder / name).is_dir() for name in (fmt.STEPS_DIR, fmt.EPISODES_DIR)):
@@ -64,6 +66,28 @@ def locate(folder: Any, mode: str) -> tuple[Path, bool]:
     if mode == "w-" and exists:
         raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True (mode 'w') to replace it")
     return folder, exists
+
+
+MRB_CONFIG = "metadata.pkl"  # memmap-replay-buffer 0.2.x's config
+
+
+def refuse_mrb_folder(folder: Path, mode: str) -> None:
+    """A folder written by memmap-replay-buffer 0.2.x (its ``metadata.pkl``, no meta.json) is never opened as a
+    store, nor made one: the error says how to convert it (nothing is converted or deleted silently)."""
+    try:
+        found = (folder / MRB_CONFIG).exists() or (folder / MRB_CONFIG).is_symlink()
+    except OSError:
+        return
+    if not found:
+        return
+    how = (f"convert it into a store in another folder with `memmap-replay import {folder} NEW_FOLDER` or "
+           f"memmap_replay.interop.import_memmap_replay_buffer({str(folder)!r}, 'NEW_FOLDER'), then open that")
+    if mode in ("r", "r+"):
+        raise StoreNotFoundError(f"{folder} is a memmap-replay-buffer 0.2.x folder (it holds {MRB_CONFIG}), not a "
+                                 f"memmap_replay store, which this library never reads by unpickling; {how}")
+    raise NotAFolderError(f"{folder} holds a memmap-replay-buffer 0.2.x buffer ({MRB_CONFIG}): memmap_replay does not "
+                          f"create a store over it (0.2.x's overwrite=True default wiped a folder; this library never "
+                          f"deletes another program's files); {how}, or choose another folder for the new store")
 
 
 def make_folder(folder: Path) -> None:

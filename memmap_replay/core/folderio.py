@@ -102,11 +102,17 @@ def entry_problem(info: os.stat_result, *, file: bool = True) -> str | None:
     return None
 
 
-def open_read(folder, path, *, doing: str = "read") -> int:
-    """A read-only descriptor of a regular file inside ``folder`` (links followed only inside it)."""
-    real = inside(folder, path)
-    with errors_named(path, doing):
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
+def open_read(folder, path, *, doing: str = "read", links: bool = True) -> int:
+    """A read-only descriptor of a regular file inside ``folder`` (links followed only inside it; with
+    ``links=False`` a link is refused, for folders of other formats that never hold links)."""
+    real = inside(folder, path) if links else Path(path)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | (0 if links else _NOFOLLOW))
+    except OSError as error:
+        if error.errno == errno.ELOOP and not links:
+            raise UnsafeEntryError(f"{path} is a link; the library reads this folder's files only as regular "
+                                   f"files, never through links: replace the link by the file itself") from None
+        raise library_error(error, path, doing) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -121,9 +127,9 @@ def open_read(folder, path, *, doing: str = "read") -> int:
         raise
 
 
-def read_bounded(folder, path, limit: int, *, doing: str = "read") -> bytes:
+def read_bounded(folder, path, limit: int, *, doing: str = "read", links: bool = True) -> bytes:
     """The whole of a regular file inside ``folder``, refused if it holds more than ``limit`` bytes."""
-    fd = open_read(folder, path, doing=doing)
+    fd = open_read(folder, path, doing=doing, links=links)
     try:
         with errors_named(path, doing):
             size = os.fstat(fd).st_size

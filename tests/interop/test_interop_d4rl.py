@@ -466,6 +466,7 @@ def test_the_interop_package_api_is_explicit():
     import memmap_replay.interop as interop
 
     assert sorted(interop.__all__) == sorted({"import_minari", "export_minari", "import_d4rl", "export_d4rl",
+                                              "import_memmap_replay_buffer", "export_memmap_replay_buffer",
                                               "minari_root", "Transfer", "TargetExistsError", "guess_format"})
     assert all(getattr(interop, name) is not None for name in interop.__all__)
     assert interop.guess_format("x.h5") == "d4rl" and interop.guess_format("ns/name-v2") == "minari"
