@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import EpisodeStateError, OptionError, SchemaError
+from .errors import BufferFullError, EpisodeStateError, OptionError, SchemaError
 from .core.episodes import Episode, EpisodeList, end_names
 from .core.format import Capacity
 from .core.schema import Schema
@@ -219,7 +219,8 @@ class ReplayBuffer:
     @contextmanager
     def one_episode(self, **meta: Any) -> Iterator[EpisodeMeta]:
         """``with buffer.one_episode(task_id=1) as episode: buffer.store(...)``; commits on a clean exit,
-        discards the episode if the block raises. ``episode`` is a dict of meta values to fill in."""
+        discards the episode if the block raises (with ``long_episodes='split'``, the segments it committed stay).
+        ``episode`` is a dict of meta values to fill in."""
         handle = self.begin_episode(**meta)
         try:
             yield handle
@@ -275,7 +276,16 @@ class ReplayBuffer:
         ``end`` is 'terminated', 'truncated' or None; ``final`` the observation after the last action."""
         self._check_idle("store an episode")
         episode = whole_episode(self.schema, self.max_timesteps, arrays, end=end, final=final, split=self._split)
-        return self._store.commit(segments(episode, self.max_timesteps))[-1]
+        parts = segments(episode, self.max_timesteps)
+        try:
+            return self._store.commit(parts)[-1]
+        except BufferFullError as error:
+            if len(parts) == 1:
+                raise
+            rows = sum(part.num_rows for part in parts)
+            raise BufferFullError(f"an episode of {episode.length} steps is stored as {len(parts)} linked segments "
+                                  f"of at most max_timesteps={self.max_timesteps} steps, needing {rows} rows and "
+                                  f"{len(parts)} episode slots at once: {error}") from None
 
     def vector_writer(self, num_envs: int, **meta: Any) -> VectorEpisodeWriter:
         """A writer for ``num_envs`` environments stepping together (gymnasium VectorEnv style)."""

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..core.options import check_names, flag, integer, short
-from ..core.writer import whole_episode
+from ..core.writer import segments, whole_episode
 from ..errors import InvalidDataError, OptionError
 from ..views.batch import BatchDataset
 from ..views.batches import BatchIndexSampler
@@ -217,7 +217,7 @@ class EpisodeCollector:
         slots. Meta values here override collected ones; one with a leading num_groups axis is per group."""
         store = self.replay_buffer.episode_store
         store.require_writable("store the collected episodes")
-        episodes = []
+        episodes, lasts = [], []
         for group, collected in enumerate(self.episode_data):
             arrays = {name: _stack(values) if name in self.fieldnames else values[-1]
                       for name, values in collected.items()}
@@ -229,7 +229,11 @@ class EpisodeCollector:
                                       f"strict=False skips unknown names)")
             arrays = {name: value.detach().cpu().numpy() if torch.is_tensor(value) else value
                       for name, value in arrays.items()}
-            episodes.append(whole_episode(self.schema, store.capacity.max_timesteps, arrays))
+            split = getattr(self.replay_buffer, "long_episodes", "error") == "split"
+            episode = whole_episode(self.schema, store.capacity.max_timesteps, arrays, split=split)
+            episodes += segments(episode, store.capacity.max_timesteps)
+            lasts.append(len(episodes) - 1)  # a long episode's last segment (long_episodes='split')
         slots = store.commit(episodes)
+        slots = [slots[last] for last in lasts]
         self.clear()
         return slots

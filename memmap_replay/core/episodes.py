@@ -47,26 +47,35 @@ def step_flags(steps: np.ndarray, length: np.ndarray, end: np.ndarray, inside: n
     return is_first, is_last, is_terminal
 
 
-def chains(ids: np.ndarray, continues: np.ndarray) -> list[np.ndarray]:
-    """Positions of linked segments, one array per episode in order of first segment: a segment whose
-    predecessor (``continues``, -1: none) is among ``ids`` (ascending) joins that one's episode."""
-    where = {episode_id: position for position, episode_id in enumerate(ids.tolist())}
-    groups: dict[int, list[int]] = {}
-    head = np.arange(len(ids))
-    for position in np.flatnonzero(continues >= 0).tolist():  # ascending: a predecessor comes first
-        before = where.get(int(continues[position]))
-        if before is not None:
-            head[position] = head[before]
-            groups.setdefault(int(head[before]), [int(head[before])]).append(position)
-    return [np.array(groups.get(position, [position]), dtype=np.int64) for position in np.flatnonzero(head == np.arange(len(ids)))]
+def chains(ids: np.ndarray, continues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Linked segments grouped into episodes: ``(order, bounds)``, where episode k's segments are the positions
+    ``order[bounds[k]:bounds[k + 1]]`` in ``ids`` (ascending), oldest first, episodes in order of their first
+    segment. A segment whose predecessor (``continues``: its id, -1 for none) is among ``ids`` joins that one's
+    episode; numpy only (pointer jumping), for tables of any size."""
+    positions = np.arange(len(ids))
+    head = positions.copy()
+    linked = np.flatnonzero(continues >= 0)
+    if linked.size and len(ids):
+        before = np.minimum(np.searchsorted(ids, continues[linked]), len(ids) - 1)
+        known = ids[before] == continues[linked]
+        head[linked[known]] = before[known]
+        while True:  # each segment's first segment: halve the distance until every head is a first
+            jumped = head[head]
+            if np.array_equal(jumped, head):
+                break
+            head = jumped
+    order = np.lexsort((positions, head))
+    grouped = head[order]
+    bounds = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1], True]) if len(ids) else np.zeros(1, np.int64)
+    return order, bounds
 
 
-def select_episodes(store, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
-    """The live episodes whose meta values equal every value of ``filter_meta`` (None: all of them)."""
+def meta_mask(store, slots: np.ndarray, filter_meta: Mapping[str, Any] | None) -> np.ndarray | None:
+    """Which of the episodes in ``slots`` have meta values equal to every value of ``filter_meta`` (None: no
+    filter)."""
     if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
-        return store.live_table(catch_up=True)
-    table = store.live_table(catch_up=True)
-    keep = np.ones(len(table), dtype=bool)
+        return None
+    keep = np.ones(len(slots), dtype=bool)
     for name in filter_meta:
         spec = store.schema.meta_fields[name]
         try:
@@ -76,10 +85,17 @@ def select_episodes(store, filter_meta: Mapping[str, Any] | None) -> EpisodeTabl
         if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
             raise OptionError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
                               f"(got {short(filter_meta[name])})")
-        values = store.meta_array(name)[table.slots]
+        values = store.meta_array(name)[slots]
         equal = values == wanted
         keep &= equal.reshape(len(values), -1).all(axis=1) if equal.ndim > 1 else equal
-    return table.select(keep)
+    return keep
+
+
+def select_episodes(store, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
+    """The live episodes whose meta values equal every value of ``filter_meta`` (None: all of them)."""
+    table = store.live_table(catch_up=True)
+    keep = meta_mask(store, table.slots, filter_meta)
+    return table if keep is None else table.select(keep)
 
 
 class Episode:
@@ -199,8 +215,9 @@ class EpisodeList:
     ``fields``/``meta_fields`` choose what each episode reads (default: all).
 
     ``join_segments=True``: an episode stored as linked segments (``long_episodes='split'``) is one item,
-    its segments joined (``Episode.joined``); ``ids``/``slots`` are its first segment's, ``lengths`` the
-    sum, ``ends`` the last one's. A segment whose predecessor is not in the list starts an item."""
+    its live segments joined (``Episode.joined``); ``ids``/``slots`` are its first segment's, ``lengths`` the
+    sum, ``ends`` the last one's, and ``filter_meta`` compares the last one's meta values (each segment keeps
+    the meta values it had when it was cut)."""
 
     def __init__(self, store, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
                  meta_fields: Any = None, join_segments: bool = False):
@@ -209,18 +226,31 @@ class EpisodeList:
         self.fields = tuple(schema.fields) if fields is None else check_names(fields, schema.fields, "field")
         self.meta_fields = (tuple(schema.meta_fields) if meta_fields is None
                             else check_names(meta_fields, schema.meta_fields, "meta field"))
-        self.table = select_episodes(store, filter_meta)
         self._capacity = store.capacity  # a grow moves slots: the table's no longer name the episodes
-        self._continues = store.links(self.table)  # per listed episode, the segment it continues (-1: none)
-        self._later: dict[int, int] | None = None  # segment id -> the id of the one continuing it (at first read)
-        # join_segments: table positions of each item's segments, in order (None: one item per episode)
-        self._chains = chains(self.table.ids, self._continues) if flag(join_segments, "join_segments") else None
+        self._chains: tuple[np.ndarray, np.ndarray] | None = None  # join_segments: ``chains`` of the table
+        self._complete = filter_meta is None  # the table holds every live episode (a successor is in it)
+        if not flag(join_segments, "join_segments"):
+            self.table = select_episodes(store, filter_meta)
+            return
+        self.table = store.live_table(catch_up=True)
+        self._chains = order, bounds = chains(self.table.ids, store.links(self.table))
+        keep = meta_mask(store, self.table.slots[order[bounds[1:] - 1]], filter_meta)  # by the last segment's
+        self._items = np.arange(len(bounds) - 1) if keep is None else np.flatnonzero(keep)
+        self._complete = True
 
     def __len__(self) -> int:
-        return len(self.table) if self._chains is None else len(self._chains)
+        return len(self.table) if self._chains is None else len(self._items)
 
     def _firsts(self) -> np.ndarray | slice:
-        return slice(None) if self._chains is None else np.array([chain[0] for chain in self._chains], dtype=np.int64)
+        if self._chains is None:
+            return slice(None)
+        order, bounds = self._chains
+        return order[bounds[self._items]]
+
+    def _segments_of(self, item: int) -> np.ndarray:
+        order, bounds = self._chains
+        k = self._items[item]
+        return order[bounds[k]: bounds[k + 1]]
 
     @property
     def ids(self) -> np.ndarray:
@@ -234,14 +264,16 @@ class EpisodeList:
     def lengths(self) -> np.ndarray:
         if self._chains is None:
             return self.table.length.copy()
-        return np.array([self.table.length[chain].sum() for chain in self._chains], dtype=np.int64)
+        order, bounds = self._chains
+        return np.add.reduceat(self.table.length[order], bounds[:-1])[self._items] if len(order) else order.copy()
 
     @property
     def ends(self) -> np.ndarray:
         """'terminated', 'truncated' or '' (not recorded) per episode (a numpy str array)."""
         if self._chains is None:
             return end_names(self.table.end)
-        return end_names(np.array([self.table.end[chain[-1]] for chain in self._chains], dtype=np.uint8))
+        order, bounds = self._chains
+        return end_names(self.table.end[order[bounds[self._items + 1] - 1]])
 
     def __getitem__(self, item):
         if isinstance(item, slice):
@@ -249,9 +281,9 @@ class EpisodeList:
             part.__dict__.update(self.__dict__)
             if self._chains is None:
                 part.table = self.table.select(np.arange(len(self))[item])
-                part._continues = self._continues[item]
+                part._complete = False
             else:
-                part._chains = self._chains[item]
+                part._items = self._items[item]
             return part
         return self.read(self.position(item))
 
@@ -294,7 +326,7 @@ class EpisodeList:
         """The episode at ``position`` (in [0, len)), its rows copied, checked against the ring."""
         if self._chains is None:
             return self._segment(position)
-        return Episode.joined([self._segment(int(part)) for part in self._chains[position]])
+        return Episode.joined([self._segment(int(part)) for part in self._segments_of(position)])
 
     def _segment(self, position: int) -> Episode:
         """The episode (segment) at table ``position``."""
@@ -306,19 +338,20 @@ class EpisodeList:
         stop = start + length + has_final
         rows = {name: np.array(store.step_array(name)[start:stop]) for name in self.fields}
         meta = {name: np.array(store.meta_array(name)[slot])[()] for name in self.meta_fields}
+        continues = store.links(table.select(np.array([position])))[0]
         self._check_live(episode_id)  # after: its rows were not overwritten while they were copied
         end = fmt.END_NAMES.get(int(table.end[position]))
-        continues = int(self._continues[position])
         return Episode(id=episode_id, slot=slot, length=length, end=end, rows=rows, has_final=has_final, meta=meta,
-                       continues=None if continues < 0 else continues,
-                       continued_by=self._continued_by().get(episode_id))
+                       continues=None if continues < 0 else int(continues), continued_by=self._successor(episode_id))
 
-    def _continued_by(self) -> dict[int, int]:
-        if self._later is None:
-            live = self._store.live_table(catch_up=False)
-            links = self._store.links(live)
-            self._later = dict(zip(links[links >= 0].tolist(), live.ids[links >= 0].tolist()))
-        return self._later
+    def _successor(self, episode_id: int) -> int | None:
+        """The id of the live segment that continues episode ``episode_id`` (None: none, as the list knows)."""
+        store = self._store
+        if not store.meta.links:
+            return None
+        live = self.table if self._complete else store.live_table(catch_up=False)
+        hits = np.flatnonzero(store.links(live) == episode_id)
+        return int(live.ids[hits[0]]) if hits.size else None
 
     def _check_live(self, episode_id: int) -> None:
         """Raise if the store no longer holds the episode where the list says (a ring writer evicted it,

@@ -251,13 +251,13 @@ class StoreMeta:
         except (KeyError, TypeError, SchemaError) as error:
             raise CorruptStoreError(f"{where} is missing or has malformed entries ({error!r})") from None
         _check_numbers(capacity, state, where)
-        return cls(schema, capacity, state, store_id, links=_minor(version) >= LINKS_SINCE[1])
+        return cls(schema, capacity, state, store_id, links=has_links(version))
 
 
-def _minor(version: str) -> int:
-    """The minor version of "MAJOR.MINOR" (0 when it is missing or not a number)."""
+def has_links(version: str) -> bool:
+    """Whether a store of format ``version`` ("MAJOR.MINOR") keeps segment links (``episodes/continues.npy``)."""
     minor = version.split(".")[1] if version.count(".") == 1 else ""
-    return int(minor) if minor.isdigit() and len(minor) < 6 else 0
+    return minor.isdigit() and len(minor) < 6 and int(minor) >= LINKS_SINCE[1]
 
 
 def _check_numbers(capacity: Capacity, state: State, where: str) -> None:

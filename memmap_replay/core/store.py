@@ -318,6 +318,8 @@ class EpisodeStore:
         """Take a newer meta.json; the step files have grown to its row count before it was written. A new
         capacity (a writer grew the store) reopens every file, whose headers have grown before it was written."""
         grown = meta.capacity != self.meta.capacity
+        if not meta.links and fmt.LINKS in self.table:  # a 1.0 writer wrote it: its links file is stale, and the
+            self.table.pop(fmt.LINKS).close()           # next writer of this version makes a new one
         # a writer upgraded a 1.0 store (its links file is new): open it as a grow would
         linked = meta.links and fmt.LINKS not in self.table
         self.meta, self._table_stamp = meta, None
@@ -442,9 +444,15 @@ class EpisodeStore:
             return
         path = self.folder / fmt.EPISODES_DIR / f"{fmt.LINKS}.npy"
         spec = FieldSpec(fmt.LINKS, fmt.TABLE[fmt.LINKS])
+        stale = self.table.pop(fmt.LINKS, None)
+        if stale is not None:
+            stale.close()
         folderio.remove(self.folder, path)
         fmt._create_npy(self.folder, path, spec, self.capacity.max_episodes)
         self.table[fmt.LINKS] = NpyFile.open(self.folder, path, spec, self.capacity.max_episodes, writable=True)
+        if self.durable:
+            self.table[fmt.LINKS].sync()
+            fmt._fsync_folder(self.folder / fmt.EPISODES_DIR)
         self.meta = replace(self.meta, links=True)
 
     def links(self, table: EpisodeTable) -> np.ndarray:

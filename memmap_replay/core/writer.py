@@ -182,8 +182,9 @@ class EpisodeWriter:
             if t >= self._max:
                 if not self._split:
                     raise _too_long(self._max, "the episode", "")
-                self._cut(step)
+                self._cut(step)  # (its final row may have grown the staging arrays: views renewed below)
                 t = 0
+                self._renew_views()
             else:
                 self.staging.ensure(t + 1)
                 self._renew_views()
@@ -286,6 +287,9 @@ class VectorEpisodeWriter:
               active: Any = None, **steps: Any) -> list[int]:
         """Append one step for every active env; returns the slots of the episodes this call committed.
 
+        With ``split``, an env whose episode is full first commits it as a segment (its own commit, before the
+        step is stored; its slot is in the result), then the step starts the next segment.
+
         ``active`` (bool per env, default all) skips envs whose step is not a real transition, e.g. the
         reset step of gymnasium's NEXT_STEP autoreset. ``final`` values may be gymnasium's object arrays
         with None for envs that did not end; an env that ended with None in every field of ``final``
@@ -307,28 +311,31 @@ class VectorEpisodeWriter:
                 raise _too_long(self.staging.max_timesteps, f"env {int(full[0])}'s episode",
                                 "pass truncated=True on an episode's last allowed step, commit_all(envs=[...]) or "
                                 "discard(envs=[...]) it, ")
-            self._cut(full, values)
+            cut = self._cut(full, values)
+        else:
+            cut = []
         self.staging.put({name: value[envs] for name, value in values.items()}, envs, lengths[envs])
         lengths[envs] += 1
         if done.size == 0:
-            return []
+            return cut
         episodes = []
         for env in done:
             episodes.append(self._pending(env, "terminated" if terminated[env] else "truncated", finals, given))
         try:
-            return self.target.commit(episodes)
+            return cut + self.target.commit(episodes)
         finally:
             lengths[done] = 0
             self._continues[done] = -1
 
-    def _cut(self, envs: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+    def _cut(self, envs: np.ndarray, values: Mapping[str, np.ndarray]) -> list[int]:
         """Commit the full episodes of ``envs`` as segments whose final rows are this step's; they go on."""
         segments = []
         for env in envs:
             segments.append(self._pending(env, None, {name: value for name, value in values.items()}, None))
-        self.target.commit(segments)
+        slots = self.target.commit(segments)
         self.staging.lengths[envs] = 0
         self._continues[envs] = [segment.id for segment in segments]
+        return slots
 
     def _pending(self, env, end: str | None, finals: dict | None, given: np.ndarray | None):
         """Env ``env``'s staged episode, ready to commit: its end, its final row if one was given, its meta."""

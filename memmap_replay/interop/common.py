@@ -410,3 +410,12 @@ def _pick_fields(store: EpisodeStore, given: Any, default: str, what: str, optio
     if missing or not chosen:
         raise OptionError(f"{option} must name fields of the store {names} (got {chosen})")
     return chosen
+
+
+def segment_notes(store) -> list[str]:
+    """An export's note on the linked segments of long episodes (``long_episodes='split'``) it writes as episodes."""
+    linked = int((store.links(store.live_table()) >= 0).sum())
+    if not linked:
+        return []
+    return [f"{linked} episode(s) continue an earlier segment of a longer episode (long_episodes='split'): every "
+            f"segment is written as an episode of its own, ending where it was cut (end unspecified)"]

@@ -48,7 +48,7 @@ from ..core import format as fmt
 from ..errors import InvalidDataError, OptionError, SchemaError, StoreNotFoundError, UnsupportedFormatError
 from ..core.folderio import errors_named
 from .columns import _METADATA_LIMIT, _STRING, Column, RowWindow, decode_value, encode_value, _kind_of, open_columns, write_columns
-from .common import (ACTION, _ALSO_TRUNCATED, INFO, _NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
+from .common import (segment_notes, ACTION, _ALSO_TRUNCATED, INFO, _NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
                      Transfer, _check_target, _field_name, pick_roles, place, progress_bar, provenance_record,
                      read_store, _remove, same_bytes, _spec_of, stored_episodes, temporary_sibling, check_room)
 
@@ -316,7 +316,7 @@ class _D4rlPlan:
     """The columns and metadata of a store's D4RL file."""
 
     def __init__(self, store, card, observation, action, reward, next_mode, infos, folder):
-        specs, self.notes = store.schema.fields, []
+        specs, self.notes = store.schema.fields, segment_notes(store)
         table = store.live_table()
         self.episodes, self.length = len(table), int(table.length.sum())
         observations, actions, reward = pick_roles(store, observation, action, reward)

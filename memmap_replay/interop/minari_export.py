@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, OptionError, SchemaError
-from .common import (ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, _check_target, pick_roles,
+from .common import (segment_notes, ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, _check_target, pick_roles,
                      place, progress_bar, provenance_record, read_store, _remove, require, stored_episodes,
                      temporary_sibling)
 from .minari import _CARD_KEYS, _COMPUTED, DATASET_ID, _MISSING_FINAL, minari_root
@@ -107,7 +107,7 @@ class _ExportPlan:
     """Which fields go where in a Minari dataset, its spaces and metadata, and each episode as a buffer."""
 
     def __init__(self, store, card, observation, action, reward, infos: bool):
-        self.store, self.card, self.notes = store, card, []
+        self.store, self.card, self.notes = store, card, segment_notes(store)
         specs = store.schema.fields
         self.obs_names, self.act_names, self.reward = pick_roles(store, observation, action, reward)
         self.obs_space, self.obs_paths = space_for(self.obs_names, OBSERVATION, specs,

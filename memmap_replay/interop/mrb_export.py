@@ -31,7 +31,7 @@ import numpy as np
 from ..core import folderio
 from ..core.options import flag, positive_int
 from ..errors import BufferFullError, OptionError, SchemaError
-from .common import (Transfer, _check_target, _remove, place, progress_bar, read_store, stored_episodes,
+from .common import (segment_notes, Transfer, _check_target, _remove, place, progress_bar, read_store, stored_episodes,
                      temporary_sibling)
 from .mrb_source import CONFIG_FILE, INTERNAL, KINDS, STATE
 from .plain_pickle import dump_plain
@@ -79,7 +79,7 @@ class _Plan:
     """The config and arrays of the 0.2.x folder of a store, checked before anything is written."""
 
     def __init__(self, store, card, max_episodes, max_timesteps, circular, lossy: bool):
-        self.store, self.notes = store, []
+        self.store, self.notes = store, segment_notes(store)
         table = store.live_table()
         self.table = table
         self.episodes, self.steps = len(table), int(table.length.sum())

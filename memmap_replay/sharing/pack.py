@@ -569,7 +569,7 @@ def _file_limits(temp: Path, archive: Path, max_bytes: int) -> tuple[Callable[[s
         raise CorruptStoreError(f"archive {archive} is refused: its {fmt.META_FILE} cannot be read "
                                 f"({str(error).replace(str(temp), '<archive>')}); nothing was unpacked") from None
     capacity = meta.capacity
-    files = list(fmt.layout(meta.schema, capacity, links=meta.links))
+    files = list(fmt.layout(meta.schema, capacity))  # (episodes/continues.npy too: a 1.0 store may hold one)
     sizes = {path.as_posix(): _HEADER_SLACK + (rows or capacity.max_steps) * spec.row_nbytes
              for _, spec, path, rows in files}
     owner, steps = _HEADER_SLACK + 8 * capacity.max_episodes, _HEADER_SLACK + 8 * (capacity.max_steps + 1)

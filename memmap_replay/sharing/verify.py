@@ -163,7 +163,7 @@ class _StoreChecker:
             return
         if not self.check_version(data.get("version")):
             return
-        self.links = fmt._minor(str(data.get("version"))) >= fmt.LINKS_SINCE[1]  # else continues.npy is ignored
+        self.links = fmt.has_links(str(data.get("version")))  # else continues.npy is ignored
         store_id = data.get("store_id")
         if "store_id" not in data:
             self.problem("meta.json", "'store_id' is missing (expected the store's id, a string)")
@@ -554,9 +554,7 @@ class _StoreChecker:
         self.listed("episodes/end.npy", end > max(fmt.END_NAMES), lambda i: f"{episode(i)} has end code {end[i]} "
                     f"(expected {_END_CODES_TEXT})")
         if self.links:
-            before = table[fmt.LINKS] - 1
-            self.listed(f"episodes/{fmt.LINKS}.npy", (before < -1) | (before >= ids), lambda i: f"{episode(i)} "
-                        f"continues segment {before[i]} (expected 0 for none, or 1 + an id below {ids[i]})")
+            self.check_links(table[fmt.LINKS], ids, end, final, episode)
         self.listed("episodes/final.npy", final > 1, lambda i: f"{episode(i)} has byte {final[i]} (expected 0 or 1; "
                     f"numpy reads it as true)", warn=True)
         sane = (start >= 0) & (start <= state.rows) & (length >= 1) & (length <= capacity.max_timesteps)
@@ -570,6 +568,24 @@ class _StoreChecker:
             self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[-1]}, the row after "
                                       f"the newest live episode {ids[-1]}, or 0); a writer would overwrite live rows")
         self.report.checked["live_rows"] = int((stop - start)[inside].sum())
+
+    def check_links(self, links: np.ndarray, ids: np.ndarray, end: np.ndarray, final: np.ndarray, episode) -> None:
+        """Segment links: each names an earlier episode, at most one segment continues an episode, and a live
+        segment that is continued was cut (end unspecified, a final row)."""
+        where = f"episodes/{fmt.LINKS}.npy"
+        self.listed(where, (links < 0) | (links > ids), lambda i: f"{episode(i)} holds {links[i]} (expected 0 for "
+                    f"none, or 1 + the id of an earlier episode: at most {ids[i]})")
+        named = links[(links > 0) & (links <= ids)] - 1
+        values, counts = np.unique(named, return_counts=True)
+        for forked in values[counts > 1][:_MAX_LISTED]:
+            self.problem(where, f"episodes {ids[links == forked + 1].tolist()} all continue episode {forked} (expected "
+                                f"at most one segment to continue an episode)")
+        before = np.searchsorted(ids, links - 1)
+        live = (links > 0) & (before < len(ids))
+        live[live] = ids[before[live]] == links[live] - 1
+        cut = (end == 0) & (final > 0)
+        self.listed(where, live & ~cut[np.minimum(before, len(ids) - 1)], lambda i: f"{episode(i)} continues episode "
+                    f"{links[i] - 1}, which was not cut at max_timesteps (expected its end unspecified and a final row)")
 
     def listed(self, where: str, mask: np.ndarray, describe: Callable[[int], str], *, warn: bool = False) -> None:
         add, hits = (self.warn if warn else self.problem), np.flatnonzero(mask)

@@ -4,6 +4,7 @@ joins them on request; views never cross a cut; a 1.0 store (no links) reads and
 keeps the committed segments."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from memmap_replay import InvalidDataError, OptionError, ReplayBuffer, TransitionView, WindowView, verify
+from memmap_replay import BufferFullError, InvalidDataError, OptionError, ReplayBuffer, TransitionView, WindowView, verify
 from memmap_replay.core import format as fmt
 
 FIELDS = dict(obs="float", reward="float")
@@ -186,17 +187,6 @@ def test_a_1_0_store_reads_without_links_and_a_writer_upgrades_it(tmp_path, stal
     assert verify(tmp_path / "buf").ok
 
 
-def test_verify_reports_a_link_to_a_later_episode(tmp_path):
-    buffer = make(tmp_path)
-    record(buffer, 6)
-    buffer.close()
-    values = np.load(tmp_path / "buf" / fmt.EPISODES_DIR / "continues.npy", mmap_mode="r+")
-    values[0] = 2  # episode 0 "continues" episode 1
-    values.flush()
-    report = verify(tmp_path / "buf")
-    assert not report.ok and any("continues segment 1 (expected 0 for none, or 1 + an id below 0)" in p
-                                 for p in report.problems), report
-
 
 def test_a_kill_mid_episode_keeps_the_committed_segments(tmp_path):
     folder = tmp_path / "killed"
@@ -221,3 +211,100 @@ def test_a_kill_mid_episode_keeps_the_committed_segments(tmp_path):
     assert whole.final["obs"] == 8.0 and whole.end is None  # it is known to go on
     record(reopened, 2)
     assert links(reopened)[-1] == (2, None, None) and verify(folder).ok
+
+
+@pytest.mark.parametrize("value, message", [
+    (2, r"holds 2 \(expected 0 for none, or 1 \+ the id of an earlier episode: at most 0\)"),
+    (-5, r"holds -5 \(expected 0 for none"),
+])
+def test_verify_reports_a_link_to_a_later_or_no_episode(tmp_path, value, message):
+    buffer = make(tmp_path)
+    record(buffer, 6)
+    buffer.close()
+    values = np.load(tmp_path / "buf" / fmt.EPISODES_DIR / "continues.npy", mmap_mode="r+")
+    values[0] = value
+    values.flush()
+    report = verify(tmp_path / "buf")
+    assert not report.ok and any(re.search(message, p) for p in report.problems), report
+
+
+def test_verify_reports_forks_and_links_to_ended_episodes(tmp_path):
+    buffer = make(tmp_path)
+    record(buffer, 2, end="terminated")  # 0
+    record(buffer, 6)                    # 1, 2 (2 continues 1)
+    buffer.close()
+    values = np.load(tmp_path / "buf" / fmt.EPISODES_DIR / "continues.npy", mmap_mode="r+")
+    values[0] = 0
+    values[1] = 1  # episode 1 "continues" the terminated episode 0
+    values.flush()
+    report = verify(tmp_path / "buf")
+    assert any("live episode 1 (slot 1) continues episode 0, which was not cut at max_timesteps" in p
+               for p in report.problems), report
+    values[1], values[2] = 0, 2  # a fork: episode 2 continues 1... and so does another
+    values[0] = 0
+    values.flush()
+    assert verify(tmp_path / "buf").ok
+    buffer = ReplayBuffer.from_folder(tmp_path / "buf", long_episodes="split")
+    record(buffer, 1)  # episode 3
+    buffer.close()
+    values = np.load(tmp_path / "buf" / fmt.EPISODES_DIR / "continues.npy", mmap_mode="r+")
+    values[3] = 2
+    values.flush()
+    report = verify(tmp_path / "buf")
+    assert any("episodes [2, 3] all continue episode 1" in p for p in report.problems), report
+
+
+def test_a_cut_after_the_staging_rows_doubled_keeps_every_value(tmp_path):
+    # 256 * 2**k steps: the cut's final row grows the staging arrays; later steps must go into the new ones
+    buffer = make(tmp_path, max_timesteps=256)
+    record(buffer, 700)
+    whole = buffer.episode(0, join_segments=True)
+    np.testing.assert_array_equal(whole["obs"], np.arange(700.0))
+    assert [len(e) for e in buffer.episodes()] == [256, 256, 188]
+
+
+def test_a_reader_open_across_a_1_0_writer_drops_the_stale_links(tmp_path):
+    buffer = make(tmp_path)
+    record(buffer, 6)
+    reader = ReplayBuffer.from_folder(buffer.folder, read_only=True)
+    assert links(reader)[1] == (1, 0, None)
+    buffer.close()
+    downgrade(buffer.folder, stale=[3, 4, 1] + [0] * 17)  # a 1.0 writer left false values behind
+    reader.refresh()
+    assert links(reader) == [(0, None, None), (1, None, None)]
+    writer = ReplayBuffer.from_folder(buffer.folder, long_episodes="split")
+    record(writer, 5)
+    reader.refresh()
+    assert links(reader) == links(writer) == [(0, None, None), (1, None, None), (2, None, 3), (3, 2, None)]
+
+
+def test_meta_values_per_segment_and_filters_on_joined_episodes(tmp_path):
+    buffer = make(tmp_path)
+    with buffer.one_episode(task=0) as episode:
+        for t in range(9):
+            buffer.store(obs=t)
+        episode["task"] = 5  # set at the end: only the last segment has it
+    assert [e.meta["task"] for e in buffer.episodes()] == [0, 0, 5]
+    joined = buffer.episodes(join_segments=True, filter_meta=dict(task=5))
+    assert len(joined) == 1 and list(joined.lengths) == [9] and joined[0].meta["task"] == 5
+    assert len(buffer.episodes(join_segments=True, filter_meta=dict(task=0))) == 0
+
+
+def test_split_store_episode_that_cannot_fit_says_so(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "b", 5, 3, FIELDS, max_steps=6, long_episodes="split")
+    with pytest.raises(BufferFullError, match=r"an episode of 7 steps is stored as 3 linked segments of at most "
+                                              r"max_timesteps=3 steps, needing 9 rows and 3 episode slots at once"):
+        buffer.store_episode(obs=np.arange(7.0))
+    assert buffer.num_episodes == 0
+
+
+def test_exports_say_when_they_write_segments_as_episodes(tmp_path):
+    from memmap_replay import export_d4rl
+    pytest.importorskip("h5py")
+    buffer = ReplayBuffer(tmp_path / "b", 10, 4, dict(observation="float", action="float", reward="float"),
+                          long_episodes="split")
+    with buffer.one_episode():
+        for t in range(6):
+            buffer.store(observation=t, action=0.0, reward=1.0)
+    report = export_d4rl(buffer.folder, tmp_path / "out.hdf5")
+    assert any("1 episode(s) continue an earlier segment of a longer episode" in note for note in report.notes), report
