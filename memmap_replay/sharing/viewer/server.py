@@ -78,7 +78,8 @@ class ViewerServer(ThreadingHTTPServer):
 
     def start(self) -> "ViewerServer":
         """Serve from a background thread (daemon: it ends with the program)."""
-        self._thread = threading.Thread(target=self.serve_forever, name="memmap-replay-viewer", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="memmap-replay-viewer", daemon=True)
         self._thread.start()
         return self
 
