@@ -162,7 +162,7 @@ def browser():
         pytest.skip(f"the browser tests need Chromium at {CHROMIUM}: apt-get install chromium "
                     f"(or set MEMMAP_REPLAY_CHROMIUM to its path)")
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--force-color-profile=srgb"])
         try:
             yield launched
         finally:
@@ -186,10 +186,10 @@ def readme_screenshots(out: Path, *, work: Path, launched) -> list[Path]:
         page.screenshot(path=str(shots[1]))
         page.goto(server.url + "#/episode/57")
         page.wait_for_selector("img.frame")
-        page.wait_for_function("document.querySelector('img.frame').complete")
+        page.wait_for_function("() => document.querySelector('img.frame').complete")
         for _ in range(9):
             page.keyboard.press("ArrowRight")
-        page.wait_for_function("document.querySelector('img.frame').complete")
+        page.wait_for_function("() => document.querySelector('img.frame').complete")
         page.screenshot(path=str(shots[0]))
         page.close()
     for shot in shots:  # a palette of 128 colours: a few tens of KB instead of a few hundred
