@@ -123,7 +123,7 @@ def test_overview_says_counts_ends_card_and_curves(folder, server):
                                                               "reward": "plot"}
     assert data["series"]["length"]["mean"] == [len(e) for e in episodes]
     returns = [float(e["reward"].astype(np.float64).sum()) for e in episodes]
-    np.testing.assert_allclose(data["series"]["return"]["mean"], returns)
+    np.testing.assert_allclose(data["series"]["return"]["mean"], returns, rtol=1e-4)  # 5 digits: a plot's
     assert sum(data["histograms"]["return"]["counts"]) == 6
 
 

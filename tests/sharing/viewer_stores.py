@@ -179,7 +179,7 @@ def readme_screenshots(out: Path, *, work: Path, launched) -> list[Path]:
     folder = record_pixel_env(work / "pixel_chase", episodes=60)
     shots = [out, out.with_name(f"{out.stem}-overview{out.suffix}")]
     with view(folder, block=False) as server:
-        page = launched.new_page(viewport={"width": 1100, "height": 760})
+        page = launched.new_page(viewport={"width": 1100, "height": 780})
         page.goto(server.url)
         page.wait_for_selector("body[data-ready='1']")
         page.wait_for_selector("#stats-table thead")

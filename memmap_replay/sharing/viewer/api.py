@@ -243,14 +243,19 @@ def _series(ids: np.ndarray, values: np.ndarray) -> dict:
     """A curve over episode order: every point, or bins of episodes (mean, min, max) beyond _SERIES_POINTS."""
     values = np.asarray(values, np.float64)
     if len(values) <= _SERIES_POINTS:
-        return {"x": ids.tolist(), "mean": _json(values), "min": None, "max": None, "binned": 1}
+        return {"x": ids.tolist(), "mean": _short(values), "min": None, "max": None, "binned": 1}
     size = -(-len(values) // _SERIES_POINTS)
     pad = size * -(-len(values) // size) - len(values)
     bins = np.concatenate([values, np.full(pad, np.nan)]).reshape(-1, size)
     with warnings.catch_warnings():  # an all-NaN bin: 'Mean of empty slice' (warnings are errors in tests)
         warnings.simplefilter("ignore", RuntimeWarning)
         mean, low, high = np.nanmean(bins, 1), np.nanmin(bins, 1), np.nanmax(bins, 1)
-    return {"x": ids[::size].tolist(), "mean": _json(mean), "min": _json(low), "max": _json(high), "binned": size}
+    return {"x": ids[::size].tolist(), "mean": _short(mean), "min": _short(low), "max": _short(high), "binned": size}
+
+
+def _short(values: np.ndarray) -> list:
+    """A curve's values to 5 significant digits (what a plot can show; a third of the bytes), NaN as None."""
+    return [float(f"{value:.5g}") if math.isfinite(value) else None for value in values.tolist()]
 
 
 def _histogram(values: np.ndarray) -> dict:

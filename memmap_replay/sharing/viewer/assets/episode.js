@@ -17,8 +17,8 @@
     if (data.continues !== null) rows.push(["continues", MR.el("a", { href: `#/episode/${data.continues}`, text: `episode ${data.continues}` })]);
     if (data.continued_by !== null) rows.push(["continued by", MR.el("a", { href: `#/episode/${data.continued_by}`, text: `episode ${data.continued_by}` })]);
     for (const [name, value] of Object.entries(data.meta)) rows.push([`meta: ${name}`, MR.number(value)]);
-    return MR.el("table", { class: "facts", id: "episode-facts" },
-      MR.el("tbody", {}, ...rows.map(([key, value]) => MR.el("tr", {}, MR.el("th", { text: key }), MR.el("td", {}, value)))));
+    return MR.el("dl", { class: "chips", id: "episode-facts" },
+      ...rows.map(([key, value]) => MR.el("div", {}, MR.el("dt", { text: key }), MR.el("dd", {}, value))));
   }
 
   function images(data) {
