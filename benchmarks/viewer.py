@@ -33,7 +33,7 @@ import numpy as np
 from memmap_replay import ReplayBuffer, view
 from memmap_replay.core.writer import whole_episode
 
-STATIC = ("/static/viewer.css", "/static/base.js", "/static/plots.js", "/static/table.js", "/static/episode.js",
+STATIC = ("/static/viewer.css", "/static/base.js", "/static/plots.js", "/static/overview.js", "/static/table.js", "/static/episode.js",
           "/static/viewer.js")
 FIRST_DATA = ("/api/state", "/api/overview", "/api/episodes?offset=0&limit=25&sort=id&order=asc", "/api/stats")
 

@@ -41,6 +41,7 @@ _ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
            "/static/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
            "/static/base.js": ("base.js", "text/javascript; charset=utf-8"),
            "/static/plots.js": ("plots.js", "text/javascript; charset=utf-8"),
+           "/static/overview.js": ("overview.js", "text/javascript; charset=utf-8"),
            "/static/table.js": ("table.js", "text/javascript; charset=utf-8"),
            "/static/episode.js": ("episode.js", "text/javascript; charset=utf-8"),
            "/static/viewer.js": ("viewer.js", "text/javascript; charset=utf-8")}
