@@ -225,6 +225,22 @@ def test_an_episode_has_its_values_meta_end_and_final(folder, server):
     assert data["final_values"]["action"] == [0, 0]
 
 
+def test_an_episode_plots_the_priorities_a_sampler_persisted(folder):
+    pytest.importorskip("torch")
+    with ReplayBuffer.from_folder(folder) as buffer:
+        sampler = buffer.sampler("prioritized", seed=0)
+        batch = sampler.batch(8)
+        keys = np.asarray(batch["_key"])
+        sampler.update_priorities(keys, np.arange(1.0, 9.0))
+        sampler.close()
+    with view(folder, block=False) as running:
+        found = {}
+        for e in range(6):
+            plots = {plot["name"]: plot["values"][0] for plot in get_json(running, f"/api/episode?id={e}")[1]["plots"]}
+            found.update({(e, t): value for t, value in enumerate(plots["priority (steps)"])})
+    assert sorted(value for value in found.values() if value != 1.0) == sorted(set(np.arange(1.0, 9.0)) - {1.0})
+
+
 @pytest.mark.parametrize("query, status, message", [
     ("id=99", 404, "episode id 99 is not in the store"), ("id=x", 400, "'id' must be a whole number"),
     ("", 400, "'id' must be a whole number"),

@@ -26,6 +26,7 @@ from ...errors import CorruptStoreError, IndexRangeError, OptionError, SampleExp
 from ..card import read_card
 from ..images import peak, resolve_range
 from ..stats import compute_stats
+from .priorities import episode_priorities
 from .pictures import LruBytes, encode_png, image_fields, plot_fields
 from .table import TABLE_LIMIT, EpisodeColumns
 
@@ -33,6 +34,8 @@ __all__ = ["StoreApi"]
 
 _SERIES_POINTS = 1000  # the overview's curves: at most this many points (bins of episodes: mean, min, max)
 _HISTOGRAM_BINS = 30
+_CATCH_UP = 5  # reads of the table a ring writer may outrun before its state is shown as it is
+_MAX_RANGES = 10_000  # value ranges of float image fields kept (per field and episode)
 _CARD_KEYS = ("name", "description", "license", "author", "algorithm", "code_url")
 
 
@@ -67,9 +70,18 @@ class StoreApi:
         if self._table is None or store.meta_stamp() != store.read_stamp:
             store.refresh()
         if self._table is None or store.meta.state != self._state:
-            table = store.live_table()
-            self._columns.update(store, table)
+            for _ in range(_CATCH_UP):
+                table = store.live_table()
+                self._columns.update(store, table)
+                # a ring writer may have evicted (and overwritten) episodes whose returns were just summed: then
+                # take its newer state (the returns of the episodes still live were read whole, and are kept)
+                if not store.capacity.circular or not len(table) or \
+                        fmt.read_meta(store.folder).state.first_episode <= table.ids[0]:
+                    break
+                store.refresh()
             self._table, self._state = table, store.meta.state
+            if len(self._ranges) > _MAX_RANGES:
+                self._ranges.clear()
         return store, self._table
 
     def state(self) -> dict:
@@ -153,6 +165,8 @@ class StoreApi:
             listed = EpisodeList(store, fields=plots)
             position = listed.position(self._position(listed.table, episode_id))
             episode = listed.read(position)
+            priorities = episode_priorities(store, episode_id=episode_id, slot=int(listed.table.slots[position]),
+                                            start=int(listed.table.start[position]), length=len(episode))
         series = {name: _per_element(episode[name]) for name in plots}
         final = episode.final
         images = image_fields(store.schema)
@@ -163,7 +177,9 @@ class StoreApi:
             "meta": {name: _json(value) for name, value in episode.meta.items()},
             "images": [{**info, "frames": frames} for info in images.values()],
             "plots": [{"name": name, "shape": list(store.schema.fields[name].shape), "values": series[name]}
-                      for name in plots],
+                      for name in plots]
+                     + [{"name": f"priority ({name})", "shape": [], "values": [_json(values)]}
+                        for name, values in priorities.items()],
             "final_values": None if final is None else {name: _json(final[name]) for name in plots},
         }
 

@@ -50,7 +50,8 @@
         label: `${field.name} per step`, height: 150,
       });
       plot.svg.dataset.field = field.name;
-      const finalText = data.final_values ? ` (final: ${MR.number(data.final_values[field.name])})` : "";
+      const finalText = data.final_values && field.name in data.final_values
+        ? ` (final: ${MR.number(data.final_values[field.name])})` : "";
       return { plot, figure: MR.el("figure", { class: "step-plot" }, MR.el("figcaption", { text: field.name + finalText }), plot.svg, plot.legend) };
     });
   }
