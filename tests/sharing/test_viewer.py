@@ -143,6 +143,29 @@ def test_stats_table(server):
     assert len(rows["action"]["mean"]) == 2 and isinstance(rows["obs"]["mean"], float)
 
 
+def test_an_empty_store_without_rewards(tmp_path):
+    with ReplayBuffer(tmp_path / "empty", max_episodes=4, max_timesteps=5, fields=dict(state=("float", 3))):
+        pass
+    with view(tmp_path / "empty", block=False) as running:
+        assert get(running, "/")[0] == 200
+        status, data = get_json(running, "/api/overview")
+        assert status == 200 and data["episodes"] == 0 and data["return_field"] is None
+        assert data["series"] == {"length": {"x": [], "mean": [], "min": None, "max": None, "binned": 1}}
+        assert data["histograms"]["length"] == {"edges": [], "counts": []}
+        page = get_json(running, "/api/episodes")[1]
+        assert page["columns"] == ["id", "length", "end"] and page["rows"] == [] and page["total"] == 0
+        assert get_json(running, "/api/stats")[0] == 200
+
+
+def test_ipv6_loopback(folder):
+    try:
+        running = view(folder, host="::1", block=False)
+    except OSError as error:  # a machine without IPv6
+        pytest.skip(f"no IPv6 loopback here: {error}")
+    with running:
+        assert running.url.startswith("http://[::1]:") and get(running, "/api/state")[0] == 200
+
+
 def test_a_writer_appending_is_followed(folder, server):
     assert get_json(server, "/api/state")[1]["episodes"] == 6
     with ReplayBuffer.from_folder(folder) as buffer:

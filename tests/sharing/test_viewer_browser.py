@@ -224,6 +224,25 @@ def test_a_card_with_markup_renders_as_text(chromium, tmp_path, bypass_csp):
     assert not page.errors, page.errors
 
 
+def test_an_empty_store_without_images_or_rewards(chromium, tmp_path):
+    with ReplayBuffer(tmp_path / "empty", max_episodes=4, max_timesteps=5, fields=dict(state=("float", 3))) as buffer:
+        with view(buffer.folder, block=False) as server:
+            page = Page(chromium, server, tmp_path).open()
+            tab = page.tab
+            assert tab.text_content("#count-episodes") == "0" and "no episode matches" in tab.text_content("#episodes-table")
+            buffer.store_episode(state=np.ones((3, 3)))  # the first one appears, and has no frames to show
+            tab.wait_for_function("() => document.getElementById('count-episodes').textContent === '1'", timeout=15_000)
+            tab.click("a.episode-link")
+            tab.wait_for_selector("svg[data-field='state']")
+            assert "no image field" in tab.text_content("#episode-view")
+            tab.keyboard.press("ArrowRight")
+            tab.wait_for_function("() => document.getElementById('step-label').dataset.step === '1'")
+            assert tab.get_attribute("svg[data-field='state'] line.cursor", "data-step") == "1"
+            page.shot("empty-then-one")
+            tab.close()
+    assert not page.errors, page.errors
+
+
 def test_a_damaged_store_shows_an_error_page(chromium, tmp_path):
     folder = make_pixel_store(tmp_path / "damaged", episodes=2)
     with view(folder, block=False) as server:

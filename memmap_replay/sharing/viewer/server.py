@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import json
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,6 +71,8 @@ class ViewerServer(ThreadingHTTPServer):
     def __init__(self, api: StoreApi, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True):
         self.api, self.quiet = api, quiet
         self._thread: threading.Thread | None = None
+        if ":" in host:  # an IPv6 address such as ::1
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), ViewerHandler)
         self.host, self.port = host, self.server_address[1]
         name = f"[{host}]" if ":" in host else host
