@@ -7,6 +7,9 @@ length over episode order and their histograms, per-field statistics, a paged ep
 filtered by the server, so 100,000 episodes stay fast), and each episode's frames with a timeline, its
 small fields plotted per step with a cursor that follows the frames. It follows a writer: new episodes
 appear without a reload. Frames need pillow: ``pip install 'memmap-replay[video]'``.
+
+``report(folder, "report.html")`` writes the overview and a few episodes with thumbnails as one static,
+self-contained HTML file (``report``), for a paper or an issue.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import webbrowser
 
 from ...core.checks import locate
 from .api import StoreApi
+from .report import ReportWritten, report
 from .server import ViewerServer
 
-__all__ = ["view", "ViewerServer", "StoreApi"]
+__all__ = ["view", "report", "ReportWritten", "ViewerServer", "StoreApi"]
 
 
 def view(folder: str | os.PathLike, *, port: int = 0, host: str = "127.0.0.1", open_browser: bool = False,
