@@ -49,6 +49,7 @@ class StoreApi:
         self._columns: EpisodeColumns | None = None
         self._table = None
         self._state: fmt.State | None = None
+        self._columns_state: fmt.State | None = None
         self._stats: tuple[Any, dict] | None = None
         self._ranges: dict[tuple[str, int], Any] = {}
         self.frames = LruBytes()
@@ -61,8 +62,10 @@ class StoreApi:
 
     # ---- following the store --------------------------------------------------------------------------
 
-    def _current(self):
-        """The store, refreshed if a writer committed since, and its live table (call under the lock)."""
+    def _current(self, *, columns: bool = False):
+        """The store, refreshed if a writer committed since, and its live table; ``columns``: the episodes
+        table's columns brought up to date too (its returns read: only the overview and the table need
+        them, so the page itself is answered before they are summed). Call under the lock."""
         if self._store is None:
             self._store = EpisodeStore.open(self.folder, "r")
             self._columns = EpisodeColumns(self._store.schema)
@@ -70,18 +73,20 @@ class StoreApi:
         if self._table is None or store.meta_stamp() != store.read_stamp:
             store.refresh()
         if self._table is None or store.meta.state != self._state:
-            for _ in range(_CATCH_UP):
-                table = store.live_table()
-                self._columns.update(store, table)
-                # a ring writer may have evicted (and overwritten) episodes whose returns were just summed: then
-                # take its newer state (the returns of the episodes still live were read whole, and are kept)
-                if not store.capacity.circular or not len(table) or \
-                        fmt.read_meta(store.folder).state.first_episode <= table.ids[0]:
-                    break
-                store.refresh()
-            self._table, self._state = table, store.meta.state
+            self._table, self._state = store.live_table(), store.meta.state
             if len(self._ranges) > _MAX_RANGES:
                 self._ranges.clear()
+        if columns and self._columns_state != self._state:
+            for _ in range(_CATCH_UP):
+                self._columns.update(store, self._table)
+                # a ring writer may have evicted (and overwritten) episodes whose returns were just summed: then
+                # take its newer state (the returns of the episodes still live were read whole, and are kept)
+                if not store.capacity.circular or not len(self._table) or \
+                        fmt.read_meta(store.folder).state.first_episode <= self._table.ids[0]:
+                    break
+                store.refresh()
+                self._table, self._state = store.live_table(), store.meta.state
+            self._columns_state = self._state
         return store, self._table
 
     def state(self) -> dict:
@@ -96,7 +101,7 @@ class StoreApi:
     def overview(self) -> dict:
         """The card, counts, the end mix, return and length over episode order and their histograms."""
         with self._lock:
-            store, table = self._current()
+            store, table = self._current(columns=True)
             columns = self._columns
             schema, capacity = store.schema, store.capacity
             images, plots = image_fields(schema), plot_fields(schema)
@@ -145,7 +150,7 @@ class StoreApi:
         if offset < 0:
             raise OptionError(f"offset must be at least 0 (got {offset})")
         with self._lock:
-            self._current()
+            self._current(columns=True)
             return self._columns.query(offset=offset, limit=limit, sort=sort, descending=descending, filters=filters)
 
     def _position(self, table, episode_id: int) -> int:
