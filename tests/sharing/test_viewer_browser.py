@@ -255,6 +255,34 @@ def test_a_damaged_store_shows_an_error_page(chromium, tmp_path):
         page.tab.close()
 
 
+def test_a_recorded_pixel_env_plays_with_synced_plots(chromium, tmp_path):
+    """The issue's "done when": a gymnasium env recorded with RecordEpisodes, its overview, table and a
+    playing episode whose frame and plot cursors show the same step."""
+    pytest.importorskip("gymnasium")
+    from viewer_stores import record_pixel_env
+
+    folder = record_pixel_env(tmp_path / "chase", episodes=4)
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        episode = buffer.episodes()[2]
+    with view(folder, block=False) as server:
+        page = Page(chromium, server, tmp_path).open()
+        tab = page.tab
+        assert tab.text_content("#card-name") == "examples/pixel-chase-v0" and page.column(0) == ["0", "1", "2", "3"]
+        tab.click("a.episode-link[href='#/episode/2']")
+        tab.wait_for_selector("svg[data-field='reward']")
+        tab.click("#play")
+        tab.wait_for_function("() => Number(document.getElementById('step-label').dataset.step) >= 4")
+        tab.click("#play")
+        step = int(tab.get_attribute("#step-label", "data-step"))
+        page.wait_step(step)
+        np.testing.assert_array_equal(page.frame("observation"), episode.observations("observation")[step])
+        for field in ("reward", "action"):
+            assert tab.get_attribute(f"svg[data-field='{field}'] line.cursor", "data-step") == str(min(step, len(episode) - 1))
+        page.shot("recorded-env")
+        tab.close()
+    assert not page.errors, page.errors
+
+
 def test_the_readme_screenshots(chromium, tmp_path):
     pytest.importorskip("gymnasium")
     shots = readme_screenshots(tmp_path / "viewer.png", work=tmp_path, launched=chromium)
