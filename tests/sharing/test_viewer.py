@@ -239,6 +239,7 @@ def test_an_episode_has_its_values_meta_end_and_final(folder, server):
     episode = stored(folder)[3]
     status, data = get_json(server, "/api/episode?id=3")
     assert status == 200 and data["length"] == len(episode) and data["end"] == "terminated" and data["final"]
+    assert (data["previous"], data["next"]) == (2, 4) and get_json(server, "/api/episode?id=0")[1]["previous"] is None
     assert data["meta"] == {"seed": 103}
     plots = {plot["name"]: plot["values"] for plot in data["plots"]}
     np.testing.assert_allclose(plots["action"], episode["action"].T.astype(np.float64))

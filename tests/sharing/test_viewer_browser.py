@@ -176,6 +176,8 @@ def test_an_episode_says_its_end_meta_and_links_back(page):
     facts = tab.text_content("#episode-facts")
     assert "truncated" in facts and "not stored" in facts
     assert tab.text_content("#episode-facts div:has(dt:text-is('meta: seed')) dd") == "104"
+    tab.click("#next-episode")
+    tab.wait_for_selector("#episode-view[data-episode='5']")
     tab.click("text=← all episodes")
     tab.wait_for_selector("#overview-view:not([hidden])")
     page.open("#/episode/999")

@@ -172,12 +172,16 @@ class StoreApi:
             episode = listed.read(position)
             priorities = episode_priorities(store, episode_id=episode_id, slot=int(listed.table.slots[position]),
                                             start=int(listed.table.start[position]), length=len(episode))
+            ids = listed.table.ids
+            neighbours = [int(ids[position - 1]) if position else None,
+                          int(ids[position + 1]) if position + 1 < len(ids) else None]
         series = {name: _per_element(episode[name]) for name in plots}
         final = episode.final
         images = image_fields(store.schema)
         frames = len(episode) + (final is not None)
         return {
-            "id": episode.id, "position": position, "length": len(episode), "end": episode.end,
+            "id": episode.id, "position": position, "previous": neighbours[0], "next": neighbours[1],
+            "length": len(episode), "end": episode.end,
             "final": final is not None, "continues": episode.continues, "continued_by": episode.continued_by,
             "meta": {name: _json(value) for name, value in episode.meta.items()},
             "images": [{**info, "frames": frames} for info in images.values()],

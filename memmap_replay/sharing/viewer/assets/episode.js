@@ -133,7 +133,9 @@
         MR.el("span", { class: "muted", text: "keys: ← → step, space play/pause, Home/End" }));
       MR.clear(root).append(
         MR.el("h1", { id: "episode-title", text: `Episode ${data.id}` }),
-        MR.el("p", {}, MR.el("a", { href: "#/", text: "← all episodes" })),
+        MR.el("p", { class: "nav" }, MR.el("a", { href: "#/", text: "← all episodes" }),
+              data.previous !== null ? MR.el("a", { href: `#/episode/${data.previous}`, id: "previous-episode", text: `‹ episode ${data.previous}` }) : null,
+              data.next !== null ? MR.el("a", { href: `#/episode/${data.next}`, id: "next-episode", text: `episode ${data.next} ›` }) : null),
         facts(data), controls,
         p.images.length ? MR.el("div", { class: "frame-row" }, ...p.images.map((view) => view.figure))
                         : MR.el("p", { class: "muted", text: "no image field" }),
