@@ -45,6 +45,7 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .compat.datasets import (ReplayDataset, ReplayDatasetNStep, ReplayDatasetTimestep, ReplayDatasetTimeWindow,
                                   ReplayDatasetTrajectory)
     from .cli.inspect_replay_buffer import inspect_replay_buffer
+    from .sharing.viewer import view
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
 # every command and every numpy-only user would pay for nothing.
@@ -77,6 +78,8 @@ _LAZY = {
     "EpisodeCollector": "compat.collector",
     # (numpy only, but it loads the command line's parser: on first use too)
     "inspect_replay_buffer": "cli.inspect_replay_buffer",
+    # (numpy only; the web server's modules load on first use)
+    "view": "sharing.viewer",
     # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``
     # works on the core install (listed by dir() all the same)
     "RecordEpisodes": "recording",
@@ -171,5 +174,6 @@ __all__ = [
     "frames_to_sheet",
     "to_uint8",
     "inspect_replay_buffer",
+    "view",
     *errors.__all__,
 ]

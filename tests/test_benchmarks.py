@@ -59,3 +59,8 @@ def test_cold_benchmark_smoke(tmp_path):
     assert "MISMATCH" not in out
     assert "(b) Epoch over a store bigger than its memory budget" in out and "sequential read" in out
     assert "Cold figures" in out and "run benchmarks/read.py" in out
+
+
+def test_viewer_benchmark_smoke(tmp_path):
+    out = smoke(tmp_path, "viewer.py", "--no-browser", timeout=300)
+    assert "Viewer figures: 2,000 episodes" in out and "first byte" in out and "/api/episodes" in out

@@ -1,6 +1,7 @@
 """The sharing room: what makes a store a dataset to hand to someone else: the dataset card, the checksum
 manifest, pack/unpack archives, verify, running field statistics, and frames and videos of image fields.
-The manifest and the statistics follow a writer's commits as commit observers (``core.store``)."""
+The manifest and the statistics follow a writer's commits as commit observers (``core.store``). The browser
+viewer and the static report (``sharing.viewer``: ``memmap_replay.view``) are imported on first use."""
 
 from .card import DatasetCard, add_provenance, read_card, update_card, write_card
 from .checksums import check_manifest, write_manifest

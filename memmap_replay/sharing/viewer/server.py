@@ -1,0 +1,251 @@
+"""The viewer's web server: the page, its scripts and the JSON and PNG answers of ``StoreApi``.
+
+Why the standard library's ``http.server`` (a ``ThreadingHTTPServer``) and no framework: the viewer is a
+local, read-only tool with a dozen GET routes; the standard library serves them with no dependency to
+install, audit or keep up with, and a thread per request is plenty for one person's browser (frames
+are small PNGs encoded in milliseconds). What a framework would add (routing, templates) is a few lines
+here; what it would cost is a dependency in every install. The page is static files shipped in the
+package (``assets/``): the browser fetches the data as JSON and builds the page with ``textContent``.
+
+Safety (a store may come from a stranger; the server may be reached by any page the browser opens):
+
+- GET and HEAD only; any other method gets 405.
+- No path is ever taken from a request: assets are a fixed table of names, data is named by episode ids,
+  field and column names that ``StoreApi`` checks against the store.
+- Bound to 127.0.0.1 unless told otherwise; on a loopback address a request whose ``Host`` is not that
+  address (or ``localhost``) with the server's port is refused (DNS rebinding).
+- Every answer says ``Content-Security-Policy: default-src 'self'`` (no inline script, nothing from
+  elsewhere: a ``<script>`` in a card could not run even if it reached the page as HTML, which it does not)
+  and ``X-Content-Type-Options: nosniff``; the error page escapes its message.
+- A damaged store, a bad request or a bug gives an error page (or a JSON ``error``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Callable
+from urllib.parse import parse_qs, urlsplit
+
+from ...errors import (CorruptStoreError, IndexRangeError, MissingExtraError, OptionError, ReplayError,
+                       SampleExpiredError, StoreIOError, UnsupportedFormatError)
+from .api import StoreApi
+
+__all__ = ["ViewerServer", "ViewerHandler"]
+
+_ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/static/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+           "/static/base.js": ("base.js", "text/javascript; charset=utf-8"),
+           "/static/plots.js": ("plots.js", "text/javascript; charset=utf-8"),
+           "/static/overview.js": ("overview.js", "text/javascript; charset=utf-8"),
+           "/static/table.js": ("table.js", "text/javascript; charset=utf-8"),
+           "/static/episode.js": ("episode.js", "text/javascript; charset=utf-8"),
+           "/static/viewer.js": ("viewer.js", "text/javascript; charset=utf-8")}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+                               "frame-ancestors 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_DAMAGED = (CorruptStoreError, UnsupportedFormatError, StoreIOError)
+
+
+def asset(name: str) -> bytes:
+    """A file of the page shipped in the package (``assets/``)."""
+    return resources.files(__package__).joinpath("assets", name).read_bytes()
+
+
+class ViewerServer(ThreadingHTTPServer):
+    """A server over one store; ``url`` is where the page is; ``close()`` stops it and closes the store."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, api: StoreApi, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True):
+        self.api, self.quiet = api, quiet
+        self._thread: threading.Thread | None = None
+        if ":" in host:  # an IPv6 address such as ::1
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), ViewerHandler)
+        self.host, self.port = host, self.server_address[1]
+        name = f"[{host}]" if ":" in host else host
+        self.url = f"http://{name}:{self.port}/"
+        self.allowed_hosts = ({f"{h}:{self.port}" for h in ("127.0.0.1", "localhost", "[::1]")}
+                              if host in _LOOPBACK else None)
+
+    def start(self) -> "ViewerServer":
+        """Serve from a background thread (daemon: it ends with the program)."""
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="memmap-replay-viewer", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait(self) -> None:
+        """Until the background thread stops (``close`` from another thread), or Ctrl-C."""
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(0.5)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join()
+            self._thread = None
+        self.server_close()
+        self.api.close()
+
+    def __enter__(self) -> "ViewerServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def handle_error(self, request, client_address) -> None:
+        """A browser that went away mid-answer (a cancelled frame) is normal: no traceback for it."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        print(f"memmap-replay view: error answering {client_address}: {type(error).__name__}: {error}", file=sys.stderr)
+
+    def __repr__(self) -> str:
+        return f"ViewerServer({self.url!r}, folder={str(self.api.folder)!r})"
+
+
+class ViewerHandler(BaseHTTPRequestHandler):
+    server: ViewerServer
+    server_version = "memmap-replay-viewer"
+    sys_version = ""
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+        self._answer(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(head=True)
+
+    def _refuse_method(self) -> None:
+        self._send(405, "text/html; charset=utf-8", _error_page(405, "The viewer is read-only: it answers GET only."),
+                   extra={"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method  # noqa: N815
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (http.server's signature)
+        if not self.server.quiet:
+            super().log_message(format, *args)
+
+    # ---- dispatch ------------------------------------------------------------------------------------
+
+    def _answer(self, *, head: bool) -> None:
+        self._head = head
+        allowed = self.server.allowed_hosts
+        if allowed is not None and self.headers.get("Host", "") not in allowed:
+            self._send(403, "text/html; charset=utf-8", _error_page(403, "This server answers requests for "
+                       f"{self.server.url} only (the Host header names another site)."))
+            return
+        parts = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
+        filters = tuple(value for value in parse_qs(parts.query).get("filter", []) if value.strip())
+        route = _ROUTES.get(parts.path)
+        try:
+            if parts.path in _ASSETS:
+                if parts.path == "/":
+                    self.server.api.state()  # a store that cannot be read gets the error page, not a blank one
+                name, kind = _ASSETS[parts.path]
+                self._send(200, kind, asset(name), cache=parts.path != "/")
+            elif route is not None:
+                route(self, query, filters)
+            elif parts.path == "/favicon.ico":
+                self._send(204, "image/x-icon", b"")
+            else:
+                self._fail(404, "There is no such page here: the viewer's pages are / and its #/episode/ID views.")
+        except ReplayError as error:
+            self._fail(_status(error), str(error))
+        except Exception as error:  # a bug, or data nobody foresaw: said in one line, never a traceback
+            self.server.handle_error(self.request, self.client_address)
+            self._fail(500, f"the viewer failed to answer ({type(error).__name__}: {error}); please report it")
+
+    def _fail(self, status: int, message: str) -> None:
+        if self.path.startswith("/api/"):
+            self._send(status, "application/json", json.dumps({"error": message, "status": status}).encode())
+        else:
+            self._send(status, "text/html; charset=utf-8", _error_page(status, message))
+
+    def _send(self, status: int, kind: str, body: bytes, *, cache: bool = False, extra: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "max-age=3600" if cache else "no-store")
+        for key, value in {**_SECURITY_HEADERS, **(extra or {})}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if not getattr(self, "_head", False):
+            self.wfile.write(body)
+
+    def _json(self, value) -> None:
+        self._send(200, "application/json", json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
+
+    # ---- routes --------------------------------------------------------------------------------------
+
+    def _state(self, query: dict, filters: tuple) -> None:
+        self._json(self.server.api.state())
+
+    def _overview(self, query: dict, filters: tuple) -> None:
+        self._json(self.server.api.overview())
+
+    def _stats(self, query: dict, filters: tuple) -> None:
+        self._json(self.server.api.stats())
+
+    def _episodes(self, query: dict, filters: tuple) -> None:
+        self._json(self.server.api.episodes(
+            offset=_int(query, "offset", 0), limit=_int(query, "limit", 50), sort=query.get("sort", "id"),
+            descending=query.get("order", "asc") == "desc", filters=filters))
+
+    def _episode(self, query: dict, filters: tuple) -> None:
+        self._json(self.server.api.episode(_int(query, "id")))
+
+    def _frame(self, query: dict, filters: tuple) -> None:
+        data = self.server.api.frame(query.get("field", ""), _int(query, "id"), _int(query, "t"),
+                                     query.get("stack", "last"))
+        self._send(200, "image/png", data, cache=True)
+
+
+_ROUTES: dict[str, Callable] = {"/api/state": ViewerHandler._state, "/api/overview": ViewerHandler._overview,
+                                "/api/stats": ViewerHandler._stats, "/api/episodes": ViewerHandler._episodes,
+                                "/api/episode": ViewerHandler._episode, "/api/frame": ViewerHandler._frame}
+
+
+def _int(query: dict, name: str, default: int | None = None) -> int:
+    text = query.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise OptionError(f"query parameter {name!r} must be a whole number (got {text!r})") from None
+
+
+def _status(error: ReplayError) -> int:
+    if isinstance(error, SampleExpiredError):
+        return 410
+    if isinstance(error, IndexRangeError):
+        return 404
+    if isinstance(error, MissingExtraError):
+        return 501
+    if isinstance(error, _DAMAGED) or isinstance(error, OSError):
+        return 503
+    return 400
+
+
+def _error_page(status: int, message: str) -> bytes:
+    reason = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 410: "Gone",
+              501: "Not available", 503: "The store cannot be read"}.get(status, "Error")
+    text = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{status} {reason} - memmap-replay view"
+            f"</title><link rel=stylesheet href=/static/viewer.css></head><body class=error-page><main>"
+            f"<h1>{status} {html.escape(reason)}</h1><p id=error-message>{html.escape(message)}</p>"
+            f"<p><a href=/>Back to the store</a></p></main></body></html>")
+    return text.encode("utf-8")

@@ -1,0 +1,66 @@
+"""``memmap-replay view FOLDER``: serves the viewer until Ctrl-C; not a store or a taken port is a usage error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+from memmap_replay import ReplayBuffer
+from memmap_replay.cli import EXIT_OK, EXIT_USAGE, main
+
+
+@pytest.fixture
+def folder(tmp_path):
+    with ReplayBuffer(tmp_path / "store", max_episodes=4, max_timesteps=5, fields=dict(reward="float")) as buffer:
+        buffer.store_episode(reward=np.arange(3.0), end="terminated")
+    return tmp_path / "store"
+
+
+def test_serves_the_store_until_interrupted(folder):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    process = subprocess.Popen([sys.executable, "-m", "memmap_replay", "view", str(folder), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"at (http://127\.0\.0\.1:\d+/) \(Ctrl-C to stop\)", line)
+        assert url, (line, process.stderr.read() if process.poll() is not None else "")
+        with urllib.request.urlopen(url.group(1) + "api/episodes", timeout=30) as response:
+            page = json.load(response)
+        assert page["total"] == 1 and page["rows"][0][:4] == [0, 3, 3.0, "terminated"]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == EXIT_OK
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_not_a_store(tmp_path, capsys):
+    assert main(["view", str(tmp_path / "nothing")]) == EXIT_USAGE
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_a_port_in_use(folder, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["view", str(folder), "--port", str(port)]) == EXIT_USAGE
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_bad_port(folder, capsys):
+    with pytest.raises(SystemExit, match="2"):
+        main(["view", str(folder), "--port", "70000"])
+    assert "must be a port number in [0, 65535]" in capsys.readouterr().err

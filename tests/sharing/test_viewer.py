@@ -1,0 +1,366 @@
+"""The viewer's server (memmap_replay.sharing.viewer) over urllib, against a server on a free loopback port:
+the page and its assets, the JSON answers against the stored values, frames against the stored pixels,
+paging/sorting/filtering, live refresh, and safety (GET only, Host check, no paths, damaged stores)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memmap_replay import OptionError, ReplayBuffer, StoreNotFoundError, update_card, view
+from memmap_replay.sharing.viewer import api as api_module
+from memmap_replay.sharing.viewer.pictures import LruBytes, image_fields, plot_fields
+from memmap_replay.sharing.viewer.server import _ASSETS, asset
+from memmap_replay.sharing.viewer.table import EpisodeColumns, parse_filter
+
+from viewer_stores import add_episode, make_pixel_store, many_episodes, picture, stack_of
+
+Image = pytest.importorskip("PIL.Image")
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return make_pixel_store(tmp_path / "pixels", episodes=6)
+
+
+@pytest.fixture
+def server(folder):
+    with view(folder, block=False) as running:
+        yield running
+
+
+def get(server, path: str, *, headers: dict | None = None, method: str = "GET"):
+    """(status, headers, body) of a request to the server."""
+    request = urllib.request.Request(server.url + path.lstrip("/"), headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+def get_json(server, path: str):
+    status, headers, body = get(server, path)
+    assert headers["Content-Type"] == "application/json", (status, body[:300])
+    return status, json.loads(body)
+
+
+def stored(folder: Path):
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        return list(buffer.episodes())
+
+
+# ---- the page --------------------------------------------------------------------------------------
+
+
+def test_the_page_and_its_assets_are_served_with_a_strict_policy(server):
+    for path, (name, kind) in _ASSETS.items():
+        status, headers, body = get(server, path)
+        assert status == 200 and headers["Content-Type"] == kind and body == asset(name)
+        assert "default-src 'self'" in headers["Content-Security-Policy"]
+        assert headers["X-Content-Type-Options"] == "nosniff"
+    page = asset("index.html").decode()
+    for script in re.findall(r'src="([^"]+)"', page) + re.findall(r'href="(/static/[^"]+)"', page):
+        assert script in _ASSETS, script  # every script and sheet the page names is served
+
+
+def test_nothing_comes_from_the_network():
+    """No CDN, no fonts from elsewhere: the only URL in the assets is the SVG namespace."""
+    for name, _ in _ASSETS.values():
+        text = asset(name).decode()
+        assert set(re.findall(r"https?://[^\s\"'`)]+", text)) <= {"http://www.w3.org/2000/svg"}, name
+        assert "innerHTML" not in text and "insertAdjacentHTML" not in text and "document.write" not in text, name
+
+
+def test_the_assets_are_package_data():
+    text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert '"sharing/viewer/assets/*"' in text
+    shipped = {path.name for path in (Path(api_module.__file__).parent / "assets").iterdir()}
+    assert shipped == {name for name, _ in _ASSETS.values()} | {"report.js"}  # (the static report's own script)
+
+
+def test_head_and_only_get(server):
+    status, headers, body = get(server, "/", method="HEAD")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(asset("index.html"))
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, headers, body = get(server, "/api/state", method=method)
+        assert status == 405 and headers["Allow"] == "GET, HEAD" and b"read-only" in body
+
+
+def test_a_request_for_another_host_is_refused(server):
+    status, _, body = get(server, "/api/state", headers={"Host": "evil.example:80"})
+    assert status == 403 and b"Host" in body
+    assert get(server, "/api/state", headers={"Host": f"localhost:{server.port}"})[0] == 200
+
+
+def test_unknown_paths_are_404_pages_and_never_files(server):
+    for path in ("/etc/passwd", "/static/../server.py", "/static/api.py", "/meta.json", "/%2e%2e/meta.json"):
+        status, headers, body = get(server, path)
+        assert status == 404 and headers["Content-Type"].startswith("text/html"), path
+        assert b"Traceback" not in body and b"store_id" not in body
+
+
+# ---- overview, statistics, state ---------------------------------------------------------------------
+
+
+def test_overview_says_counts_ends_card_and_curves(folder, server):
+    update_card(folder, name="test/pixels-v0", license="MIT", description="made <b>here</b>")
+    status, data = get_json(server, "/api/overview")
+    episodes = stored(folder)
+    assert status == 200 and data["episodes"] == 6 and data["steps"] == sum(map(len, episodes))
+    assert data["ends"] == {"terminated": 3, "truncated": 3, "not recorded": 0}
+    assert data["card"]["name"] == "test/pixels-v0" and data["card"]["description"] == "made <b>here</b>"
+    assert {f["name"]: f["kind"] for f in data["fields"]} == {"obs": "image", "stack": "image", "action": "plot",
+                                                              "reward": "plot"}
+    assert data["series"]["length"]["mean"] == [len(e) for e in episodes]
+    returns = [float(e["reward"].astype(np.float64).sum()) for e in episodes]
+    np.testing.assert_allclose(data["series"]["return"]["mean"], returns, rtol=1e-4)  # 5 digits: a plot's
+    assert sum(data["histograms"]["return"]["counts"]) == 6
+
+
+def test_a_long_curve_is_binned():
+    ids = np.arange(10_500)
+    values = np.arange(10_500, dtype=np.float64)
+    series = api_module._series(ids, values)
+    assert series["binned"] == 11 and len(series["x"]) == len(series["mean"]) <= 1000
+    assert series["min"][0] == 0 and series["max"][0] == 10 and series["mean"][0] == 5
+    assert series["max"][-1] == 10_499  # the last, partial bin
+
+
+def test_stats_table(server):
+    status, data = get_json(server, "/api/stats")
+    rows = {row["name"]: row for row in data["fields"]}
+    assert status == 200 and rows["reward"]["shape"] == [] and rows["action"]["shape"] == [2]
+    assert len(rows["action"]["mean"]) == 2 and isinstance(rows["obs"]["mean"], float)
+
+
+def test_an_empty_store_without_rewards(tmp_path):
+    with ReplayBuffer(tmp_path / "empty", max_episodes=4, max_timesteps=5, fields=dict(state=("float", 3))):
+        pass
+    with view(tmp_path / "empty", block=False) as running:
+        assert get(running, "/")[0] == 200
+        status, data = get_json(running, "/api/overview")
+        assert status == 200 and data["episodes"] == 0 and data["return_field"] is None
+        assert data["series"] == {"length": {"x": [], "mean": [], "min": None, "max": None, "binned": 1}}
+        assert data["histograms"]["length"] == {"edges": [], "counts": []}
+        page = get_json(running, "/api/episodes")[1]
+        assert page["columns"] == ["id", "length", "end"] and page["rows"] == [] and page["total"] == 0
+        assert get_json(running, "/api/stats")[0] == 200
+
+
+def test_ipv6_loopback(folder):
+    try:
+        running = view(folder, host="::1", block=False)
+    except OSError as error:  # a machine without IPv6
+        pytest.skip(f"no IPv6 loopback here: {error}")
+    with running:
+        assert running.url.startswith("http://[::1]:") and get(running, "/api/state")[0] == 200
+
+
+def test_a_writer_appending_is_followed(folder, server):
+    assert get_json(server, "/api/state")[1]["episodes"] == 6
+    with ReplayBuffer.from_folder(folder) as buffer:
+        add_episode(buffer, 6, np.random.default_rng(3))
+        state = get_json(server, "/api/state")[1]
+        assert state["episodes"] == 7 and state["next"] == 7
+        page = get_json(server, "/api/episodes?sort=id&order=desc&limit=1")[1]
+        assert page["total"] == 7 and page["rows"][0][0] == 6
+
+
+# ---- the episodes table ------------------------------------------------------------------------------
+
+
+def test_paging_sorting_filtering(folder, server):
+    episodes = stored(folder)
+    returns = np.array([e["reward"].astype(np.float64).sum() for e in episodes])
+    status, page = get_json(server, "/api/episodes?offset=2&limit=3")
+    assert status == 200 and page["columns"] == ["id", "length", "return", "end", "seed"]
+    assert [row[0] for row in page["rows"]] == [2, 3, 4] and page["total"] == page["matched"] == 6
+    page = get_json(server, "/api/episodes?sort=return&order=desc&limit=50")[1]
+    assert [row[0] for row in page["rows"]] == np.argsort(-returns, kind="stable").tolist()
+    page = get_json(server, "/api/episodes?filter=length%3E%3D12&filter=end%20%3D%20terminated")[1]
+    assert [row[0] for row in page["rows"]] == [3, 5] and page["matched"] == 2 and page["total"] == 6
+    page = get_json(server, "/api/episodes?filter=seed%20!%3D%20101&sort=length&order=desc")[1]
+    assert [row[0] for row in page["rows"]] == [5, 4, 3, 2, 0]
+
+
+@pytest.mark.parametrize("query, message", [
+    ("filter=color>1", "names no column"), ("filter=length>>1", "compared with a number"),
+    ("filter=end<terminated", "end is compared"), ("sort=speed", "sort must be one of"),
+    ("limit=0", r"limit must be in \[1, 500\]"), ("offset=-1", "offset must be at least 0"),
+    ("limit=ten", "'limit' must be a whole number"),
+])
+def test_bad_table_queries_say_what_fits(server, query, message):
+    status, data = get_json(server, f"/api/episodes?{query}")
+    assert status == 400 and re.search(message, data["error"]), data
+
+
+def test_filters_parse_and_refuse():
+    columns = ("id", "length", "return", "end", "seed")
+    assert parse_filter(" return <= -1.5 ", columns).value == -1.5
+    assert parse_filter("end = none", columns).value == ""
+    with pytest.raises(OptionError, match="must be COLUMN OP VALUE"):
+        parse_filter("length", columns)
+    with pytest.raises(OptionError, match="the columns are id, length"):
+        parse_filter("lenght > 3", columns)
+
+
+def test_descending_sort_keeps_ties_in_episode_order_and_nan_last():
+    columns = EpisodeColumns.__new__(EpisodeColumns)
+    columns.columns, columns.ids = ("id", "return"), np.arange(5)
+    columns.values = {"id": np.arange(5), "return": np.array([1.0, np.nan, 2.0, 1.0, 2.0])}
+    assert [r[0] for r in columns.query(sort="return", descending=True)["rows"]] == [2, 4, 0, 3, 1]
+    assert [r[0] for r in columns.query(sort="return")["rows"]] == [0, 3, 2, 4, 1]
+
+
+def test_a_table_of_many_episodes_pages_without_reading_rows(tmp_path):
+    """10,000 episodes: a page is 50 rows of JSON, whatever the store holds."""
+    many_episodes(tmp_path / "many", 10_000, image=False)
+    with view(tmp_path / "many", block=False) as running:
+        status, _, body = get(running, "/api/episodes?sort=return&order=desc&filter=task%3D1&limit=50")
+        page = json.loads(body)
+        assert status == 200 and page["matched"] == 2500 and len(page["rows"]) == 50 and len(body) < 5000
+        assert all(row[2] == 4 * (1 + row[0] % 3) for row in page["rows"])
+
+
+# ---- one episode and its frames ----------------------------------------------------------------------
+
+
+def test_an_episode_has_its_values_meta_end_and_final(folder, server):
+    episode = stored(folder)[3]
+    status, data = get_json(server, "/api/episode?id=3")
+    assert status == 200 and data["length"] == len(episode) and data["end"] == "terminated" and data["final"]
+    assert (data["previous"], data["next"]) == (2, 4) and get_json(server, "/api/episode?id=0")[1]["previous"] is None
+    assert data["meta"] == {"seed": 103}
+    plots = {plot["name"]: plot["values"] for plot in data["plots"]}
+    np.testing.assert_allclose(plots["action"], episode["action"].T.astype(np.float64))
+    np.testing.assert_allclose(plots["reward"], [episode["reward"].astype(np.float64)])
+    images = {image["name"]: image for image in data["images"]}
+    assert images["obs"]["frames"] == len(episode) + 1 and images["stack"]["stack"] == 4
+    assert data["final_values"]["action"] == [0, 0]
+
+
+def test_an_episode_plots_the_priorities_a_sampler_persisted(folder):
+    pytest.importorskip("torch")
+    with ReplayBuffer.from_folder(folder) as buffer:
+        sampler = buffer.sampler("prioritized", seed=0)
+        batch = sampler.batch(8)
+        keys = np.asarray(batch["_key"])
+        sampler.update_priorities(keys, np.arange(1.0, 9.0))
+        sampler.close()
+    with view(folder, block=False) as running:
+        found = {}
+        for e in range(6):
+            plots = {plot["name"]: plot["values"][0] for plot in get_json(running, f"/api/episode?id={e}")[1]["plots"]}
+            found.update({(e, t): value for t, value in enumerate(plots["priority (steps)"])})
+    assert sorted(value for value in found.values() if value != 1.0) == sorted(set(np.arange(1.0, 9.0)) - {1.0})
+
+
+@pytest.mark.parametrize("query, status, message", [
+    ("id=99", 404, "episode id 99 is not in the store"), ("id=x", 400, "'id' must be a whole number"),
+    ("", 400, "'id' must be a whole number"),
+])
+def test_an_unknown_episode(server, query, status, message):
+    got, data = get_json(server, f"/api/episode?{query}")
+    assert got == status and message in data["error"]
+
+
+def png_pixels(body: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
+
+
+def test_a_frame_is_the_stored_pixels(server):
+    for e, t in ((0, 0), (3, 7), (5, 12)):
+        status, headers, body = get(server, f"/api/frame?field=obs&id={e}&t={t}")
+        assert status == 200 and headers["Content-Type"] == "image/png"
+        np.testing.assert_array_equal(png_pixels(body), picture(e, t))
+    final = png_pixels(get(server, "/api/frame?field=obs&id=3&t=13")[2])  # t = length: the final observation
+    np.testing.assert_array_equal(final, picture(3, 13))
+    newest = png_pixels(get(server, "/api/frame?field=stack&id=2&t=4")[2])
+    np.testing.assert_array_equal(newest[..., 0], stack_of(2, 4)[-1])
+    tiled = png_pixels(get(server, "/api/frame?field=stack&id=2&t=4&stack=tile")[2])
+    np.testing.assert_array_equal(tiled[..., 1], np.concatenate(list(stack_of(2, 4)), axis=1))
+
+
+def test_frames_are_cached(server):
+    first = get(server, "/api/frame?field=obs&id=1&t=2")[2]
+    assert len(server.api.frames) == 1 and get(server, "/api/frame?field=obs&id=1&t=2")[2] == first
+    cache = LruBytes(entries=2, nbytes=10)
+    for key in "abc":
+        cache.put(key, b"1234")
+    assert len(cache) == 2 and cache.get("a") is None and cache.get("c") == b"1234"
+    cache.put("d", b"0123456789")
+    assert len(cache) == 1
+
+
+@pytest.mark.parametrize("query, status, message", [
+    ("field=../../meta.json&id=1&t=0", 400, "must be one of the image fields"),
+    ("field=action&id=1&t=0", 400, "must be one of the image fields"),
+    ("field=obs&id=0&t=10", 404, r"step must be in \[0, 10\)"),
+    ("field=obs&id=1&t=-1", 404, "step must be in"),
+    ("field=obs&id=1&t=0&stack=all", 400, "stack must be 'last' or 'tile'"),
+    ("field=obs&id=42&t=0", 404, "episode id 42 is not in the store"),
+])
+def test_bad_frame_requests(server, query, status, message):
+    got, data = get_json(server, f"/api/frame?{query}")
+    assert got == status and re.search(message, data["error"]), data
+
+
+def test_evicted_episodes_are_gone(tmp_path):
+    folder = make_pixel_store(tmp_path / "ring", episodes=4, max_episodes=4, circular=True)
+    with view(folder, block=False) as running:
+        assert get(running, "/api/frame?field=obs&id=0&t=0")[0] == 200
+        with ReplayBuffer.from_folder(folder) as buffer:
+            add_episode(buffer, 4, np.random.default_rng(0))
+        status, data = get_json(running, "/api/episode?id=0")
+        assert status == 404 and "live ids are 1 to 4" in data["error"]
+
+
+def test_field_kinds():
+    from memmap_replay import Schema
+
+    schema = Schema.parse(dict(obs=("uint8", (3, 64, 64)), tiny=("uint8", (4, 4)), atari=("uint8", (4, 84, 84)),
+                               vec=("float", 16), big=("float", 17), name=("complex64", ())))
+    assert sorted(image_fields(schema)) == ["atari", "obs"] and image_fields(schema)["atari"]["stack"] == 4
+    assert plot_fields(schema) == ("tiny", "vec")
+
+
+# ---- stores that cannot be shown ---------------------------------------------------------------------
+
+
+def test_not_a_store_is_said_at_once(tmp_path):
+    with pytest.raises(StoreNotFoundError, match="no store at"):
+        view(tmp_path / "nothing", block=False)
+
+
+def test_a_damaged_store_is_an_error_page(tmp_path):
+    folder = make_pixel_store(tmp_path / "x<b>damaged</b>", episodes=2)
+    with view(folder, block=False) as running:
+        (folder / "meta.json").write_text('{"format": "memmap_replay", "version": [1, 0], "schema": 3}')
+        status, headers, body = get(running, "/")
+        text = body.decode()
+        assert status == 503 and headers["Content-Type"].startswith("text/html") and "Traceback" not in text
+        assert "x&lt;b&gt;damaged&lt;/b&gt;" in text and "<b>damaged" not in text
+        status, data = get_json(running, "/api/overview")
+        assert status == 503 and "meta.json" in data["error"]
+
+
+def test_a_damaged_card_is_said_and_the_rest_shown(folder, server):
+    (folder / "card.json").write_text("{not json")
+    status, data = get_json(server, "/api/overview")
+    assert status == 200 and data["card"] is None and "card.json is not valid JSON" in data["card_error"]
+
+
+def test_the_viewer_imports_no_torch():
+    code = "import sys, memmap_replay; memmap_replay.view; import memmap_replay.sharing.viewer; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
