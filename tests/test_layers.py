@@ -1,5 +1,5 @@
 """The floor plan holds: rooms import only rooms below them, never in a circle, and the numpy rooms import
-no torch (DESIGN.md section 2: core <- samplers <- views <- distributed/sharing <- the buffer facade <-
+no torch (DESIGN.md section 2: core <- samplers <- views <- distributed/sharing <- legacy (0.2.3 methods) <- the buffer facade <-
 interop and Ray shards <- recording (it names fields as the Minari importer does) <- cli)."""
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memmap_replay"
 # room -> rank: a module may import its own room and rooms of a lower rank only
+# (legacy: memmap-replay-buffer 0.2.3's ReplayBuffer methods, a mixin of the buffer facade)
 RANKS = {"errors": 0, "_version": 0, "core": 1, "samplers": 2, "views": 3, "sharing": 4, "distributed": 4,
-         "buffer": 5, "interop": 6, "distributed.ray": 6, "recording": 7, "cli": 8, "__init__": 9, "__main__": 9}
+         "legacy": 5, "buffer": 6, "interop": 7, "distributed.ray": 7, "recording": 8, "cli": 9, "__init__": 10,
+         "__main__": 10}
 
 
 def room(module: str) -> str:
