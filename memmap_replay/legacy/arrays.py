@@ -73,14 +73,17 @@ class FieldArray:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         key = self._full_key(key if isinstance(key, tuple) else (key,))
-        lead = 1 if self.meta else 2
         try:
-            slots = np.arange(self.shape[0])[key[0]]
-            steps = None if self.meta else np.arange(self.shape[1])[key[1]]
+            return self._read(key)
         except IndexError as error:
             kind = IndexRangeError if "out of bounds" in str(error) else IndexTypeError
             raise kind(f"{self!r}: {error} (slots are 0..{self.shape[0] - 1}"
                        f"{'' if self.meta else f', steps 0..{self.shape[1] - 1}'})") from None
+
+    def _read(self, key: tuple) -> np.ndarray:
+        lead = 1 if self.meta else 2
+        slots = np.arange(self.shape[0])[key[0]]
+        steps = None if self.meta else np.arange(self.shape[1])[key[1]]
         if steps is not None:
             fancy = [not isinstance(k, (slice, int, np.integer)) for k in key[:2]]
             if all(fancy):  # two index arrays: pointwise, as numpy pairs them
