@@ -16,6 +16,7 @@ methods. The episode being written will take slot ``episode_index`` (the next on
 from __future__ import annotations
 
 import importlib
+from collections import namedtuple
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -42,11 +43,13 @@ class LegacyBufferAPI:
     _implicit = False                # _episode was opened by store() or advance_episode(), not begin_episode
     _next_t = 0                      # timestep_index set while no episode was open
 
-    @staticmethod
-    def _legacy_options(flush_every_store_step: Any, extra_config: Mapping[str, Any]) -> None:
+    internal_meta_fieldnames = frozenset({"episode_lens"})  # the meta_data entry that is no meta field
+    flush_every_store_step = 1
+
+    def _legacy_options(self, flush_every_store_step: Any, extra_config: Mapping[str, Any]) -> None:
         """0.2.3's ``flush_every_store_step`` is accepted (steps are staged in RAM and each episode is written
         when it commits); its ``**extra_config`` is refused: this store keeps no free-form config."""
-        integer(flush_every_store_step, "flush_every_store_step", low=0)
+        self.flush_every_store_step = integer(flush_every_store_step, "flush_every_store_step", low=0)
         if extra_config:
             known = ["max_episodes", "max_timesteps", "fields", "meta_fields", "circular", "overwrite", "read_only",
                      "max_steps", "durable", "track_stats", "flush_every_store_step"]
@@ -80,6 +83,11 @@ class LegacyBufferAPI:
     @property
     def meta_defaults(self) -> dict:
         return {name: spec.default for name, spec in self.schema.meta_fields.items()}
+
+    @property
+    def memory_namedtuple(self) -> type:
+        """0.2.3's ``Memory`` named tuple of the step fields (``store`` itself returns None here)."""
+        return namedtuple("Memory", list(self.schema.fields))
 
     @property
     def data(self) -> EpisodeArrays:

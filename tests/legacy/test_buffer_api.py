@@ -321,6 +321,7 @@ def test_reset_drops_every_episode_and_the_open_one(buf):
 def test_flush_every_store_step_is_accepted(tmp_path, every):
     with ReplayBuffer(tmp_path / "s", 2, 3, FIELDS, flush_every_store_step=every) as buffer:
         buffer.store(reward=1.0)
+        assert buffer.flush_every_store_step == every
 
 
 def test_flush_every_store_step_below_zero_is_refused(tmp_path):
@@ -357,6 +358,8 @@ def test_description_attributes(buf):
     assert buf.defaults == dict(state=None, action=None, reward=-1.0)
     assert buf.meta_shapes == dict(task=(), score=()) and buf.meta_dtypes["score"] is np.float32
     assert buf.meta_defaults == dict(task=None, score=None)
+    assert buf.memory_namedtuple._fields == ("state", "action", "reward")
+    assert buf.internal_meta_fieldnames == {"episode_lens"} and buf.flush_every_store_step == 1
 
 
 # ---- images ------------------------------------------------------------------------------------------------
