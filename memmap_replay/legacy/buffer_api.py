@@ -34,6 +34,13 @@ __all__ = ["LegacyBufferAPI"]
 _ADVANCE_FIRST = "commit them with advance_episode(batch_size) first"
 
 
+def _per_field(meta: bool, what) -> property:
+    """0.2.3's per-field description dicts (``shapes``, ``meta_dtypes``, ...): field name -> what(spec)."""
+    def get(self) -> dict:
+        return {name: what(spec) for name, spec in (self.schema.meta_fields if meta else self.schema.fields).items()}
+    return property(get)
+
+
 class LegacyBufferAPI:
     """0.2.3's methods and attributes; ``ReplayBuffer`` provides ``_store``, ``_episode`` (one open episode),
     ``_vector`` (a ``batched_episode`` block), ``schema``, ``episode_index`` and the episode methods."""
@@ -60,29 +67,12 @@ class LegacyBufferAPI:
 
     # ---- 0.2.3's description attributes ------------------------------------------------------------------
 
-    @property
-    def shapes(self) -> dict:
-        return {name: spec.shape for name, spec in self.schema.fields.items()}
-
-    @property
-    def dtypes(self) -> dict:
-        return {name: spec.dtype.type for name, spec in self.schema.fields.items()}
-
-    @property
-    def defaults(self) -> dict:
-        return {name: spec.default for name, spec in self.schema.fields.items()}
-
-    @property
-    def meta_shapes(self) -> dict:
-        return {name: spec.shape for name, spec in self.schema.meta_fields.items()}
-
-    @property
-    def meta_dtypes(self) -> dict:
-        return {name: spec.dtype.type for name, spec in self.schema.meta_fields.items()}
-
-    @property
-    def meta_defaults(self) -> dict:
-        return {name: spec.default for name, spec in self.schema.meta_fields.items()}
+    shapes = _per_field(False, lambda spec: spec.shape)
+    dtypes = _per_field(False, lambda spec: spec.dtype.type)
+    defaults = _per_field(False, lambda spec: spec.default)
+    meta_shapes = _per_field(True, lambda spec: spec.shape)
+    meta_dtypes = _per_field(True, lambda spec: spec.dtype.type)
+    meta_defaults = _per_field(True, lambda spec: spec.default)
 
     @property
     def memory_namedtuple(self) -> type:
