@@ -70,6 +70,7 @@ class ReplayBuffer(LegacyBufferAPI):
                             ("track_stats", track_stats)):
             flag(value, name)
         if _store is None:
+            self._refuse_0_2_3_folder(folder)
             if read_only and overwrite:
                 raise OptionError("read_only=True and overwrite=True contradict each other; pass one of them")
             if read_only:
@@ -107,6 +108,7 @@ class ReplayBuffer(LegacyBufferAPI):
         """Open an existing store; read-only opens never take the writer lock."""
         for name, value in (("read_only", read_only), ("durable", durable), ("track_stats", track_stats)):
             flag(value, name)
+        cls._refuse_0_2_3_folder(folder)
         return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable),
                    track_stats=track_stats)
 

@@ -16,6 +16,7 @@ methods. The episode being written will take slot ``episode_index`` (the next on
 from __future__ import annotations
 
 import importlib
+import os
 from collections import namedtuple
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +26,7 @@ import numpy as np
 from ..core.convert import as_array, coerce
 from ..core.options import check_end, did_you_mean, integer, short
 from ..core.writer import EpisodeWriter, coerce_meta
-from ..errors import BufferFullError, EpisodeStateError, InvalidDataError, OptionError
+from ..errors import BufferFullError, EpisodeStateError, InvalidDataError, OptionError, UnsupportedFormatError
 from .arrays import EpisodeArrays
 from .flat import FlatBatch
 
@@ -52,6 +53,16 @@ class LegacyBufferAPI:
 
     internal_meta_fieldnames = frozenset({"episode_lens"})  # the meta_data entry that is no meta field
     flush_every_store_step = 1
+
+    @staticmethod
+    def _refuse_0_2_3_folder(folder: Any) -> None:
+        """A folder 0.2.3 wrote (its pickled metadata.pkl, no meta.json) is converted, never opened or built over."""
+        if isinstance(folder, (str, os.PathLike)) and (Path(folder) / "metadata.pkl").is_file() \
+                and not (Path(folder) / "meta.json").exists():
+            raise UnsupportedFormatError(
+                f"{folder} holds a buffer written by memmap-replay-buffer (metadata.pkl and its per-field arrays), "
+                f"which this library does not open in place (nor create a store over): convert it into a new folder "
+                f"with `memmap-replay import` (or memmap_replay.interop), then open that one")
 
     def _legacy_options(self, flush_every_store_step: Any, extra_config: Mapping[str, Any]) -> None:
         """0.2.3's ``flush_every_store_step`` is accepted (steps are staged in RAM and each episode is written

@@ -9,7 +9,7 @@ import pytest
 
 import memmap_replay
 from memmap_replay import (BufferFullError, EpisodeStateError, InvalidDataError, OptionError, ReadOnlyError,
-                           ReplayBuffer, SchemaMismatchError)
+                           ReplayBuffer, SchemaMismatchError, StoreNotFoundError, UnsupportedFormatError)
 
 FIELDS = dict(state=("float", (2,)), action="int", reward=("float", (), -1.0))
 META = dict(task="int", score="float")
@@ -412,3 +412,27 @@ def test_create_collector(buf):
         return
     collector = buf.create_collector(2)
     assert collector.num_groups == 2 and buf.create_rollout_collector(3).num_groups == 3
+
+
+@pytest.mark.parametrize("open_it", [
+    lambda folder: ReplayBuffer.from_folder(folder),
+    lambda folder: ReplayBuffer(folder, 5, 6, FIELDS),
+    lambda folder: ReplayBuffer(folder, 5, 6, FIELDS, overwrite=True),
+], ids=["from_folder", "constructor", "overwrite"])
+def test_a_folder_0_2_3_wrote_is_neither_opened_nor_built_over(tmp_path, open_it):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "metadata.pkl").write_bytes(b"never read")
+    (folder / "state.data.npy").write_bytes(b"its arrays")
+    with pytest.raises(UnsupportedFormatError, match=r"written by memmap-replay-buffer.*`memmap-replay import`"):
+        open_it(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["metadata.pkl", "state.data.npy"]
+
+
+def test_read_only_on_a_missing_or_empty_folder_creates_nothing(tmp_path):
+    with pytest.raises(StoreNotFoundError, match=r"no store at"):
+        ReplayBuffer(tmp_path / "missing", 5, 6, FIELDS, read_only=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreNotFoundError, match=r"no store at"):
+        ReplayBuffer.from_folder(tmp_path / "empty", read_only=True)
+    assert not (tmp_path / "missing").exists() and not any((tmp_path / "empty").iterdir())
