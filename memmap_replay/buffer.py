@@ -190,9 +190,12 @@ class ReplayBuffer(LegacyBufferAPI):
 
     # ---- writing ---------------------------------------------------------------------------------------
 
-    def _check_idle(self, action: str) -> None:
+    def _check_idle(self, action: str, *, flat_ok: bool = False) -> None:
+        """Refuse ``action`` while an episode is open (``flat_ok``: unless it is 0.2.3's flat loop's)."""
         self._store.require_writable(action)
         self._drop_pristine()
+        if flat_ok and self._vector is None and (self._implicit or self._episode is None):
+            return
         if self._episode is not None or self._vector is not None or self._flat is not None:
             raise EpisodeStateError(
                 f"cannot {action} while an episode is open; finish the current one_episode/batched_episode "
@@ -279,8 +282,9 @@ class ReplayBuffer(LegacyBufferAPI):
         take (len(indices), T, *shape) values (T up to the shortest selected episode's length), or one
         value (scalar or one row) for every step; meta fields take (len(indices), *shape) or one value.
         With one int index (the seed package's form) values come without the episode axis. Every value
-        is checked before anything is written."""
-        self._check_idle("update")
+        is checked before anything is written. Refused inside one_episode/batched_episode; allowed while
+        0.2.3's flat loop has an episode open (which it leaves as it is)."""
+        self._check_idle("update", flat_ok=True)
         for write, position, rows in plan_update(self._store, indices, data):
             write(position, rows)
 

@@ -127,3 +127,13 @@ def test_unknown_names_and_bad_indices(ring):
         ring.data["action"][1, 1, 0]
     with pytest.raises(IndexTypeError, match=r"no new axes"):
         ring.data["state"][None]
+
+
+def test_after_advance_episode_a_ring_slot_shows_its_episode_until_the_next_step(tmp_path):
+    with ReplayBuffer(tmp_path / "s", 2, MAX_TIMESTEPS, FIELDS, META, circular=True) as buffer:
+        for number in range(2):
+            buffer.store(action=number)
+            buffer.advance_episode()
+        assert buffer.episode_index == 0 and buffer.data["action"][0, 0] == 0  # still the oldest episode
+        buffer.store(action=5)
+        assert buffer.data["action"][0, 0] == 5  # the open episode, as 0.2.3 shows it

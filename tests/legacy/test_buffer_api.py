@@ -99,6 +99,19 @@ def test_a_flat_episode_with_steps_must_be_advanced_before_another_kind_of_write
     assert buf.num_episodes == 1
 
 
+@pytest.mark.parametrize("open_flat, width", [(lambda b: b.store(reward=3.0), 1),
+                                               (lambda b: b.store_batch(reward=np.ones(2)), 2)], ids=["store", "store_batch"])
+def test_update_of_stored_episodes_while_the_flat_loop_has_one_open(buf, open_flat, width):
+    buf.store_episode(reward=np.arange(3.0))
+    open_flat(buf)
+    buf.update(reward=np.full((1, 3), 7.0))  # every stored episode; the open one is left as it is
+    assert stored(buf)[1] == [[7.0, 7.0, 7.0]] and buf.timestep_index == 1
+    buf.advance_episode(batch_size=width)
+    with pytest.raises(EpisodeStateError, match=r"cannot update while an episode is open"):
+        with buf.one_episode():
+            buf.update(0, reward=1.0)
+
+
 def test_end_episode_commits_a_flat_episode_too(buf):
     buf.store(reward=1.0)
     assert buf.end_episode(end="truncated") == 0
