@@ -241,9 +241,8 @@ class LegacyBufferAPI:
         episodes = flat.episodes(batch_size)
         for episode in episodes:
             episode.end = end
-        slots = self._store.commit(episodes)  # a full store raises here, and the batch stays open
-        self._flat = None
-        return slots
+        self._flat = None  # committed, or dropped if the store refuses them (full store or disk), as end_episode
+        return self._store.commit(episodes)
 
     def reset_(self) -> None:
         """0.2.3's reset: drop every episode, the open ones too."""

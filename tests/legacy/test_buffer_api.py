@@ -242,12 +242,15 @@ def test_store_while_a_batch_is_open_is_refused(buf):
         buf.store(reward=1.0)
 
 
-def test_a_full_store_refuses_the_commit_and_keeps_the_batch(tmp_path):
+def test_a_full_store_refuses_the_commit_and_drops_the_batch(tmp_path):
     with ReplayBuffer(tmp_path / "s", max_episodes=2, max_timesteps=4, fields=FIELDS) as buffer:
         buffer.store_batch(reward=np.zeros(3))
-        with pytest.raises(BufferFullError, match=r"buffer is full"):
+        with pytest.raises(BufferFullError, match=r"buffer is full.*clear\(\)"):
             buffer.advance_episode(3)
-        assert buffer.timestep_index == 1 and buffer.advance_episode(2) == [0, 1]
+        assert buffer.num_episodes == 0 and buffer.is_new_episode  # as end_episode: the batch is gone
+        buffer.clear()
+        buffer.store_batch(reward=np.zeros(2))
+        assert buffer.advance_episode(2) == [0, 1]
 
 
 # ---- single values by slot --------------------------------------------------------------------------------
