@@ -57,8 +57,9 @@ class LegacyBufferAPI:
     @staticmethod
     def _refuse_0_2_3_folder(folder: Any) -> None:
         """A folder 0.2.3 wrote (its pickled metadata.pkl, no meta.json) is converted, never opened or built over."""
-        if isinstance(folder, (str, os.PathLike)) and (Path(folder) / "metadata.pkl").is_file() \
-                and not (Path(folder) / "meta.json").exists():
+        # (os.path's checks say False for a path the OS refuses: EpisodeStore.open then names the problem)
+        if isinstance(folder, (str, os.PathLike)) and os.path.isfile(os.path.join(folder, "metadata.pkl")) \
+                and not os.path.lexists(os.path.join(folder, "meta.json")):
             raise UnsupportedFormatError(
                 f"{folder} holds a buffer written by memmap-replay-buffer (metadata.pkl and its per-field arrays), "
                 f"which this library does not open in place (nor create a store over): convert it into a new folder "
