@@ -254,12 +254,12 @@ class LegacyBufferAPI:
 
     # ---- single values, by slot ----------------------------------------------------------------------------
 
-    def _staged(self, *, writing: bool = False) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
-        """The open episodes at the slots they will take: (step rows per field, meta value per field). For
-        reading, an episode nothing was written to yet is left out: its slot shows what it holds until then."""
+    def _staged(self, *, pristine: bool = False) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        """The open episodes at the slots they will take: (step rows per field, meta value per field). An
+        episode nothing was written to yet is left out unless ``pristine``: its slot shows what it holds."""
         base, size, schema = self.episode_index, self.max_episodes, self.schema
         found = {}
-        if self._episode is not None and (writing or self._episode.length or self._episode.meta):
+        if self._episode is not None and (pristine or self._episode.length or self._episode.meta):
             meta = coerce_meta(schema, self._episode.meta)
             meta = {name: meta.get(name, spec.default_row()) for name, spec in schema.meta_fields.items()}
             length = self._episode.length
@@ -285,9 +285,11 @@ class LegacyBufferAPI:
                                    f"{'meta fields' if meta else 'fields'} are {sorted(specs)}"
                                    f"{did_you_mean([name], specs) if isinstance(name, str) else ''}")
         value = coerce(specs[name], value, kind="meta field" if meta else "field")
-        staged = self._staged(writing=True).get(slot)
         table = self._store.live_table()
         where = np.flatnonzero(table.slots == slot)
+        # an episode advance_episode() opened and nothing was written to yet takes values only for an empty
+        # slot: a ring slot still holds its stored episode until then (0.2.3 wrote to that one)
+        staged = self._staged(pristine=not where.size).get(slot)
         if staged is None and not where.size:
             raise OptionError(f"slot {slot} holds no episode, stored or being stored (live slots: "
                               f"{sorted(table.slots.tolist())[:20]}; the open episode takes slot {self.episode_index})")
