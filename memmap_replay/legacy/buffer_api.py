@@ -128,6 +128,7 @@ class LegacyBufferAPI:
     def timestep_index(self, value: Any) -> None:
         """0.2.3's ``timestep_index = k``: the open episode keeps its first k steps, or is extended with default
         steps up to k; the next step is step k."""
+        self._store.require_writable("set timestep_index")
         value = integer(value, "timestep_index", low=0, high=self.max_timesteps)
         if self._vector is not None:
             raise EpisodeStateError("timestep_index cannot be set inside batched_episode: each episode of the batch "

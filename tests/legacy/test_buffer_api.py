@@ -318,6 +318,11 @@ def test_single_values_on_a_read_only_buffer_are_refused(buf):
             reader.store(reward=1.0)
         with pytest.raises(ReadOnlyError, match=r"cannot store_batch"):
             reader.store_batch(reward=np.zeros(2))
+        with pytest.raises(ReadOnlyError, match=r"cannot set timestep_index"):
+            reader.timestep_index = 1
+        with pytest.raises(ReadOnlyError, match=r"cannot reset_"):
+            reader.reset_()
+        assert reader.data["reward"][0, :3].tolist() == [0.0, 1.0, 2.0] and reader.timestep_index == 0
 
 
 # ---- reset_ and the constructor ----------------------------------------------------------------------------
