@@ -218,13 +218,15 @@ class LegacyBufferAPI:
             return None
         if self._flat is not None:
             return self._advance_flat(end, final, batch_size)
-        if batch_size is not None and integer(batch_size, "batch_size", low=1) != 1:
-            raise OptionError(f"batch_size must be 1 for the episode store() wrote (got {batch_size}); "
-                              f"advance_episode(batch_size) ends episodes written with store_batch")
-        if self._episode is None:
+        batch_size = None if batch_size is None else integer(batch_size, "batch_size", low=1)
+        writer = self._episode
+        if writer is None or (self._implicit and writer.length == 0):
             check_end(end)
             self._next_t = 0
-            return None  # as 0.2.3: an episode with nothing stored does not advance
+            return None  # as 0.2.3: an episode with nothing stored does not advance (its meta values stay)
+        if batch_size not in (None, 1):
+            raise OptionError(f"batch_size must be 1 for the episode store() wrote (got {batch_size}); "
+                              f"advance_episode(batch_size) ends episodes written with store_batch")
         slot = self.end_episode(end, final)
         self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), {}), True
         return slot

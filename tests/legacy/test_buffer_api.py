@@ -73,10 +73,15 @@ def test_close_discards_the_open_episode(tmp_path):
 
 
 def test_advance_episode_with_nothing_stored_stores_nothing(buf):
-    assert buf.advance_episode() is None
+    assert buf.advance_episode() is None and buf.advance_episode(3) is None
     buf.store(reward=1.0)
     buf.advance_episode()
-    assert buf.advance_episode() is None and buf.num_episodes == 1
+    assert buf.advance_episode() is None and buf.advance_episode(batch_size=2) is None and buf.num_episodes == 1
+    buf.store_meta_datapoint(buf.episode_index, "task", 4)  # given before the first step: kept for the episode
+    assert buf.advance_episode() is None
+    buf.store(reward=2.0)
+    buf.advance_episode()
+    assert stored(buf)[2] == [0, 4]
 
 
 def test_after_advance_episode_the_other_calls_work_as_when_idle(buf):
