@@ -238,7 +238,7 @@ class LegacyBufferAPI:
                 raise OptionError(f"advance_episode() after store_batch of {flat.width} episodes needs "
                                   f"batch_size={flat.width} (0.2.3 ended one episode by default)")
             batch_size = 1
-        batch_size = integer(batch_size, "batch_size", low=1)
+        batch_size = integer(batch_size, "batch_size", low=1, high=self.max_episodes)  # (its episode slots)
         end = check_end(end)
         if final is not None:
             raise OptionError("final= is for one episode; episodes written with store_batch end without one")

@@ -192,6 +192,13 @@ def test_a_batch_wider_than_the_room_left_stores_batch_size_episodes(buf):
         buf.store_batch(reward=np.ones(1))
 
 
+def test_batch_size_beyond_the_episode_slots_is_refused(buf):
+    buf.store_batch(reward=np.zeros(2))
+    with pytest.raises(OptionError, match=r"batch_size must be at most 5 \(got 6\)"):
+        buf.advance_episode(6)
+    assert buf.advance_episode(2) == [0, 1]
+
+
 def test_advance_episode_without_batch_size_after_a_batch_is_refused(buf):
     buf.store_batch(reward=np.zeros(3))
     with pytest.raises(OptionError, match=r"needs batch_size=3"):
@@ -248,11 +255,12 @@ def test_store_while_a_batch_is_open_is_refused(buf):
 
 
 def test_a_full_store_refuses_the_commit_and_drops_the_batch(tmp_path):
-    with ReplayBuffer(tmp_path / "s", max_episodes=2, max_timesteps=4, fields=FIELDS) as buffer:
+    with ReplayBuffer(tmp_path / "s", max_episodes=3, max_timesteps=4, fields=FIELDS) as buffer:
+        buffer.store_episode(reward=np.zeros(1))
         buffer.store_batch(reward=np.zeros(3))
         with pytest.raises(BufferFullError, match=r"buffer is full.*clear\(\)"):
             buffer.advance_episode(3)
-        assert buffer.num_episodes == 0 and buffer.is_new_episode  # as end_episode: the batch is gone
+        assert buffer.num_episodes == 1 and buffer.is_new_episode  # as end_episode: the batch is gone
         buffer.clear()
         buffer.store_batch(reward=np.zeros(2))
         assert buffer.advance_episode(2) == [0, 1]
