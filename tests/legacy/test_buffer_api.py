@@ -261,9 +261,9 @@ def test_a_full_store_refuses_the_commit_and_drops_the_batch(tmp_path):
         with pytest.raises(BufferFullError, match=r"buffer is full.*clear\(\)"):
             buffer.advance_episode(3)
         assert buffer.num_episodes == 1 and buffer.is_new_episode  # as end_episode: the batch is gone
-        buffer.clear()
-        buffer.store_batch(reward=np.zeros(2))
-        assert buffer.advance_episode(2) == [0, 1]
+        buffer.clear()  # (slots go on from the next one)
+        buffer.store_batch(reward=np.zeros(3))
+        assert buffer.advance_episode(3) == [1, 2, 0]
 
 
 # ---- single values by slot --------------------------------------------------------------------------------
