@@ -1,10 +1,12 @@
 """ReplayBuffer: the seed-compatible front door over an EpisodeStore and its episode writers.
 
 ``from memmap_replay import ReplayBuffer`` replaces ``from memmap_replay_buffer import ReplayBuffer``.
-Differences from the seed package, on purpose: opening an existing folder never wipes it unless
-``overwrite=True``; ``store`` outside an episode is an error; an exception inside ``one_episode``
-discards that episode; ``store`` returns nothing; ``len(buffer)`` and ``episode_lens`` count committed
-episodes only.
+The rest of memmap-replay-buffer 0.2.3's surface (its flat loop, ``store_batch`` outside
+``batched_episode``, ``store_datapoint`` and siblings, ``data``/``meta_data``, the image helpers) is the
+``LegacyBufferAPI`` mixin (``memmap_replay.compat.buffer_api``). Differences from 0.2.3, on purpose: opening an
+existing folder never wipes it unless ``overwrite=True``; an exception inside ``one_episode`` discards that
+episode; an episode is stored when it commits (a crash or ``close()`` loses only the open one); ``store``
+returns nothing; ``len(buffer)`` and ``episode_lens`` count committed episodes only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .core.store import EpisodeStore
 from .core.options import choice, flag, positive_int
 from .core.update import plan_update
 from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, segments, whole_episode
+from .compat.buffer_api import LegacyBufferAPI
 
 LONG_EPISODES = ("error", "split")
 
@@ -41,11 +44,12 @@ class EpisodeMeta(dict):
         self._writer.set_end(end, final)
 
 
-class ReplayBuffer:
+class ReplayBuffer(LegacyBufferAPI):
     """A folder of memory-mapped episodes. See the README for the full tour.
 
     ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
-    overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True)``
+    overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True,
+    flush_every_store_step=1)``
 
     - ``fields``/``meta_fields``: name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``.
     - ``max_steps``: row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with
@@ -58,13 +62,16 @@ class ReplayBuffer:
     - ``long_episodes``: what a step past ``max_timesteps`` does: ``'error'`` (the default: an
       ``InvalidDataError``), or ``'split'``: the episode goes on in a new segment linked to the one before
       (continuing tasks; ``Episode.continues``, ``buffer.episodes(join_segments=True)``).
+    - ``flush_every_store_step``: 0.2.3's, accepted; episodes are written when they commit.
     """
 
     def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
                  fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
                  circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
                  max_steps: int | None = None, durable: bool = False, track_stats: bool = True,
-                 long_episodes: str = "error", _store: EpisodeStore | None = None):
+                 long_episodes: str = "error", flush_every_store_step: int = 1, _store: EpisodeStore | None = None,
+                 **extra_config: Any):
+        self._legacy_options(flush_every_store_step, extra_config)
         for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable),
                             ("track_stats", track_stats)):
             flag(value, name)
@@ -156,11 +163,6 @@ class ReplayBuffer:
         return int(self._store.live_table().length.sum())
 
     @property
-    def episode_index(self) -> int:
-        """The slot the next committed episode will take."""
-        return self._store.meta.state.next_episode % self.max_episodes
-
-    @property
     def episode_lens(self) -> np.ndarray:
         """Length per slot (max_episodes,), 0 for slots without a live episode (as in the seed package)."""
         lens = np.zeros(self.max_episodes, dtype=np.int64)
@@ -197,9 +199,13 @@ class ReplayBuffer:
     def _split(self) -> bool:
         return self.long_episodes == "split"
 
-    def _check_idle(self, action: str) -> None:
+    def _check_idle(self, action: str, *, flat_ok: bool = False) -> None:
+        """Refuse ``action`` while an episode is open (``flat_ok``: unless it is 0.2.3's flat loop's)."""
         self._store.require_writable(action)
-        if self._episode is not None or self._vector is not None:
+        self._drop_pristine()
+        if flat_ok and self._vector is None and (self._implicit or self._episode is None):
+            return
+        if self._episode is not None or self._vector is not None or self._flat is not None:
             raise EpisodeStateError(
                 f"cannot {action} while an episode is open; finish the current one_episode/batched_episode "
                 f"block (or call advance_episode()) first"
@@ -213,7 +219,7 @@ class ReplayBuffer:
     def begin_episode(self, **meta: Any) -> EpisodeMeta:
         """Open an episode without a ``with`` block; ``advance_episode()`` commits it."""
         self._check_idle("begin an episode")
-        self._episode = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split)
+        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split), False
         return EpisodeMeta(self._episode)
 
     @contextmanager
@@ -232,14 +238,9 @@ class ReplayBuffer:
         writer.commit()
 
     def store(self, **step: Any) -> None:
-        """Append one timestep to the open episode; fields not given take their default."""
-        if self._episode is None:
-            self._store.require_writable("store")
-            raise EpisodeStateError(
-                "store() needs an open episode: wrap the steps in `with buffer.one_episode():`, "
-                "or call buffer.begin_episode() first (batched_episode uses store_batch)"
-            )
-        self._episode.store(step)
+        """Append one timestep to the open episode; fields not given take their default. With none open, it
+        opens one (0.2.3's flat loop: ``advance_episode()`` commits it); ``one_episode`` is the safer way."""
+        (self._episode or self._open_implicit()).store(step)
 
     def set_episode_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
         """How the open episode ended: 'terminated' (no bootstrap) or 'truncated' (time limit), and
@@ -247,18 +248,6 @@ class ReplayBuffer:
         if self._episode is None:
             raise EpisodeStateError("set_episode_end() needs an open episode (one_episode or begin_episode)")
         self._episode.set_end(end, final)
-
-    def advance_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None) -> int | None:
-        """Commit the open episode (from ``begin_episode``) and open the next one, as the seed package's
-        flat loop does (``store ... if done: advance_episode()``). Returns the committed slot (None if
-        the episode was empty). In a ``batched_episode`` block it commits all its episodes."""
-        self._store.require_writable("advance the episode")
-        if self._vector is not None:
-            self._vector.commit_all(end)
-            return None
-        slot = self.end_episode(end, final)
-        self.begin_episode()
-        return slot
 
     def end_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None) -> int | None:
         """Commit the episode opened with ``begin_episode`` and leave none open; returns its slot."""
@@ -305,13 +294,6 @@ class ReplayBuffer:
         writer, self._vector = self._vector, None
         writer.commit_all()
 
-    def store_batch(self, **steps: Any) -> None:
-        """One step for every episode of the open ``batched_episode`` (arrays with a leading batch axis)."""
-        if self._vector is None:
-            self._store.require_writable("store_batch")
-            raise EpisodeStateError("store_batch() needs an open `with buffer.batched_episode(n):` block")
-        self._vector.store(**steps)
-
     def update(self, indices: Any = None, **data: Any) -> None:
         """Overwrite stored data of committed episodes in place (not crash-atomic).
 
@@ -319,8 +301,9 @@ class ReplayBuffer:
         take (len(indices), T, *shape) values (T up to the shortest selected episode's length), or one
         value (scalar or one row) for every step; meta fields take (len(indices), *shape) or one value.
         With one int index (the seed package's form) values come without the episode axis. Every value
-        is checked before anything is written."""
-        self._check_idle("update")
+        is checked before anything is written. Refused inside one_episode/batched_episode; allowed while
+        0.2.3's flat loop has an episode open (which it leaves as it is)."""
+        self._check_idle("update", flat_ok=True)
         for write, position, rows in plan_update(self._store, indices, data):
             write(position, rows)
 
@@ -350,7 +333,7 @@ class ReplayBuffer:
 
     def close(self) -> None:
         """Release the files and the writer lock; an open episode is discarded."""
-        self._episode = self._vector = None
+        self._episode = self._vector = self._flat = None
         self._store.close()
 
     def __enter__(self) -> "ReplayBuffer":

@@ -182,6 +182,12 @@ def nested_one_episode(b):
         pass
 
 
+def assert_no_open_episode(buffer):
+    """No episode was left open: a new one can begin (and ends empty, storing nothing)."""
+    buffer.begin_episode()
+    assert buffer.end_episode() is None
+
+
 # ---- reading back what is committed ------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..core.index import Positions
-from ..core.options import flag, integer, seed_option, short
+from ..core.options import flag, seed_option, short
 from ..core.store import EpisodeStore
 from ..errors import OptionError
 from ..views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
@@ -61,9 +61,9 @@ def _meta_fields(include_metadata: Any, options: dict) -> Any:
     return ()
 
 
-def _long_enough(view, min_episode_len: int) -> Positions:
-    """One position (t = 0) per episode of at least ``min_episode_len`` steps."""
-    return Positions.from_counts(view.table.length >= min_episode_len)
+def _one_each(view) -> Positions:
+    """One position (t = 0) per episode of the view (its table holds those of at least ``min_episode_len`` steps)."""
+    return Positions.from_counts(np.ones(len(view.table), dtype=np.int64))
 
 
 class _StepIndices:
@@ -91,35 +91,17 @@ class ReplayDatasetTrajectory(TrajectoryView):
         if filter_fields is not None:
             raise OptionError("filter_fields applies to single steps and n-step transitions (ReplayDatasetTimestep, "
                               "ReplayDatasetNStep), not to whole trajectories; use filter_meta here")
-        self.slice_by_episode_len = flag(slice_by_episode_len, "slice_by_episode_len")
-        self.return_episode_lens = flag(return_episode_lens, "return_episode_lens")
-        if not self.slice_by_episode_len and not self.return_episode_lens:
-            raise OptionError("slice_by_episode_len=False needs return_episode_lens=True: without the lengths the "
-                              "padded steps cannot be told from real ones")
-        self.min_episode_len = integer(min_episode_len, "min_episode_len", low=1)
         super().__init__(store_of(replay_buffer), fields=fields, fieldname_map=fieldname_map,
                          meta_fields=_meta_fields(include_metadata, options), filter_meta=filter_meta,
-                         return_indices=return_indices, **options)
+                         return_indices=return_indices, slice_by_episode_len=slice_by_episode_len,
+                         return_episode_lens=return_episode_lens, min_episode_len=min_episode_len, **options)
         self.build()
 
     def build(self) -> None:
-        self.positions = _long_enough(self, self.min_episode_len)
+        self.positions = _one_each(self)
 
     def output_names(self) -> list[str]:
-        names = [name for name in super().output_names() if name != "_t"]
-        return names if self.return_episode_lens else [name for name in names if name != "_lens"]
-
-    def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        batch = super().gather(episode, t)
-        if not self.slice_by_episode_len:  # every episode as max_timesteps rows, zero past its end
-            for name in (*self.fields, "_mask", "_is_first", "_is_last", "_is_terminal"):
-                value = batch.get(name)
-                if value is not None:
-                    pad = self.key_stride - value.shape[1]
-                    batch[name] = torch.cat((value, value.new_zeros((len(value), pad, *value.shape[2:]))), dim=1)
-        if not self.return_episode_lens:
-            del batch["_lens"]
-        return batch
+        return [name for name in super().output_names() if name != "_t"]
 
     def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         batch = super().assemble(episode, t)
@@ -170,14 +152,14 @@ class ReplayDatasetTimeWindow(WindowView):
             raise OptionError("ReplayDatasetTimeWindow pads windows of short episodes itself: drop allow_partial "
                               "(WindowView(store, window, allow_partial=...) has it)")
         self.seed = seed_option(seed)
-        self.min_episode_len = integer(min_episode_len, "min_episode_len", low=1)
         self._rng = np.random.default_rng(self.seed)
         super().__init__(store_of(replay_buffer), window_length, allow_partial=True, fields=fields,
                          fieldname_map=fieldname_map, meta_fields=_meta_fields(include_metadata, options),
-                         filter_meta=filter_meta, return_indices=return_indices, **options)
+                         filter_meta=filter_meta, return_indices=return_indices, min_episode_len=min_episode_len,
+                         **options)
 
     def build(self) -> None:
-        self.positions = _long_enough(self, self.min_episode_len)
+        self.positions = _one_each(self)
 
     def output_names(self) -> list[str]:
         names = [name for name in super().output_names() if name not in ("_mask", "_t")]

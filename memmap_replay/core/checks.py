@@ -231,7 +231,7 @@ def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity
                 lines.append(f"{key}: stored {stored!r}, asked for {getattr(capacity, key)!r}")
     if lines:
         raise SchemaMismatchError(
-            f"the store at {folder} was created differently:\n  " + "\n  ".join(lines)
+            f"the store at {folder} was created with a different config:\n  " + "\n  ".join(lines)
             + "\nopen it with ReplayBuffer.from_folder(folder), or pass overwrite=True to replace it"
             + _grow_hint(folder, meta, schema, capacity)
         )

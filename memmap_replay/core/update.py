@@ -67,6 +67,9 @@ def _field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, st
     if extra != 2 or len(array) != n:
         raise InvalidDataError(f"field {name!r} in update must have shape ({n}, T, *{spec.shape}) (got {array.shape})")
     t = array.shape[1]
+    if t > store.capacity.max_timesteps:
+        raise InvalidDataError(f"field {name!r} in update has T={t} steps, more than max_timesteps="
+                               f"{store.capacity.max_timesteps}")
     if n and t > lengths.min():
         raise InvalidDataError(f"field {name!r} in update has T={t} steps but a selected episode is shorter "
                                f"(shortest: {lengths.min()} steps)")

@@ -170,6 +170,10 @@ class EpisodeWriter:
     def length(self) -> int:
         return self._t
 
+    def rewind(self, length: int) -> None:
+        """Keep only the first ``length`` steps (at most ``self.length``); the next step is step ``length``."""
+        self._t = min(self._t, length)
+
     def _renew_views(self) -> None:
         staging = self.staging
         self._fast = {name: (spec, staging.arrays[name][0], _exact_scalar_check(spec), staging.defaults[name])

@@ -24,7 +24,7 @@ from ..core.episodes import select_episodes as _select_episodes
 from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
-from ..core.options import check_names, short
+from ..core.options import check_names, integer, short
 from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
 from .batch import BatchDataset
@@ -55,7 +55,8 @@ class StoreView(BatchDataset):
 
     def __init__(self, store: EpisodeStore, *, fields: Any = None, meta_fields: Any = None,
                  filter_meta: Mapping[str, Any] | None = None, fieldname_map: Mapping[str, str] | None = None,
-                 return_indices: bool = False, readahead: Any = "auto", transform: Any = None):
+                 return_indices: bool = False, readahead: Any = "auto", transform: Any = None,
+                 min_episode_len: int = 1):
         check_store(store)
         self.folder = store.folder
         self.store_id = store.meta.store_id
@@ -77,6 +78,7 @@ class StoreView(BatchDataset):
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
         self.filter_meta = filter_meta
+        self.min_episode_len = integer(min_episode_len, "min_episode_len", low=1)  # (0.2.3's keyword)
         self.key_stride = store.capacity.max_timesteps  # sample keys: episode id * key_stride + t
         self._snapshot(store)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
@@ -85,6 +87,8 @@ class StoreView(BatchDataset):
         # the table first: reading it consistently may take a newer meta.json (store.live_table), whose
         # state and stamp are then the snapshot's.
         self.table = _select_episodes(store, self.filter_meta)
+        if self.min_episode_len > 1:
+            self.table = self.table.select(self.table.length >= self.min_episode_len)
         # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
         # first check after a gather then reads meta.json again, once)
         self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
@@ -110,6 +114,7 @@ class StoreView(BatchDataset):
         def described(options):
             return None if not options else sorted([name, repr(value)] for name, value in options.items())
         return {"view": type(self).__name__, "filter_meta": described(self.filter_meta),
+                **({"min_episode_len": self.min_episode_len} if self.min_episode_len > 1 else {}),
                 "filter_fields": described(getattr(self, "filter_fields", None))}
 
     def build(self) -> None:
@@ -382,11 +387,11 @@ class StoreView(BatchDataset):
 
     # ---- helpers for subclasses --------------------------------------------------------------------------
 
-    def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None) -> torch.Tensor:
-        """One fancy-index gather of ``rows`` (any shape) from a step field; zeros where ``keep`` is False."""
+    def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None, fill: Any = 0) -> torch.Tensor:
+        """One fancy-index gather of ``rows`` (any shape) from a step field; ``fill`` where ``keep`` is False."""
         values = self.values_of(name, rows)
         if keep is not None and not keep.all():
-            values[~keep] = 0
+            values[~keep] = fill
         return torch.from_numpy(values)
 
     def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:

@@ -4,7 +4,10 @@ Each gathers a batch with one fancy-index call per field from the store's memory
 B the batch size:
 
 - ``TrajectoryView``: whole episodes padded with zeros to the longest in the batch: fields (B, T, ...),
-  ``_lens`` (B,), and ``_mask`` (B, T) with ``return_mask=True``.
+  ``_lens`` (B,), and ``_mask`` (B, T) with ``return_mask=True``. memmap-replay-buffer 0.2.3's keywords:
+  ``slice_by_episode_len=False`` gives every episode as max_timesteps rows, padded with the field default;
+  ``return_episode_lens=False`` leaves ``_lens`` out (only with sliced episodes: else nothing tells steps
+  from padding).
 - ``episode_flags=True`` (trajectories and windows): ``_is_first``, ``_is_last`` and ``_is_terminal``, bool
   (B, T) like the fields (Dreamer's flags): True at the episode's first step, at its last step, and at its
   last step only when it terminated (not when truncated or of unrecorded end); False at padded steps.
@@ -53,14 +56,20 @@ class TrajectoryView(StoreView):
     scattered_reads = False  # whole episodes: the kernel's readahead on a fault helps
 
     def __init__(self, store: EpisodeStore, *, return_mask: bool = False, episode_flags: bool = False,
-                 **options: Any):
+                 slice_by_episode_len: bool = True, return_episode_lens: bool = True, **options: Any):
         super().__init__(store, **options)
         self.return_mask = flag(return_mask, "return_mask")
         self.episode_flags = flag(episode_flags, "episode_flags")
+        self.slice_by_episode_len = flag(slice_by_episode_len, "slice_by_episode_len")
+        self.return_episode_lens = flag(return_episode_lens, "return_episode_lens")
+        if not (self.slice_by_episode_len or self.return_episode_lens):
+            raise OptionError("return_episode_lens=False needs slice_by_episode_len=True: episodes padded to "
+                              "max_timesteps need their lengths (_lens) to tell steps from padding")
         self.check_outputs()
 
     def output_names(self) -> list[str]:
-        names = super().output_names() + ["_lens"] + (["_mask"] if self.return_mask else [])
+        lens = ["_lens"] if self.return_episode_lens else []
+        names = super().output_names() + lens + (["_mask"] if self.return_mask else [])
         return names + (list(_FLAGS) if self.episode_flags else [])
 
     def sequence_outputs(self) -> tuple[str, ...]:
@@ -70,9 +79,13 @@ class TrajectoryView(StoreView):
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
         longest = int(length.max()) if len(length) else 0
+        fill = {}
+        if not self.slice_by_episode_len:  # 0.2.3's whole rows: max_timesteps steps, the default past the end
+            longest, fill = self.key_stride, {name: self.store.schema.fields[name].default_row() for name in self.fields}
         rows, inside = window_rows(self.table.start[episode], np.zeros_like(episode), longest, length)
-        batch = {name: self.rows_of(name, rows, inside) for name in self.fields}
-        batch["_lens"] = torch.from_numpy(length.copy())
+        batch = {name: self.rows_of(name, rows, inside, fill.get(name, 0)) for name in self.fields}
+        if self.return_episode_lens:
+            batch["_lens"] = torch.from_numpy(length.copy())
         if self.return_mask:
             batch["_mask"] = torch.from_numpy(inside)
         if self.episode_flags:

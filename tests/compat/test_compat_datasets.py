@@ -54,7 +54,7 @@ def test_trajectory_options_as_0_2_3_takes_them(buffer):
 def test_trajectory_refuses_what_0_2_3_refused(buffer):
     with pytest.raises(OptionError, match="filter_fields applies to single steps"):
         ReplayDatasetTrajectory(buffer, filter_fields=dict(done=False))
-    with pytest.raises(OptionError, match="needs return_episode_lens=True"):
+    with pytest.raises(OptionError, match="return_episode_lens=False needs slice_by_episode_len=True"):
         ReplayDatasetTrajectory(buffer, slice_by_episode_len=False, return_episode_lens=False)
     with pytest.raises(OptionError, match="include_metadata must be True or False"):
         ReplayDatasetTrajectory(buffer, include_metadata="yes")

@@ -39,7 +39,7 @@ def test_reopen_with_different_schema_or_capacity_is_refused(folder, changes, ma
     with raises(SchemaMismatchError, match=match) as info:
         make(folder, **changes)
     message = str(info.value)
-    assert "was created differently" in message and str(folder) in message
+    assert "was created with a different config" in message and str(folder) in message
     assert "ReplayBuffer.from_folder(folder)" in message and "overwrite=True" in message
     assert files_of(folder) == files
     with ReplayBuffer.from_folder(folder) as buf:  # the lock was released, the data is intact

@@ -16,10 +16,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memmap_replay import EpisodeStateError, InvalidDataError, ReplayBuffer
+from memmap_replay import InvalidDataError, ReplayBuffer
 
 from catalogue import (raises, good_step, good_steps, good_episode, good_batch, committed, assert_same,
-                       assert_unchanged, stack)
+                       assert_unchanged, assert_no_open_episode, stack)
 
 
 # ---- values that do not fit their field: every write path --------------------------------------------
@@ -200,8 +200,7 @@ def test_bad_meta_value_is_refused(buffer, write, meta, match):
     before = committed(buffer)
     with raises(InvalidDataError, match=match):
         write(buffer, meta)
-    with raises(EpisodeStateError, match=r"store\(\) needs an open episode"):
-        buffer.store(**good_step(5, 0))
+    assert_no_open_episode(buffer)
     assert_unchanged(buffer, before)
 
 def test_bad_meta_value_set_inside_one_episode_discards_the_episode(buffer):

@@ -305,7 +305,7 @@ def test_close_releases_the_lock(folder):
 
 
 def test_a_refused_open_does_not_keep_the_lock(folder):
-    with pytest.raises(SchemaMismatchError, match="created differently"):
+    with pytest.raises(SchemaMismatchError, match="created with a different config"):
         ReplayBuffer(folder, **{**SPEC, "fields": dict(x="float")})
     with pytest.raises(OptionError, match="contradict"):
         ReplayBuffer(folder, **SPEC, overwrite=True, read_only=True)

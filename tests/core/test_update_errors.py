@@ -46,6 +46,7 @@ def test_update_bad_indices(buffer, indices, match):
 @pytest.mark.parametrize("indices, data, match", [
     pytest.param([0], dict(reward=np.zeros((1, 4))), r"field 'reward' in update has T=4 steps but a selected episode is shorter \(shortest: 3 steps\)", id="too-many-steps"),
     pytest.param([0, 1], dict(obs=np.zeros((2, 4, 3))), r"field 'obs' in update has T=4 steps .*\(shortest: 3 steps\)", id="too-many-steps-for-shortest"),
+    pytest.param(0, dict(reward=np.zeros(11)), r"field 'reward' in update has T=11 steps, more than max_timesteps=10$", id="past-max_timesteps"),
     pytest.param([0, 1], dict(reward=np.zeros((3, 2))), r"field 'reward' in update must have shape \(2, T, \*\(\)\) \(got \(3, 2\)\)", id="wrong-count"),
     pytest.param([0, 1], dict(reward=np.zeros((2, 2, 2, 2))), r"field 'reward' in update must have shape \(2, T", id="too-many-axes"),
     pytest.param([0, 1], dict(task=[1, 2, 3]), r"meta field 'task' must have shape \(2,\) \(got \(3,\)\)", id="meta-wrong-count"),

@@ -35,7 +35,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from memmap_replay import EpisodeStateError, InvalidDataError, OptionError, ReplayBuffer
+from memmap_replay import InvalidDataError, OptionError, ReplayBuffer
 
 from catalogue import (HOSTILE_FIELDS as FIELDS, HOSTILE_MAX_TIMESTEPS as MAX_TIMESTEPS, fast, episode, step,
                        batch_step, unchanged, raises, garbage, element_fits, legal_row, NON_NUMERIC)
@@ -120,6 +120,8 @@ def test_one_bad_value_anywhere_in_an_episode_refuses_all_of_it(store, data, nam
 def test_end_of_any_other_value_at_every_entry_point(store, end, how):
     assume(end is not None and not (isinstance(end, str) and end in ("terminated", "truncated")))
     assume(not isinstance(end, (np.ndarray, torch.Tensor)))  # arrays: see END_CASES
+    # an int given to advance_episode is 0.2.3's batch_size (tests/compat/test_buffer_api.py)
+    assume(how != "advance_episode" or isinstance(end, bool) or not isinstance(end, int))
     match = r"^end must be 'terminated', 'truncated' or None \(got "
     with unchanged(store):
         if how == "store_episode":
@@ -207,8 +209,8 @@ def test_meta_values_of_any_type(store, value, name, how):
             "batched_episode": lambda: store.batched_episode(2, **{name: value}).__enter__()}[how]
     with unchanged(store), raises(InvalidDataError, match=rf"^meta field '{name}' (must|has dtype)"):
         call()
-    with raises(EpisodeStateError, match=r"store\(\) needs an open episode"):  # none was left open
-        store.store(**step(6, 0))
+    store.begin_episode()  # none was left open
+    assert store.end_episode() is None
 
 
 # ==== kinds 25, 36-41: batched writers ======================================================================

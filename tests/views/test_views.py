@@ -397,3 +397,36 @@ class TestViewContract:
         assert view.refresh() is True
         assert len(view) > before and view.refresh() is False
         same_batch(view.__getitems__([len(view) - 1]), make().__getitems__([len(view) - 1]))
+
+
+# ---- memmap-replay-buffer 0.2.3's dataset keywords --------------------------------------------------------
+
+
+def test_trajectory_slice_by_episode_len_false_gives_max_timesteps_rows_with_defaults(make_buffer):
+    buffer = make_buffer(max_timesteps=6, fields=dict(reward=("float", (), -1.0), obs=("float", (2,))))
+    buffer.store_episode(reward=np.arange(3.0), obs=np.ones((3, 2)))
+    buffer.store_episode(reward=np.arange(2.0) + 10, obs=np.ones((2, 2)))
+    whole = buffer.dataset(slice_by_episode_len=False)
+    assert whole[0]["reward"].tolist() == [0, 1, 2, -1, -1, -1] and whole[0]["_lens"].item() == 3
+    batch = next(iter(buffer.dataloader(2, slice_by_episode_len=False)))
+    assert batch["obs"].shape == (2, 6, 2) and batch["obs"][1, 2:].eq(0).all()
+    assert batch["reward"][1].tolist() == [10, 11, -1, -1, -1, -1]
+    assert buffer.dataset()[0]["reward"].tolist() == [0, 1, 2]
+
+
+def test_trajectory_return_episode_lens(three):
+    assert "_lens" in three.dataset(return_episode_lens=True)[0]
+    assert "_lens" not in three.dataset(return_episode_lens=False)[0]
+    with pytest.raises(InvalidDataError, match=r"return_episode_lens=False needs slice_by_episode_len=True"):
+        three.dataset(slice_by_episode_len=False, return_episode_lens=False)
+    with pytest.raises(InvalidDataError, match=r"slice_by_episode_len must be True or False \(got 'no'\)"):
+        three.dataset(slice_by_episode_len="no")
+
+
+@pytest.mark.parametrize("options", [dict(), dict(timestep_level=True), dict(window=2), dict(n_steps=2)], ids=repr)
+def test_min_episode_len_keeps_the_longer_episodes(three, options):
+    view = three.dataset(min_episode_len=4, **options)
+    assert set(view.table.length.tolist()) == {4} and len(view) < len(three.dataset(**options))
+    assert view.position_spec()["min_episode_len"] == 4
+    with pytest.raises(InvalidDataError, match=r"min_episode_len must be a positive int \(got 0\)"):
+        three.dataset(min_episode_len=0, **options)
