@@ -2,7 +2,7 @@
 contact sheets) of episodes of image fields. Also ``memmap_replay.inspect_replay_buffer(argv)``, which
 behaves as 0.2.3's ``video.main(argv)`` (a usage error exits through argparse, code 2).
 
-Its ``--serve`` (a local video page) is not provided: this project's viewer (issue #13) replaces it.
+Its ``--serve`` (a local video page) is not provided: this project's viewer (``memmap-replay view FOLDER``) replaces it.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ _DESCRIPTION = """\
 Render episodes of image fields stored in a replay buffer to videos (and optionally contact sheets),
 as memmap-replay-buffer 0.2.3's inspect-replay-buffer does. Episodes are buffer rows (slots). With
 several fields, each field's name goes before the suffix: out.image.mp4, out.wrist.mp4.
-The local video page of 0.2.3 (--serve) is replaced by memmap-replay's viewer (issue #13, upcoming).
+The local video page of 0.2.3 (--serve) is replaced by 'memmap-replay view FOLDER', the viewer.
 For labelled contact sheets, frame stacks and long episodes see 'memmap-replay frames' and 'memmap-replay video'.
 Needs imageio (pip install 'memmap-replay[video]'); .mp4 needs imageio-ffmpeg."""
 
-_SERVE = ("--serve is not provided: memmap-replay-buffer's local video page is replaced by memmap-replay's "
-          "viewer (issue #13, upcoming); drop --serve to write the videos, and open them with any player")
+_SERVE = ("--serve is not provided: memmap-replay-buffer's local video page is replaced by the viewer, "
+          "'memmap-replay view FOLDER'; drop --serve to write the videos")
 
 
 class _Usage(Exception):
@@ -69,7 +69,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=2, help="contact sheet rows (default 2)")
     parser.add_argument("--columns", type=int, default=5, help="contact sheet columns (default 5)")
     parser.add_argument("--serve", type=int, nargs="?", const=8000, default=None,
-                        help="not provided: replaced by memmap-replay's viewer (issue #13)")
+                        help="not provided: replaced by the viewer, 'memmap-replay view FOLDER'")
     parser.add_argument("--no-browser", action="store_true", help="accepted for compatibility (goes with --serve)")
 
 

@@ -64,7 +64,7 @@ def test_the_default_output_is_named_after_the_folder(cameras, tmp_path, monkeyp
     (["--field", "image,nonexistent"], "invalid field name 'nonexistent'"),
     (["--field", ""], "expected at least one field name"),
     (["--scale", "0"], "--scale must be at least 1"),
-    (["--serve"], "replaced by memmap-replay's viewer"),
+    (["--serve"], "replaced by the viewer, 'memmap-replay view FOLDER'"),
 ])
 def test_usage_errors_exit_through_argparse(cameras, arguments, message, capsys):
     with pytest.raises(SystemExit, match="2"):
