@@ -24,7 +24,7 @@ from .core.schema import FieldSpec, Schema
 from .sharing.stats import FieldStats, StoreStats
 from .core.store import EpisodeStore
 from .sharing.verify import VerifyReport, verify
-from .core.writer import VectorEpisodeWriter
+from .core.vector import VectorEpisodeWriter
 from .compat.h5 import ReplayBufferH5PY
 from .compat.video import frames_to_sheet, to_uint8, trajectory_to_video
 

@@ -24,7 +24,8 @@ from .core.schema import Schema
 from .core.store import EpisodeStore
 from .core.options import choice, flag, positive_int
 from .core.update import plan_update
-from .core.writer import EpisodeWriter, StagingBuffer, VectorEpisodeWriter, segments, whole_episode
+from .core.vector import VectorEpisodeWriter
+from .core.writer import EpisodeWriter, StagingBuffer, segments, whole_episode
 from .compat.buffer_api import LegacyBufferAPI
 
 LONG_EPISODES = ("error", "split")

@@ -9,7 +9,8 @@ from .index import EpisodeTable, Positions
 from .lock import WriterLock
 from .schema import FieldSpec, Schema
 from .store import CommitObserver, EpisodeStore, PendingEpisode, observe_commits
-from .writer import EpisodeWriter, VectorEpisodeWriter
+from .vector import VectorEpisodeWriter
+from .writer import EpisodeWriter
 
 __all__ = ["Episode", "EpisodeList", "FORMAT_VERSION", "Capacity", "StoreMeta", "EpisodeTable", "Positions", "WriterLock",
            "FieldSpec", "Schema", "CommitObserver", "EpisodeStore", "PendingEpisode", "observe_commits",

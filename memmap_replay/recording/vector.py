@@ -12,7 +12,7 @@ from ..buffer import ReplayBuffer
 from ..errors import EpisodeStateError, InvalidDataError, OptionError
 from ..interop.common import REWARD
 from ..core.options import short
-from ..core.writer import VectorEpisodeWriter
+from ..core.vector import VectorEpisodeWriter
 from .recorder import Recorder, field_copies
 
 __all__ = ["RecordVectorEpisodes"]
