@@ -379,9 +379,11 @@ def read_npy_header(path: Path, folder: Path | None = None) -> tuple[int, np.dty
     with clear errors for damage."""
     with _open_npy(folder, path) as file:
         try:
-            size = os.fstat(file.fileno()).st_size
             dtype, shape, fortran = parse_npy_header(file)
             offset = file.tell()
+            # the size after the header: a writer grows a file's size before its header's row count, so a
+            # header read first never declares rows beyond this size (read before, a grow in between did)
+            size = os.fstat(file.fileno()).st_size
         except (ValueError, OSError) as error:
             raise CorruptStoreError(f"{path} is not a readable .npy file ({error})") from None
     if fortran:

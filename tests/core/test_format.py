@@ -155,3 +155,23 @@ def test_step_file_grows_in_place_and_stays_valid_npy(make_buffer):
 def test_read_meta_of_missing_file(tmp_path):
     with pytest.raises(CorruptStoreError, match="missing"):
         read_meta(tmp_path)
+
+
+def test_a_reader_opening_a_step_file_while_the_writer_grows_it_sees_a_whole_file(tmp_path, monkeypatch):
+    # a writer grows a file's size, then its header; a reader whose header read lands between the two must
+    # still find every row the header declares (the file's size is taken after the header is read)
+    spec = fmt.FieldSpec("x", np.dtype("float32"), (3,))
+    path = tmp_path / "x.npy"
+    fmt._create_npy(tmp_path, path, spec, 0)
+    writer = fmt.NpyFile.open(tmp_path, path, spec, 0, writable=True)
+    parse = fmt.parse_npy_header
+
+    def grown_meanwhile(file):
+        writer.grow(64)  # the writer's whole grow happens while the reader is at the header
+        return parse(file)
+
+    monkeypatch.setattr(fmt, "parse_npy_header", grown_meanwhile)
+    reader = fmt.NpyFile.open(tmp_path, path, spec, 64, writable=False)
+    assert reader.rows == 64 and reader.size >= reader.offset + 64 * spec.row_nbytes
+    writer.close()
+    reader.close()

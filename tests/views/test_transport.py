@@ -326,7 +326,9 @@ def test_persistent_workers_take_back_slots_of_dropped_batches(filled, monkeypat
     for _ in range(3):  # batches dropped by a stop hold their slots until a later iteration frees them
         counts.update(slots=0, torch=0)
         total = sum(1 for _ in loader)
-    assert counts == {"slots": total, "torch": 0}
+    # slots leaked by the stops would run out within two stops, and every later batch would go torch's way;
+    # on a loaded machine a worker may still find none free for a batch or two as an iteration starts
+    assert counts["slots"] + counts["torch"] == total and counts["torch"] <= 3, (counts, total)
 
 
 def test_threads_repeat_an_unseeded_random_transform_after_torch_manual_seed(tmp_path):
