@@ -176,8 +176,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         else:
             raise CorruptStoreError(f"the sum tree of this sampler keeps drawing rows that no live episode holds "
                                     f"(row {int(rows[stray][0])}); make the sampler again")
-        weights = (tree.min / leaves) ** self.beta  # = (leaves / min) ** -beta, which could overflow
-        return self.sample_of(episode, t, weights.astype(np.float32))
+        return self.sample_of(episode, t, tree.weights(leaves, self.beta))
 
     def _stray(self, rows: np.ndarray, episode: np.ndarray, t: np.ndarray) -> np.ndarray | None:
         """The draws whose row is no position of the view (a check, one gather and compare per batch), or None.
