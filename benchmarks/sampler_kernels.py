@@ -1,0 +1,104 @@
+"""The sampler benchmark's kernel figures (used by benchmarks/samplers.py): which kernels are there, the
+first use's compile time, and cpprb's prioritized buffer on the same data.
+
+- ``available()``: the kernels this run measures: numpy always, numba when it is installed (``numba
+  kernels`` imports it: the samplers' own choice is made per case with ``kernels.select``).
+- ``first_use()``: in fresh processes, with ``NUMBA_CACHE_DIR`` a new empty folder: the seconds of
+  ``import numba`` alone, of the kernels' first use with an empty cache (import, compile, cache written),
+  and of a first use again with that cache (import, cache read). A fresh process, because a process
+  compiles the kernels once.
+- ``CpprbPrioritized``: cpprb's ``PrioritizedReplayBuffer`` (C++, in RAM) filled with the same rows
+  (image, action, reward), alpha 0.6; an iteration is ``rb.sample(256, beta=0.4)`` then
+  ``rb.update_priorities(batch['indexes'], priorities)`` with the same precomputed priorities. Every run
+  first resets all priorities to 1 (untimed). It draws with its own generator: the rows differ from our
+  samplers' (not their number of bytes), so its figure is compared with the limit's batches/s of the P group.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FIRST_USE = """
+import sys, time
+sys.path.insert(0, {root!r})
+start = time.perf_counter()
+import numba  # noqa: F401
+imported = time.perf_counter() - start
+if {kernels}:
+    import numpy as np
+    from memmap_replay.samplers import kernels
+    from memmap_replay.samplers.sumtree import SumTree
+    start = time.perf_counter()
+    assert kernels.select("numba") == "numba"
+    tree = SumTree(1000)
+    tree.update(np.arange(1000), np.ones(1000))
+    tree.sample(16, np.random.default_rng(0))
+    print(imported, time.perf_counter() - start + imported)
+else:
+    print(imported)
+"""
+
+
+def available() -> list[str]:
+    return ["numpy", "numba"] if importlib.util.find_spec("numba") is not None else ["numpy"]
+
+
+def first_use() -> dict[str, float]:
+    """Seconds: 'import numba', 'compile' (first use, empty cache), 'cached' (first use, cache written)."""
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        env.pop("MEMMAP_REPLAY_KERNELS", None)
+
+        def run(kernels: bool) -> list[float]:
+            code = FIRST_USE.format(root=str(ROOT), kernels=kernels)
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            return [float(x) for x in out.stdout.split()]
+
+        imported = min(run(False)[0] for _ in range(3))  # (the first one may read numba's files from disk)
+        compiled = run(True)[1]
+        cached = min(run(True)[1] for _ in range(3))
+    return {"import numba": imported, "compile": compiled, "cached": cached}
+
+
+def cpprb_version() -> str | None:
+    if importlib.util.find_spec("cpprb") is None:
+        return None
+    from importlib.metadata import version
+    return version("cpprb")
+
+
+class CpprbPrioritized:
+    """cpprb's PrioritizedReplayBuffer over the rows of ``ram`` (field -> array of every step)."""
+
+    def __init__(self, ram: dict[str, np.ndarray], alpha: float, beta: float):
+        from cpprb import PrioritizedReplayBuffer
+        steps = len(next(iter(ram.values())))
+        env_dict = {name: {"shape": array.shape[1:] or 1, "dtype": array.dtype} for name, array in ram.items()}
+        start = time.perf_counter()
+        self.buffer = PrioritizedReplayBuffer(steps, env_dict, alpha=alpha)
+        chunk = 5000
+        for begin in range(0, steps, chunk):
+            self.buffer.add(**{name: array[begin: begin + chunk] for name, array in ram.items()})
+        self.filled = time.perf_counter() - start
+        self.steps, self.beta = steps, beta
+
+    def reset(self) -> None:
+        self.buffer.update_priorities(np.arange(self.steps), np.ones(self.steps))
+
+    def iterate(self, priorities, begin: int, end: int, batch: int):
+        """Iterations begin..end-1: sample, then update the sampled rows' priorities; the last batch."""
+        rb, beta, sample = self.buffer, self.beta, None
+        for i in range(begin, end):
+            sample = rb.sample(batch, beta=beta)
+            rb.update_priorities(sample["indexes"], priorities[i])
+        return sample
