@@ -1,3 +1,4 @@
+import importlib.util
 import subprocess
 
 import numpy as np
@@ -14,6 +15,26 @@ buffer, folder, fresh, new_folder, store = (catalogue.buffer, catalogue.folder, 
 
 SMALL_FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float")
 SMALL_META = dict(task_id="int")
+
+
+KERNELS = ["numpy", "numba"]  # the sum tree's kernels (memmap_replay.samplers.kernels)
+
+
+def select_kernel(name: str) -> None:
+    """Run sum trees on ``name``'s kernels until ``kernels.reset()``; skips the test when numba is missing."""
+    from memmap_replay.samplers import kernels
+    if name == "numba" and importlib.util.find_spec("numba") is None:
+        pytest.skip("numba is not installed (pip install 'memmap-replay[fast]'): its compiled kernels are not tested")
+    kernels.select(name)
+
+
+@pytest.fixture(params=KERNELS)
+def kernel(request):
+    """Each sum tree kernel in turn (numba's skipped when it is not installed)."""
+    from memmap_replay.samplers import kernels
+    select_kernel(request.param)
+    yield request.param
+    kernels.reset()
 
 
 @pytest.fixture
