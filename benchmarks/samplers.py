@@ -129,9 +129,15 @@ class Bench:
         self.results[(group, how)] = (rate, times)
         extra = f" {nbytes * rate / MB:>8,.0f} MB/s" if nbytes else f" {seconds / calls * 1e6:>8,.1f} us/call"
         if (group, LIMIT) in self.results and how != LIMIT:
-            extra += f"  {rate / self.results[(group, LIMIT)][0]:.3f} x numpy"
+            extra += f"  {rate / self.results[(group, LIMIT)][0]:.3f} x numpy (paired {self.paired(group, how):.3f})"
         spread = ", ".join(f"{calls / t:,.0f}" for t in times)
         print(f"  {group:<14} {how:<52} {rate:>9,.1f} {unit}{extra}   [{spread}]", flush=True)
+
+    def paired(self, group: str, how: str) -> float:
+        """The median over repeats of (this way's rate / the limit's in the same round of the interleaved
+        repeats): steadier than the ratio of medians when other processes come and go."""
+        limit, times = self.results[(group, LIMIT)][1], self.results[(group, how)][1]
+        return statistics.median(a / b for a, b in zip(limit, times))
 
     # ---- samplers against the numpy limit ------------------------------------------------------------
 
@@ -309,7 +315,7 @@ def sampler_cases(args, kernel_names: list[str]) -> list[SamplerCase]:
 
 
 def print_table(bench: Bench, args, episodes: int) -> None:
-    header = ("case", "how", "batches/s", "x numpy", "goal")
+    header = ("case", "how", "batches/s", "x numpy", "paired", "goal")
     rows = []
     for (group, how), (rate, _) in bench.results.items():
         limit = bench.results.get((group, LIMIT))
@@ -319,13 +325,14 @@ def print_table(bench: Bench, args, episodes: int) -> None:
             verdict = f">= {goal} x numpy {'met' if ratio >= goal else 'NOT met'}"
         elif goal is not None:
             verdict = f">= {goal:,} calls/s {'met' if rate >= goal else 'NOT met'}"
-        rows.append((group, how, f"{rate:,.1f}", "" if ratio is None else f"{ratio:.3f}", verdict))
+        paired = "" if ratio is None or how == LIMIT else f"{bench.paired(group, how):.3f}"
+        rows.append((group, how, f"{rate:,.1f}", "" if ratio is None else f"{ratio:.3f}", paired, verdict))
     print()
     print(f"Sampler figures: {episodes} episodes x {T_STEPS} steps; medians of {args.repeats} repeat(s) of "
           f"{args.batches} iterations ({args.tree_calls} calls for the sum tree); ratios are to the numpy in-RAM "
           f"gather of the same rows in this run")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i in (2, 3) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    lines = ["  ".join(c.rjust(w) if i in (2, 3, 4) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
     print(lines[0])
     print("-" * max(len(line) for line in lines))
@@ -337,6 +344,7 @@ def print_table(bench: Bench, args, episodes: int) -> None:
         print(line)
     print("x numpy: over the numpy limit's batches/s in this run (same rows, same bytes; the limit neither draws nor")
     print("updates priorities). Sum tree: calls/s of tree.sample(256, rng) + tree.update(idx, new), no gather.")
+    print("paired: the median over repeats of the ratio within each round of the interleaved runs.")
     print("numpy / numba: the sum tree's kernels (MEMMAP_REPLAY_KERNELS); both draw the same keys (checked).")
     print_ratios(bench)
 

@@ -1,4 +1,7 @@
-"""Which code runs the sum tree's hot paths: numba's compiled kernels (``sumtree_numba``) or numpy.
+"""Which code runs the sum tree's hot paths: numba's compiled kernels or numpy.
+
+The compiled kernels: ``sumtree_numba`` (the tree's draws and updates) and ``positions_numba`` (the
+prioritized sampler's key arithmetic around them); ``compiled()`` hands out their functions.
 
 With numba installed (``pip install memmap-replay[fast]``) the compiled kernels run, else numpy's; both
 give the same draws for the same seed. The environment variable ``MEMMAP_REPLAY_KERNELS`` chooses:
@@ -12,22 +15,23 @@ from __future__ import annotations
 
 import os
 import time
-from types import ModuleType
+from types import SimpleNamespace
 
 from ..errors import OptionError
 
-__all__ = ["ENVIRONMENT", "compiled", "name", "select", "reset"]
+__all__ = ["ENVIRONMENT", "compiled", "name", "select", "reset", "LIVE", "EVICTED", "NOT_A_POSITION"]
 
 ENVIRONMENT = "MEMMAP_REPLAY_KERNELS"
 CHOICES = ("auto", "numba", "numpy")
+LIVE, EVICTED, NOT_A_POSITION = 0, 1, 2  # positions_numba.rows_of_keys's answers
 
-_compiled: ModuleType | None = None  # the sumtree_numba module when numba runs the kernels
+_compiled: SimpleNamespace | None = None  # the compiled kernels' functions when numba runs them
 _name: str | None = None  # "numba" or "numpy" once chosen
 load_seconds: float | None = None  # how long the first use took to import numba and compile or load the kernels
 reason = ""  # why numpy runs them ('' when numba does)
 
 
-def compiled() -> ModuleType | None:
+def compiled() -> SimpleNamespace | None:
     """The compiled kernels, or None when numpy runs them (chosen at the first call, from the environment)."""
     if _name is None:
         select()
@@ -56,7 +60,7 @@ def select(choice: str | None = None) -> str:
         return _name
     start = time.perf_counter()
     try:
-        from . import sumtree_numba
+        from . import positions_numba, sumtree_numba
     except Exception as error:  # no numba, or one that cannot compile here: numpy runs the kernels
         if choice == "numba":
             raise OptionError(f"{origin} asks for numba's compiled kernels, but they do not load ({error!r}); "
@@ -65,7 +69,8 @@ def select(choice: str | None = None) -> str:
         return _name
     if load_seconds is None:  # the first load: numba's import, and the compile or the cache's load
         load_seconds = time.perf_counter() - start
-    _compiled, _name, reason = sumtree_numba, "numba", ""
+    functions = {name: getattr(module, name) for module in (sumtree_numba, positions_numba) for name in module.__all__}
+    _compiled, _name, reason = SimpleNamespace(**functions), "numba", ""
     return _name
 
 

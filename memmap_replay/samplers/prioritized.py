@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import (CorruptStoreError, InvalidDataError, OptionError, ReadOnlyError)
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.options import INT64_MAX, flag, integer, number, priorities_name
+from . import kernels
 from .base import BetaSchedule, ReplaySampler, _optional
 from .priority_files import PriorityFiles, read_stored_priorities
 from .sumtree import SumTree
@@ -34,6 +35,7 @@ __all__ = ["PrioritizedSampler", "SequenceSampler"]
 
 _MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
 _FLOAT_MAX = float(np.finfo(np.float64).max)
+_NOT_A_POSITION = "keys must come from this sampler's batches ('_key'): some name no position of its view"
 _STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
 
 
@@ -167,16 +169,26 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         tree = self.tree
         for _ in range(_STRAY_REDRAWS):
             rows, leaves = tree.sample_with_values(batch_size, self.rng)
-            episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
-            t = rows - self.view.table.start[episode]
-            stray = self._stray(rows, episode, t)
+            episode, t, keys, stray = self._locate(rows)
             if stray is None:
                 break
             self.tree.update(rows[stray], 0.0)  # a leaf no position of the view owns: never drawn again
         else:
             raise CorruptStoreError(f"the sum tree of this sampler keeps drawing rows that no live episode holds "
                                     f"(row {int(rows[stray][0])}); make the sampler again")
-        return self.sample_of(episode, t, tree.weights(leaves, self.beta))
+        return Sample(keys, tree.weights(leaves, self.beta), episode=episode, t=t, source=self.view)
+
+    def _locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Drawn rows -> (table position of their episode, t, key, and the draws no position owns or None)."""
+        table, counts, compiled = self.view.table, getattr(self.view.positions, "counts", None), kernels.compiled()
+        if compiled is None or counts is None:
+            episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
+            t = rows - table.start[episode]
+            return episode, t, self.keys_of(episode, t), self._stray(rows, episode, t)
+        episode, t, keys = np.empty((3, len(rows)), dtype=np.int64)
+        bad = compiled.locate_rows(rows, self._starts, self._by_start, table.start, counts, table.ids,
+                                   self.view.key_stride, episode, t, keys)
+        return episode, t, keys, self._stray(rows, episode, t) if bad else None
 
     def _stray(self, rows: np.ndarray, episode: np.ndarray, t: np.ndarray) -> np.ndarray | None:
         """The draws whose row is no position of the view (a check, one gather and compare per batch), or None.
@@ -210,31 +222,46 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         if top // self.view.key_stride >= self.view.state[1]:
             raise InvalidDataError(f"keys must come from this sampler's batches ('_key'): key {top} names episode "
                                    f"{top // self.view.key_stride}, which was never committed to this buffer")
-        ids, t = np.divmod(keys, self.view.key_stride)
-        table = self.view.table
-        where = table.positions_of(ids)
-        if where is None:  # some episodes were evicted since the draw: drop their updates
-            where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
-            live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
-            self.dropped += int((~live).sum())
-            where, t, raw = where[live], t[live], raw[live]
-            if not len(where):
-                return 0
-            highest = raw.max()
-        rows = table.start[where] + t
-        counts = getattr(self.view.positions, "counts", None)
-        if counts is not None:
-            valid = (t < counts[where]).all()
-        else:  # listed positions (filter_fields): the rows must be listed ones
-            found = np.minimum(np.searchsorted(self._listed_rows, rows), max(len(self._listed_rows) - 1, 0))
-            valid = len(self._listed_rows) > 0 and np.array_equal(self._listed_rows[found], rows)
-        if not valid:
-            raise InvalidDataError("keys must come from this sampler's batches ('_key'): some name no position of "
-                                   "its view")
+        rows = self._live_rows(keys)
+        if rows is None:  # numpy's way, which also drops the updates of episodes evicted since the draw
+            ids, t = np.divmod(keys, self.view.key_stride)
+            table = self.view.table
+            where = table.positions_of(ids)
+            if where is None:  # some episodes were evicted since the draw: drop their updates
+                where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
+                live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
+                self.dropped += int((~live).sum())
+                where, t, raw = where[live], t[live], raw[live]
+                if not len(where):
+                    return 0
+                highest = raw.max()
+            rows = table.start[where] + t
+            counts = getattr(self.view.positions, "counts", None)
+            if counts is not None:
+                valid = (t < counts[where]).all()
+            else:  # listed positions (filter_fields): the rows must be listed ones
+                found = np.minimum(np.searchsorted(self._listed_rows, rows), max(len(self._listed_rows) - 1, 0))
+                valid = len(self._listed_rows) > 0 and np.array_equal(self._listed_rows[found], rows)
+            if not valid:
+                raise InvalidDataError(_NOT_A_POSITION)
         if highest > self.max_priority:
             self._raise_max(float(highest))
         self._set(rows, raw)
-        return len(where)
+        return len(rows)
+
+    def _live_rows(self, keys: np.ndarray) -> np.ndarray | None:
+        """The rows of ``keys`` by the compiled kernel when every key's episode is live, else None (no
+        kernel, listed positions, or evicted episodes among them: numpy's way decides)."""
+        counts, compiled = getattr(self.view.positions, "counts", None), kernels.compiled()
+        if compiled is None or counts is None:
+            return None
+        table = self.view.table
+        where, t, rows = np.empty((3, len(keys)), dtype=np.int64)
+        answer = compiled.rows_of_keys(np.ascontiguousarray(keys), self.view.key_stride, table.ids, table.start,
+                                       counts, where, t, rows)
+        if answer == kernels.NOT_A_POSITION:
+            raise InvalidDataError(_NOT_A_POSITION)
+        return rows if answer == kernels.LIVE else None
 
     def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float, int]:
         """int64 keys, float64 priorities, the largest priority and the largest key; or InvalidDataError."""

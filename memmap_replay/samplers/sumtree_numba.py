@@ -25,7 +25,7 @@ _IN_F64 = types.Array(types.float64, 1, "C", readonly=True)  # arrays they only 
 _IN_I64 = types.Array(types.int64, 1, "C", readonly=True)
 
 
-def _compiled(signature):
+def cached_njit(signature):
     """numba's ``njit`` with its on-disk cache; without the cache when no cache directory is writable
     (numba refuses ``cache=True`` then: the kernels are compiled again in each process)."""
     def wrap(function):
@@ -34,6 +34,20 @@ def _compiled(signature):
         except RuntimeError:  # "cannot cache function ...: no locator available"
             return numba.njit(signature, cache=False)(function)
     return wrap
+
+
+@numba.njit(cache=False)
+def _touch_paths(sums, mins, indices, size, levels):
+    """Every node on the paths from ``indices``'s leaves to the top level, read before any is written:
+    the reads are independent (many in flight), so the update that follows finds them in the caches.
+    Returns their total (>= 0), which the caller tests so that the reads are kept."""
+    total = 0.0
+    for i in range(len(indices)):
+        node = indices[i] + size
+        for _ in range(levels + 1):
+            total += sums[node] + mins[node]
+            node >>= 1
+    return total
 
 
 @numba.njit(cache=False, inline="always")
@@ -105,7 +119,7 @@ def _descend(sums, levels, cumulative, values, rows, found):
     return strays
 
 
-@_compiled(types.int64(_IN_F64, types.int64, types.int64, _IN_F64, _I64, _F64))
+@cached_njit(types.int64(_IN_F64, types.int64, types.int64, _IN_F64, _I64, _F64))
 def draw(sums, top, levels, uniform, rows, found):
     """Stratified draws, one per ``uniform`` value (in [0, 1)): value i is ``(i + uniform[i]) * total / n``,
     capped below the total. Returns -1 if the total is not > 0, else the strays (see ``_descend``)."""
@@ -123,7 +137,7 @@ def draw(sums, top, levels, uniform, rows, found):
     return _descend(sums, levels, cumulative, values, rows, found)
 
 
-@_compiled(types.int64(_IN_F64, types.int64, types.int64, _F64, _I64, _F64))
+@cached_njit(types.int64(_IN_F64, types.int64, types.int64, _F64, _I64, _F64))
 def find(sums, top, levels, values, rows, found):
     """The leaf of each value (``values`` consumed); returns the strays (see ``_descend``)."""
     cumulative = _cumulative(sums, top)
@@ -131,7 +145,7 @@ def find(sums, top, levels, values, rows, found):
     return _descend(sums, levels, cumulative, values, rows, found)
 
 
-@_compiled(types.int64(_F64, _F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
+@cached_njit(types.int64(_F64, _F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
 def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
     """Leaves ``indices`` set to ``priorities`` (the last of a repeated index wins), then their parents
     recomputed level by level up to the top level. ``check``: first refuse (changing nothing) an index
@@ -143,6 +157,8 @@ def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
                 return 1
             if not (priorities[i] >= 0 and priorities[i] < np.inf):
                 return 2
+    if _touch_paths(sums, mins, indices, size, levels) < 0:
+        return 3  # never (every node is >= 0); tested so that the reads are kept
     nodes = np.empty(count, np.int64)
     for i in range(count):
         node = indices[i] + size

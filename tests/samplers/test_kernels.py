@@ -108,6 +108,26 @@ def test_samplers_draw_the_same_keys_and_weights_with_either_kernel(make_buffer,
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_leaf_no_position_owns_is_cleared_and_never_drawn(make_buffer):
+    """A broken invariant (a positive leaf at a row that is no window start) never reaches a batch: the
+    draws that land on it are found, the leaf cleared, and the batch drawn again; alike with either kernel."""
+    buffer = make_buffer(max_episodes=4, max_timesteps=20)
+    for number in range(3):
+        buffer.store_episode(**episode_arrays(number, 10), task_id=number, end="terminated")
+    drawn = []
+    for kernel in ["numpy", "numba"] if HAS_NUMBA else ["numpy"]:
+        kernels.select(kernel)
+        sampler = buffer.sampler("sequence", window=4, seed=2, persist=False, name=kernel)
+        row = 1 * 10 + 8  # episode 1's row t = 8: past its last window start (t = 6)
+        sampler.tree.update([row], [1e6])
+        keys = sampler.sample(16).keys
+        assert sampler.tree.leaves[row] == 0
+        assert ((keys % sampler.view.key_stride) <= 6).all()
+        drawn.append(keys.tolist())
+        sampler.close()
+    assert all(keys == drawn[0] for keys in drawn)
+
+
 def test_a_bad_choice_is_refused(monkeypatch):
     monkeypatch.setenv("MEMMAP_REPLAY_KERNELS", "fortran")
     kernels.reset()

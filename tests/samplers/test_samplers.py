@@ -430,7 +430,7 @@ class Model:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=OPERATIONS)
-def test_random_operations_never_draw_a_dead_position(tmp_path_factory, operations):
+def test_random_operations_never_draw_a_dead_position(tmp_path_factory, operations, kernel):
     model = Model(tmp_path_factory.mktemp("model"))
     try:
         for operation in operations:
@@ -551,7 +551,7 @@ def test_beta_anneals_linearly_to_beta_final(uneven):
 
 # ---- stale updates -------------------------------------------------------------------------------------
 
-def test_updates_for_evicted_episodes_are_dropped(make_buffer, closing):
+def test_updates_for_evicted_episodes_are_dropped(make_buffer, closing, kernel):
     """Episode 0's keys, drawn before the ring gave its slot and its rows to episode 3, update nothing."""
     episodes = Episodes(make_buffer("stale", max_episodes=3, max_timesteps=STRIDE, max_steps=27, circular=True))
     for _ in range(3):
@@ -728,7 +728,7 @@ def test_bad_arguments_and_states(uneven):
     assert len(uniform.batches(4, 7)) == 7
 
 
-def test_bad_priorities(uneven, closing):
+def test_bad_priorities(uneven, closing, kernel):
     sampler = uneven.buffer.sampler("sequence", window=3, seed=0, name="bad")
     closing.append(sampler)
     keys = sampler.sample(3).keys
@@ -990,7 +990,7 @@ def test_the_tree_grows_with_the_rows_in_use(make_buffer):
     sampler.close()
 
 
-def test_a_view_refuses_keys_it_cannot_hold(uneven):
+def test_a_view_refuses_keys_it_cannot_hold(uneven, kernel):
     steps_sample = uneven.buffer.sampler("uniform", seed=0).sample(64)
     windows = uneven.buffer.dataset(window=4)
     foreign = Sample(pickle.loads(pickle.dumps(steps_sample)).keys)  # steps past the last window start
