@@ -19,11 +19,10 @@ from types import SimpleNamespace
 
 from ..errors import OptionError
 
-__all__ = ["ENVIRONMENT", "compiled", "name", "select", "reset", "LIVE", "EVICTED", "NOT_A_POSITION"]
+__all__ = ["ENVIRONMENT", "compiled", "name", "select", "reset"]
 
 ENVIRONMENT = "MEMMAP_REPLAY_KERNELS"
 CHOICES = ("auto", "numba", "numpy")
-LIVE, EVICTED, NOT_A_POSITION = 0, 1, 2  # positions_numba.rows_of_keys's answers
 
 _compiled: SimpleNamespace | None = None  # the compiled kernels' functions when numba runs them
 _name: str | None = None  # "numba" or "numpy" once chosen

@@ -29,13 +29,12 @@ from ..core.options import INT64_MAX, flag, integer, number, priorities_name
 from . import kernels
 from .base import BetaSchedule, ReplaySampler, _optional
 from .priority_files import PriorityFiles, read_stored_priorities
-from .sumtree import SumTree
+from .sumtree import NOTHING_TO_DRAW, SumTree
 
 __all__ = ["PrioritizedSampler", "SequenceSampler"]
 
 _MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
 _FLOAT_MAX = float(np.finfo(np.float64).max)
-_NOT_A_POSITION = "keys must come from this sampler's batches ('_key'): some name no position of its view"
 _STRAY_REDRAWS = 4  # draws again after clearing leaves of rows no position owns (an invariant: never in practice)
 
 
@@ -168,7 +167,10 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def _draw(self, batch_size: int) -> Sample:
         tree = self.tree
         for _ in range(_STRAY_REDRAWS):
-            rows, leaves = tree.sample_with_values(batch_size, self.rng)
+            drawn = self._draw_compiled(batch_size)
+            if isinstance(drawn, Sample):
+                return drawn
+            rows, leaves = drawn if drawn is not None else tree.sample_with_values(batch_size, self.rng)
             episode, t, keys, stray = self._locate(rows)
             if stray is None:
                 break
@@ -177,6 +179,24 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             raise CorruptStoreError(f"the sum tree of this sampler keeps drawing rows that no live episode holds "
                                     f"(row {int(rows[stray][0])}); make the sampler again")
         return Sample(keys, tree.weights(leaves, self.beta), episode=episode, t=t, source=self.view)
+
+    def _draw_compiled(self, batch_size: int) -> Sample | tuple[np.ndarray, np.ndarray] | None:
+        """A whole draw by the compiled kernels (one call): a Sample; or the drawn rows and their leaves
+        when some need Python's care (a stray leaf moved, a row no position owns); None without them."""
+        counts, compiled = getattr(self.view.positions, "counts", None), kernels.compiled()
+        if compiled is None or counts is None:
+            return None
+        tree, table = self.tree, self.view.table
+        rows, episode, t, keys = np.empty((4, batch_size), dtype=np.int64)
+        found, weights = np.empty(batch_size), np.empty(batch_size, dtype=np.float32)
+        strays, bad = compiled.draw_positions(tree.sums, tree.mins, tree.top, tree.levels, self.rng.random(batch_size),
+                                              self.beta, self._starts, self._by_start, table.start, counts, table.ids,
+                                              self.view.key_stride, rows, found, episode, t, keys, weights)
+        if strays < 0:
+            raise InvalidDataError(NOTHING_TO_DRAW)
+        if strays or bad:
+            return tree.moved(rows, found, strays)
+        return Sample(keys, weights, episode=episode, t=t, source=self.view)
 
     def _locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Drawn rows -> (table position of their episode, t, key, and the draws no position owns or None)."""
@@ -212,6 +232,9 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
         Updates for episodes evicted since the draw are dropped; returns how many were applied."""
+        applied = self._update_compiled(keys, priorities)
+        if applied is not None:
+            return applied
         keys, raw, highest, top = self._checked(keys, priorities)
         if not len(keys):
             return 0
@@ -222,46 +245,61 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         if top // self.view.key_stride >= self.view.state[1]:
             raise InvalidDataError(f"keys must come from this sampler's batches ('_key'): key {top} names episode "
                                    f"{top // self.view.key_stride}, which was never committed to this buffer")
-        rows = self._live_rows(keys)
-        if rows is None:  # numpy's way, which also drops the updates of episodes evicted since the draw
-            ids, t = np.divmod(keys, self.view.key_stride)
-            table = self.view.table
-            where = table.positions_of(ids)
-            if where is None:  # some episodes were evicted since the draw: drop their updates
-                where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
-                live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
-                self.dropped += int((~live).sum())
-                where, t, raw = where[live], t[live], raw[live]
-                if not len(where):
-                    return 0
-                highest = raw.max()
-            rows = table.start[where] + t
-            counts = getattr(self.view.positions, "counts", None)
-            if counts is not None:
-                valid = (t < counts[where]).all()
-            else:  # listed positions (filter_fields): the rows must be listed ones
-                found = np.minimum(np.searchsorted(self._listed_rows, rows), max(len(self._listed_rows) - 1, 0))
-                valid = len(self._listed_rows) > 0 and np.array_equal(self._listed_rows[found], rows)
-            if not valid:
-                raise InvalidDataError(_NOT_A_POSITION)
+        ids, t = np.divmod(keys, self.view.key_stride)
+        table = self.view.table
+        where = table.positions_of(ids)
+        if where is None:  # some episodes were evicted since the draw: drop their updates
+            where = np.minimum(np.searchsorted(table.ids, ids), max(len(table) - 1, 0))
+            live = (table.ids[where] == ids) if len(table) else np.zeros(len(ids), dtype=bool)
+            self.dropped += int((~live).sum())
+            where, t, raw = where[live], t[live], raw[live]
+            if not len(where):
+                return 0
+            highest = raw.max()
+        rows = table.start[where] + t
+        counts = getattr(self.view.positions, "counts", None)
+        if counts is not None:
+            valid = (t < counts[where]).all()
+        else:  # listed positions (filter_fields): the rows must be listed ones
+            found = np.minimum(np.searchsorted(self._listed_rows, rows), max(len(self._listed_rows) - 1, 0))
+            valid = len(self._listed_rows) > 0 and np.array_equal(self._listed_rows[found], rows)
+        if not valid:
+            raise InvalidDataError("keys must come from this sampler's batches ('_key'): some name no position of "
+                                   "its view")
         if highest > self.max_priority:
             self._raise_max(float(highest))
         self._set(rows, raw)
-        return len(rows)
+        return len(where)
 
-    def _live_rows(self, keys: np.ndarray) -> np.ndarray | None:
-        """The rows of ``keys`` by the compiled kernel when every key's episode is live, else None (no
-        kernel, listed positions, or evicted episodes among them: numpy's way decides)."""
-        counts, compiled = getattr(self.view.positions, "counts", None), kernels.compiled()
+    def _update_compiled(self, keys: Any, priorities: Any) -> int | None:
+        """``update_priorities`` by the compiled kernels, when they run and all is well (int64 keys, each a
+        position of a live episode; priorities finite, >= 0 and not too large; positions counted per
+        episode); else None, and numpy's way decides (its checks say what is wrong, and it drops the
+        updates of episodes evicted since the draw). The same priorities, leaves and largest priority."""
+        compiled, counts = kernels.compiled(), getattr(self.view.positions, "counts", None)
         if compiled is None or counts is None:
             return None
+        keys, priorities = as_numpy(keys), as_numpy(priorities)
+        if (keys.dtype != np.int64 or keys.ndim != 1 or priorities.dtype.kind != "f" or priorities.shape != keys.shape
+                or not len(keys)):
+            return None
+        keys, raw = np.ascontiguousarray(keys), np.ascontiguousarray(priorities, dtype=np.float64)
+        fine, highest = compiled.checked_priorities(keys, raw, self.max_raw)
+        if not fine:
+            return None
+        if self.follow:
+            self.sync()
+        else:
+            self.reconcile()
         table = self.view.table
-        where, t, rows = np.empty((3, len(keys)), dtype=np.int64)
-        answer = compiled.rows_of_keys(np.ascontiguousarray(keys), self.view.key_stride, table.ids, table.start,
-                                       counts, where, t, rows)
-        if answer == kernels.NOT_A_POSITION:
-            raise InvalidDataError(_NOT_A_POSITION)
-        return rows if answer == kernels.LIVE else None
+        rows = np.empty(len(keys), dtype=np.int64)
+        if not compiled.rows_of_keys(keys, self.view.key_stride, table.ids, table.start, counts, self.view.state[1],
+                                     rows):
+            return None
+        if highest > self.max_priority:
+            self._raise_max(highest)
+        self._set(rows, raw)
+        return len(rows)
 
     def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float, int]:
         """int64 keys, float64 priorities, the largest priority and the largest key; or InvalidDataError."""
@@ -377,4 +415,9 @@ class SequenceSampler(PrioritizedSampler):
 
 def as_numpy(values: Any) -> np.ndarray:
     """A numpy array of a tensor (on any device) or of anything numpy takes."""
-    return np.asarray(values.detach().cpu().numpy() if hasattr(values, "detach") else values)
+    if hasattr(values, "detach"):
+        try:
+            return values.numpy()  # a CPU tensor without grad: its memory, one call
+        except (RuntimeError, TypeError):  # with grad, or on a device
+            return np.asarray(values.detach().cpu().numpy())
+    return np.asarray(values)

@@ -25,7 +25,7 @@ from . import kernels
 __all__ = ["SumTree"]
 
 _TOP = 1 << 12  # default flat top level: 4,096 nodes (a cumsum of a few microseconds)
-_NOTHING = "cannot sample: every priority is 0 (nothing to draw)"
+NOTHING_TO_DRAW = "cannot sample: every priority is 0 (nothing to draw)"
 
 
 class SumTree:
@@ -115,7 +115,7 @@ class SumTree:
         if compiled is None:
             return self._find(values, np.cumsum(self._top_sums))[0]
         rows, found = np.empty(len(values), dtype=np.int64), np.empty(len(values))
-        return self._moved(rows, found, compiled.find(self.sums, self.top, self.levels, values, rows, found))[0]
+        return self.moved(rows, found, compiled.find(self.sums, self.top, self.levels, values, rows, found))[0]
 
     def _find(self, values: np.ndarray, cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``find`` of float64 ``values`` (consumed), given the top level's cumsum; also the leaves' values."""
@@ -135,9 +135,9 @@ class SumTree:
         # the chosen leaf's value: the last pair read holds it (padding leaves past capacity hold 0)
         found = top[where] if pair is None else np.where(right, pair.imag, pair.real)
         node -= self.size
-        return self._moved(node, found)
+        return self.moved(node, found)
 
-    def _moved(self, leaves: np.ndarray, found: np.ndarray, strays: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    def moved(self, leaves: np.ndarray, found: np.ndarray, strays: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """Drawn leaves, their values: rounding at an interval's edge may land on an empty leaf (of value 0),
         moved to the nearest filled one. ``strays``: how many there are (-1: count them)."""
         if strays:
@@ -166,12 +166,12 @@ class SumTree:
             rows, found = np.empty(batch_size, dtype=np.int64), np.empty(batch_size)
             strays = compiled.draw(self.sums, self.top, self.levels, rng.random(batch_size), rows, found)
             if strays < 0:
-                raise InvalidDataError(_NOTHING)
-            return self._moved(rows, found, strays)
+                raise InvalidDataError(NOTHING_TO_DRAW)
+            return self.moved(rows, found, strays)
         cumulative = np.cumsum(self._top_sums)
         total = cumulative[-1]
         if not total > 0:
-            raise InvalidDataError(_NOTHING)
+            raise InvalidDataError(NOTHING_TO_DRAW)
         values = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
         np.minimum(values, np.nextafter(total, 0), out=values)
         return self._find(values, cumulative)

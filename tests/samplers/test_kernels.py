@@ -86,8 +86,8 @@ def test_both_kernels_find_odd_values_alike():
 @needs_numba
 @pytest.mark.parametrize("kind", ["prioritized", "sequence"])
 def test_samplers_draw_the_same_keys_and_weights_with_either_kernel(make_buffer, kind):
-    """Same seed, same updates: the same keys and the same weights, bit for bit (the weights are numpy's
-    with either kernel; the leaves and the draws the kernels share)."""
+    """Same seed, same updates: the same keys, bit for bit, and the same weights to a float32 ulp (numba's
+    scalar pow may differ from numpy's SIMD one in the float64's last bit: see sumtree_numba.weights_into)."""
     def history(kernel, name):
         kernels.select(kernel)
         sampler = buffer.sampler(kind, seed=3, alpha=0.7, beta=0.5, name=name, **options)
@@ -104,8 +104,11 @@ def test_samplers_draw_the_same_keys_and_weights_with_either_kernel(make_buffer,
     buffer = make_buffer(max_episodes=12, max_timesteps=20)
     for number in range(10):
         buffer.store_episode(**episode_arrays(number, 5 + number), task_id=number, end="terminated")
-    for a, b in zip(history("numpy", "a"), history("numba", "b")):
-        np.testing.assert_array_equal(a, b)
+    numpy, numba = history("numpy", "a"), history("numba", "b")
+    for keys, other in zip(numpy[::2], numba[::2]):
+        np.testing.assert_array_equal(keys, other)
+    for weights, other in zip(numpy[1::2], numba[1::2]):
+        np.testing.assert_allclose(weights, other, rtol=2.0 ** -23, atol=0)
 
 
 def test_a_leaf_no_position_owns_is_cleared_and_never_drawn(make_buffer):
