@@ -41,8 +41,9 @@ training loop does). Figures are medians of ``--repeats`` runs, the runs of the 
 ``--warm-mb`` of RAM are touched and freed before each timed run (``read.warm_ram``), and the store's pages
 are in the page cache and touched once by this process (``read.touch_pages``).
 
-    python benchmarks/samplers.py            # the canonical workload, about 35 seconds on 2 cores
-    python benchmarks/samplers.py --quick    # a smoke run (20 episodes, 1 repeat, a few batches, small trees)
+    python benchmarks/samplers.py              # the canonical workload, about 2 minutes on 2 cores
+    python benchmarks/samplers.py --clock cpu  # timed by this thread's CPU time (a machine shared with other work)
+    python benchmarks/samplers.py --quick      # a smoke run (20 episodes, 1 repeat, a few batches, small trees)
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ QUICK_TREE_SIZES = (10_000, 100_000, 1_000_000)
 TREE_GOALS = {"numpy": {1_000_000: 3_000, 10_000_000: 2_000},  # calls/s of sample(256) + update(256)
               "numba": {1_000_000: 20_000, 10_000_000: 10_000}}
 CPPRB = "cpprb PrioritizedReplayBuffer: sample(256) + update_priorities"
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]  # what the timed runs read (--clock)
 PRIORITIZED = dict(alpha=ALPHA, beta=BETA)
 
 
@@ -213,10 +216,10 @@ class Bench:
         def run() -> float:
             read.warm_ram(self.args.warm_bytes)
             previous = None
-            start = time.perf_counter()
+            start = clock()
             for plan in plans:
                 previous = read.gather_limit(plan)
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             del previous
             return elapsed
         return run
@@ -230,12 +233,12 @@ class Bench:
             read.warm_ram(self.args.warm_bytes)
             size, priorities, update = case.batch, case.priorities, case.priorities is not None
             batch = None
-            start = time.perf_counter()
+            start = clock()
             for i in range(warm, warm + count):
                 batch = sampler.batch(size)  # the previous batch is alive until this returns
                 if update:
                     sampler.update_priorities(batch["_key"], priorities[i])
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             if not np.array_equal(batch["_key"].numpy(), last_keys):
                 raise RuntimeError(f"{case.group} {case.how}: the timed run drew other keys than the recording")
             del batch
@@ -252,9 +255,9 @@ class Bench:
             cpprb.reset()
             cpprb.iterate(priorities, 0, warm, BATCH)
             read.warm_ram(self.args.warm_bytes)
-            start = time.perf_counter()
+            start = clock()
             batch = cpprb.iterate(priorities, warm, warm + count, BATCH)
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             del batch
             return elapsed
         return run
@@ -279,11 +282,11 @@ class Bench:
                 def run(tree=tree, rng=rng, new=new, kernel=kernel) -> float:
                     kernels.select(kernel)
                     read.warm_ram(args.warm_bytes)
-                    start = time.perf_counter()
+                    start = clock()
                     for i in range(calls):
                         idx = tree.sample(BATCH, rng)
                         tree.update(idx, new[i])
-                    return time.perf_counter() - start
+                    return clock() - start
 
                 how = f"n={n:,}: sample({BATCH}) + update, {kernel}"
                 methods.append((how, run))
@@ -403,6 +406,9 @@ def main(argv=None) -> int:
                         help="where to write (a scratch folder is made inside it and removed at the end unless "
                              "--keep; default: the current directory, so the same disk as the project)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder and its store")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="time the runs by the wall clock (default) or by this thread's CPU time (user + system), "
+                             "which leaves out the time other processes hold the CPU: steadier on a shared machine")
     parser.add_argument("--no-cpprb", dest="cpprb", action="store_false",
                         help="leave cpprb's PrioritizedReplayBuffer out even when it is installed")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
@@ -428,12 +434,14 @@ def main(argv=None) -> int:
     allocator = read.pin_malloc() if args.pin_malloc else "glibc malloc left adaptive (--malloc-default)"
 
     started = time.perf_counter()
+    global clock
+    clock = CLOCKS[args.clock]
     print(f"memmap_replay sampler benchmark: {episodes} episodes x {T_STEPS} steps; median of {args.repeats} timed "
           f"repeat(s) of {args.batches} iterations")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, kernel {platform.release()}")
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'}); RAM warm-up {args.warm_mb} MB "
-          f"before each timed run; {allocator}")
+          f"before each timed run; {allocator}; timed by the {args.clock} clock")
     print(f"memcpy (256 MiB, touched memory): {read.memcpy_gbs():.2f} GB/s", flush=True)
     print_kernels(args)
     try:

@@ -7,8 +7,9 @@ kernels, and only the weights' ``pow`` to a float32 ulp, see ``sumtree_numba.wei
 - ``draw_positions``: a whole draw: the tree's stratified draw, the drawn rows -> (table position of the
   episode, t, key) (``searchsorted`` over the episodes' first rows, ``t < counts``) and the importance
   weights; ``locate_rows``: that location alone, for rows a sampler moved;
-- ``checked_priorities`` and ``rows_of_keys``: ``update_priorities``'s checks, and keys -> store rows,
-  when all is well (else numpy's way runs, and says what is wrong or drops the keys of evicted episodes).
+- ``checked_priorities`` and ``update_rows``: ``update_priorities``'s checks, then keys -> store rows and
+  the tree's update, when all is well (else numpy's way runs, and says what is wrong or drops the keys of
+  evicted episodes).
 
 After a batch's gather has pushed the interpreter and numpy out of the CPU caches, each small numpy call
 costs several microseconds: one compiled pass instead of about ten of them is what pays here.
@@ -19,9 +20,9 @@ from __future__ import annotations
 import numba
 from numba import types
 
-from .sumtree_numba import cached_njit, draw_into, weights_into
+from .sumtree_numba import cached_njit, draw_into, set_into, weights_into
 
-__all__ = ["draw_positions", "locate_rows", "checked_priorities", "rows_of_keys"]
+__all__ = ["draw_positions", "locate_rows", "checked_priorities", "update_rows"]
 
 _I64 = types.Array(types.int64, 1, "C")
 _IN_I64 = types.Array(types.int64, 1, "C", readonly=True)
@@ -104,12 +105,14 @@ def checked_priorities(keys, priorities, limit):
     return fine, highest
 
 
-@cached_njit(types.boolean(_IN_I64, types.int64, _IN_I64, _IN_I64, _IN_I64, types.int64, _I64))
-def rows_of_keys(keys, stride, ids, start, counts, committed, rows):
-    """The store row of each key (id * stride + t, >= 0) into ``rows``: its episode's first row + t.
-    True when every id is committed (below ``committed``) and in the table (``ids``, ascending) and every
-    t below its episode's count; False at the first key that is not (numpy's way then says why, or drops
-    the keys of evicted episodes)."""
+@cached_njit(types.boolean(_IN_I64, types.int64, _IN_I64, _IN_I64, _IN_I64, types.int64, _IN_F64, _F64, _F64,
+                            types.int64, types.int64, types.int64, _I64))
+def update_rows(keys, stride, ids, start, counts, committed, leaves, sums, mins, size, levels, capacity, rows):
+    """The store row of each key (id * stride + t, >= 0) into ``rows`` (its episode's first row + t), then
+    the sum tree's leaves at those rows set to ``leaves`` (``set_into``). True when done: every id
+    committed (below ``committed``) and in the table (``ids``, ascending), every t below its episode's
+    count, every row a leaf of the tree; False at the first key that is not, the tree untouched (numpy's
+    way then says why, or drops the keys of evicted episodes)."""
     episodes = len(ids)
     if episodes == 0:
         return len(keys) == 0
@@ -126,7 +129,8 @@ def rows_of_keys(keys, stride, ids, start, counts, committed, rows):
             position = min(_right_of(ids, episode - 1), episodes - 1)  # searchsorted(ids, episode, 'left')
             if ids[position] != episode:
                 return False
-        if step >= counts[position]:
+        if step >= counts[position] or start[position] + step >= capacity:
             return False
         rows[i] = start[position] + step
+    set_into(sums, mins, rows, leaves, size, levels)
     return True

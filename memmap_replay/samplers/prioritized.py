@@ -138,7 +138,14 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
         if len(rows) and rows.max() >= self.tree.capacity:
             self._grow(int(rows.max()) + 1)
-        self.tree.set_leaves(rows, raw ** self.alpha if self.alpha != 1.0 else raw)
+        self.tree.set_leaves(rows, self._leaves_of(raw))
+        self._keep(rows, raw, owners)
+
+    def _leaves_of(self, raw: np.ndarray) -> np.ndarray:
+        return raw ** self.alpha if self.alpha != 1.0 else raw
+
+    def _keep(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
+        """The raw priorities at ``rows`` into the folder's file (when persisted)."""
         if self.files is not None:
             self.files.values[rows] = raw
             if owners is not None:
@@ -291,14 +298,15 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             self.sync()
         else:
             self.reconcile()
-        table = self.view.table
+        table, tree = self.view.table, self.tree
         rows = np.empty(len(keys), dtype=np.int64)
-        if not compiled.rows_of_keys(keys, self.view.key_stride, table.ids, table.start, counts, self.view.state[1],
-                                     rows):
+        if not compiled.update_rows(keys, self.view.key_stride, table.ids, table.start, counts, self.view.state[1],
+                                    self._leaves_of(raw), tree.sums, tree.mins, tree.size, tree.levels, tree.capacity,
+                                    rows):
             return None
         if highest > self.max_priority:
             self._raise_max(highest)
-        self._set(rows, raw)
+        self._keep(rows, raw)
         return len(rows)
 
     def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float, int]:

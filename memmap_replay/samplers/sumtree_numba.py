@@ -36,20 +36,6 @@ def cached_njit(signature):
     return wrap
 
 
-@numba.njit(cache=False)
-def _touch_paths(sums, mins, indices, size, levels):
-    """Every node on the paths from ``indices``'s leaves to the top level, read before any is written:
-    the reads are independent (many in flight), so the update that follows finds them in the caches.
-    Returns their total (>= 0), which the caller tests so that the reads are kept."""
-    total = 0.0
-    for i in range(len(indices)):
-        node = indices[i] + size
-        for _ in range(levels + 1):
-            total += sums[node] + mins[node]
-            node >>= 1
-    return total
-
-
 @numba.njit(cache=False, inline="always")
 def _cumulative(sums, top):
     """``np.cumsum`` of the top level (nodes top .. 2 * top - 1), in the same order."""
@@ -169,20 +155,10 @@ def find(sums, top, levels, values, rows, found):
     return _descend(sums, levels, cumulative, values, rows, found)
 
 
-@cached_njit(types.int64(_F64, _F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
-def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
-    """Leaves ``indices`` set to ``priorities`` (the last of a repeated index wins), then their parents
-    recomputed level by level up to the top level. ``check``: first refuse (changing nothing) an index
-    outside [0, capacity) (returns 1) or a priority not finite and >= 0 (returns 2); 0 when done."""
+@numba.njit(cache=False, inline="always")
+def set_into(sums, mins, indices, priorities, size, levels):
+    """Leaves ``indices`` set to ``priorities``, then their parents recomputed level by level."""
     count = len(indices)
-    if check:
-        for i in range(count):
-            if indices[i] < 0 or indices[i] >= capacity:
-                return 1
-            if not (priorities[i] >= 0 and priorities[i] < np.inf):
-                return 2
-    if _touch_paths(sums, mins, indices, size, levels) < 0:
-        return 3  # never (every node is >= 0); tested so that the reads are kept
     nodes = np.empty(count, np.int64)
     for i in range(count):
         node = indices[i] + size
@@ -197,4 +173,19 @@ def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
             left, right = mins[2 * node], mins[2 * node + 1]
             sums[node] = sums[2 * node] + sums[2 * node + 1]
             mins[node] = left if left < right else right
+
+
+@cached_njit(types.int64(_F64, _F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
+def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
+    """Leaves ``indices`` set to ``priorities`` (the last of a repeated index wins), then their parents
+    recomputed level by level up to the top level. ``check``: first refuse (changing nothing) an index
+    outside [0, capacity) (returns 1) or a priority not finite and >= 0 (returns 2); 0 when done."""
+    count = len(indices)
+    if check:
+        for i in range(count):
+            if indices[i] < 0 or indices[i] >= capacity:
+                return 1
+            if not (priorities[i] >= 0 and priorities[i] < np.inf):
+                return 2
+    set_into(sums, mins, indices, priorities, size, levels)
     return 0
