@@ -50,7 +50,11 @@ else:
 
 
 def available() -> list[str]:
-    return ["numpy", "numba"] if importlib.util.find_spec("numba") is not None else ["numpy"]
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return ["numpy"]
+    return ["numpy", "numba"]
 
 
 def first_use() -> dict[str, float]:

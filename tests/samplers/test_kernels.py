@@ -4,7 +4,6 @@ importing never imports numba nor compiles, and no writable cache directory brea
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,10 +19,10 @@ from memmap_replay import OptionError
 from memmap_replay.samplers import kernels
 from memmap_replay.samplers.sumtree import SumTree
 
-from conftest import episode_arrays
+from conftest import NO_NUMBA, episode_arrays, has_numba
 
-HAS_NUMBA = importlib.util.find_spec("numba") is not None
-needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install 'memmap-replay[fast]')")
+HAS_NUMBA = has_numba()
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason=NO_NUMBA)
 PACKAGE = Path(__file__).resolve().parents[2] / "memmap_replay"
 
 
@@ -36,7 +35,8 @@ def forget_the_choice():
 def run_python(code: str, **environment: str) -> str:
     """``code`` in a fresh interpreter (warnings as errors, this checkout first on the path); its stdout."""
     env = {name: value for name, value in os.environ.items() if name != "MEMMAP_REPLAY_KERNELS"}
-    env.update(PYTHONPATH=str(PACKAGE.parent), **environment)
+    env.update(PYTHONPATH=os.pathsep.join([str(PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               **environment)
     done = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
@@ -149,7 +149,7 @@ import numpy as np
 import memmap_replay
 from memmap_replay.samplers import kernels
 from memmap_replay.samplers.sumtree import SumTree
-print('numba' in sys.modules, 'memmap_replay.samplers.sumtree_numba' in sys.modules)
+print(sys.modules.get('numba') is not None, 'memmap_replay.samplers.sumtree_numba' in sys.modules)
 {before}
 tree = SumTree(100)
 tree.update(np.arange(100), np.ones(100))
@@ -166,7 +166,7 @@ def test_importing_never_imports_numba_and_the_variable_is_read_at_first_use():
     assert run_python(DRAW.format(before=before)) == "False False\nnumpy False"
     assert run_python(DRAW.format(before=""), MEMMAP_REPLAY_KERNELS="numpy") == "False False\nnumpy False"
     assert run_python("import sys, memmap_replay; from memmap_replay import ReplayBuffer, PrioritizedSampler; "
-                      "print('numba' in sys.modules)") == "False"
+                      "print(sys.modules.get('numba') is not None)") == "False"
 
 
 def test_without_numba_numpy_runs_them_and_asking_for_numba_says_how():
