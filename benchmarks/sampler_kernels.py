@@ -12,6 +12,8 @@ first use's compile time, and cpprb's prioritized buffer on the same data.
   ``rb.update_priorities(batch['indexes'], priorities)`` with the same precomputed priorities. Every run
   first resets all priorities to 1 (untimed). It draws with its own generator: the rows differ from our
   samplers' (not their number of bytes), so its figure is compared with the limit's batches/s of the P group.
+- ``print_kernels`` and ``print_ratios``: the run's header line on the kernels, and the closing lines:
+  numba over numpy for each way, and the P ways over cpprb.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+CPPRB = "cpprb PrioritizedReplayBuffer: sample(256) + update_priorities"
 
 FIRST_USE = """
 import sys, time
@@ -99,6 +102,19 @@ class CpprbPrioritized:
     def reset(self) -> None:
         self.buffer.update_priorities(np.arange(self.steps), np.ones(self.steps))
 
+    def timed(self, priorities, warm: int, count: int, batch: int, before, clock):
+        """A timed run: priorities reset, ``warm`` untimed iterations, ``before()``, then ``count`` timed."""
+        def run() -> float:
+            self.reset()
+            self.iterate(priorities, 0, warm, batch)
+            before()
+            start = clock()
+            last = self.iterate(priorities, warm, warm + count, batch)
+            elapsed = clock() - start
+            del last
+            return elapsed
+        return run
+
     def iterate(self, priorities, begin: int, end: int, batch: int):
         """Iterations begin..end-1: sample, then update the sampled rows' priorities; the last batch."""
         rb, beta, sample = self.buffer, self.beta, None
@@ -106,3 +122,40 @@ class CpprbPrioritized:
             sample = rb.sample(batch, beta=beta)
             rb.update_priorities(sample["indexes"], priorities[i])
         return sample
+
+
+def print_ratios(results: dict, limit: str) -> None:
+    """numba over numpy for each prioritized way, and the P ways over cpprb's buffer."""
+    lines = []
+    for (group, how), (rate, _) in results.items():
+        way = how.removesuffix(", numba")
+        if way != how and (group, way + ", numpy") in results:
+            lines.append(f"  {group:<14} {way:<52} numba / numpy {rate / results[(group, way + ', numpy')][0]:.2f}")
+    cpprb = results.get(("P", CPPRB))
+    if cpprb is not None:
+        for (group, how), (rate, _) in results.items():
+            if group == "P" and how not in (limit, CPPRB):
+                verdict = " (goal: above cpprb: " + ("met)" if rate > cpprb[0] else "NOT met)") if how.endswith("numba") else ""
+                lines.append(f"  P              {how:<52} / cpprb {rate / cpprb[0]:.2f}{verdict}")
+    if lines:
+        print("Kernel ratios in this run:")
+        print("\n".join(lines))
+
+
+def print_kernels(use_cpprb: bool) -> None:
+    """Which kernels this run measures, the first use's compile time, and whether cpprb is compared."""
+    names = available()
+    if "numba" in names:
+        import numba
+        times = first_use()
+        print(f"sum tree kernels: numpy and numba {numba.__version__}; first use in a fresh process "
+              f"{times['compile']:.2f} s with an empty numba cache (import numba {times['import numba']:.2f} s, "
+              f"compiling {times['compile'] - times['import numba']:.2f} s), {times['cached']:.2f} s from the cache",
+              flush=True)
+    else:
+        print("sum tree kernels: numpy only (numba is not installed: pip install 'memmap-replay[fast]')")
+    version = cpprb_version()
+    if not use_cpprb:
+        print("cpprb: left out (--no-cpprb)")
+    elif version is None:
+        print("cpprb: not installed, not compared (pip install cpprb)")

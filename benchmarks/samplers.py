@@ -84,7 +84,6 @@ TREE_SIZES = (100_000, 1_000_000, 10_000_000)
 QUICK_TREE_SIZES = (10_000, 100_000, 1_000_000)
 TREE_GOALS = {"numpy": {1_000_000: 3_000, 10_000_000: 2_000},  # calls/s of sample(256) + update(256)
               "numba": {1_000_000: 20_000, 10_000_000: 10_000}}
-CPPRB = "cpprb PrioritizedReplayBuffer: sample(256) + update_priorities"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = CLOCKS["wall"]  # what the timed runs read (--clock)
 PRIORITIZED = dict(alpha=ALPHA, beta=BETA)
@@ -201,7 +200,9 @@ class Bench:
         if cpprb is not None:
             p = next(case for case in cases if case.group == "P")
             nbytes = next(n for group, how, _, n in methods if group == "P" and how == LIMIT)
-            methods.append(("P", CPPRB, self.cpprb_run(cpprb, p.priorities), nbytes))
+            run = cpprb.timed([q.numpy() for q in p.priorities], args.warm_batches, args.batches, BATCH,
+                              lambda: read.warm_ram(args.warm_bytes), lambda: clock())
+            methods.append(("P", sampler_kernels.CPPRB, run, nbytes))
         for _, how, run, _ in methods:  # one untimed pass of each limit: first touches of its outputs
             if how == LIMIT:
                 run()
@@ -244,21 +245,6 @@ class Bench:
             del batch
             if hasattr(sampler, "close"):
                 sampler.close()
-            return elapsed
-        return run
-
-    def cpprb_run(self, cpprb, priorities):
-        warm, count = self.args.warm_batches, self.args.batches
-        priorities = [p.numpy() for p in priorities]
-
-        def run() -> float:
-            cpprb.reset()
-            cpprb.iterate(priorities, 0, warm, BATCH)
-            read.warm_ram(self.args.warm_bytes)
-            start = clock()
-            batch = cpprb.iterate(priorities, warm, warm + count, BATCH)
-            elapsed = clock() - start
-            del batch
             return elapsed
         return run
 
@@ -349,45 +335,7 @@ def print_table(bench: Bench, args, episodes: int) -> None:
     print("updates priorities). Sum tree: calls/s of tree.sample(256, rng) + tree.update(idx, new), no gather.")
     print("paired: the median over repeats of the ratio within each round of the interleaved runs.")
     print("numpy / numba: the sum tree's kernels (MEMMAP_REPLAY_KERNELS); both draw the same keys (checked).")
-    print_ratios(bench)
-
-
-def print_ratios(bench: Bench) -> None:
-    """numba over numpy for each prioritized way, and the P ways over cpprb's buffer."""
-    results = bench.results
-    lines = []
-    for (group, how), (rate, _) in results.items():
-        way = how.removesuffix(", numba")
-        if way != how and (group, way + ", numpy") in results:
-            lines.append(f"  {group:<14} {way:<52} numba / numpy {rate / results[(group, way + ', numpy')][0]:.2f}")
-    cpprb = results.get(("P", CPPRB))
-    if cpprb is not None:
-        for (group, how), (rate, _) in results.items():
-            if group == "P" and how not in (LIMIT, CPPRB):
-                verdict = " (goal: above cpprb: " + ("met)" if rate > cpprb[0] else "NOT met)") if how.endswith("numba") else ""
-                lines.append(f"  P              {how:<52} / cpprb {rate / cpprb[0]:.2f}{verdict}")
-    if lines:
-        print("Kernel ratios in this run:")
-        print("\n".join(lines))
-
-
-def print_kernels(args) -> None:
-    """Which kernels this run measures, the first use's compile time, and whether cpprb is compared."""
-    names = sampler_kernels.available()
-    if "numba" in names:
-        import numba
-        times = sampler_kernels.first_use()
-        print(f"sum tree kernels: numpy and numba {numba.__version__}; first use in a fresh process "
-              f"{times['compile']:.2f} s with an empty numba cache (import numba {times['import numba']:.2f} s, "
-              f"compiling {times['compile'] - times['import numba']:.2f} s), {times['cached']:.2f} s from the cache",
-              flush=True)
-    else:
-        print("sum tree kernels: numpy only (numba is not installed: pip install 'memmap-replay[fast]')")
-    version = sampler_kernels.cpprb_version()
-    if not args.cpprb:
-        print("cpprb: left out (--no-cpprb)")
-    elif version is None:
-        print("cpprb: not installed, not compared (pip install cpprb)")
+    sampler_kernels.print_ratios(bench.results, LIMIT)
 
 
 def main(argv=None) -> int:
@@ -443,7 +391,7 @@ def main(argv=None) -> int:
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'}); RAM warm-up {args.warm_mb} MB "
           f"before each timed run; {allocator}; timed by the {args.clock} clock")
     print(f"memcpy (256 MiB, touched memory): {read.memcpy_gbs():.2f} GB/s", flush=True)
-    print_kernels(args)
+    sampler_kernels.print_kernels(args.cpprb)
     try:
         print("generating data (seeded) ...", flush=True)
         data = read.Data(episodes, T_STEPS)
