@@ -15,6 +15,14 @@ float32 (), done bool (); meta field task_id int. Written once with ``store_epis
 - sum tree   ``SumTree(n)`` alone, leaves loaded from a seeded generator: ``tree.sample(256, rng)`` then
              ``tree.update(idx, new)`` per call, at n = 100 thousand, 1 million and 10 million leaves.
 
+The prioritized ways (P, windows, sum tree) run with each kernel of the sum tree (``kernels.select``:
+numpy, and numba's compiled kernels when numba is installed), interleaved in one run; both draw the same
+keys (checked: every way of a group must draw its first way's keys). With numba, the first use's
+compile time is measured in fresh processes (``sampler_kernels.first_use``: empty numba cache, then
+cache written). With cpprb installed, its ``PrioritizedReplayBuffer`` on the same rows runs in the P
+group (``sampler_kernels.CpprbPrioritized``: its own generator, so other rows of the same size; its
+ratio is to the P group's limit).
+
 The new priorities are precomputed from a seeded generator (float32 tensors, as a learner's
 ``td_error.abs() + eps``), one array per iteration. Each sampler figure is compared with the numpy limit:
 ``{field: ram[field][rows]}``, a fancy-index gather of exactly the rows the sampler's batches read, from
@@ -33,8 +41,9 @@ training loop does). Figures are medians of ``--repeats`` runs, the runs of the 
 ``--warm-mb`` of RAM are touched and freed before each timed run (``read.warm_ram``), and the store's pages
 are in the page cache and touched once by this process (``read.touch_pages``).
 
-    python benchmarks/samplers.py            # the canonical workload, about 35 seconds on 2 cores
-    python benchmarks/samplers.py --quick    # a smoke run (20 episodes, 1 repeat, a few batches, small trees)
+    python benchmarks/samplers.py              # the canonical workload, about 2 minutes on 2 cores
+    python benchmarks/samplers.py --clock cpu  # timed by this thread's CPU time (a machine shared with other work)
+    python benchmarks/samplers.py --quick      # a smoke run (20 episodes, 1 repeat, a few batches, small trees)
 """
 
 from __future__ import annotations
@@ -53,12 +62,14 @@ from pathlib import Path
 import numpy as np
 
 import read  # benchmarks/read.py: write_ours, pin_malloc, warm_ram, touch_pages, gather_limit, memcpy_gbs
+import sampler_kernels  # benchmarks/sampler_kernels.py: the kernels, their compile time, cpprb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch  # noqa: E402
 
 from memmap_replay import ReplayBuffer  # noqa: E402
+from memmap_replay.samplers import kernels  # noqa: E402
 from memmap_replay.samplers.sumtree import SumTree  # noqa: E402
 
 T_STEPS = read.T_STEPS
@@ -68,23 +79,29 @@ LIMIT = read.LIMIT
 MB = read.MB
 BATCH, WINDOW, WINDOW_BATCH = 256, 50, 50
 ALPHA, BETA = 0.6, 0.4
-GOAL_P = 0.7
+GOAL_P = {"numpy": 0.7, "numba": 0.85}  # x numpy limit, by kernel (issue 19: numba >= 0.85 and above cpprb)
 TREE_SIZES = (100_000, 1_000_000, 10_000_000)
 QUICK_TREE_SIZES = (10_000, 100_000, 1_000_000)
-TREE_GOALS = {1_000_000: 3_000, 10_000_000: 2_000}  # calls/s of sample(256) + update(256)
+TREE_GOALS = {"numpy": {1_000_000: 3_000, 10_000_000: 2_000},  # calls/s of sample(256) + update(256)
+              "numba": {1_000_000: 20_000, 10_000_000: 10_000}}
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]  # what the timed runs read (--clock)
 PRIORITIZED = dict(alpha=ALPHA, beta=BETA)
 
 
 class SamplerCase:
     """One sampler way: how to open it, its batch size, and the step priorities of each iteration."""
 
-    def __init__(self, group: str, how: str, kind: str, batch: int, options: dict, priorities, goal=None):
+    def __init__(self, group: str, how: str, kind: str, batch: int, options: dict, priorities, goal=None,
+                 kernel: str = "numpy"):
         self.group, self.how, self.kind, self.batch, self.options = group, how, kind, batch, options
+        self.kernel = kernel  # the sum tree's kernels while this way runs
         self.priorities = priorities  # None (no update) or one tensor per iteration
         self.goal = goal
         self.persist = options.get("persist", kind != "uniform")  # the prioritized samplers' default: True
 
     def open(self, buffer: ReplayBuffer):
+        kernels.select(self.kernel)
         if self.persist:  # every run starts from the same priorities: none stored yet
             shutil.rmtree(buffer.episode_store.folder / "priorities", ignore_errors=True)
             if not buffer.episode_store.writable:  # a read-only store never writes: persisting needs a writable one
@@ -106,6 +123,7 @@ class Bench:
         self.args, self.buffer, self.ram = args, buffer, ram
         self.results: dict[tuple[str, str], tuple[float, list[float]]] = {}  # (group, how) -> (rate, times)
         self.goals: dict[tuple[str, str], str] = {}
+        self.kernels = sampler_kernels.available()
 
     def record(self, group: str, how: str, seconds: float, times: list[float], calls: int, nbytes: float = 0.0,
                unit: str = "batches/s") -> None:
@@ -113,9 +131,15 @@ class Bench:
         self.results[(group, how)] = (rate, times)
         extra = f" {nbytes * rate / MB:>8,.0f} MB/s" if nbytes else f" {seconds / calls * 1e6:>8,.1f} us/call"
         if (group, LIMIT) in self.results and how != LIMIT:
-            extra += f"  {rate / self.results[(group, LIMIT)][0]:.3f} x numpy"
+            extra += f"  {rate / self.results[(group, LIMIT)][0]:.3f} x numpy (paired {self.paired(group, how):.3f})"
         spread = ", ".join(f"{calls / t:,.0f}" for t in times)
         print(f"  {group:<14} {how:<52} {rate:>9,.1f} {unit}{extra}   [{spread}]", flush=True)
+
+    def paired(self, group: str, how: str) -> float:
+        """The median over repeats of (this way's rate / the limit's in the same round of the interleaved
+        repeats): steadier than the ratio of medians when other processes come and go."""
+        limit, times = self.results[(group, LIMIT)][1], self.results[(group, how)][1]
+        return statistics.median(a / b for a, b in zip(limit, times))
 
     # ---- samplers against the numpy limit ------------------------------------------------------------
 
@@ -151,8 +175,8 @@ class Bench:
             rows = rows[:, None] + np.arange(view.window)[None, :]  # windows never cross an episode's end
         return rows
 
-    def samplers(self, cases: list[SamplerCase]) -> None:
-        """Each group's limit and its sampler ways, interleaved repeats."""
+    def samplers(self, cases: list[SamplerCase], cpprb=None) -> None:
+        """Each group's limit and its sampler ways (and cpprb's buffer in group P), interleaved repeats."""
         args = self.args
         warm, count = args.warm_batches, args.batches
         methods: list[tuple[str, str, object, float]] = []  # (group, how, run, bytes a batch)
@@ -173,6 +197,12 @@ class Bench:
             methods.append((case.group, case.how, self.sampler_run(case, keys[-1]), nbytes))
             if case.goal is not None:
                 self.goals[(case.group, case.how)] = case.goal
+        if cpprb is not None:
+            p = next(case for case in cases if case.group == "P")
+            nbytes = next(n for group, how, _, n in methods if group == "P" and how == LIMIT)
+            run = cpprb.timed([q.numpy() for q in p.priorities], args.warm_batches, args.batches, BATCH,
+                              lambda: read.warm_ram(args.warm_bytes), lambda: clock())
+            methods.append(("P", sampler_kernels.CPPRB, run, nbytes))
         for _, how, run, _ in methods:  # one untimed pass of each limit: first touches of its outputs
             if how == LIMIT:
                 run()
@@ -187,10 +217,10 @@ class Bench:
         def run() -> float:
             read.warm_ram(self.args.warm_bytes)
             previous = None
-            start = time.perf_counter()
+            start = clock()
             for plan in plans:
                 previous = read.gather_limit(plan)
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             del previous
             return elapsed
         return run
@@ -204,12 +234,12 @@ class Bench:
             read.warm_ram(self.args.warm_bytes)
             size, priorities, update = case.batch, case.priorities, case.priorities is not None
             batch = None
-            start = time.perf_counter()
+            start = clock()
             for i in range(warm, warm + count):
                 batch = sampler.batch(size)  # the previous batch is alive until this returns
                 if update:
                     sampler.update_priorities(batch["_key"], priorities[i])
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             if not np.array_equal(batch["_key"].numpy(), last_keys):
                 raise RuntimeError(f"{case.group} {case.how}: the timed run drew other keys than the recording")
             del batch
@@ -225,28 +255,30 @@ class Bench:
         calls = args.tree_calls
         methods = []
         for n in sizes:
-            rng = np.random.default_rng([SEED, n])
             start = time.perf_counter()
             tree = SumTree(n)
-            tree.load_leaves(rng.random(n))
+            tree.load_leaves(np.random.default_rng([SEED, n]).random(n))
             built = time.perf_counter() - start
-            new = rng.random((calls, BATCH)) + 1e-3
             print(f"sum tree n={n:,}: {tree.levels} levels below a flat top of {tree.top}, "
                   f"{2 * tree.sums.nbytes / MB:,.0f} MB, built in {built:.2f} s; {calls} timed calls", flush=True)
+            for kernel in self.kernels:
+                rng = np.random.default_rng([SEED, n, 1])
+                new = rng.random((calls, BATCH)) + 1e-3
 
-            def run(tree=tree, rng=rng, new=new) -> float:
-                read.warm_ram(args.warm_bytes)
-                start = time.perf_counter()
-                for i in range(calls):
-                    idx = tree.sample(BATCH, rng)
-                    tree.update(idx, new[i])
-                return time.perf_counter() - start
+                def run(tree=tree, rng=rng, new=new, kernel=kernel) -> float:
+                    kernels.select(kernel)
+                    read.warm_ram(args.warm_bytes)
+                    start = clock()
+                    for i in range(calls):
+                        idx = tree.sample(BATCH, rng)
+                        tree.update(idx, new[i])
+                    return clock() - start
 
-            how = f"n={n:,}: sample({BATCH}) + update"
-            methods.append((how, run))
-            if n in TREE_GOALS:
-                self.goals[("sum tree", how)] = TREE_GOALS[n]
-            run()  # untimed: first touches of the tree's pages by the draws
+                how = f"n={n:,}: sample({BATCH}) + update, {kernel}"
+                methods.append((how, run))
+                if n in TREE_GOALS[kernel]:
+                    self.goals[("sum tree", how)] = TREE_GOALS[kernel][n]
+                run()  # untimed: first touches of the tree's pages by the draws
         times = {how: [] for how, _ in methods}
         for _ in range(args.repeats):
             for how, run in methods:
@@ -255,23 +287,24 @@ class Bench:
             self.record("sum tree", how, statistics.median(times[how]), times[how], calls, unit="calls/s  ")
 
 
-def sampler_cases(args) -> list[SamplerCase]:
+def sampler_cases(args, kernel_names: list[str]) -> list[SamplerCase]:
     iterations = args.warm_batches + args.batches
     rng = np.random.default_rng([SEED, 7])
     step = [torch.from_numpy(p) for p in (rng.random((iterations, BATCH), dtype=np.float32) + 1e-3)]
     windows = [torch.from_numpy(p) for p in (rng.random((iterations, WINDOW_BATCH, WINDOW), dtype=np.float32) + 1e-3)]
     update = "batch(256) + update_priorities"
-    return [
-        SamplerCase("uniform T", "sampler.batch(256)", "uniform", BATCH, {}, None),
-        SamplerCase("P", f"{update}, persist=False", "prioritized", BATCH, dict(PRIORITIZED, persist=False), step, GOAL_P),
-        SamplerCase("P", f"{update}, persist=True", "prioritized", BATCH, dict(PRIORITIZED, persist=True), step, GOAL_P),
-        SamplerCase(f"windows {WINDOW_BATCH}x{WINDOW}", f"batch({WINDOW_BATCH}) + update_priorities ({WINDOW_BATCH}, {WINDOW})",
-                    "sequence", WINDOW_BATCH, dict(PRIORITIZED, window=WINDOW, persist=False), windows),
-    ]
+    cases = [SamplerCase("uniform T", "sampler.batch(256)", "uniform", BATCH, {}, None)]
+    for persist in (False, True):
+        cases += [SamplerCase("P", f"{update}, persist={persist}, {kernel}", "prioritized", BATCH,
+                              dict(PRIORITIZED, persist=persist), step, GOAL_P[kernel], kernel) for kernel in kernel_names]
+    cases += [SamplerCase(f"windows {WINDOW_BATCH}x{WINDOW}", f"batch({WINDOW_BATCH}) + update_priorities "
+                          f"({WINDOW_BATCH}, {WINDOW}), {kernel}", "sequence", WINDOW_BATCH,
+                          dict(PRIORITIZED, window=WINDOW, persist=False), windows, kernel=kernel) for kernel in kernel_names]
+    return cases
 
 
 def print_table(bench: Bench, args, episodes: int) -> None:
-    header = ("case", "how", "batches/s", "x numpy", "goal")
+    header = ("case", "how", "batches/s", "x numpy", "paired", "goal")
     rows = []
     for (group, how), (rate, _) in bench.results.items():
         limit = bench.results.get((group, LIMIT))
@@ -281,13 +314,14 @@ def print_table(bench: Bench, args, episodes: int) -> None:
             verdict = f">= {goal} x numpy {'met' if ratio >= goal else 'NOT met'}"
         elif goal is not None:
             verdict = f">= {goal:,} calls/s {'met' if rate >= goal else 'NOT met'}"
-        rows.append((group, how, f"{rate:,.1f}", "" if ratio is None else f"{ratio:.3f}", verdict))
+        paired = "" if ratio is None or how == LIMIT else f"{bench.paired(group, how):.3f}"
+        rows.append((group, how, f"{rate:,.1f}", "" if ratio is None else f"{ratio:.3f}", paired, verdict))
     print()
     print(f"Sampler figures: {episodes} episodes x {T_STEPS} steps; medians of {args.repeats} repeat(s) of "
           f"{args.batches} iterations ({args.tree_calls} calls for the sum tree); ratios are to the numpy in-RAM "
           f"gather of the same rows in this run")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i in (2, 3) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    lines = ["  ".join(c.rjust(w) if i in (2, 3, 4) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
     print(lines[0])
     print("-" * max(len(line) for line in lines))
@@ -299,6 +333,9 @@ def print_table(bench: Bench, args, episodes: int) -> None:
         print(line)
     print("x numpy: over the numpy limit's batches/s in this run (same rows, same bytes; the limit neither draws nor")
     print("updates priorities). Sum tree: calls/s of tree.sample(256, rng) + tree.update(idx, new), no gather.")
+    print("paired: the median over repeats of the ratio within each round of the interleaved runs.")
+    print("numpy / numba: the sum tree's kernels (MEMMAP_REPLAY_KERNELS); both draw the same keys (checked).")
+    sampler_kernels.print_ratios(bench.results, LIMIT)
 
 
 def main(argv=None) -> int:
@@ -317,6 +354,11 @@ def main(argv=None) -> int:
                         help="where to write (a scratch folder is made inside it and removed at the end unless "
                              "--keep; default: the current directory, so the same disk as the project)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder and its store")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="time the runs by the wall clock (default) or by this thread's CPU time (user + system), "
+                             "which leaves out the time other processes hold the CPU: steadier on a shared machine")
+    parser.add_argument("--no-cpprb", dest="cpprb", action="store_false",
+                        help="leave cpprb's PrioritizedReplayBuffer out even when it is installed")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's adaptive thresholds as they are (see read.pin_malloc)")
     parser.add_argument("--warm-mb", type=int, default=256,
@@ -340,13 +382,16 @@ def main(argv=None) -> int:
     allocator = read.pin_malloc() if args.pin_malloc else "glibc malloc left adaptive (--malloc-default)"
 
     started = time.perf_counter()
+    global clock
+    clock = CLOCKS[args.clock]
     print(f"memmap_replay sampler benchmark: {episodes} episodes x {T_STEPS} steps; median of {args.repeats} timed "
           f"repeat(s) of {args.batches} iterations")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, kernel {platform.release()}")
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'}); RAM warm-up {args.warm_mb} MB "
-          f"before each timed run; {allocator}")
+          f"before each timed run; {allocator}; timed by the {args.clock} clock")
     print(f"memcpy (256 MiB, touched memory): {read.memcpy_gbs():.2f} GB/s", flush=True)
+    sampler_kernels.print_kernels(args.cpprb)
     try:
         print("generating data (seeded) ...", flush=True)
         data = read.Data(episodes, T_STEPS)
@@ -364,7 +409,13 @@ def main(argv=None) -> int:
         for name in store.schema.fields:
             read.touch_pages(store.step_array(name))
         bench = Bench(args, buffer, ram)
-        bench.samplers(sampler_cases(args))
+        cpprb = None
+        if args.cpprb and sampler_kernels.cpprb_version() is not None:
+            cpprb = sampler_kernels.CpprbPrioritized(ram, ALPHA, BETA)
+            print(f"cpprb {sampler_kernels.cpprb_version()}: PrioritizedReplayBuffer of the same {len(ram['image']):,} "
+                  f"rows (in RAM) filled in {cpprb.filled:.1f} s", flush=True)
+        bench.samplers(sampler_cases(args, bench.kernels), cpprb)
+        del cpprb
         buffer.close()
         del ram
         bench.ram = {}

@@ -34,7 +34,8 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .views.dataset import Sample
     from .views.hindsight import HindsightView
     from .views.loader import BatchIndexSampler, ReplayDataLoader
-    from .samplers.prioritized import PrioritizedSampler, SequenceSampler
+    from .samplers.prioritized import PrioritizedSampler
+    from .samplers.sequence import SequenceSampler
     from .samplers.base import ReplaySampler, UniformSampler
     from .samplers.mixed import MixedSampler
     from .distributed.shards import ConcatView, ShardedSampler, ShardSet, shard_folder
@@ -62,7 +63,7 @@ _LAZY = {
     "ReplaySampler": "samplers.base",
     "UniformSampler": "samplers.base",
     "PrioritizedSampler": "samplers.prioritized",
-    "SequenceSampler": "samplers.prioritized",
+    "SequenceSampler": "samplers.sequence",
     "MixedSampler": "samplers.mixed",
     "ShardSet": "distributed.shards",
     "ShardedSampler": "distributed.shards",

@@ -16,6 +16,35 @@ SMALL_FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float")
 SMALL_META = dict(task_id="int")
 
 
+KERNELS = ["numpy", "numba"]  # the sum tree's kernels (memmap_replay.samplers.kernels)
+NO_NUMBA = "numba is not installed (pip install 'memmap-replay[fast]'): its compiled kernels are not tested"
+
+
+def has_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def select_kernel(name: str) -> None:
+    """Run sum trees on ``name``'s kernels until ``kernels.reset()``; skips the test when numba is missing."""
+    from memmap_replay.samplers import kernels
+    if name == "numba" and not has_numba():
+        pytest.skip(NO_NUMBA)
+    kernels.select(name)
+
+
+@pytest.fixture(params=KERNELS)
+def kernel(request):
+    """Each sum tree kernel in turn (numba's skipped when it is not installed)."""
+    from memmap_replay.samplers import kernels
+    select_kernel(request.param)
+    yield request.param
+    kernels.reset()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -6,7 +6,8 @@ imports torch."""
 from .base import BetaSchedule, ReplaySampler, Sampler, SamplerBase, UniformSampler
 from .factory import SAMPLERS, sampler_class, sampler_options
 from .mixed import MixedSampler
-from .prioritized import PrioritizedSampler, SequenceSampler
+from .prioritized import PrioritizedSampler
+from .sequence import SequenceSampler
 from .sumtree import SumTree
 
 __all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "PrioritizedSampler",

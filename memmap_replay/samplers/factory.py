@@ -8,7 +8,8 @@ from typing import Any
 
 from ..errors import OptionError
 from .base import ReplaySampler, UniformSampler
-from .prioritized import PrioritizedSampler, SequenceSampler
+from .prioritized import PrioritizedSampler
+from .sequence import SequenceSampler
 
 __all__ = ["SAMPLERS", "sampler_class", "sampler_options"]
 

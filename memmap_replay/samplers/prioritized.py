@@ -1,4 +1,4 @@
-"""Prioritized replay (Schaul et al. 2015) and prioritized sequences (R2D2), over a view's positions.
+"""Prioritized replay (Schaul et al. 2015) over a view's positions (prioritized sequences: ``sequence``).
 
 Each valid position of the view (a step, an n-step start, a window start) is the leaf of a sum tree at
 its row in the store (``start + t``), holding ``priority ** alpha``. Draws are stratified over the tree's
@@ -23,14 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (CorruptStoreError, InvalidDataError, OptionError, ReadOnlyError)
+from ..errors import (CorruptStoreError, InvalidDataError, ReadOnlyError)
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.options import INT64_MAX, flag, integer, number, priorities_name
+from . import kernels
 from .base import BetaSchedule, ReplaySampler, _optional
 from .priority_files import PriorityFiles, read_stored_priorities
-from .sumtree import SumTree
+from .sumtree import NOTHING_TO_DRAW, SumTree
 
-__all__ = ["PrioritizedSampler", "SequenceSampler"]
+__all__ = ["PrioritizedSampler", "as_numpy"]
 
 _MIN_TREE = 1 << 16  # leaves a tree starts with; it doubles as the rows in use need
 _FLOAT_MAX = float(np.finfo(np.float64).max)
@@ -137,7 +138,14 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
         if len(rows) and rows.max() >= self.tree.capacity:
             self._grow(int(rows.max()) + 1)
-        self.tree.set_leaves(rows, raw ** self.alpha if self.alpha != 1.0 else raw)
+        self.tree.set_leaves(rows, self._leaves_of(raw))
+        self._keep(rows, raw, owners)
+
+    def _leaves_of(self, raw: np.ndarray) -> np.ndarray:
+        return raw ** self.alpha if self.alpha != 1.0 else raw
+
+    def _keep(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
+        """The raw priorities at ``rows`` into the folder's file (when persisted)."""
         if self.files is not None:
             self.files.values[rows] = raw
             if owners is not None:
@@ -166,18 +174,48 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def _draw(self, batch_size: int) -> Sample:
         tree = self.tree
         for _ in range(_STRAY_REDRAWS):
-            rows, leaves = tree.sample_with_values(batch_size, self.rng)
-            episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
-            t = rows - self.view.table.start[episode]
-            stray = self._stray(rows, episode, t)
+            drawn = self._draw_compiled(batch_size)
+            if isinstance(drawn, Sample):
+                return drawn
+            rows, leaves = drawn if drawn is not None else tree.sample_with_values(batch_size, self.rng)
+            episode, t, keys, stray = self._locate(rows)
             if stray is None:
                 break
             self.tree.update(rows[stray], 0.0)  # a leaf no position of the view owns: never drawn again
         else:
             raise CorruptStoreError(f"the sum tree of this sampler keeps drawing rows that no live episode holds "
                                     f"(row {int(rows[stray][0])}); make the sampler again")
-        weights = (tree.min / leaves) ** self.beta  # = (leaves / min) ** -beta, which could overflow
-        return self.sample_of(episode, t, weights.astype(np.float32))
+        return Sample(keys, tree.weights(leaves, self.beta), episode=episode, t=t, source=self.view)
+
+    def _draw_compiled(self, batch_size: int) -> Sample | tuple[np.ndarray, np.ndarray] | None:
+        """A whole draw by the compiled kernels (one call): a Sample; or the drawn rows and their leaves
+        when some need Python's care (a stray leaf moved, a row no position owns); None without them."""
+        counts, compiled = getattr(self.view.positions, "counts", None), kernels.compiled()
+        if compiled is None or counts is None:
+            return None
+        tree, table = self.tree, self.view.table
+        rows, episode, t, keys = np.empty((4, batch_size), dtype=np.int64)
+        found, weights = np.empty(batch_size), np.empty(batch_size, dtype=np.float32)
+        strays, bad = compiled.draw_positions(tree.sums, tree.mins, tree.top, tree.levels, self.rng.random(batch_size),
+                                              self.beta, self._starts, self._by_start, table.start, counts, table.ids,
+                                              self.view.key_stride, rows, found, episode, t, keys, weights)
+        if strays < 0:
+            raise InvalidDataError(NOTHING_TO_DRAW)
+        if strays or bad:
+            return tree.moved(rows, found, strays)
+        return Sample(keys, weights, episode=episode, t=t, source=self.view)
+
+    def _locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Drawn rows -> (table position of their episode, t, key, and the draws no position owns or None)."""
+        table, counts, compiled = self.view.table, getattr(self.view.positions, "counts", None), kernels.compiled()
+        if compiled is None or counts is None:
+            episode = self._by_start[np.searchsorted(self._starts, rows, side="right") - 1]
+            t = rows - table.start[episode]
+            return episode, t, self.keys_of(episode, t), self._stray(rows, episode, t)
+        episode, t, keys = np.empty((3, len(rows)), dtype=np.int64)
+        bad = compiled.locate_rows(rows, self._starts, self._by_start, table.start, counts, table.ids,
+                                   self.view.key_stride, episode, t, keys)
+        return episode, t, keys, self._stray(rows, episode, t) if bad else None
 
     def _stray(self, rows: np.ndarray, episode: np.ndarray, t: np.ndarray) -> np.ndarray | None:
         """The draws whose row is no position of the view (a check, one gather and compare per batch), or None.
@@ -201,6 +239,9 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
         Updates for episodes evicted since the draw are dropped; returns how many were applied."""
+        applied = self._update_compiled(keys, priorities)
+        if applied is not None:
+            return applied
         keys, raw, highest, top = self._checked(keys, priorities)
         if not len(keys):
             return 0
@@ -236,6 +277,37 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             self._raise_max(float(highest))
         self._set(rows, raw)
         return len(where)
+
+    def _update_compiled(self, keys: Any, priorities: Any) -> int | None:
+        """``update_priorities`` by the compiled kernels, when they run and all is well (int64 keys, each a
+        position of a live episode; priorities finite, >= 0 and not too large; positions counted per
+        episode); else None, and numpy's way decides (its checks say what is wrong, and it drops the
+        updates of episodes evicted since the draw). The same priorities, leaves and largest priority."""
+        compiled, counts = kernels.compiled(), getattr(self.view.positions, "counts", None)
+        if compiled is None or counts is None:
+            return None
+        keys, priorities = as_numpy(keys), as_numpy(priorities)
+        if (keys.dtype != np.int64 or keys.ndim != 1 or priorities.dtype.kind != "f" or priorities.shape != keys.shape
+                or not len(keys)):
+            return None
+        keys, raw = np.ascontiguousarray(keys), np.ascontiguousarray(priorities, dtype=np.float64)
+        fine, highest = compiled.checked_priorities(keys, raw, self.max_raw)
+        if not fine:
+            return None
+        if self.follow:
+            self.sync()
+        else:
+            self.reconcile()
+        table, tree = self.view.table, self.tree
+        rows = np.empty(len(keys), dtype=np.int64)
+        if not compiled.update_rows(keys, self.view.key_stride, table.ids, table.start, counts, self.view.state[1],
+                                    self._leaves_of(raw), tree.sums, tree.mins, tree.size, tree.levels, tree.capacity,
+                                    rows):
+            return None
+        if highest > self.max_priority:
+            self._raise_max(highest)
+        self._keep(rows, raw)
+        return len(rows)
 
     def _checked(self, keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float, int]:
         """int64 keys, float64 priorities, the largest priority and the largest key; or InvalidDataError."""
@@ -298,57 +370,11 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             pass
 
 
-class SequenceSampler(PrioritizedSampler):
-    """Prioritized windows (R2D2): a ``WindowView``'s windows drawn by priority; ``update_priorities`` takes
-    one priority per window, or per step ``(B, L)`` (e.g. ``|td_error|``), which becomes
-    ``eta * max + (1 - eta) * mean`` over the window. For uniform windows use ``UniformSampler``."""
-
-    def __init__(self, view: PositionSource, *, eta: float = 0.9, **options: Any):
-        if not (hasattr(view, "window") and hasattr(view, "time_major")):  # a WindowView
-            raise OptionError(f"a SequenceSampler draws windows: pass buffer.dataset(window=L) "
-                                   f"(got a {type(view).__name__})")
-        self.eta = number(eta, "eta", low=0.0, high=1.0)
-        super().__init__(view, **options)
-
-    def update_priorities(self, keys: Any, priorities: Any, mask: Any = None) -> int:
-        """Priorities per window ``(B,)``, or per step ``(B, L)`` (``(L, B)`` from a time-major view),
-        combined as ``eta * max + (1 - eta) * mean`` over each window's steps; ``mask`` (the batch's
-        ``_mask`` of partial windows) leaves the padding steps out."""
-        priorities = as_numpy(priorities)
-        if priorities.ndim != 2:
-            if mask is not None:
-                raise InvalidDataError("mask= goes with step priorities (batch, window); these are one per window")
-            return super().update_priorities(keys, priorities)
-        window = self.view.window
-        if self.view.time_major:
-            priorities = priorities.T
-        if priorities.shape[1] != window:
-            layout = f"({window}, batch) from this time-major view" if self.view.time_major else f"(batch, {window})"
-            raise InvalidDataError(f"step priorities must be {layout} (got {priorities.shape})")
-        if priorities.dtype.kind not in "biuf":
-            raise InvalidDataError(f"step priorities must be numbers (got {priorities.dtype})")
-        if priorities.size:
-            highest = float(priorities.max())
-            if not (priorities.min() >= 0 and highest < np.inf):
-                raise InvalidDataError("step priorities must be finite and >= 0; e.g. abs(td_error) + 1e-6")
-            limit = min(self.max_raw, _FLOAT_MAX / (2 * window))  # (a window's mean sums its steps)
-            if highest > limit:
-                raise InvalidDataError("step " + self._too_large(highest, limit))
-        priorities = priorities.astype(np.float64)
-        if mask is None:
-            return super().update_priorities(keys, self.eta * priorities.max(axis=1)
-                                             + (1 - self.eta) * priorities.mean(axis=1))
-        mask = as_numpy(mask)
-        mask = mask.T if self.view.time_major and mask.shape != priorities.shape else mask
-        if mask.shape != priorities.shape or mask.dtype != bool or not mask[:, 0].all():
-            raise InvalidDataError(f"mask must be the batch's '_mask': bools of shape {priorities.shape}, True at "
-                                   f"each window's first step (got {mask.dtype} {mask.shape})")
-        steps = mask.sum(axis=1)
-        highest = np.where(mask, priorities, 0.0).max(axis=1)
-        mean = np.where(mask, priorities, 0.0).sum(axis=1) / steps
-        return super().update_priorities(keys, self.eta * highest + (1 - self.eta) * mean)
-
-
 def as_numpy(values: Any) -> np.ndarray:
     """A numpy array of a tensor (on any device) or of anything numpy takes."""
-    return np.asarray(values.detach().cpu().numpy() if hasattr(values, "detach") else values)
+    if hasattr(values, "detach"):
+        try:
+            return values.numpy()  # a CPU tensor without grad: its memory, one call
+        except (RuntimeError, TypeError):  # with grad, or on a device
+            return np.asarray(values.detach().cpu().numpy())
+    return np.asarray(values)

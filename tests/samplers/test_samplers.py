@@ -29,8 +29,7 @@ from memmap_replay.distributed.shards import SHARD_STRIDE, ShardSample
 from memmap_replay.samplers import Sampler
 from memmap_replay.views.kinds import TimestepView
 
-from conftest import episode_arrays
-from conftest import chi_square_ok
+from conftest import KERNELS, chi_square_ok, episode_arrays, select_kernel
 
 STRIDE = 8  # max_timesteps, so the key stride, of every buffer whose keys a test decodes
 FIRST = [(5, "terminated", False), (3, "truncated", True), (6, None, False), (4, "terminated", True)]
@@ -133,11 +132,23 @@ def closing():
             sampler.close()
 
 
-@pytest.fixture(params=list(FACTORIES))
+def factory_params():
+    """Every factory; the prioritized ones with each sum tree kernel."""
+    for name, (kind, *_) in FACTORIES.items():
+        for kernel in ["numpy"] if kind == "uniform" else KERNELS:
+            yield pytest.param((name, kernel), id=name if kind == "uniform" else f"{name}-{kernel}")
+
+
+@pytest.fixture(params=list(factory_params()))
 def factory(request, closing):
     """(make(buffer, **options), count): a sampler of this kind; count(length, end, final) = its positions.
-    ``make.local(keys)``: the keys in the store (a sharded sampler's keys also name the shard)."""
-    kind, options, count, how = FACTORIES[request.param]
+    ``make.local(keys)``: the keys in the store (a sharded sampler's keys also name the shard). Prioritized
+    samplers run on the sum tree kernel the parameter names."""
+    from memmap_replay.samplers import kernels
+    name, kernel = request.param
+    select_kernel(kernel)
+    request.addfinalizer(kernels.reset)
+    kind, options, count, how = FACTORIES[name]
     names = itertools.count()
 
     def make(buffer, **overrides):
@@ -159,7 +170,7 @@ def factory(request, closing):
             sampler = limiter.wrap_sampler(sampler)
         return sampler
 
-    make.kind, make.id = kind, request.param
+    make.kind, make.id = kind, name
     make.local = (lambda keys: keys // SHARD_STRIDE) if how == "sharded" else (lambda keys: keys)
     make.persistent = how != "sharded"  # a sharded sampler keeps its priorities in memory
     return make, count
@@ -419,7 +430,7 @@ class Model:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=OPERATIONS)
-def test_random_operations_never_draw_a_dead_position(tmp_path_factory, operations):
+def test_random_operations_never_draw_a_dead_position(tmp_path_factory, operations, kernel):
     model = Model(tmp_path_factory.mktemp("model"))
     try:
         for operation in operations:
@@ -470,7 +481,7 @@ def skewed(expected):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
-def test_prioritized_frequencies_follow_priority_to_the_alpha(uneven, alpha):
+def test_prioritized_frequencies_follow_priority_to_the_alpha(uneven, alpha, kernel):
     sampler = uneven.buffer.sampler("prioritized", alpha=alpha, seed=5, persist=False)
     keys = np.array(sorted(uneven.valid_keys(steps)))
     priorities = np.random.default_rng(0).uniform(0.2, 3.0, len(keys))
@@ -497,7 +508,7 @@ def test_uniform_frequencies_are_uniform_over_valid_positions(uneven, options, c
 
 
 @pytest.mark.parametrize("rows", [54, 10_000], ids=["flat-tree", "deep-tree"])  # a sum tree of 0 or 2 levels
-def test_weights_are_normalised_over_every_live_position(make_buffer, rows):
+def test_weights_are_normalised_over_every_live_position(make_buffer, rows, kernel):
     alpha, beta = 0.7, 0.5
     uneven = uneven_episodes(make_buffer, max_steps=rows)
     sampler = uneven.buffer.sampler("prioritized", alpha=alpha, beta=beta, seed=1, persist=False)
@@ -540,7 +551,7 @@ def test_beta_anneals_linearly_to_beta_final(uneven):
 
 # ---- stale updates -------------------------------------------------------------------------------------
 
-def test_updates_for_evicted_episodes_are_dropped(make_buffer, closing):
+def test_updates_for_evicted_episodes_are_dropped(make_buffer, closing, kernel):
     """Episode 0's keys, drawn before the ring gave its slot and its rows to episode 3, update nothing."""
     episodes = Episodes(make_buffer("stale", max_episodes=3, max_timesteps=STRIDE, max_steps=27, circular=True))
     for _ in range(3):
@@ -717,7 +728,7 @@ def test_bad_arguments_and_states(uneven):
     assert len(uniform.batches(4, 7)) == 7
 
 
-def test_bad_priorities(uneven, closing):
+def test_bad_priorities(uneven, closing, kernel):
     sampler = uneven.buffer.sampler("sequence", window=3, seed=0, name="bad")
     closing.append(sampler)
     keys = sampler.sample(3).keys
@@ -979,7 +990,7 @@ def test_the_tree_grows_with_the_rows_in_use(make_buffer):
     sampler.close()
 
 
-def test_a_view_refuses_keys_it_cannot_hold(uneven):
+def test_a_view_refuses_keys_it_cannot_hold(uneven, kernel):
     steps_sample = uneven.buffer.sampler("uniform", seed=0).sample(64)
     windows = uneven.buffer.dataset(window=4)
     foreign = Sample(pickle.loads(pickle.dumps(steps_sample)).keys)  # steps past the last window start

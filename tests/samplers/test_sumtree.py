@@ -1,8 +1,9 @@
-"""SumTree: sums and minima against brute force, proportional draws (chi-square), edge cases."""
+"""SumTree: sums and minima against brute force, proportional draws (chi-square), edge cases; each test
+with each kernel (numpy, and numba's compiled one when it is installed)."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memmap_replay import InvalidDataError
@@ -10,8 +11,10 @@ from memmap_replay.samplers.sumtree import SumTree
 
 from conftest import chi_square_ok
 
+pytestmark = pytest.mark.usefixtures("kernel")
 
-@settings(max_examples=60, deadline=None)
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(capacity=st.integers(1, 3000), seed=st.integers(0, 2**32 - 1),
        rounds=st.integers(1, 5), top=st.sampled_from([1, 2, 8, 64, None]))
 def test_matches_brute_force(capacity, seed, rounds, top):
