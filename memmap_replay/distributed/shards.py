@@ -30,7 +30,7 @@ from ..views.dataset import BatchDataset, flag
 from ..errors import InvalidDataError, OptionError, StoreNotFoundError
 from ..core.folderio import inside
 from ..core.format import META_FILE
-from ..views.loader import BatchIndexSampler, ReplayDataLoader, make_dataset, make_sampler
+from ..views.loader import ReplayDataLoader, make_dataset, make_sampler
 from ..views.transforms import loader_transform, transform_option
 from ..core.options import integer, short
 from ..samplers.prioritized import PrioritizedSampler, as_numpy
@@ -144,19 +144,16 @@ class ShardSet:
         self._require_shards()
         return ConcatView([make_dataset(store, **options) for store in self.stores], transform=transform)
 
-    def dataloader(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False, seed: int | None = None,
-                   **options: Any) -> ReplayDataLoader:
-        """A DataLoader over ``dataset(**options)`` (DataLoader options such as num_workers pass through;
-        ``transform=``, or ``collate_fn=`` under torch's name, goes to the ConcatView)."""
-        from ..views.loader import LOADER_KEYWORDS
+    def dataloader(self, batch_size: int, **options: Any) -> ReplayDataLoader:
+        """A DataLoader over ``dataset(**options)``, with every option of ``buffer.dataloader`` (shuffle, seed,
+        device, output, prefetch, block_size, to_named_tuple, DataLoader's own); ``transform=``, or
+        ``collate_fn=`` under torch's name, goes to the ConcatView."""
+        from ..views.loader import _LOADER_OWN, LOADER_KEYWORDS, make_dataloader
 
         options["transform"] = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
-        loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
-        if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
-            loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
-        view = self.dataset(**options)
-        sampler = BatchIndexSampler(len(view), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
-        return ReplayDataLoader(view, sampler, **loader_options)
+        own = (_LOADER_OWN | LOADER_KEYWORDS) - {"transform", "collate_fn", "dataset"}
+        loader_options = {name: options.pop(name) for name in list(options) if name in own}
+        return make_dataloader(None, batch_size, dataset=self.dataset(**options), **loader_options)
 
     def sampler(self, kind: str = "uniform", **options: Any) -> "ShardedSampler":
         """A sampler across the shards, as ``buffer.sampler`` takes (priorities stay in memory)."""

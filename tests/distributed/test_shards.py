@@ -82,6 +82,11 @@ def test_several_writers_at_once_and_one_reader_over_all(three_shards):
     assert sorted(seen.tolist()) == sorted(every["obs"].numpy().tolist())  # each step once, across shards
     mixed = view.__getitems__(np.array([len(view) - 1, 0, 5]))  # request order is kept across shards
     np.testing.assert_array_equal(mixed["obs"].numpy(), every["obs"].numpy()[[len(view) - 1, 0, 5]])
+    # every option of buffer.dataloader: a device, named tuples, the loader's readahead, a block order
+    named = three_shards.dataloader(7, timestep_level=True, device="cpu", to_named_tuple=("obs",), prefetch=2,
+                                    block_size=4, shuffle="blocks", seed=1)
+    seen = np.concatenate([batch.obs.numpy() for batch in named])
+    assert sorted(seen.tolist()) == sorted(every["obs"].numpy().tolist())
 
 
 def test_uniform_across_shards_is_uniform_over_every_position(three_shards):
