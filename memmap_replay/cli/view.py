@@ -100,6 +100,13 @@ def run_report(args: argparse.Namespace) -> int:
     except ReplayError as error:
         print(f"{args.prog}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as error:  # the output cannot be written, or the store's files cannot be read
+        print(f"{args.prog}: error: {error}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except Exception as error:  # data nobody foresaw (or a bug): one line, never a traceback
+        print(f"{args.prog}: error: the report could not be made ({type(error).__name__}: {error}); run "
+              f"'verify {args.folder}' to check the store, and please report it if the store is sound", file=sys.stderr)
+        return EXIT_PROBLEMS
     shown = f"{len(written.episodes)} episodes" + (f" with frames of {written.field!r}" if written.field else "")
     print(f"wrote {written.path}: {shown}, {written.nbytes / 1024:.0f} KB")
     return EXIT_OK

@@ -364,3 +364,28 @@ def test_the_viewer_imports_no_torch():
     code = "import sys, memmap_replay; memmap_replay.view; import memmap_replay.sharing.viewer; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("episodes", [2, 3, 5])
+def test_returns_a_few_ulps_apart_make_one_histogram_bin(tmp_path, episodes):
+    """Ten rewards of 0.1 summed in different orders differ in the last bits: np.histogram refused the range."""
+    folder = tmp_path / "ulps"
+    with ReplayBuffer(folder, max_episodes=episodes, max_timesteps=10, fields=dict(reward="float64")) as buffer:
+        for _ in range(episodes):
+            buffer.store_episode(reward=np.full(10, 0.1), end="truncated")
+    with view(folder, block=False) as running:
+        status, overview = get_json(running, "/api/overview")
+    assert status == 200, overview
+    histogram = overview["histograms"]["return"]
+    assert sum(histogram["counts"]) == episodes and histogram["edges"][0] <= 1.0 <= histogram["edges"][-1]
+    assert all(a < b for a, b in zip(histogram["edges"], histogram["edges"][1:]))
+
+
+def test_histogram_edges_and_counts():
+    values = np.array([0.0, 1.0, 2.0, 3.0, 3.0])
+    histogram = api_module._histogram(values)
+    assert len(histogram["edges"]) == 31 and histogram["edges"][0] == 0.0 and histogram["edges"][-1] == 3.0
+    assert sum(histogram["counts"]) == 5 and histogram["counts"][0] == 1 and histogram["counts"][-1] == 2
+    assert np.array_equal(histogram["counts"], np.histogram(values, bins=30)[0])
+    assert api_module._histogram(np.array([2.0, 2.0])) == {"edges": [1.5, 2.5], "counts": [2]}
+    assert api_module._histogram(np.array([-1e308, 1e308]))["counts"] == [2]

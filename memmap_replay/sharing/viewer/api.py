@@ -288,7 +288,17 @@ def _histogram(values: np.ndarray) -> dict:
     values = values[np.isfinite(values)]
     if not len(values):
         return {"edges": [], "counts": []}
-    counts, edges = np.histogram(values, bins=_HISTOGRAM_BINS if values.min() < values.max() else 1)
+    low, high = float(values.min()), float(values.max())
+    # edges made here, not by np.histogram: a range a few ulps wide (returns summed in another order) makes
+    # it raise 'Too many bins for data range'; such a range is one bin, and the edges are always increasing
+    scale = max(abs(low), abs(high), 1e-300)
+    if not high - low > scale * 1e-9 or not math.isfinite(high - low):
+        pad = 0.5 if low == high else 0.0  # one value: a bin of width 1 around it, as np.histogram makes
+        return {"edges": [low - pad, high + pad], "counts": [len(values)]}
+    edges = np.linspace(low, high, _HISTOGRAM_BINS + 1)
+    edges[0], edges[-1] = low, high
+    counts = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, _HISTOGRAM_BINS - 1),
+                         minlength=_HISTOGRAM_BINS)
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 
