@@ -389,3 +389,32 @@ def test_histogram_edges_and_counts():
     assert np.array_equal(histogram["counts"], np.histogram(values, bins=30)[0])
     assert api_module._histogram(np.array([2.0, 2.0])) == {"edges": [1.5, 2.5], "counts": [2]}
     assert api_module._histogram(np.array([-1e308, 1e308]))["counts"] == [2]
+
+
+def _store_id(folder: Path) -> str:
+    return json.loads((folder / "meta.json").read_text())["store_id"]
+
+
+def test_frames_and_assets_are_checked_again_and_name_their_store(tmp_path):
+    """Frames were kept an hour by the browser under a URL naming no store: a store served later on the same
+    port showed the first one's pictures. Now: no-cache, an ETag of the store and the bytes, the store in the URL."""
+    tags = []
+    for name, episodes in (("a", 2), ("b", 3)):
+        folder = make_pixel_store(tmp_path / name, episodes=episodes)
+        with view(folder, block=False) as running:
+            store = _store_id(folder)
+            status, data = get_json(running, "/api/episode?id=0")
+            assert data["store"] == store and get_json(running, "/api/state")[1]["store"] == store
+            status, headers, body = get(running, f"/api/frame?store={store}&field=obs&id=0&t=0")
+            assert status == 200 and headers["Cache-Control"] == "no-cache" and store in headers["ETag"]
+            tags.append(headers["ETag"])
+            status, again, body = get(running, f"/api/frame?store={store}&field=obs&id=0&t=0",
+                                      headers={"If-None-Match": headers["ETag"]})
+            assert status == 304 and body == b"" and again["ETag"] == headers["ETag"]
+            status, data = get_json(running, "/api/frame?store=0123abcd&field=obs&id=0&t=0")
+            assert status == 410 and "replaced by a new store" in data["error"]
+            assert (store, "obs", 0, 0, "last") in running.api.frames._items
+            for path in _ASSETS:
+                status, headers, _ = get(running, path)
+                assert headers["Cache-Control"] == "no-cache" and headers["ETag"], path
+    assert tags[0] != tags[1]

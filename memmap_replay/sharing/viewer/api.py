@@ -89,11 +89,17 @@ class StoreApi:
             self._columns_state = self._state
         return store, self._table
 
+    def store_id(self) -> str:
+        """The identity of the store served (meta.json's ``store_id``: a new one when the folder is overwritten)."""
+        with self._lock:
+            store, _ = self._current()
+            return store.meta.store_id
+
     def state(self) -> dict:
         """What changes when a writer commits: the page polls this to follow a live store."""
         with self._lock:
             store, table = self._current()
-            return {"episodes": len(table), "steps": int(table.length.sum()),
+            return {"store": store.meta.store_id, "episodes": len(table), "steps": int(table.length.sum()),
                     "first": store.meta.state.first_episode, "next": store.meta.state.next_episode}
 
     # ---- overview ------------------------------------------------------------------------------------
@@ -180,7 +186,7 @@ class StoreApi:
         images = image_fields(store.schema)
         frames = len(episode) + (final is not None)
         return {
-            "id": episode.id, "position": position, "previous": neighbours[0], "next": neighbours[1],
+            "store": store.meta.store_id, "id": episode.id, "position": position, "previous": neighbours[0], "next": neighbours[1],
             "length": len(episode), "end": episode.end,
             "final": final is not None, "continues": episode.continues, "continued_by": episode.continued_by,
             "meta": {name: _json(value) for name, value in episode.meta.items()},
@@ -194,12 +200,13 @@ class StoreApi:
 
     def frame(self, field: str, episode_id: int, step: int, stack: str = "last") -> bytes:
         """Step ``step`` of an image field of an episode as PNG (step = length: its final observation)."""
-        key = (field, episode_id, step, stack)
-        cached = self.frames.get(key)
-        if cached is not None:
-            return cached
         with self._lock:
             store, table = self._current()
+            # the store's identity in the key: a folder overwritten by a new store has other frames for the same ids
+            key = (store.meta.store_id, field, episode_id, step, stack)
+            cached = self.frames.get(key)
+            if cached is not None:
+                return cached
             images = image_fields(store.schema)
             if field not in images:
                 raise OptionError(f"field must be one of the image fields {sorted(images)} (got {field!r})")

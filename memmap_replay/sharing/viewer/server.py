@@ -22,6 +22,7 @@ Safety (a store may come from a stranger; the server may be reached by any page 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import socket
@@ -156,7 +157,7 @@ class ViewerHandler(BaseHTTPRequestHandler):
                 if parts.path == "/":
                     self.server.api.state()  # a store that cannot be read gets the error page, not a blank one
                 name, kind = _ASSETS[parts.path]
-                self._send(200, kind, asset(name), cache=parts.path != "/")
+                self._send_tagged(kind, asset(name), "")
             elif route is not None:
                 route(self, query, filters)
             elif parts.path == "/favicon.ico":
@@ -175,11 +176,21 @@ class ViewerHandler(BaseHTTPRequestHandler):
         else:
             self._send(status, "text/html; charset=utf-8", _error_page(status, message))
 
+    def _send_tagged(self, kind: str, body: bytes, identity: str) -> None:
+        """An answer the browser may keep but must check again each time (``no-cache``): its ETag is the store's
+        identity and a hash of the bytes, so a folder overwritten by another store (or a newer viewer's
+        scripts on the same port) is never shown from the browser's cache; an unchanged one is a 304."""
+        tag = f'"{identity}-{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
+        if tag in (value.strip() for value in self.headers.get("If-None-Match", "").split(",")):
+            self._send(304, kind, b"", cache=True, extra={"ETag": tag})
+        else:
+            self._send(200, kind, body, cache=True, extra={"ETag": tag})
+
     def _send(self, status: int, kind: str, body: bytes, *, cache: bool = False, extra: dict | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "max-age=3600" if cache else "no-store")
+        self.send_header("Cache-Control", "no-cache" if cache else "no-store")
         for key, value in {**_SECURITY_HEADERS, **(extra or {})}.items():
             self.send_header(key, value)
         self.end_headers()
@@ -209,9 +220,13 @@ class ViewerHandler(BaseHTTPRequestHandler):
         self._json(self.server.api.episode(_int(query, "id")))
 
     def _frame(self, query: dict, filters: tuple) -> None:
-        data = self.server.api.frame(query.get("field", ""), _int(query, "id"), _int(query, "t"),
-                                     query.get("stack", "last"))
-        self._send(200, "image/png", data, cache=True)
+        api = self.server.api
+        store = api.store_id()
+        if query.get("store", store) != store:
+            raise SampleExpiredError("this frame's store was replaced by a new store in the same folder (overwritten); "
+                                     "reload the page")
+        data = api.frame(query.get("field", ""), _int(query, "id"), _int(query, "t"), query.get("stack", "last"))
+        self._send_tagged("image/png", data, store)
 
 
 _ROUTES: dict[str, Callable] = {"/api/state": ViewerHandler._state, "/api/overview": ViewerHandler._overview,

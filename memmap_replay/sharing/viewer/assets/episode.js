@@ -6,8 +6,9 @@
   const BASE_FPS = 10;
   let player = null;  // the episode on screen: {step, frames, ...}
 
-  function frameUrl(id, field, step, stack) {
-    return "/api/frame?" + new URLSearchParams({ field, id, t: step, stack }).toString();
+  function frameUrl(data, field, step, stack) {
+    // the store's identity in the URL: a folder overwritten by another store never shows its frames from the cache
+    return "/api/frame?" + new URLSearchParams({ store: data.store, field, id: data.id, t: step, stack }).toString();
   }
 
   function facts(data) {
@@ -64,7 +65,7 @@
     p.label.textContent = isFinal ? `final observation (after step ${p.data.length - 1})` : `step ${p.step} of ${p.data.length}`;
     p.label.dataset.step = String(p.step);
     for (const view of p.images) {
-      view.image.src = frameUrl(p.data.id, view.info.name, p.step, view.select ? view.select.value : "last");
+      view.image.src = frameUrl(p.data, view.info.name, p.step, view.select ? view.select.value : "last");
     }
     for (const view of p.plots) view.plot.setCursor(Math.min(p.step, p.data.length - 1));
   }
