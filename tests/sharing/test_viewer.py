@@ -418,3 +418,27 @@ def test_frames_and_assets_are_checked_again_and_name_their_store(tmp_path):
                 status, headers, _ = get(running, path)
                 assert headers["Cache-Control"] == "no-cache" and headers["ETag"], path
     assert tags[0] != tags[1]
+
+
+def test_a_folder_overwritten_by_a_new_store_is_served_anew(tmp_path):
+    """The viewer kept the old store (and its cached frames, returns and ranges) after an overwrite."""
+    folder = tmp_path / "again"
+
+    def make(value: int, reward: float):
+        with ReplayBuffer(folder, max_episodes=4, max_timesteps=4, overwrite=True,
+                          fields=dict(obs=("uint8", (8, 8, 3)), reward="float32")) as buffer:
+            buffer.store_episode(obs=np.full((3, 8, 8, 3), value, np.uint8), reward=np.full(3, reward, np.float32))
+
+    make(10, 1.0)
+    with view(folder, block=False) as running:
+        assert np.unique(png_pixels(get(running, "/api/frame?field=obs&id=0&t=0")[2])).tolist() == [10]
+        assert get_json(running, "/api/episodes")[1]["rows"][0][2] == 3.0
+        old = get_json(running, "/api/state")[1]["store"]
+        make(200, 5.0)
+        for _ in range(2):
+            status, state = get_json(running, "/api/state")
+            assert status == 200 and state["store"] == _store_id(folder) != old
+            assert np.unique(png_pixels(get(running, "/api/frame?field=obs&id=0&t=0")[2])).tolist() == [200]
+            assert get_json(running, "/api/episodes")[1]["rows"][0][2] == 15.0
+            assert get_json(running, "/api/episode?id=0")[1]["plots"][0]["values"][0] == [5.0, 5.0, 5.0]
+            assert get_json(running, "/api/overview")[1]["histograms"]["return"]["counts"] == [1]

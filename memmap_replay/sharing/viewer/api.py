@@ -62,7 +62,32 @@ class StoreApi:
 
     # ---- following the store --------------------------------------------------------------------------
 
+    def _replaced(self, store: EpisodeStore) -> bool:
+        """True when meta.json now names another store (the folder was overwritten). Call under the lock."""
+        try:
+            return fmt.read_meta(self.folder).store_id != store.meta.store_id
+        except (CorruptStoreError, OSError):
+            return False  # (being written: the refresh's error is said, and the next request looks again)
+
+    def _reopen(self) -> None:
+        """Close the store and drop everything known of it: the next ``_current`` opens the folder's new store."""
+        self.close()
+        self._columns = self._table = self._state = self._columns_state = self._stats = None
+        self._ranges.clear()
+        self.frames.clear()
+
     def _current(self, *, columns: bool = False):
+        """``_follow``; a folder overwritten by a new store since (a new ``store_id``) is opened again, and
+        every cache of the old one dropped (frames, value ranges, columns, returns, statistics)."""
+        for attempt in range(3):
+            try:
+                return self._follow(columns=columns)
+            except CorruptStoreError:
+                if attempt == 2 or self._store is None or not self._replaced(self._store):
+                    raise
+                self._reopen()
+
+    def _follow(self, *, columns: bool = False):
         """The store, refreshed if a writer committed since, and its live table; ``columns``: the episodes
         table's columns brought up to date too (its returns read: only the overview and the table need
         them, so the page itself is answered before they are summed). Call under the lock."""
