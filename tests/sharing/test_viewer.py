@@ -442,3 +442,21 @@ def test_a_folder_overwritten_by_a_new_store_is_served_anew(tmp_path):
             assert get_json(running, "/api/episodes")[1]["rows"][0][2] == 15.0
             assert get_json(running, "/api/episode?id=0")[1]["plots"][0]["values"][0] == [5.0, 5.0, 5.0]
             assert get_json(running, "/api/overview")[1]["histograms"]["return"]["counts"] == [1]
+
+
+def test_long_or_many_filters_are_refused_at_once(server):
+    """A filter of 60,000 characters held the server ~40 s in a backtracking regular expression."""
+    import time
+
+    started = time.monotonic()
+    status, data = get_json(server, "/api/episodes?filter=a" + "+" * 60000 + "x")
+    assert status == 400 and "at most 200 characters (got 60002)" in data["error"], data
+    status, data = get_json(server, "/api/episodes?" + "&".join(["filter=length%3E1"] * 17))
+    assert status == 400 and "at most 16 filters at a time (got 17)" in data["error"], data
+    for text in ("a" + " " * 198 + "x", "length<1" + " " * 190 + "x", "=" * 200, "<" * 200, " " * 199 + "!"):
+        with pytest.raises(OptionError, match="must be COLUMN OP VALUE|names no column|compared with a number"):
+            parse_filter(text, ("id", "length"))
+    assert time.monotonic() - started < 5
+    assert parse_filter("length<=3", ("id", "length")) == parse_filter(" length <= 3 ", ("id", "length"))
+    assert parse_filter("id!=3", ("id",)).op == "!=" and parse_filter("id==3", ("id",)).op == "=="
+    assert parse_filter("id>-3", ("id",)).value == -3.0
