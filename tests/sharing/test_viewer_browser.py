@@ -290,3 +290,26 @@ def test_the_readme_screenshots(chromium, tmp_path):
     shots = readme_screenshots(tmp_path / "viewer.png", work=tmp_path, launched=chromium)
     for shot in shots:
         assert shot.is_file() and 5_000 < shot.stat().st_size < 200_000, shot
+
+
+def test_values_a_few_ulps_apart_are_plotted(chromium, tmp_path):
+    """A per-step value ranging over a few ulps (0.3 and 0.1 + 0.2): the ticks' loop (v += step) never
+    advanced and the page hung."""
+    folder = tmp_path / "ulps"
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=10, fields=dict(reward="float64", value="float64")) as buffer:
+        buffer.store_episode(reward=np.full(10, 0.1), value=np.array([0.3, 0.1 + 0.2] * 5), end="terminated")
+        buffer.store_episode(reward=np.array([0.7] + [0.1] * 3 + [0.0] * 6), value=np.ones(10), end="terminated")
+    with view(folder, block=False) as server:
+        opened = Page(chromium, server, tmp_path)
+        opened.tab.set_default_timeout(15000)
+        try:
+            opened.open()
+            assert opened.tab.locator("#overview-view svg.plot").count() >= 2
+            opened.tab.evaluate("location.hash = '#/episode/0'")
+            opened.tab.wait_for_selector("#episode-view svg.plot[aria-label]")
+            paths = opened.tab.eval_on_selector_all("#episode-view svg.plot path.line", "(p) => p.map((x) => x.getAttribute('d'))")
+            assert len(paths) >= 2 and all(path.count("L") == 9 for path in paths), paths
+            assert opened.tab.evaluate("1 + 1") == 2
+        finally:
+            opened.tab.close(run_before_unload=False)
+    assert not opened.errors, opened.errors
