@@ -460,3 +460,23 @@ def test_long_or_many_filters_are_refused_at_once(server):
     assert parse_filter("length<=3", ("id", "length")) == parse_filter(" length <= 3 ", ("id", "length"))
     assert parse_filter("id!=3", ("id",)).op == "!=" and parse_filter("id==3", ("id",)).op == "=="
     assert parse_filter("id>-3", ("id",)).value == -3.0
+
+
+
+def test_meta_fields_named_like_a_column_keep_the_column(tmp_path):
+    """A meta field 'length' or 'id' replaced the episode's own column in the table and the overview ('return'
+    and 'end' cannot be meta field names)."""
+    folder = tmp_path / "collide"
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=8, fields=dict(reward="float32"),
+                      meta_fields=dict(length="int", id="int")) as buffer:
+        buffer.store_episode(reward=np.ones(5, np.float32), end="terminated", length=999, id=-7)
+        buffer.store_episode(reward=np.ones(3, np.float32), length=998, id=-8)
+    with view(folder, block=False) as running:
+        status, table = get_json(running, "/api/episodes?sort=meta.id&filter=meta.length%3E0")
+        assert status == 200, table
+        assert table["columns"] == ["id", "length", "return", "end", "meta.length", "meta.id"]
+        assert table["rows"] == [[1, 3, 3.0, "", 998, -8], [0, 5, 5.0, "terminated", 999, -7]]
+        status, overview = get_json(running, "/api/overview")
+        assert overview["series"]["length"]["mean"] == [5.0, 3.0] and overview["series"]["return"]["mean"] == [5.0, 3.0]
+        assert overview["ends"]["terminated"] == 1 and overview["columns"] == table["columns"]
+        assert get_json(running, "/api/episode?id=0")[1]["meta"] == {"length": 999, "id": -7}

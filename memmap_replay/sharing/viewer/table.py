@@ -34,6 +34,7 @@ _OP_START = re.compile(r"[<>=!]")
 _OPS = {"=": np.equal, "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
         ">": np.greater, ">=": np.greater_equal}
 _END_VALUES = ("terminated", "truncated", "none")
+_RESERVED = ("id", "length", "return", "end")  # the table's own columns (return: also when the store has no reward)
 
 
 def reward_field(schema) -> str | None:
@@ -92,7 +93,16 @@ class EpisodeColumns:
     def __init__(self, schema):
         self.reward = reward_field(schema)
         self.meta_names = table_meta_fields(schema)
-        self.columns: tuple[str, ...] = ("id", "length", *(("return",) if self.reward else ()), "end", *self.meta_names)
+        base = ("id", "length", *(("return",) if self.reward else ()), "end")
+        # a meta field named like a column of the table (id, length, return, end) is shown as 'meta.NAME': it
+        # replaced the real column (the episode's id, length, return or end) in the table and the overview
+        self.meta_columns: dict[str, str] = {}
+        for name in self.meta_names:
+            column = name
+            while column in base or column in self.meta_columns or column in _RESERVED:
+                column = f"meta.{column}"
+            self.meta_columns[column] = name
+        self.columns: tuple[str, ...] = (*base, *self.meta_columns)
         self.ids = np.zeros(0, np.int64)
         self.values: dict[str, np.ndarray] = {name: np.zeros(0) for name in self.columns}
 
@@ -109,8 +119,8 @@ class EpisodeColumns:
             if new.any():
                 returns[new] = _episode_returns(store, self.reward, table.start[new], table.length[new])
             values["return"] = returns
-        for name in self.meta_names:
-            values[name] = np.asarray(store.meta_array(name)[table.slots])
+        for column, name in self.meta_columns.items():
+            values[column] = np.asarray(store.meta_array(name)[table.slots])
         self.ids, self.values = table.ids.copy(), values
 
     def __len__(self) -> int:
