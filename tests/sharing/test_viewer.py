@@ -480,3 +480,38 @@ def test_meta_fields_named_like_a_column_keep_the_column(tmp_path):
         assert overview["series"]["length"]["mean"] == [5.0, 3.0] and overview["series"]["return"]["mean"] == [5.0, 3.0]
         assert overview["ends"]["terminated"] == 1 and overview["columns"] == table["columns"]
         assert get_json(running, "/api/episode?id=0")[1]["meta"] == {"length": 999, "id": -7}
+
+
+def test_a_long_episode_s_series_are_min_and_max_per_bucket(tmp_path):
+    """A 200,000-step episode was sent whole: 50 MB of JSON for the page to plot."""
+    folder, steps = tmp_path / "long", 12_345
+    values = np.random.default_rng(0).normal(size=(steps, 2)).astype(np.float32)
+    with ReplayBuffer(folder, max_episodes=2, max_timesteps=steps, fields=dict(action=("float32", (2,)))) as buffer:
+        buffer.store_episode(action=values)
+        buffer.store_episode(action=values[:100])
+    with view(folder, block=False) as running:
+        data = get_json(running, "/api/episode?id=0")[1]
+        assert get_json(running, "/api/episode?id=1")[1]["downsampled"] is None
+    shrunk, series = data["downsampled"], data["plots"][0]["values"]
+    assert shrunk["bucket"] == 5 and shrunk["points"] == len(shrunk["x"]) == len(series[0]) <= 5000
+    assert shrunk["x"][:4] == [0, 4, 5, 9] and shrunk["x"][-1] == steps - 1
+    buckets = values[:, 1].reshape(-1, 5).astype(np.float64)
+    np.testing.assert_array_equal(series[1][0::2], buckets.min(1))
+    np.testing.assert_array_equal(series[1][1::2], buckets.max(1))
+
+
+def test_frames_above_the_bounds_are_413_and_a_float_range_reads_a_few_rows(tmp_path, monkeypatch):
+    folder = tmp_path / "big"
+    with ReplayBuffer(folder, max_episodes=1, max_timesteps=400, fields=dict(obs=("float32", (16, 16, 3)))) as buffer:
+        buffer.store_episode(obs=np.broadcast_to(np.float32(0.5), (400, 16, 16, 3)))
+    read = []
+    real = api_module.peak
+    monkeypatch.setattr(api_module, "peak", lambda rows: read.append(len(np.asarray(rows).reshape(-1))) or real(rows))
+    with view(folder, block=False) as running:
+        status, headers, body = get(running, "/api/frame?field=obs&id=0&t=3")
+        assert status == 200 and np.unique(png_pixels(body)).tolist() == [128]
+        assert sum(read) <= 16 * 16 * 16 * 3
+        monkeypatch.setattr(api_module, "_MAX_FRAME_PIXELS", 255)
+        status, headers, body = get(running, "/api/frame?field=obs&id=0&t=4")
+        assert status == 413 and "too large to show (16 x 16 pixels" in json.loads(body)["error"], body
+        assert headers["X-Content-Type-Options"] == "nosniff"

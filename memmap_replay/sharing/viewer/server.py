@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ...errors import (CorruptStoreError, IndexRangeError, MissingExtraError, OptionError, ReplayError,
                        SampleExpiredError, StoreIOError, UnsupportedFormatError)
-from .api import StoreApi
+from .api import FrameTooLargeError, StoreApi
 
 __all__ = ["ViewerServer", "ViewerHandler"]
 
@@ -245,6 +245,8 @@ def _int(query: dict, name: str, default: int | None = None) -> int:
 
 
 def _status(error: ReplayError) -> int:
+    if isinstance(error, FrameTooLargeError):
+        return 413
     if isinstance(error, SampleExpiredError):
         return 410
     if isinstance(error, IndexRangeError):
@@ -258,6 +260,7 @@ def _status(error: ReplayError) -> int:
 
 def _error_page(status: int, message: str) -> bytes:
     reason = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 410: "Gone",
+              413: "Too large",
               501: "Not available", 503: "The store cannot be read"}.get(status, "Error")
     text = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{status} {reason} - memmap-replay view"
             f"</title><link rel=stylesheet href=/static/viewer.css></head><body class=error-page><main>"

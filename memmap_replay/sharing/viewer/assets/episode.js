@@ -46,14 +46,16 @@
   function plots(data, seek) {
     return data.plots.map((field) => {
       const labels = field.values.length > 1 ? field.values.map((_, j) => `${field.name}[${j}]`) : [field.name];
+      const shrunk = data.downsampled;  // a long episode: the min and max of every `bucket` steps, at steps `x`
       const plot = MR.plots.line({
         series: field.values.map((values, j) => ({ values, label: labels[j] })), cursor: true, onseek: seek,
-        label: `${field.name} per step`, height: 150,
+        x: shrunk ? shrunk.x : undefined, label: `${field.name} per step`, height: 150,
       });
       plot.svg.dataset.field = field.name;
       const finalText = data.final_values && field.name in data.final_values
         ? ` (final: ${MR.number(data.final_values[field.name])})` : "";
-      return { plot, figure: MR.el("figure", { class: "step-plot" }, MR.el("figcaption", { text: field.name + finalText }), plot.svg, plot.legend) };
+      const shrunkText = shrunk ? ` (min and max of every ${shrunk.bucket} steps)` : "";
+      return { plot, figure: MR.el("figure", { class: "step-plot" }, MR.el("figcaption", { text: field.name + finalText + shrunkText }), plot.svg, plot.legend) };
     });
   }
 
