@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -515,3 +516,19 @@ def test_frames_above_the_bounds_are_413_and_a_float_range_reads_a_few_rows(tmp_
         status, headers, body = get(running, "/api/frame?field=obs&id=0&t=4")
         assert status == 413 and "too large to show (16 x 16 pixels" in json.loads(body)["error"], body
         assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize("path", ["/api/episode?id=" + "9" * 30, "/api/frame?field=obs&id=" + "9" * 30 + "&t=0",
+                                  "/api/episodes?offset=" + "9" * 30, "/api/frame?field=obs&id=1&t=-" + "9" * 30])
+def test_huge_numbers_are_400(server, path):
+    """An id of 30 digits overflowed numpy's int64: a 500 OverflowError."""
+    status, data = get_json(server, path)
+    assert status == 400 and "is out of range" in data["error"], data
+
+
+def test_a_file_cut_short_while_served_is_503(folder, server):
+    """numpy's 'mmap length is greater than file size' was a 500 asking to report a bug."""
+    assert get(server, "/api/state")[0] == 200
+    os.truncate(folder / "steps" / "obs.npy", 200)
+    status, data = get_json(server, "/api/frame?field=obs&id=1&t=0")
+    assert status == 503 and "shorter than its header says" in data["error"] and "verify" in data["error"], data

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import re
 import socket
 import sys
 import threading
@@ -56,6 +57,7 @@ _SECURITY_HEADERS = {
 }
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _DAMAGED = (CorruptStoreError, UnsupportedFormatError, StoreIOError)
+_MAP_ERROR = re.compile(r"mmap length is greater than file size|cannot mmap an empty file|mmap offset is greater")
 
 
 def asset(name: str) -> bytes:
@@ -167,6 +169,11 @@ class ViewerHandler(BaseHTTPRequestHandler):
         except ReplayError as error:
             self._fail(_status(error), str(error))
         except Exception as error:  # a bug, or data nobody foresaw: said in one line, never a traceback
+            if isinstance(error, ValueError) and _MAP_ERROR.search(str(error)):
+                # a file cut short while served (numpy cannot map the rows its header names): damaged, not a bug
+                self._fail(503, f"a file of the store is shorter than its header says ({error}); it is damaged or "
+                                f"being replaced: 'memmap-replay verify FOLDER' lists the problems")
+                return
             self.server.handle_error(self.request, self.client_address)
             self._fail(500, f"the viewer failed to answer ({type(error).__name__}: {error}); please report it")
 
@@ -239,9 +246,12 @@ def _int(query: dict, name: str, default: int | None = None) -> int:
     if text is None and default is not None:
         return default
     try:
-        return int(text)
+        value = int(text)
     except (TypeError, ValueError):
-        raise OptionError(f"query parameter {name!r} must be a whole number (got {text!r})") from None
+        raise OptionError(f"query parameter {name!r} must be a whole number (got {text[:40]!r})") from None
+    if not -(1 << 62) <= value < 1 << 62:  # (numpy's int64 would overflow: a 500)
+        raise OptionError(f"query parameter {name!r} is out of range (got {text[:40]!r})")
+    return value
 
 
 def _status(error: ReplayError) -> int:
