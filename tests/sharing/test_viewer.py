@@ -532,3 +532,39 @@ def test_a_file_cut_short_while_served_is_503(folder, server):
     os.truncate(folder / "steps" / "obs.npy", 200)
     status, data = get_json(server, "/api/frame?field=obs&id=1&t=0")
     assert status == 503 and "shorter than its header says" in data["error"] and "verify" in data["error"], data
+
+
+def _ask(port: int, host_header: str) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/state", headers={"Host": host_header})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_host_check_holds_on_every_address(folder):
+    """Bound to 0.0.0.0 (or 127.0.0.2), any Host header was answered: a DNS-rebinding page could read the store."""
+    with view(folder, block=False, host="0.0.0.0", allow_hosts=("Replays.Lab",)) as running:
+        port = running.port
+        assert _ask(port, f"attacker.example:{port}") == 403
+        assert _ask(port, f"127.0.0.1:{port + 1}") == 403
+        for allowed in ("127.0.0.1", "localhost", "10.1.2.3", "[::1]", "replays.lab"):
+            assert _ask(port, f"{allowed}:{port}") == 200, allowed
+    try:
+        running = view(folder, block=False, host="127.0.0.2")
+    except OSError as error:
+        pytest.skip(f"no 127.0.0.2 here: {error}")
+    with running:
+        request = urllib.request.Request(f"http://127.0.0.2:{running.port}/api/state",
+                                         headers={"Host": f"attacker.example:{running.port}"})
+        with pytest.raises(urllib.error.HTTPError, match="403"):
+            urllib.request.urlopen(request, timeout=30)
+
+
+def test_http_server_errors_have_the_security_headers(server):
+    """501 (an unknown method) and 414 (a URL too long) came from http.server without CSP or nosniff."""
+    for status, (path, method) in ((501, ("/", "TRACE")), (414, ("/" + "a" * 70000, "GET"))):
+        got, headers, body = get(server, path, method=method)
+        assert got == status and "default-src 'self'" in headers["Content-Security-Policy"], (got, headers)
+        assert headers["X-Content-Type-Options"] == "nosniff" and b"memmap-replay view" in body

@@ -12,8 +12,10 @@ Safety (a store may come from a stranger; the server may be reached by any page 
 - GET and HEAD only; any other method gets 405.
 - No path is ever taken from a request: assets are a fixed table of names, data is named by episode ids,
   field and column names that ``StoreApi`` checks against the store.
-- Bound to 127.0.0.1 unless told otherwise; on a loopback address a request whose ``Host`` is not that
-  address (or ``localhost``) with the server's port is refused (DNS rebinding).
+- Bound to 127.0.0.1 unless told otherwise. A request whose ``Host`` is not the server's port with the bound
+  address, a loopback name (``localhost``), an IP address, this machine's name (when bound to every address)
+  or a name the user allowed (``allow_hosts``, ``--allow-host``) is refused (DNS rebinding: a page of another
+  site that resolves its name to this machine names that site).
 - Every answer says ``Content-Security-Policy: default-src 'self'`` (no inline script, nothing from
   elsewhere: a ``<script>`` in a card could not run even if it reached the page as HTML, which it does not)
   and ``X-Content-Type-Options: nosniff``; the error page escapes its message.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import ipaddress
 import json
 import re
 import socket
@@ -55,7 +58,6 @@ _SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _DAMAGED = (CorruptStoreError, UnsupportedFormatError, StoreIOError)
 _MAP_ERROR = re.compile(r"mmap length is greater than file size|cannot mmap an empty file|mmap offset is greater")
 
@@ -71,7 +73,8 @@ class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, api: StoreApi, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True):
+    def __init__(self, api: StoreApi, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True,
+                 allow_hosts: tuple[str, ...] = ()):
         self.api, self.quiet = api, quiet
         self._thread: threading.Thread | None = None
         if ":" in host:  # an IPv6 address such as ::1
@@ -80,8 +83,13 @@ class ViewerServer(ThreadingHTTPServer):
         self.host, self.port = host, self.server_address[1]
         name = f"[{host}]" if ":" in host else host
         self.url = f"http://{name}:{self.port}/"
-        self.allowed_hosts = ({f"{h}:{self.port}" for h in ("127.0.0.1", "localhost", "[::1]")}
-                              if host in _LOOPBACK else None)
+        # the Host header a request may name (DNS rebinding: a page of another site reaching this server names
+        # that site): this machine's loopback names, the bound address, an IP address (no site can rebind it),
+        # this machine's names if bound to every address, and the names the caller allows (``allow_hosts``)
+        names = {"127.0.0.1", "localhost", "[::1]", name, *(_bracket(h.lower()) for h in allow_hosts)}
+        if host in ("0.0.0.0", "::", ""):
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        self.allowed_hosts = {f"{h}:{self.port}" for h in names}
 
     def start(self) -> "ViewerServer":
         """Serve from a background thread (daemon: it ends with the program)."""
@@ -145,10 +153,10 @@ class ViewerHandler(BaseHTTPRequestHandler):
 
     def _answer(self, *, head: bool) -> None:
         self._head = head
-        allowed = self.server.allowed_hosts
-        if allowed is not None and self.headers.get("Host", "") not in allowed:
+        if not self._host_allowed(self.headers.get("Host", "")):
             self._send(403, "text/html; charset=utf-8", _error_page(403, "This server answers requests for "
-                       f"{self.server.url} only (the Host header names another site)."))
+                       f"{self.server.url} only (the Host header names another site; 'memmap-replay view "
+                       f"--allow-host NAME' allows a name)."))
             return
         parts = urlsplit(self.path)
         query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -176,6 +184,26 @@ class ViewerHandler(BaseHTTPRequestHandler):
                 return
             self.server.handle_error(self.request, self.client_address)
             self._fail(500, f"the viewer failed to answer ({type(error).__name__}: {error}); please report it")
+
+    def _host_allowed(self, header: str) -> bool:
+        header = header.strip().lower()
+        if header in self.server.allowed_hosts:
+            return True
+        address, _, port = header.rpartition(":")
+        if port != str(self.server.port):
+            return False
+        try:  # an IP address (v4, or v6 in brackets) with the server's port: no DNS name to rebind
+            ipaddress.ip_address(address[1:-1] if address.startswith("[") and address.endswith("]") else address)
+        except ValueError:
+            return False
+        return not (":" in address and not address.startswith("["))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (414 a URL too long, 501 an unknown method, 400 a malformed request) as the
+        viewer's error page, with the same security headers as every answer."""
+        self.close_connection = True
+        text = message or explain or self.responses.get(code, ("Error",))[0]
+        self._send(code, "text/html; charset=utf-8", _error_page(code, text), extra={"Connection": "close"})
 
     def _fail(self, status: int, message: str) -> None:
         if self.path.startswith("/api/"):
@@ -241,6 +269,11 @@ _ROUTES: dict[str, Callable] = {"/api/state": ViewerHandler._state, "/api/overvi
                                 "/api/episode": ViewerHandler._episode, "/api/frame": ViewerHandler._frame}
 
 
+def _bracket(host: str) -> str:
+    """An IPv6 address as a Host header writes it ([::1]); any other name as it is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _int(query: dict, name: str, default: int | None = None) -> int:
     text = query.get(name)
     if text is None and default is not None:
@@ -270,7 +303,7 @@ def _status(error: ReplayError) -> int:
 
 def _error_page(status: int, message: str) -> bytes:
     reason = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 410: "Gone",
-              413: "Too large",
+              413: "Too large", 414: "URL too long",
               501: "Not available", 503: "The store cannot be read"}.get(status, "Error")
     text = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{status} {reason} - memmap-replay view"
             f"</title><link rel=stylesheet href=/static/viewer.css></head><body class=error-page><main>"
