@@ -155,8 +155,16 @@ def test_an_episode_shows_the_stored_frames_and_the_slider_drives_frames_and_plo
     page.wait_step(13)
     np.testing.assert_array_equal(page.frame(), picture(3, 13))
     assert "final observation" in tab.text_content("#step-label")
-    box = tab.locator("svg[data-field='reward']").bounding_box()  # a click on a plot seeks
-    tab.mouse.click(box["x"] + 52 / 640 * box["width"] + 1, box["y"] + box["height"] / 2)  # the plot's left edge: step 0
+    box = tab.locator("svg[data-field='reward']").bounding_box()  # a click on a plot seeks to the step under it
+
+    def click_step(step: int) -> None:  # the plot's area: 52 to 630 of 640 units wide; episode 3's steps 0 to 12
+        tab.mouse.click(box["x"] + (52 + step / 12 * 578) / 640 * box["width"], box["y"] + box["height"] / 2)
+
+    click_step(8)  # (a seek to 0, or to the end, would not do)
+    page.wait_step(8)
+    assert tab.input_value("#timeline") == "8"
+    np.testing.assert_array_equal(page.frame(), picture(3, 8))
+    click_step(0)
     page.wait_step(0)
     assert tab.input_value("#timeline") == "0"
     tab.select_option("select.stack[data-field='stack']", "tile")
