@@ -208,6 +208,29 @@ def test_a_live_writer_s_new_episode_appears_without_a_reload(page, folder):
     page.shot("live")
 
 
+def test_a_ring_writer_s_evictions_are_followed_without_a_reload(chromium, tmp_path):
+    """A ring store: the writer's new episodes evict the oldest; the table shows the live ones only."""
+    folder = make_pixel_store(tmp_path / "ring", episodes=4, max_episodes=4, circular=True)
+    with view(folder, block=False) as server:
+        opened = Page(chromium, server, tmp_path).open()
+        tab = opened.tab
+        tab.evaluate("window.__same_page = true")
+        assert opened.column(0) == ["0", "1", "2", "3"]
+        with ReplayBuffer.from_folder(folder) as buffer:
+            rng = np.random.default_rng(5)
+            for e in range(4, 7):
+                add_episode(buffer, e, rng)
+        tab.wait_for_function("() => [...document.querySelectorAll('#episodes-table tbody tr td:first-child')]"
+                              ".map((td) => td.textContent).join(',') === '3,4,5,6'", timeout=15_000)
+        assert tab.text_content("#count-episodes") == "4" and tab.evaluate("window.__same_page") is True
+        tab.click("a.episode-link[href='#/episode/5']")
+        tab.wait_for_selector("#timeline")
+        opened.wait_step(0)
+        np.testing.assert_array_equal(opened.frame(), picture(5, 0))
+        tab.close()
+    assert not opened.errors, opened.errors
+
+
 @pytest.mark.parametrize("bypass_csp", [False, True], ids=["with-csp", "without-csp"])
 def test_a_card_with_markup_renders_as_text(chromium, tmp_path, bypass_csp):
     """As text, whether or not the Content-Security-Policy is there to stop a script (escaping alone holds)."""
