@@ -281,7 +281,8 @@ def _int(query: dict, name: str, default: int | None = None) -> int:
     try:
         value = int(text)
     except (TypeError, ValueError):
-        raise OptionError(f"query parameter {name!r} must be a whole number (got {text[:40]!r})") from None
+        shown = text[:40] if isinstance(text, str) else text
+        raise OptionError(f"query parameter {name!r} must be a whole number (got {shown!r})") from None
     if not -(1 << 62) <= value < 1 << 62:  # (numpy's int64 would overflow: a 500)
         raise OptionError(f"query parameter {name!r} is out of range (got {text[:40]!r})")
     return value
