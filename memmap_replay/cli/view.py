@@ -19,7 +19,9 @@ need pillow: pip install 'memmap-replay[video]'. Nothing is fetched from the net
 ship in the package. Stop with Ctrl-C.
 
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise; --host 0.0.0.0 shows
-the store to every machine that can reach this one.
+the store to every machine that can reach this one. A request whose Host header names another site is
+refused (DNS rebinding): IP addresses, localhost and this machine's name are answered; --allow-host NAME
+allows another name (e.g. an alias other machines use).
 
 exit codes:
   {EXIT_OK}  stopped with Ctrl-C
@@ -74,6 +76,9 @@ def add(commands) -> None:
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--port", type=_port, default=8765, metavar="N", help="the port (default 8765; 0: a free one)")
     parser.add_argument("--host", default="127.0.0.1", metavar="H", help="the address to listen on (default 127.0.0.1)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="a host name the page may be reached by besides the address, localhost, IP addresses "
+                             "and this machine's name (repeatable; other names are refused: DNS rebinding)")
     parser.add_argument("--open", action="store_true", help="open the page in the default browser")
     parser.add_argument("--log", action="store_true", help="print a line per request")
     parser.set_defaults(run=run_view, json=False)
@@ -100,6 +105,13 @@ def run_report(args: argparse.Namespace) -> int:
     except ReplayError as error:
         print(f"{args.prog}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as error:  # the output cannot be written, or the store's files cannot be read
+        print(f"{args.prog}: error: {error}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except Exception as error:  # data nobody foresaw (or a bug): one line, never a traceback
+        print(f"{args.prog}: error: the report could not be made ({type(error).__name__}: {error}); run "
+              f"'verify {args.folder}' to check the store, and please report it if the store is sound", file=sys.stderr)
+        return EXIT_PROBLEMS
     shown = f"{len(written.episodes)} episodes" + (f" with frames of {written.field!r}" if written.field else "")
     print(f"wrote {written.path}: {shown}, {written.nbytes / 1024:.0f} KB")
     return EXIT_OK
@@ -110,7 +122,7 @@ def run_view(args: argparse.Namespace) -> int:
 
     try:
         server = view(args.folder, port=args.port, host=args.host, open_browser=args.open, block=False,
-                      quiet=not args.log)
+                      quiet=not args.log, allow_hosts=tuple(args.allow_host))
     except (StoreNotFoundError, NotAFolderError) as error:
         return not_a_store(args, str(error))
     except OptionError as error:

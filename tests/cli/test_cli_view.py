@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import ReplayBuffer
-from memmap_replay.cli import EXIT_OK, EXIT_USAGE, main
+from memmap_replay.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 
 
 @pytest.fixture
@@ -64,3 +64,25 @@ def test_a_bad_port(folder, capsys):
     with pytest.raises(SystemExit, match="2"):
         main(["view", str(folder), "--port", "70000"])
     assert "must be a port number in [0, 65535]" in capsys.readouterr().err
+
+
+def test_report_returns_a_few_ulps_apart(tmp_path, capsys):
+    """np.histogram refused such a range ('Too many bins for data range'): the report printed a traceback."""
+    with ReplayBuffer(tmp_path / "ulps", max_episodes=2, max_timesteps=10, fields=dict(reward="float64")) as buffer:
+        for _ in range(2):
+            buffer.store_episode(reward=np.full(10, 0.1), end="truncated")
+    assert main(["report", str(tmp_path / "ulps"), str(tmp_path / "r.html")]) == EXIT_OK
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_report_says_an_unforeseen_error_in_one_line(folder, tmp_path, capsys, monkeypatch):
+    import memmap_replay.sharing.viewer  # noqa: F401 (the package's 'report' is the function; its module is below)
+
+    report_module = sys.modules["memmap_replay.sharing.viewer.report"]
+    def broken(*args, **kwargs):
+        raise ValueError("values nobody foresaw")
+
+    monkeypatch.setattr(report_module, "report", broken)
+    assert main(["report", str(folder), str(tmp_path / "r.html")]) == EXIT_PROBLEMS
+    err = capsys.readouterr().err
+    assert "ValueError: values nobody foresaw" in err and "Traceback" not in err and "verify" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -364,3 +365,206 @@ def test_the_viewer_imports_no_torch():
     code = "import sys, memmap_replay; memmap_replay.view; import memmap_replay.sharing.viewer; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("episodes", [2, 3, 5])
+def test_returns_a_few_ulps_apart_make_one_histogram_bin(tmp_path, episodes):
+    """Ten rewards of 0.1 summed in different orders differ in the last bits: np.histogram refused the range."""
+    folder = tmp_path / "ulps"
+    with ReplayBuffer(folder, max_episodes=episodes, max_timesteps=10, fields=dict(reward="float64")) as buffer:
+        for _ in range(episodes):
+            buffer.store_episode(reward=np.full(10, 0.1), end="truncated")
+    with view(folder, block=False) as running:
+        status, overview = get_json(running, "/api/overview")
+    assert status == 200, overview
+    histogram = overview["histograms"]["return"]
+    assert sum(histogram["counts"]) == episodes and histogram["edges"][0] <= 1.0 <= histogram["edges"][-1]
+    assert all(a < b for a, b in zip(histogram["edges"], histogram["edges"][1:]))
+
+
+def test_histogram_edges_and_counts():
+    values = np.array([0.0, 1.0, 2.0, 3.0, 3.0])
+    histogram = api_module._histogram(values)
+    assert len(histogram["edges"]) == 31 and histogram["edges"][0] == 0.0 and histogram["edges"][-1] == 3.0
+    assert sum(histogram["counts"]) == 5 and histogram["counts"][0] == 1 and histogram["counts"][-1] == 2
+    assert np.array_equal(histogram["counts"], np.histogram(values, bins=30)[0])
+    assert api_module._histogram(np.array([2.0, 2.0])) == {"edges": [1.5, 2.5], "counts": [2]}
+    assert api_module._histogram(np.array([-1e308, 1e308]))["counts"] == [2]
+
+
+def _store_id(folder: Path) -> str:
+    return json.loads((folder / "meta.json").read_text())["store_id"]
+
+
+def test_frames_and_assets_are_checked_again_and_name_their_store(tmp_path):
+    """Frames were kept an hour by the browser under a URL naming no store: a store served later on the same
+    port showed the first one's pictures. Now: no-cache, an ETag of the store and the bytes, the store in the URL."""
+    tags = []
+    for name, episodes in (("a", 2), ("b", 3)):
+        folder = make_pixel_store(tmp_path / name, episodes=episodes)
+        with view(folder, block=False) as running:
+            store = _store_id(folder)
+            status, data = get_json(running, "/api/episode?id=0")
+            assert data["store"] == store and get_json(running, "/api/state")[1]["store"] == store
+            status, headers, body = get(running, f"/api/frame?store={store}&field=obs&id=0&t=0")
+            assert status == 200 and headers["Cache-Control"] == "no-cache" and store in headers["ETag"]
+            tags.append(headers["ETag"])
+            status, again, body = get(running, f"/api/frame?store={store}&field=obs&id=0&t=0",
+                                      headers={"If-None-Match": headers["ETag"]})
+            assert status == 304 and body == b"" and again["ETag"] == headers["ETag"]
+            status, data = get_json(running, "/api/frame?store=0123abcd&field=obs&id=0&t=0")
+            assert status == 410 and "replaced by a new store" in data["error"]
+            assert (store, "obs", 0, 0, "last") in running.api.frames._items
+            for path in _ASSETS:
+                status, headers, _ = get(running, path)
+                assert headers["Cache-Control"] == "no-cache" and headers["ETag"], path
+    assert tags[0] != tags[1]
+
+
+def test_a_folder_overwritten_by_a_new_store_is_served_anew(tmp_path):
+    """The viewer kept the old store (and its cached frames, returns and ranges) after an overwrite."""
+    folder = tmp_path / "again"
+
+    def make(value: int, reward: float):
+        with ReplayBuffer(folder, max_episodes=4, max_timesteps=4, overwrite=True,
+                          fields=dict(obs=("uint8", (8, 8, 3)), reward="float32")) as buffer:
+            buffer.store_episode(obs=np.full((3, 8, 8, 3), value, np.uint8), reward=np.full(3, reward, np.float32))
+
+    make(10, 1.0)
+    with view(folder, block=False) as running:
+        assert np.unique(png_pixels(get(running, "/api/frame?field=obs&id=0&t=0")[2])).tolist() == [10]
+        assert get_json(running, "/api/episodes")[1]["rows"][0][2] == 3.0
+        old = get_json(running, "/api/state")[1]["store"]
+        make(200, 5.0)
+        for _ in range(2):
+            status, state = get_json(running, "/api/state")
+            assert status == 200 and state["store"] == _store_id(folder) != old
+            assert np.unique(png_pixels(get(running, "/api/frame?field=obs&id=0&t=0")[2])).tolist() == [200]
+            assert get_json(running, "/api/episodes")[1]["rows"][0][2] == 15.0
+            assert get_json(running, "/api/episode?id=0")[1]["plots"][0]["values"][0] == [5.0, 5.0, 5.0]
+            assert get_json(running, "/api/overview")[1]["histograms"]["return"]["counts"] == [1]
+
+
+def test_long_or_many_filters_are_refused_at_once(server):
+    """A filter of 60,000 characters held the server ~40 s in a backtracking regular expression."""
+    import time
+
+    started = time.monotonic()
+    status, data = get_json(server, "/api/episodes?filter=a" + "+" * 60000 + "x")
+    assert status == 400 and "at most 200 characters (got 60002)" in data["error"], data
+    status, data = get_json(server, "/api/episodes?" + "&".join(["filter=length%3E1"] * 17))
+    assert status == 400 and "at most 16 filters at a time (got 17)" in data["error"], data
+    for text in ("a" + " " * 198 + "x", "length<1" + " " * 190 + "x", "=" * 200, "<" * 200, " " * 199 + "!"):
+        with pytest.raises(OptionError, match="must be COLUMN OP VALUE|names no column|compared with a number"):
+            parse_filter(text, ("id", "length"))
+    assert time.monotonic() - started < 5
+    assert parse_filter("length<=3", ("id", "length")) == parse_filter(" length <= 3 ", ("id", "length"))
+    assert parse_filter("id!=3", ("id",)).op == "!=" and parse_filter("id==3", ("id",)).op == "=="
+    assert parse_filter("id>-3", ("id",)).value == -3.0
+
+
+
+def test_meta_fields_named_like_a_column_keep_the_column(tmp_path):
+    """A meta field 'length' or 'id' replaced the episode's own column in the table and the overview ('return'
+    and 'end' cannot be meta field names)."""
+    folder = tmp_path / "collide"
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=8, fields=dict(reward="float32"),
+                      meta_fields=dict(length="int", id="int")) as buffer:
+        buffer.store_episode(reward=np.ones(5, np.float32), end="terminated", length=999, id=-7)
+        buffer.store_episode(reward=np.ones(3, np.float32), length=998, id=-8)
+    with view(folder, block=False) as running:
+        status, table = get_json(running, "/api/episodes?sort=meta.id&filter=meta.length%3E0")
+        assert status == 200, table
+        assert table["columns"] == ["id", "length", "return", "end", "meta.length", "meta.id"]
+        assert table["rows"] == [[1, 3, 3.0, "", 998, -8], [0, 5, 5.0, "terminated", 999, -7]]
+        status, overview = get_json(running, "/api/overview")
+        assert overview["series"]["length"]["mean"] == [5.0, 3.0] and overview["series"]["return"]["mean"] == [5.0, 3.0]
+        assert overview["ends"]["terminated"] == 1 and overview["columns"] == table["columns"]
+        assert get_json(running, "/api/episode?id=0")[1]["meta"] == {"length": 999, "id": -7}
+
+
+def test_a_long_episode_s_series_are_min_and_max_per_bucket(tmp_path):
+    """A 200,000-step episode was sent whole: 50 MB of JSON for the page to plot."""
+    folder, steps = tmp_path / "long", 12_345
+    values = np.random.default_rng(0).normal(size=(steps, 2)).astype(np.float32)
+    with ReplayBuffer(folder, max_episodes=2, max_timesteps=steps, fields=dict(action=("float32", (2,)))) as buffer:
+        buffer.store_episode(action=values)
+        buffer.store_episode(action=values[:100])
+    with view(folder, block=False) as running:
+        data = get_json(running, "/api/episode?id=0")[1]
+        assert get_json(running, "/api/episode?id=1")[1]["downsampled"] is None
+    shrunk, series = data["downsampled"], data["plots"][0]["values"]
+    assert shrunk["bucket"] == 5 and shrunk["points"] == len(shrunk["x"]) == len(series[0]) <= 5000
+    assert shrunk["x"][:4] == [0, 4, 5, 9] and shrunk["x"][-1] == steps - 1
+    buckets = values[:, 1].reshape(-1, 5).astype(np.float64)
+    np.testing.assert_array_equal(series[1][0::2], buckets.min(1))
+    np.testing.assert_array_equal(series[1][1::2], buckets.max(1))
+
+
+def test_frames_above_the_bounds_are_413_and_a_float_range_reads_a_few_rows(tmp_path, monkeypatch):
+    folder = tmp_path / "big"
+    with ReplayBuffer(folder, max_episodes=1, max_timesteps=400, fields=dict(obs=("float32", (16, 16, 3)))) as buffer:
+        buffer.store_episode(obs=np.broadcast_to(np.float32(0.5), (400, 16, 16, 3)))
+    read = []
+    real = api_module.peak
+    monkeypatch.setattr(api_module, "peak", lambda rows: read.append(len(np.asarray(rows).reshape(-1))) or real(rows))
+    with view(folder, block=False) as running:
+        status, headers, body = get(running, "/api/frame?field=obs&id=0&t=3")
+        assert status == 200 and np.unique(png_pixels(body)).tolist() == [128]
+        assert sum(read) <= 16 * 16 * 16 * 3
+        monkeypatch.setattr(api_module, "_MAX_FRAME_PIXELS", 255)
+        status, headers, body = get(running, "/api/frame?field=obs&id=0&t=4")
+        assert status == 413 and "too large to show (16 x 16 pixels" in json.loads(body)["error"], body
+        assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize("path", ["/api/episode?id=" + "9" * 30, "/api/frame?field=obs&id=" + "9" * 30 + "&t=0",
+                                  "/api/episodes?offset=" + "9" * 30, "/api/frame?field=obs&id=1&t=-" + "9" * 30])
+def test_huge_numbers_are_400(server, path):
+    """An id of 30 digits overflowed numpy's int64: a 500 OverflowError."""
+    status, data = get_json(server, path)
+    assert status == 400 and "is out of range" in data["error"], data
+
+
+def test_a_file_cut_short_while_served_is_503(folder, server):
+    """numpy's 'mmap length is greater than file size' was a 500 asking to report a bug."""
+    assert get(server, "/api/state")[0] == 200
+    os.truncate(folder / "steps" / "obs.npy", 200)
+    status, data = get_json(server, "/api/frame?field=obs&id=1&t=0")
+    assert status == 503 and "shorter than its header says" in data["error"] and "verify" in data["error"], data
+
+
+def _ask(port: int, host_header: str) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/state", headers={"Host": host_header})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_host_check_holds_on_every_address(folder):
+    """Bound to 0.0.0.0 (or 127.0.0.2), any Host header was answered: a DNS-rebinding page could read the store."""
+    with view(folder, block=False, host="0.0.0.0", allow_hosts=("Replays.Lab",)) as running:
+        port = running.port
+        assert _ask(port, f"attacker.example:{port}") == 403
+        assert _ask(port, f"127.0.0.1:{port + 1}") == 403
+        for allowed in ("127.0.0.1", "localhost", "10.1.2.3", "[::1]", "replays.lab"):
+            assert _ask(port, f"{allowed}:{port}") == 200, allowed
+    try:
+        running = view(folder, block=False, host="127.0.0.2")
+    except OSError as error:
+        pytest.skip(f"no 127.0.0.2 here: {error}")
+    with running:
+        request = urllib.request.Request(f"http://127.0.0.2:{running.port}/api/state",
+                                         headers={"Host": f"attacker.example:{running.port}"})
+        with pytest.raises(urllib.error.HTTPError, match="403"):
+            urllib.request.urlopen(request, timeout=30)
+
+
+def test_http_server_errors_have_the_security_headers(server):
+    """501 (an unknown method) and 414 (a URL too long) came from http.server without CSP or nosniff."""
+    for status, (path, method) in ((501, ("/", "TRACE")), (414, ("/" + "a" * 70000, "GET"))):
+        got, headers, body = get(server, path, method=method)
+        assert got == status and "default-src 'self'" in headers["Content-Security-Policy"], (got, headers)
+        assert headers["X-Content-Type-Options"] == "nosniff" and b"memmap-replay view" in body

@@ -155,8 +155,16 @@ def test_an_episode_shows_the_stored_frames_and_the_slider_drives_frames_and_plo
     page.wait_step(13)
     np.testing.assert_array_equal(page.frame(), picture(3, 13))
     assert "final observation" in tab.text_content("#step-label")
-    box = tab.locator("svg[data-field='reward']").bounding_box()  # a click on a plot seeks
-    tab.mouse.click(box["x"] + 52 / 640 * box["width"] + 1, box["y"] + box["height"] / 2)  # the plot's left edge: step 0
+    box = tab.locator("svg[data-field='reward']").bounding_box()  # a click on a plot seeks to the step under it
+
+    def click_step(step: int) -> None:  # the plot's area: 52 to 630 of 640 units wide; episode 3's steps 0 to 12
+        tab.mouse.click(box["x"] + (52 + step / 12 * 578) / 640 * box["width"], box["y"] + box["height"] / 2)
+
+    click_step(8)  # (a seek to 0, or to the end, would not do)
+    page.wait_step(8)
+    assert tab.input_value("#timeline") == "8"
+    np.testing.assert_array_equal(page.frame(), picture(3, 8))
+    click_step(0)
     page.wait_step(0)
     assert tab.input_value("#timeline") == "0"
     tab.select_option("select.stack[data-field='stack']", "tile")
@@ -198,6 +206,29 @@ def test_a_live_writer_s_new_episode_appears_without_a_reload(page, folder):
     tab.wait_for_function("() => document.querySelector('#episodes-table tbody td').textContent === '30'")
     assert tab.get_attribute("#table-count", "data-total") == "31" and tab.evaluate("window.__same_page") is True
     page.shot("live")
+
+
+def test_a_ring_writer_s_evictions_are_followed_without_a_reload(chromium, tmp_path):
+    """A ring store: the writer's new episodes evict the oldest; the table shows the live ones only."""
+    folder = make_pixel_store(tmp_path / "ring", episodes=4, max_episodes=4, circular=True)
+    with view(folder, block=False) as server:
+        opened = Page(chromium, server, tmp_path).open()
+        tab = opened.tab
+        tab.evaluate("window.__same_page = true")
+        assert opened.column(0) == ["0", "1", "2", "3"]
+        with ReplayBuffer.from_folder(folder) as buffer:
+            rng = np.random.default_rng(5)
+            for e in range(4, 7):
+                add_episode(buffer, e, rng)
+        tab.wait_for_function("() => [...document.querySelectorAll('#episodes-table tbody tr td:first-child')]"
+                              ".map((td) => td.textContent).join(',') === '3,4,5,6'", timeout=15_000)
+        assert tab.text_content("#count-episodes") == "4" and tab.evaluate("window.__same_page") is True
+        tab.click("a.episode-link[href='#/episode/5']")
+        tab.wait_for_selector("#timeline")
+        opened.wait_step(0)
+        np.testing.assert_array_equal(opened.frame(), picture(5, 0))
+        tab.close()
+    assert not opened.errors, opened.errors
 
 
 @pytest.mark.parametrize("bypass_csp", [False, True], ids=["with-csp", "without-csp"])
@@ -290,3 +321,26 @@ def test_the_readme_screenshots(chromium, tmp_path):
     shots = readme_screenshots(tmp_path / "viewer.png", work=tmp_path, launched=chromium)
     for shot in shots:
         assert shot.is_file() and 5_000 < shot.stat().st_size < 200_000, shot
+
+
+def test_values_a_few_ulps_apart_are_plotted(chromium, tmp_path):
+    """A per-step value ranging over a few ulps (0.3 and 0.1 + 0.2): the ticks' loop (v += step) never
+    advanced and the page hung."""
+    folder = tmp_path / "ulps"
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=10, fields=dict(reward="float64", value="float64")) as buffer:
+        buffer.store_episode(reward=np.full(10, 0.1), value=np.array([0.3, 0.1 + 0.2] * 5), end="terminated")
+        buffer.store_episode(reward=np.array([0.7] + [0.1] * 3 + [0.0] * 6), value=np.ones(10), end="terminated")
+    with view(folder, block=False) as server:
+        opened = Page(chromium, server, tmp_path)
+        opened.tab.set_default_timeout(15000)
+        try:
+            opened.open()
+            assert opened.tab.locator("#overview-view svg.plot").count() >= 2
+            opened.tab.evaluate("location.hash = '#/episode/0'")
+            opened.tab.wait_for_selector("#episode-view svg.plot[aria-label]")
+            paths = opened.tab.eval_on_selector_all("#episode-view svg.plot path.line", "(p) => p.map((x) => x.getAttribute('d'))")
+            assert len(paths) >= 2 and all(path.count("L") == 9 for path in paths), paths
+            assert opened.tab.evaluate("1 + 1") == 2
+        finally:
+            opened.tab.close(run_before_unload=False)
+    assert not opened.errors, opened.errors

@@ -84,3 +84,12 @@ def test_the_report_in_a_browser(folder, tmp_path):
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         page.close()
     assert not errors, errors
+
+
+def test_a_report_names_the_folder_not_its_path(folder, tmp_path):
+    """The report embedded the folder's absolute path (the user's home, their machine's layout)."""
+    (folder / "card.json").write_text("{", encoding="utf-8")  # a damaged card: its error names the folder
+    written = report(folder, tmp_path / "report.html", episodes=2, frames=2)
+    data = embedded(written.path)
+    assert data["overview"]["folder"] == "pixels" and "pixels" in data["overview"]["card_error"]
+    assert str(tmp_path) not in written.path.read_text(encoding="utf-8")

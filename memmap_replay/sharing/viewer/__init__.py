@@ -26,14 +26,17 @@ __all__ = ["view", "report", "ReportWritten", "ViewerServer", "StoreApi"]
 
 
 def view(folder: str | os.PathLike, *, port: int = 0, host: str = "127.0.0.1", open_browser: bool = False,
-         block: bool = True, quiet: bool = True) -> ViewerServer:
+         block: bool = True, quiet: bool = True, allow_hosts: tuple[str, ...] = ()) -> ViewerServer:
     """Serve a viewer of the store at ``folder`` on ``host:port`` (port 0: a free one); ``server.url`` is the
     page. ``block=True`` serves until Ctrl-C, then closes; ``block=False`` serves from a background thread
     and returns the server at once: ``server.close()`` stops it (it is also a context manager).
     ``open_browser`` opens the page in the default browser. A folder holding no store raises
-    ``StoreNotFoundError`` here; a damaged store is served as an error page saying what is wrong."""
+    ``StoreNotFoundError`` here; a damaged store is served as an error page saying what is wrong.
+    A request naming another site in its ``Host`` header is refused (DNS rebinding): the server answers its
+    address, loopback names, IP addresses, this machine's name when ``host`` is every address (0.0.0.0), and
+    the names in ``allow_hosts`` (e.g. a name other machines reach this one by)."""
     locate(folder, "r")  # no store there: said now, not in the browser
-    server = ViewerServer(StoreApi(folder), host, port, quiet=quiet)
+    server = ViewerServer(StoreApi(folder), host, port, quiet=quiet, allow_hosts=tuple(allow_hosts))
     if open_browser:
         webbrowser.open(server.url)
     if not block:

@@ -34,6 +34,10 @@ __all__ = ["StoreApi"]
 
 _SERIES_POINTS = 1000  # the overview's curves: at most this many points (bins of episodes: mean, min, max)
 _HISTOGRAM_BINS = 30
+_STEP_POINTS = 5000  # an episode's per-step series: at most this many points (min and max per bucket of steps)
+_MAX_FRAME_PIXELS = 4096 * 4096  # pixels of one frame (a tiled stack: all of its frames)
+_MAX_FRAME_BYTES = 64 << 20  # bytes of one stored row of an image field read for a frame
+_RANGE_ROWS = 16  # rows of an episode sampled for a float image field's value range
 _CATCH_UP = 5  # reads of the table a ring writer may outrun before its state is shown as it is
 _MAX_RANGES = 10_000  # value ranges of float image fields kept (per field and episode)
 _CARD_KEYS = ("name", "description", "license", "author", "algorithm", "code_url")
@@ -62,7 +66,32 @@ class StoreApi:
 
     # ---- following the store --------------------------------------------------------------------------
 
+    def _replaced(self, store: EpisodeStore) -> bool:
+        """True when meta.json now names another store (the folder was overwritten). Call under the lock."""
+        try:
+            return fmt.read_meta(self.folder).store_id != store.meta.store_id
+        except (CorruptStoreError, OSError):
+            return False  # (being written: the refresh's error is said, and the next request looks again)
+
+    def _reopen(self) -> None:
+        """Close the store and drop everything known of it: the next ``_current`` opens the folder's new store."""
+        self.close()
+        self._columns = self._table = self._state = self._columns_state = self._stats = None
+        self._ranges.clear()
+        self.frames.clear()
+
     def _current(self, *, columns: bool = False):
+        """``_follow``; a folder overwritten by a new store since (a new ``store_id``) is opened again, and
+        every cache of the old one dropped (frames, value ranges, columns, returns, statistics)."""
+        for attempt in range(3):
+            try:
+                return self._follow(columns=columns)
+            except CorruptStoreError:
+                if attempt == 2 or self._store is None or not self._replaced(self._store):
+                    raise
+                self._reopen()
+
+    def _follow(self, *, columns: bool = False):
         """The store, refreshed if a writer committed since, and its live table; ``columns``: the episodes
         table's columns brought up to date too (its returns read: only the overview and the table need
         them, so the page itself is answered before they are summed). Call under the lock."""
@@ -89,11 +118,17 @@ class StoreApi:
             self._columns_state = self._state
         return store, self._table
 
+    def store_id(self) -> str:
+        """The identity of the store served (meta.json's ``store_id``: a new one when the folder is overwritten)."""
+        with self._lock:
+            store, _ = self._current()
+            return store.meta.store_id
+
     def state(self) -> dict:
         """What changes when a writer commits: the page polls this to follow a live store."""
         with self._lock:
             store, table = self._current()
-            return {"episodes": len(table), "steps": int(table.length.sum()),
+            return {"store": store.meta.store_id, "episodes": len(table), "steps": int(table.length.sum()),
                     "first": store.meta.state.first_episode, "next": store.meta.state.next_episode}
 
     # ---- overview ------------------------------------------------------------------------------------
@@ -175,31 +210,35 @@ class StoreApi:
             ids = listed.table.ids
             neighbours = [int(ids[position - 1]) if position else None,
                           int(ids[position + 1]) if position + 1 < len(ids) else None]
-        series = {name: _per_element(episode[name]) for name in plots}
+        steps, bucket = _steps_shown(len(episode))
+        series = {name: _per_element(episode[name], bucket) for name in plots}
         final = episode.final
         images = image_fields(store.schema)
         frames = len(episode) + (final is not None)
         return {
-            "id": episode.id, "position": position, "previous": neighbours[0], "next": neighbours[1],
+            "store": store.meta.store_id, "id": episode.id, "position": position, "previous": neighbours[0], "next": neighbours[1],
             "length": len(episode), "end": episode.end,
             "final": final is not None, "continues": episode.continues, "continued_by": episode.continued_by,
             "meta": {name: _json(value) for name, value in episode.meta.items()},
             "images": [{**info, "frames": frames} for info in images.values()],
             "plots": [{"name": name, "shape": list(store.schema.fields[name].shape), "values": series[name]}
                       for name in plots]
-                     + [{"name": f"priority ({name})", "shape": [], "values": [_json(values)]}
+                     + [{"name": f"priority ({name})", "shape": [], "values": _per_element(values, bucket)}
                         for name, values in priorities.items()],
+            # a long episode's per-step values: the min and max of every ``bucket`` steps, at the steps ``x``
+            "downsampled": None if bucket == 1 else {"bucket": bucket, "x": steps, "points": len(steps)},
             "final_values": None if final is None else {name: _json(final[name]) for name in plots},
         }
 
     def frame(self, field: str, episode_id: int, step: int, stack: str = "last") -> bytes:
         """Step ``step`` of an image field of an episode as PNG (step = length: its final observation)."""
-        key = (field, episode_id, step, stack)
-        cached = self.frames.get(key)
-        if cached is not None:
-            return cached
         with self._lock:
             store, table = self._current()
+            # the store's identity in the key: a folder overwritten by a new store has other frames for the same ids
+            key = (store.meta.store_id, field, episode_id, step, stack)
+            cached = self.frames.get(key)
+            if cached is not None:
+                return cached
             images = image_fields(store.schema)
             if field not in images:
                 raise OptionError(f"field must be one of the image fields {sorted(images)} (got {field!r})")
@@ -212,10 +251,22 @@ class StoreApi:
                 raise IndexRangeError(f"step must be in [0, {rows}) for episode {episode_id} ({length} steps"
                                       f"{' and its final observation' if rows > length else ''}; got {step})")
             spec, array = store.schema.fields[field], store.step_array(field)
+            info = images[field]
+            pixels = info["height"] * info["width"] * (info["stack"] if stack == "tile" else 1)
+            row_bytes = int(np.prod(spec.shape)) * spec.dtype.itemsize
+            if pixels > _MAX_FRAME_PIXELS or row_bytes > _MAX_FRAME_BYTES:
+                tiled = f" x {info['stack']} tiled" if stack == "tile" else ""
+                raise FrameTooLargeError(
+                    f"a frame of {field!r} is too large to show ({info['height']} x {info['width']}{tiled} "
+                    f"pixels, {row_bytes >> 20} MB a row; the "
+                    f"viewer shows at most {_MAX_FRAME_PIXELS} pixels and {_MAX_FRAME_BYTES >> 20} MB a frame)")
             row = np.array(array[start + step])
             value_range = self._ranges.get((field, episode_id))
             if value_range is None:
-                value_range = resolve_range(spec.dtype, None, lambda: peak(array[start:start + rows]))
+                # a float field's range from a few rows spread over the episode (never the whole episode)
+                picked = np.unique(np.linspace(0, rows - 1, min(rows, _RANGE_ROWS)).round().astype(np.int64))
+                value_range = resolve_range(spec.dtype, None, lambda: max(peak(np.asarray(array[start + int(i)]))
+                                                                          for i in picked))
                 self._ranges[(field, episode_id)] = value_range
             self._check_live(store, episode_id)
         data = encode_png(spec, row, stack=stack, value_range=value_range)
@@ -228,6 +279,10 @@ class StoreApi:
         if store.capacity.circular and fmt.read_meta(store.folder).state.first_episode > episode_id:
             raise SampleExpiredError(f"episode {episode_id} was evicted by the ring writer while its frame was read; "
                                      f"go back to the episodes table for the live ones")
+
+
+class FrameTooLargeError(OptionError):
+    """A frame above the viewer's bounds (pixels, or bytes of its stored row): answered 413."""
 
 
 def _card(folder: Path) -> tuple[dict | None, str | None]:
@@ -258,9 +313,26 @@ def _finite(value: Any) -> Any:
     return value if math.isfinite(value) else None
 
 
-def _per_element(rows: np.ndarray) -> list[list]:
-    """(T, ...) rows as one series per element (bools as 0/1)."""
+def _steps_shown(length: int) -> tuple[list[int], int]:
+    """The steps a per-step series is shown at: every one up to _STEP_POINTS, else two points (the min and
+    the max) per bucket of steps, at the bucket's first and last steps; and the bucket's size (1: every step)."""
+    if length <= _STEP_POINTS:
+        return list(range(length)), 1
+    bucket = -(-length // (_STEP_POINTS // 2))
+    starts = np.arange(0, length, bucket)
+    return np.stack([starts, np.minimum(starts + bucket, length) - 1], 1).reshape(-1).tolist(), bucket
+
+
+def _per_element(rows: np.ndarray, bucket: int = 1) -> list[list]:
+    """(T, ...) rows as one series per element (bools as 0/1); ``bucket`` > 1: the min and the max of every
+    ``bucket`` rows, interleaved (see ``_steps_shown``)."""
     flat = np.asarray(rows).reshape(len(rows), -1).astype(np.float64)
+    if bucket > 1:
+        pad = -len(flat) % bucket
+        flat = np.concatenate([flat, np.full((pad, flat.shape[1]), np.nan)]).reshape(-1, bucket, flat.shape[1])
+        with warnings.catch_warnings():  # an all-NaN bucket: 'All-NaN slice encountered'
+            warnings.simplefilter("ignore", RuntimeWarning)
+            flat = np.stack([np.nanmin(flat, 1), np.nanmax(flat, 1)], 1).reshape(-1, flat.shape[2])
     return [_json(flat[:, j]) for j in range(flat.shape[1])]
 
 
@@ -288,7 +360,17 @@ def _histogram(values: np.ndarray) -> dict:
     values = values[np.isfinite(values)]
     if not len(values):
         return {"edges": [], "counts": []}
-    counts, edges = np.histogram(values, bins=_HISTOGRAM_BINS if values.min() < values.max() else 1)
+    low, high = float(values.min()), float(values.max())
+    # edges made here, not by np.histogram: a range a few ulps wide (returns summed in another order) makes
+    # it raise 'Too many bins for data range'; such a range is one bin, and the edges are always increasing
+    scale = max(abs(low), abs(high), 1e-300)
+    if not high - low > scale * 1e-9 or not math.isfinite(high - low):
+        pad = 0.5 if low == high else 0.0  # one value: a bin of width 1 around it, as np.histogram makes
+        return {"edges": [low - pad, high + pad], "counts": [len(values)]}
+    edges = np.linspace(low, high, _HISTOGRAM_BINS + 1)
+    edges[0], edges[-1] = low, high
+    counts = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, _HISTOGRAM_BINS - 1),
+                         minlength=_HISTOGRAM_BINS)
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 

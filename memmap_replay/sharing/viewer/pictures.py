@@ -1,8 +1,9 @@
 """Frames on demand: one row of an image field as a PNG, encoded per request and kept in a small LRU cache.
 
-A frame is one row read from the field's memory map (never the field, never the episode, except that a
-float field's value range is taken from its episode's rows once, as ``frames`` does: [0, 1] when no value
-is above 1, else [0, 255]). Pixels come from ``images.FrameFormat`` at scale 1 (the page enlarges them
+A frame is one row read from the field's memory map (never the field, never the episode: a float field's
+value range is taken once per episode from at most 16 of its rows spread over it, as ``frames`` decides it:
+[0, 1] when no value is above 1, else [0, 255]); a frame above 4096 x 4096 pixels or 64 MB a row is refused
+(413). Pixels come from ``images.FrameFormat`` at scale 1 (the page enlarges them
 with ``image-rendering: pixelated``, so a PNG holds the stored pixels and stays small); pillow encodes
 them (``pip install 'memmap-replay[video]'``) at a low compression level: speed over a few bytes.
 """

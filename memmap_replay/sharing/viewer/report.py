@@ -87,6 +87,11 @@ def _data(api: StoreApi, count: int, frames: int, field: str | None) -> dict:
                 label = "final" if step == episode["length"] else f"t {step}"
                 thumbs.append({"src": "data:image/png;base64," + base64.b64encode(png).decode("ascii"), "label": label})
         shown.append({"row": row, "frames": thumbs})
+    # the folder's name only: a report is shared, the path of the machine that made it is nobody's business
+    where, name = str(api.folder.resolve()), api.folder.resolve().name
+    overview["folder"] = name
+    if overview.get("card_error"):
+        overview["card_error"] = overview["card_error"].replace(where, name).replace(str(api.folder), name)
     made = f"made by memmap-replay {__version__} on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     return {"overview": overview, "stats": stats, "columns": overview["columns"],
             "episodes": shown, "field": field, "made": made}

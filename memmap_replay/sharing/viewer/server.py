@@ -12,8 +12,10 @@ Safety (a store may come from a stranger; the server may be reached by any page 
 - GET and HEAD only; any other method gets 405.
 - No path is ever taken from a request: assets are a fixed table of names, data is named by episode ids,
   field and column names that ``StoreApi`` checks against the store.
-- Bound to 127.0.0.1 unless told otherwise; on a loopback address a request whose ``Host`` is not that
-  address (or ``localhost``) with the server's port is refused (DNS rebinding).
+- Bound to 127.0.0.1 unless told otherwise. A request whose ``Host`` is not the server's port with the bound
+  address, a loopback name (``localhost``), an IP address, this machine's name (when bound to every address)
+  or a name the user allowed (``allow_hosts``, ``--allow-host``) is refused (DNS rebinding: a page of another
+  site that resolves its name to this machine names that site).
 - Every answer says ``Content-Security-Policy: default-src 'self'`` (no inline script, nothing from
   elsewhere: a ``<script>`` in a card could not run even if it reached the page as HTML, which it does not)
   and ``X-Content-Type-Options: nosniff``; the error page escapes its message.
@@ -22,8 +24,11 @@ Safety (a store may come from a stranger; the server may be reached by any page 
 
 from __future__ import annotations
 
+import hashlib
 import html
+import ipaddress
 import json
+import re
 import socket
 import sys
 import threading
@@ -34,7 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ...errors import (CorruptStoreError, IndexRangeError, MissingExtraError, OptionError, ReplayError,
                        SampleExpiredError, StoreIOError, UnsupportedFormatError)
-from .api import StoreApi
+from .api import FrameTooLargeError, StoreApi
 
 __all__ = ["ViewerServer", "ViewerHandler"]
 
@@ -53,8 +58,8 @@ _SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _DAMAGED = (CorruptStoreError, UnsupportedFormatError, StoreIOError)
+_MAP_ERROR = re.compile(r"mmap length is greater than file size|cannot mmap an empty file|mmap offset is greater")
 
 
 def asset(name: str) -> bytes:
@@ -68,7 +73,8 @@ class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, api: StoreApi, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True):
+    def __init__(self, api: StoreApi, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True,
+                 allow_hosts: tuple[str, ...] = ()):
         self.api, self.quiet = api, quiet
         self._thread: threading.Thread | None = None
         if ":" in host:  # an IPv6 address such as ::1
@@ -77,8 +83,13 @@ class ViewerServer(ThreadingHTTPServer):
         self.host, self.port = host, self.server_address[1]
         name = f"[{host}]" if ":" in host else host
         self.url = f"http://{name}:{self.port}/"
-        self.allowed_hosts = ({f"{h}:{self.port}" for h in ("127.0.0.1", "localhost", "[::1]")}
-                              if host in _LOOPBACK else None)
+        # the Host header a request may name (DNS rebinding: a page of another site reaching this server names
+        # that site): this machine's loopback names, the bound address, an IP address (no site can rebind it),
+        # this machine's names if bound to every address, and the names the caller allows (``allow_hosts``)
+        names = {"127.0.0.1", "localhost", "[::1]", name, *(_bracket(h.lower()) for h in allow_hosts)}
+        if host in ("0.0.0.0", "::", ""):
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        self.allowed_hosts = {f"{h}:{self.port}" for h in names}
 
     def start(self) -> "ViewerServer":
         """Serve from a background thread (daemon: it ends with the program)."""
@@ -142,10 +153,10 @@ class ViewerHandler(BaseHTTPRequestHandler):
 
     def _answer(self, *, head: bool) -> None:
         self._head = head
-        allowed = self.server.allowed_hosts
-        if allowed is not None and self.headers.get("Host", "") not in allowed:
+        if not self._host_allowed(self.headers.get("Host", "")):
             self._send(403, "text/html; charset=utf-8", _error_page(403, "This server answers requests for "
-                       f"{self.server.url} only (the Host header names another site)."))
+                       f"{self.server.url} only (the Host header names another site; 'memmap-replay view "
+                       f"--allow-host NAME' allows a name)."))
             return
         parts = urlsplit(self.path)
         query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -156,7 +167,7 @@ class ViewerHandler(BaseHTTPRequestHandler):
                 if parts.path == "/":
                     self.server.api.state()  # a store that cannot be read gets the error page, not a blank one
                 name, kind = _ASSETS[parts.path]
-                self._send(200, kind, asset(name), cache=parts.path != "/")
+                self._send_tagged(kind, asset(name), "")
             elif route is not None:
                 route(self, query, filters)
             elif parts.path == "/favicon.ico":
@@ -166,8 +177,33 @@ class ViewerHandler(BaseHTTPRequestHandler):
         except ReplayError as error:
             self._fail(_status(error), str(error))
         except Exception as error:  # a bug, or data nobody foresaw: said in one line, never a traceback
+            if isinstance(error, ValueError) and _MAP_ERROR.search(str(error)):
+                # a file cut short while served (numpy cannot map the rows its header names): damaged, not a bug
+                self._fail(503, f"a file of the store is shorter than its header says ({error}); it is damaged or "
+                                f"being replaced: 'memmap-replay verify FOLDER' lists the problems")
+                return
             self.server.handle_error(self.request, self.client_address)
             self._fail(500, f"the viewer failed to answer ({type(error).__name__}: {error}); please report it")
+
+    def _host_allowed(self, header: str) -> bool:
+        header = header.strip().lower()
+        if header in self.server.allowed_hosts:
+            return True
+        address, _, port = header.rpartition(":")
+        if port != str(self.server.port):
+            return False
+        try:  # an IP address (v4, or v6 in brackets) with the server's port: no DNS name to rebind
+            ipaddress.ip_address(address[1:-1] if address.startswith("[") and address.endswith("]") else address)
+        except ValueError:
+            return False
+        return not (":" in address and not address.startswith("["))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (414 a URL too long, 501 an unknown method, 400 a malformed request) as the
+        viewer's error page, with the same security headers as every answer."""
+        self.close_connection = True
+        text = message or explain or self.responses.get(code, ("Error",))[0]
+        self._send(code, "text/html; charset=utf-8", _error_page(code, text), extra={"Connection": "close"})
 
     def _fail(self, status: int, message: str) -> None:
         if self.path.startswith("/api/"):
@@ -175,11 +211,21 @@ class ViewerHandler(BaseHTTPRequestHandler):
         else:
             self._send(status, "text/html; charset=utf-8", _error_page(status, message))
 
+    def _send_tagged(self, kind: str, body: bytes, identity: str) -> None:
+        """An answer the browser may keep but must check again each time (``no-cache``): its ETag is the store's
+        identity and a hash of the bytes, so a folder overwritten by another store (or a newer viewer's
+        scripts on the same port) is never shown from the browser's cache; an unchanged one is a 304."""
+        tag = f'"{identity}-{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
+        if tag in (value.strip() for value in self.headers.get("If-None-Match", "").split(",")):
+            self._send(304, kind, b"", cache=True, extra={"ETag": tag})
+        else:
+            self._send(200, kind, body, cache=True, extra={"ETag": tag})
+
     def _send(self, status: int, kind: str, body: bytes, *, cache: bool = False, extra: dict | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "max-age=3600" if cache else "no-store")
+        self.send_header("Cache-Control", "no-cache" if cache else "no-store")
         for key, value in {**_SECURITY_HEADERS, **(extra or {})}.items():
             self.send_header(key, value)
         self.end_headers()
@@ -209,9 +255,13 @@ class ViewerHandler(BaseHTTPRequestHandler):
         self._json(self.server.api.episode(_int(query, "id")))
 
     def _frame(self, query: dict, filters: tuple) -> None:
-        data = self.server.api.frame(query.get("field", ""), _int(query, "id"), _int(query, "t"),
-                                     query.get("stack", "last"))
-        self._send(200, "image/png", data, cache=True)
+        api = self.server.api
+        store = api.store_id()
+        if query.get("store", store) != store:
+            raise SampleExpiredError("this frame's store was replaced by a new store in the same folder (overwritten); "
+                                     "reload the page")
+        data = api.frame(query.get("field", ""), _int(query, "id"), _int(query, "t"), query.get("stack", "last"))
+        self._send_tagged("image/png", data, store)
 
 
 _ROUTES: dict[str, Callable] = {"/api/state": ViewerHandler._state, "/api/overview": ViewerHandler._overview,
@@ -219,17 +269,28 @@ _ROUTES: dict[str, Callable] = {"/api/state": ViewerHandler._state, "/api/overvi
                                 "/api/episode": ViewerHandler._episode, "/api/frame": ViewerHandler._frame}
 
 
+def _bracket(host: str) -> str:
+    """An IPv6 address as a Host header writes it ([::1]); any other name as it is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _int(query: dict, name: str, default: int | None = None) -> int:
     text = query.get(name)
     if text is None and default is not None:
         return default
     try:
-        return int(text)
+        value = int(text)
     except (TypeError, ValueError):
-        raise OptionError(f"query parameter {name!r} must be a whole number (got {text!r})") from None
+        shown = text[:40] if isinstance(text, str) else text
+        raise OptionError(f"query parameter {name!r} must be a whole number (got {shown!r})") from None
+    if not -(1 << 62) <= value < 1 << 62:  # (numpy's int64 would overflow: a 500)
+        raise OptionError(f"query parameter {name!r} is out of range (got {text[:40]!r})")
+    return value
 
 
 def _status(error: ReplayError) -> int:
+    if isinstance(error, FrameTooLargeError):
+        return 413
     if isinstance(error, SampleExpiredError):
         return 410
     if isinstance(error, IndexRangeError):
@@ -243,6 +304,7 @@ def _status(error: ReplayError) -> int:
 
 def _error_page(status: int, message: str) -> bytes:
     reason = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 410: "Gone",
+              413: "Too large", 414: "URL too long",
               501: "Not available", 503: "The store cannot be read"}.get(status, "Error")
     text = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{status} {reason} - memmap-replay view"
             f"</title><link rel=stylesheet href=/static/viewer.css></head><body class=error-page><main>"

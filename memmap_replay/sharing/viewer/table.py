@@ -8,7 +8,9 @@ and kept: a refresh sums the new episodes only. A store of 100,000 episodes is a
 sorting one takes milliseconds.
 
 Filters are small expressions ``COLUMN OP VALUE`` (OP one of ``= != < <= > >=``), all of which must hold;
-``end`` compares names ('terminated', 'truncated', 'none'), every other column numbers.
+``end`` compares names ('terminated', 'truncated', 'none'), every other column numbers. A query has at most
+``FILTER_COUNT`` filters of at most ``FILTER_CHARS`` characters each, split at their first operator (no
+regular expression over the text: one request must not hold the server).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from ..stats import _REWARD_FIELDS, _episode_returns
 __all__ = ["EpisodeColumns", "parse_filter", "TABLE_LIMIT"]
 
 TABLE_LIMIT = 500  # rows per page at most
-_FILTER = re.compile(r"^\s*(?P<column>[^<>=!]+?)\s*(?P<op><=|>=|!=|==|=|<|>)\s*(?P<value>.*?)\s*$")
+FILTER_CHARS = 200  # characters per filter at most
+FILTER_COUNT = 16  # filters per query at most
+_OP_START = re.compile(r"[<>=!]")
 _OPS = {"=": np.equal, "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
         ">": np.greater, ">=": np.greater_equal}
 _END_VALUES = ("terminated", "truncated", "none")
+_RESERVED = ("id", "length", "return", "end")  # the table's own columns (return: also when the store has no reward)
 
 
 def reward_field(schema) -> str | None:
@@ -56,11 +61,19 @@ class Filter:
 
 def parse_filter(text: str, columns: tuple[str, ...]) -> Filter:
     """``'return > 10'`` as a Filter over one of ``columns``; OptionError says what is wrong and what fits."""
-    match = _FILTER.match(text) if isinstance(text, str) else None
     example = "e.g. 'length >= 100', 'end = terminated' or 'seed != 3'"
-    if match is None or not match.group("value"):
+    if isinstance(text, str) and len(text) > FILTER_CHARS:
+        raise OptionError(f"a filter has at most {FILTER_CHARS} characters (got {len(text)}); {example}")
+    # split at the first operator character, no regular expression over the whole text (one that
+    # backtracked took seconds per long filter, the server's lock held all along)
+    found = _OP_START.search(text) if isinstance(text, str) else None
+    column = value = op = ""
+    if found is not None:
+        at = found.start()
+        op = text[at:at + 2] if text[at:at + 2] in _OPS else text[at]
+        column, value = text[:at].strip(), text[at + len(op):].strip()
+    if op not in _OPS or not column or not value:
         raise OptionError(f"a filter must be COLUMN OP VALUE with OP one of = != < <= > >=, {example} (got {text!r})")
-    column, op, value = match.group("column"), match.group("op"), match.group("value")
     if column not in columns:
         raise OptionError(f"filter {text!r} names no column: the columns are {', '.join(columns)}")
     if column == "end":
@@ -80,7 +93,16 @@ class EpisodeColumns:
     def __init__(self, schema):
         self.reward = reward_field(schema)
         self.meta_names = table_meta_fields(schema)
-        self.columns: tuple[str, ...] = ("id", "length", *(("return",) if self.reward else ()), "end", *self.meta_names)
+        base = ("id", "length", *(("return",) if self.reward else ()), "end")
+        # a meta field named like a column of the table (id, length, return, end) is shown as 'meta.NAME': it
+        # replaced the real column (the episode's id, length, return or end) in the table and the overview
+        self.meta_columns: dict[str, str] = {}
+        for name in self.meta_names:
+            column = name
+            while column in base or column in self.meta_columns or column in _RESERVED:
+                column = f"meta.{column}"
+            self.meta_columns[column] = name
+        self.columns: tuple[str, ...] = (*base, *self.meta_columns)
         self.ids = np.zeros(0, np.int64)
         self.values: dict[str, np.ndarray] = {name: np.zeros(0) for name in self.columns}
 
@@ -97,8 +119,8 @@ class EpisodeColumns:
             if new.any():
                 returns[new] = _episode_returns(store, self.reward, table.start[new], table.length[new])
             values["return"] = returns
-        for name in self.meta_names:
-            values[name] = np.asarray(store.meta_array(name)[table.slots])
+        for column, name in self.meta_columns.items():
+            values[column] = np.asarray(store.meta_array(name)[table.slots])
         self.ids, self.values = table.ids.copy(), values
 
     def __len__(self) -> int:
@@ -109,6 +131,8 @@ class EpisodeColumns:
         """One page of rows after filtering and sorting (a stable sort: ties keep episode order)."""
         if sort not in self.columns:
             raise OptionError(f"sort must be one of the columns {', '.join(self.columns)} (got {sort!r})")
+        if len(filters) > FILTER_COUNT:
+            raise OptionError(f"at most {FILTER_COUNT} filters at a time (got {len(filters)})")
         keep = np.ones(len(self.ids), dtype=bool)
         for text in filters:
             rule = parse_filter(text, self.columns)

@@ -6,8 +6,9 @@
   const BASE_FPS = 10;
   let player = null;  // the episode on screen: {step, frames, ...}
 
-  function frameUrl(id, field, step, stack) {
-    return "/api/frame?" + new URLSearchParams({ field, id, t: step, stack }).toString();
+  function frameUrl(data, field, step, stack) {
+    // the store's identity in the URL: a folder overwritten by another store never shows its frames from the cache
+    return "/api/frame?" + new URLSearchParams({ store: data.store, field, id: data.id, t: step, stack }).toString();
   }
 
   function facts(data) {
@@ -45,14 +46,16 @@
   function plots(data, seek) {
     return data.plots.map((field) => {
       const labels = field.values.length > 1 ? field.values.map((_, j) => `${field.name}[${j}]`) : [field.name];
+      const shrunk = data.downsampled;  // a long episode: the min and max of every `bucket` steps, at steps `x`
       const plot = MR.plots.line({
         series: field.values.map((values, j) => ({ values, label: labels[j] })), cursor: true, onseek: seek,
-        label: `${field.name} per step`, height: 150,
+        x: shrunk ? shrunk.x : undefined, label: `${field.name} per step`, height: 150,
       });
       plot.svg.dataset.field = field.name;
       const finalText = data.final_values && field.name in data.final_values
         ? ` (final: ${MR.number(data.final_values[field.name])})` : "";
-      return { plot, figure: MR.el("figure", { class: "step-plot" }, MR.el("figcaption", { text: field.name + finalText }), plot.svg, plot.legend) };
+      const shrunkText = shrunk ? ` (min and max of every ${shrunk.bucket} steps)` : "";
+      return { plot, figure: MR.el("figure", { class: "step-plot" }, MR.el("figcaption", { text: field.name + finalText + shrunkText }), plot.svg, plot.legend) };
     });
   }
 
@@ -64,7 +67,7 @@
     p.label.textContent = isFinal ? `final observation (after step ${p.data.length - 1})` : `step ${p.step} of ${p.data.length}`;
     p.label.dataset.step = String(p.step);
     for (const view of p.images) {
-      view.image.src = frameUrl(p.data.id, view.info.name, p.step, view.select ? view.select.value : "last");
+      view.image.src = frameUrl(p.data, view.info.name, p.step, view.select ? view.select.value : "last");
     }
     for (const view of p.plots) view.plot.setCursor(Math.min(p.step, p.data.length - 1));
   }

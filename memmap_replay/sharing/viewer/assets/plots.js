@@ -6,13 +6,20 @@
                   "#9c755f", "#bab0ac", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#17becf"];
   const M = { left: 52, right: 10, top: 10, bottom: 26 };
 
+  // a range a few ulps wide: v += step did not move v (the page hung); ticks are first + i * step, i bounded
   function ticks(low, high, count) {
-    if (!(high > low)) return [low];
+    if (!isFinite(low) || !isFinite(high)) return [];
+    if (!(high - low > 1e-12 * Math.max(Math.abs(low), Math.abs(high)))) return [(low + high) / 2];
     const step0 = (high - low) / count;
     const power = Math.pow(10, Math.floor(Math.log10(step0)));
     const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= step0);
-    const out = [];
-    for (let v = Math.ceil(low / step) * step; v <= high + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+    if (!(step > 0) || !isFinite(step)) return [low, high];
+    const first = Math.ceil(low / step) * step, out = [];
+    for (let i = 0; i <= 2 * count + 2; i++) {
+      const v = first + i * step;
+      if (v > high + step * 1e-9) break;
+      out.push(Number(v.toPrecision(12)));
+    }
     return out;
   }
 
@@ -24,7 +31,10 @@
       if (v > high) high = v;
     }
     if (low === Infinity) return [0, 1];
-    if (low === high) return [low - 0.5, high + 0.5];
+    if (!(high - low > 1e-12 * Math.max(Math.abs(low), Math.abs(high)))) {  // one value, or a few ulps apart
+      const pad = Math.max(0.5, Math.abs(low) * 1e-6);
+      return [low - pad, high + pad];
+    }
     return [low, high];
   }
 

@@ -3,7 +3,7 @@
 "use strict";
 (function (MR) {
   const POLL_MS = 1500;
-  let known = null;  // the store's state last drawn: {first, next}
+  let known = null;  // the store's state last drawn: {store, first, next}
 
   async function stats() {
     try {
@@ -30,7 +30,11 @@
       const live = document.getElementById("live");
       live.classList.add("on");
       live.title = `following the store: ${now.episodes} episodes, checked ${new Date().toLocaleTimeString()}`;
-      if (known && (now.first !== known.first || now.next !== known.next) && !document.getElementById("overview-view").hidden) {
+      const onOverview = !document.getElementById("overview-view").hidden;
+      if (known && now.store !== known.store) {  // the folder was overwritten by a new store: show it
+        if (onOverview) await Promise.all([overview(), MR.table.load(), stats()]);
+        else await route();
+      } else if (known && (now.first !== known.first || now.next !== known.next) && onOverview) {
         await Promise.all([overview(), MR.table.load(), stats()]);
       }
       known = now;
