@@ -432,8 +432,14 @@ class NpyFile:
             if self.rows == 0:
                 return np.empty((0, *self.spec.shape), self.spec.dtype)
             with _open_npy(self.folder, self.path) as file, folderio.errors_named(self.path, "map"):
-                mapped = np.memmap(file, dtype=self.spec.dtype, mode="r", offset=self.offset,
-                                   shape=(self.rows, *self.spec.shape))
+                try:
+                    mapped = np.memmap(file, dtype=self.spec.dtype, mode="r", offset=self.offset,
+                                       shape=(self.rows, *self.spec.shape))
+                except ValueError as error:  # mmap's "length is greater than file size": cut short since opened
+                    raise CorruptStoreError(
+                        f"{self.path} is shorter than the {self.rows} rows it held when the store was opened "
+                        f"({error}); it was truncated or replaced: `python -m memmap_replay verify` lists the "
+                        f"problems") from None
             if random:
                 try:
                     mapped._mmap.madvise(mmap.MADV_RANDOM)

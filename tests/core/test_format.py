@@ -175,3 +175,15 @@ def test_a_reader_opening_a_step_file_while_the_writer_grows_it_sees_a_whole_fil
     assert reader.rows == 64 and reader.size >= reader.offset + 64 * spec.row_nbytes
     writer.close()
     reader.close()
+
+
+def test_a_step_file_cut_short_after_opening_is_a_corrupt_store_error(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "s", 4, 10, dict(x=("float", 3)))
+    buffer.store_episode(x=np.ones((8, 3)))
+    reader = ReplayBuffer.from_folder(tmp_path / "s", read_only=True)
+    os.truncate(tmp_path / "s" / "steps" / "x.npy", 200)
+    with pytest.raises(CorruptStoreError, match=r"x\.npy is shorter than the \d+ rows it held when the store was "
+                                                r"opened .*truncated or replaced"):
+        reader.episode(0)
+    buffer.close()
+    reader.close()

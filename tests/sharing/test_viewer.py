@@ -531,7 +531,7 @@ def test_a_file_cut_short_while_served_is_503(folder, server):
     assert get(server, "/api/state")[0] == 200
     os.truncate(folder / "steps" / "obs.npy", 200)
     status, data = get_json(server, "/api/frame?field=obs&id=1&t=0")
-    assert status == 503 and "shorter than its header says" in data["error"] and "verify" in data["error"], data
+    assert status == 503 and "shorter than the" in data["error"] and "verify" in data["error"], data
 
 
 def _ask(port: int, host_header: str) -> int:

@@ -28,7 +28,6 @@ import hashlib
 import html
 import ipaddress
 import json
-import re
 import socket
 import sys
 import threading
@@ -59,7 +58,6 @@ _SECURITY_HEADERS = {
     "Cross-Origin-Resource-Policy": "same-origin",
 }
 _DAMAGED = (CorruptStoreError, UnsupportedFormatError, StoreIOError)
-_MAP_ERROR = re.compile(r"mmap length is greater than file size|cannot mmap an empty file|mmap offset is greater")
 
 
 def asset(name: str) -> bytes:
@@ -177,11 +175,6 @@ class ViewerHandler(BaseHTTPRequestHandler):
         except ReplayError as error:
             self._fail(_status(error), str(error))
         except Exception as error:  # a bug, or data nobody foresaw: said in one line, never a traceback
-            if isinstance(error, ValueError) and _MAP_ERROR.search(str(error)):
-                # a file cut short while served (numpy cannot map the rows its header names): damaged, not a bug
-                self._fail(503, f"a file of the store is shorter than its header says ({error}); it is damaged or "
-                                f"being replaced: 'memmap-replay verify FOLDER' lists the problems")
-                return
             self.server.handle_error(self.request, self.client_address)
             self._fail(500, f"the viewer failed to answer ({type(error).__name__}: {error}); please report it")
 
