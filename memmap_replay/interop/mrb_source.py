@@ -17,7 +17,7 @@ Safety: the config is read under a 1 MiB cap with ``plain_pickle.load_plain`` (p
 every file is opened as a regular file without following links (a FIFO never blocks); every ``.npy``
 header must state exactly the dtype and shape the config implies and the file hold exactly those bytes;
 an HDF5 dataset must be a plain dataset reached by a hard link (no virtual dataset, external raw file or
-link into another file). Reads are one episode slot at a time.
+link into another file). Reads are one episode slot at a time; the episode table a block at a time.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ KINDS = {"int": np.dtype("int32"), "float": np.dtype("float32"), "bool": np.dtyp
 INTERNAL = {"episode_lens": ("int", ()), "_initted": ("bool", ())}
 STATE = ("num_episodes", "episode_index", "timestep_index")
 _INT32 = (1 << 31) - 1
+MAX_INFLATION = 1100  # deflate's best ratio is about 1032: compressed data never grows more
 _EXTRA_TEXT = 200  # an extra config value longer than this (as text) is not kept in the provenance
 
 
@@ -264,8 +265,13 @@ class FolderSource:
             self.close()
             raise
 
-    def internal(self, name: str) -> np.ndarray:
-        return self.files[name].read(0, self.config.max_episodes)
+    def table(self, name: str, start: int, count: int) -> np.ndarray:
+        """``count`` entries of the episode table ``name`` (episode_lens, _initted) from slot ``start``."""
+        return self.files[name].read(start, count)
+
+    def allocated(self, name: str) -> tuple[int, int]:
+        """(bytes the file of ``name`` really holds on disk, 1): a sparse file's holes hold nothing."""
+        return os.fstat(self.files[name].fd).st_blocks * 512, 1
 
     def steps(self, name: str, slot: int, length: int) -> np.ndarray:
         return self.files[name].read(slot, length)
@@ -363,8 +369,15 @@ class H5Source:
         except OSError as error:  # a damaged chunk, a failed filter
             raise CorruptStoreError(f"{self.path}: {data.name} cannot be read ({error})") from None
 
-    def internal(self, name: str) -> np.ndarray:
-        return self._read(self.sets[name], slice(None))
+    def table(self, name: str, start: int, count: int) -> np.ndarray:
+        """``count`` entries of the episode table ``name`` (episode_lens, _initted) from slot ``start``."""
+        return self._read(self.sets[name], slice(start, start + count))
+
+    def allocated(self, name: str) -> tuple[int, int]:
+        """(bytes the dataset of ``name`` really holds in the file, how many times more its values may take:
+        1 unfiltered, ``MAX_INFLATION`` compressed); unwritten chunks hold nothing."""
+        data = self.sets[name]
+        return data.id.get_storage_size(), 1 if data.id.get_create_plist().get_nfilters() == 0 else MAX_INFLATION
 
     def steps(self, name: str, slot: int, length: int) -> np.ndarray:
         return self._read(self.sets[name], (slot, slice(0, length)))

@@ -438,6 +438,57 @@ def test_an_h5_dataset_that_leads_to_another_file_is_refused(tmp_path):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
 
 
+def _sparse_folder(folder: Path, episodes: int, steps: int, length: int) -> None:
+    """A 0.2.3 folder of a few KB on disk whose config claims ``episodes`` slots of ``steps`` steps, one
+    committed episode of ``length`` steps and nothing else written (sparse .npy files)."""
+    folder.mkdir()
+    (folder / "metadata.pkl").write_bytes(pickle.dumps(dict(max_episodes=episodes, max_timesteps=steps,
+                                                            fields=dict(x="float"), meta_fields={})))
+    for name, dtype, shape in (("episode_lens.data.meta.npy", "int32", (episodes,)),
+                               ("_initted.data.meta.npy", "bool", (episodes,)), ("x.data.npy", "float32", (episodes, steps))):
+        with open(folder / name, "wb") as file:
+            np.lib.format.write_array_header_1_0(file, dict(descr=np.dtype(dtype).str, fortran_order=False, shape=shape))
+            offset = file.tell()
+            if name.startswith("episode_lens"):
+                file.write(np.int32(length).tobytes())
+        os.truncate(folder / name, offset + int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    for name, value in (("num_episodes", 1), ("episode_index", 1 % episodes), ("timestep_index", 0)):
+        np.save(folder / f"{name}.state.npy", np.array(value, np.int32))
+
+
+def test_a_huge_episode_table_is_read_a_block_at_a_time(tmp_path):
+    import tracemalloc
+
+    _sparse_folder(tmp_path / "old", 1 << 26, 1, 1)  # 320 MB of table and data claimed, a few KB on disk
+    tracemalloc.start()
+    try:
+        assert import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new", max_episodes=4).episodes == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+def test_rows_the_file_never_held_are_refused_before_they_are_allocated(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    _sparse_folder(tmp_path / "old", 1, 1 << 30, 1 << 30)  # one episode of 4 GiB claimed, nothing written
+    with pytest.raises(CorruptStoreError, match=r"x\.data\.npy: the episode table claims 4294967296 bytes of 'x' "
+                       r"\(1073741824 rows\), but its file holds only \d+ bytes on disk.*cp --sparse=never"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    (tmp_path / "h5").mkdir()
+    with h5py.File(tmp_path / "h5" / "data.h5", "w") as file:
+        file.create_dataset("meta_episode_lens", data=np.array([1 << 30], np.int32))
+        file.create_dataset("meta__initted", data=np.array([False]))
+        file.create_dataset("data_x", shape=(1, 1 << 30), dtype="float32", chunks=(1, 1 << 16))
+        file.attrs.update(num_episodes=1, episode_index=0, timestep_index=0)
+    (tmp_path / "h5" / "metadata.pkl").write_bytes(pickle.dumps(dict(max_episodes=1, max_timesteps=1 << 30,
+                                                                     fields=dict(x="float"), meta_fields={})))
+    with pytest.raises(CorruptStoreError, match=r"data\.h5 \(/data_x\): the episode table claims 4294967296 bytes of 'x'.* its "
+                       r"dataset holds only 0 bytes on disk"):
+        import_memmap_replay_buffer(tmp_path / "h5", tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
 # ---- the command line ----------------------------------------------------------------------------------------------
 
 
