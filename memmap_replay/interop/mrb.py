@@ -41,7 +41,7 @@ import numpy as np
 
 from ..core.schema import parse_field
 from ..errors import CorruptStoreError, OptionError, SchemaError
-from .common import StoreBuilder, Transfer, _field_name, check_room, progress_bar
+from .common import StoreBuilder, Transfer, check_room, progress_bar
 from .mrb_source import CONFIG_FILE, STATE, is_mrb_path, open_source
 
 __all__ = ["import_memmap_replay_buffer", "is_mrb_source", "OPEN_EPISODE", "CONFIG_FILE"]
@@ -107,7 +107,6 @@ def _specs(specs: dict, kind: str, notes: list[str]) -> dict[str, tuple]:
     """name -> (dtype, shape, default) for the store; a default the store refuses is dropped with a note."""
     out = {}
     for name, spec in specs.items():
-        _field_name(name, f"the {kind} {name!r}")
         default = spec.default
         try:
             parse_field(name, (spec.dtype.name, spec.shape, default), kind="meta field" if "meta" in kind else "field")

@@ -22,6 +22,7 @@ link into another file). Reads are one episode slot at a time; the episode table
 
 from __future__ import annotations
 
+import keyword
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,9 +33,9 @@ import numpy as np
 
 from ..core import folderio
 from ..core import format as fmt
-from ..core.schema import FieldSpec
-from ..errors import (CorruptStoreError, MissingFileError, ReplayError, StoreNotFoundError, UnsafeEntryError,
-                      UnsupportedFormatError)
+from ..core.schema import NAME_PATTERN, RESERVED_NAMES, FieldSpec
+from ..errors import (CorruptStoreError, MissingFileError, ReplayError, SchemaError, StoreNotFoundError,
+                      UnsafeEntryError, UnsupportedFormatError)
 from .common import _read_rows, require
 from .plain_pickle import load_plain
 
@@ -103,6 +104,12 @@ def _field(name: Any, info: Any, path: Any, kind: str) -> tuple[FieldSpec, Any]:
     """(spec, JSON form) of one field of the config; the form keeps the config's spelling (shape 2 or (2,))."""
     if not isinstance(name, str):
         raise CorruptStoreError(f"{path}: {kind} names must be strings (got {_brief(name)})")
+    if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES or keyword.iskeyword(name):
+        # before any file is opened: the name becomes part of a file name (``../x``, ``/x``, a NUL byte)
+        raise SchemaError(f"{path}: the {kind} {name!r:.80} cannot be imported: a store's field names are a letter then "
+                          f"up to 63 letters, digits or underscores (they become file names), and not "
+                          f"{sorted(RESERVED_NAMES)} or a Python keyword; in memmap-replay-buffer, copy the buffer "
+                          f"into one whose fields have such names, then import that one")
     if isinstance(info, str):
         kind_name, shape, default = info, (), None
     elif isinstance(info, (tuple, list)) and len(info) in (2, 3):

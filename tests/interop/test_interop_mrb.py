@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -487,6 +488,26 @@ def test_rows_the_file_never_held_are_refused_before_they_are_allocated(tmp_path
                        r"dataset holds only 0 bytes on disk"):
         import_memmap_replay_buffer(tmp_path / "h5", tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("name", ["../victim", "/victim", "x\0y", "", "a/b", "end", "class", "x" * 65])
+@pytest.mark.parametrize("group", ["fields", "meta_fields"])
+def test_a_field_name_that_is_no_file_name_is_refused_before_any_file_opens(tmp_path, monkeypatch, name, group):
+    write_buffer(tmp_path / "old", [2])
+    np.save(tmp_path / "victim.data.npy", np.zeros((8, 6), np.float32))  # outside the folder: never opened
+    config = pickle.loads((tmp_path / "old" / "metadata.pkl").read_bytes())
+    config[group][name] = "float"
+    (tmp_path / "old" / "metadata.pkl").write_bytes(pickle.dumps(config))
+    from memmap_replay.core import folderio
+
+    opened = []
+    real_open = folderio.open_read
+    monkeypatch.setattr(folderio, "open_read", lambda folder, path, **kw: opened.append(path) or real_open(folder, path, **kw))
+    kind = "field" if group == "fields" else "meta field"
+    with pytest.raises(SchemaError, match=rf"metadata\.pkl: the {kind} {re.escape(repr(name)[:80])} cannot be imported: "
+                       r"a store's field names are a letter then up to 63 .*, then import that one"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    assert [path.name for path in opened] == ["metadata.pkl"] and not (tmp_path / "new").exists()
 
 
 # ---- the command line ----------------------------------------------------------------------------------------------
