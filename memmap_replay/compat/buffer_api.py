@@ -149,10 +149,16 @@ class LegacyBufferAPI:
         if self._vector is not None:
             raise EpisodeStateError("store() needs an open episode of its own, and batched episodes are open: inside "
                                     "batched_episode use store_batch")
+        meta = {}
         if self._flat is not None:
-            raise EpisodeStateError(f"store() cannot start an episode while store_batch's episodes are open; "
-                                    f"{_ADVANCE_FIRST}")
-        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), {}, split=self._split), True
+            flat = self._flat
+            if flat.length or flat.width > 1:
+                raise EpisodeStateError(f"store() cannot start an episode while store_batch's episodes are open; "
+                                        f"{_ADVANCE_FIRST}")
+            # store_meta_batch of one episode, no step yet: as 0.2.3, store() writes that episode (its meta kept)
+            meta = {name: array[0].copy() for name, array in flat.meta.items()} if flat.width else {}
+            self._flat, self._next_t = None, flat.length
+        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split), True
         for _ in range(self._next_t):
             self._episode.store({})
         self._next_t = 0
@@ -179,14 +185,26 @@ class LegacyBufferAPI:
         if self._vector is not None:
             self._vector.store(**steps)
         else:
-            self._flat_batch("store_batch").store(steps)
+            self._flat_call("store_batch", lambda flat: flat.store(steps))
 
     def store_meta_batch(self, **meta: Any) -> None:
         """Meta values, one per episode of the batch (inside ``batched_episode`` or 0.2.3's flat batch)."""
         if self._vector is not None:
             self._vector.set_meta(**meta)
         else:
-            self._flat_batch("store_meta_batch").store_meta(meta)
+            self._flat_call("store_meta_batch", lambda flat: flat.store_meta(meta))
+
+    def _flat_call(self, action: str, call) -> None:
+        """``call`` on the flat batch, opened for it if needed; a refused first call leaves none open (a
+        batch holding nothing would block store(), one_episode and clear())."""
+        fresh, next_t = self._flat is None, self._next_t
+        flat = self._flat_batch(action)
+        try:
+            call(flat)
+        except BaseException:
+            if fresh and self._flat is flat:
+                self._flat, self._next_t = None, next_t
+            raise
 
     def advance_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None, *,
                         batch_size: int | None = None) -> Any:

@@ -235,9 +235,26 @@ def test_timestep_index_set_before_store_batch(buf):
     (lambda b: b.store_batch(reward=1.0), InvalidDataError, r"field 'reward' in store_batch must have a leading batch axis"),
     (lambda b: b.store_batch(state=np.ones((2, 3))), InvalidDataError, r"field 'state' must have shape"),
 ])
-def test_bad_store_batch_is_refused(buf, call, error, match):
+def test_bad_store_batch_is_refused_and_leaves_no_batch_open(buf, call, error, match):
     with pytest.raises(error, match=match):
         call(buf)
+    buf.clear()  # no phantom batch blocks clear(), one_episode or store()
+    with buf.one_episode(task=1):
+        buf.store(reward=1.0)
+    buf.store(reward=2.0)
+    buf.advance_episode()
+    assert stored(buf) == ([1, 1], [[1.0], [2.0]], [1, 0])
+
+
+def test_store_meta_batch_of_one_then_store_writes_that_episode_as_0_2_3(buf):
+    buf.store_meta_batch(task=[3], score=[0.5])
+    for t in range(2):
+        buf.store(reward=float(t))
+    assert buf.advance_episode() == 0
+    assert stored(buf) == ([2], [[0.0, 1.0]], [3]) and float(next(iter(buf.episodes())).meta["score"]) == 0.5
+    buf.store_meta_batch(task=[1, 2])  # several episodes: their own loop (store_batch) writes them
+    with pytest.raises(EpisodeStateError, match=r"store\(\) cannot start an episode while store_batch's episodes"):
+        buf.store(reward=1.0)
 
 
 def test_store_batch_past_max_timesteps_is_refused(buf):
