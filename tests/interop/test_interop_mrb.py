@@ -336,7 +336,7 @@ def test_a_hostile_config_runs_nothing(tmp_path):
     config = pickle.loads((tmp_path / "old" / "metadata.pkl").read_bytes())
     config["fields"]["obs"] = _Runs(marker)
     (tmp_path / "old" / "metadata.pkl").write_bytes(pickle.dumps(config))
-    with pytest.raises(UnsafeEntryError, match=r"metadata\.pkl asks to run STACK_GLOBAL 'posix'\.'system'.*never loads"):
+    with pytest.raises(UnsafeEntryError, match=r"metadata\.pkl asks to run STACK_GLOBAL 'posix'\.'system'.*never does"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
     assert main(["import", str(tmp_path / "old"), str(tmp_path / "new"), "--quiet"], prog="memmap-replay") == 1
     with pytest.raises(StoreNotFoundError, match="memmap-replay-buffer 0.2.x folder"):
@@ -508,6 +508,23 @@ def test_a_field_name_that_is_no_file_name_is_refused_before_any_file_opens(tmp_
                        r"a store's field names are a letter then up to 63 .*, then import that one"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
     assert [path.name for path in opened] == ["metadata.pkl"] and not (tmp_path / "new").exists()
+
+
+def test_a_config_holding_a_torch_size_imports_as_0_2_3_wrote_it(tmp_path):
+    torch = pytest.importorskip("torch")
+    old = mrb.ReplayBuffer(tmp_path / "old", 2, 3, dict(x=("float", torch.zeros(2, 3).shape)), {})  # 0.2.3 takes it
+    old.store(x=np.arange(6, dtype=np.float32).reshape(2, 3))
+    old.advance_episode()
+    old.flush()
+    del old
+    gc.collect()
+    assert import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new").episodes == 1
+    buffer = ReplayBuffer.from_folder(tmp_path / "new", read_only=True)
+    try:
+        assert buffer.schema.fields["x"].shape == (2, 3)
+        assert next(iter(buffer.episodes()))["x"].tolist() == [np.arange(6.0).reshape(2, 3).tolist()]
+    finally:
+        buffer.close()
 
 
 # ---- the command line ----------------------------------------------------------------------------------------------
