@@ -527,6 +527,13 @@ def test_a_config_holding_a_torch_size_imports_as_0_2_3_wrote_it(tmp_path):
         buffer.close()
 
 
+def test_an_empty_store_with_a_multi_dimensional_meta_field_exports(tmp_path):
+    ReplayBuffer(tmp_path / "s", 4, 5, dict(x="float"), dict(w=("float", (2,)))).close()
+    export_memmap_replay_buffer(tmp_path / "s", tmp_path / "out")
+    data = read_with_the_package(tmp_path / "out")  # the package opens it: an empty buffer of the same fields
+    assert data["state"] == (0, 0, 0) and data["len"] == 0 and data["meta"]["w"].shape == (4, 2)
+
+
 # ---- the command line ----------------------------------------------------------------------------------------------
 
 
