@@ -233,7 +233,13 @@ class LegacyBufferAPI:
         if batch_size not in (None, 1):
             raise OptionError(f"batch_size must be 1 for the episode store() wrote (got {batch_size}); "
                               f"advance_episode(batch_size) ends episodes written with store_batch")
-        slot = self.end_episode(end, final)
+        try:
+            slot = self.end_episode(end, final)
+        except BufferFullError as error:  # kept open, as 0.2.3 keeps its steps: grow() then advance_episode()
+            self._episode = writer
+            raise BufferFullError(f"{error}. The open episode ({writer.length} steps) is kept: after growing the "
+                                  f"buffer, advance_episode() stores it (or set timestep_index = 0 to drop its "
+                                  f"steps)") from None
         self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), {}, split=self._split), True
         return slot
 
@@ -251,8 +257,13 @@ class LegacyBufferAPI:
         episodes = flat.episodes(batch_size)
         for episode in episodes:
             episode.end = end
-        self._flat = None  # committed, or dropped if the store refuses them (full store or disk), as end_episode
-        return self._store.commit(episodes)
+        try:
+            slots = self._store.commit(episodes)
+        except BufferFullError as error:  # kept open, as 0.2.3 keeps their steps: grow() then advance_episode()
+            raise BufferFullError(f"{error}. The open episodes ({flat.width} of {flat.length} steps) are kept: after "
+                                  f"growing the buffer, advance_episode({batch_size}) stores them") from None
+        self._flat = None  # committed, or dropped if the disk refuses them, as end_episode
+        return slots
 
     def reset_(self) -> None:
         """0.2.3's reset: drop every episode, the open ones too."""

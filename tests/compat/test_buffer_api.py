@@ -271,16 +271,34 @@ def test_store_while_a_batch_is_open_is_refused(buf):
         buf.store(reward=1.0)
 
 
-def test_a_full_store_refuses_the_commit_and_drops_the_batch(tmp_path):
-    with ReplayBuffer(tmp_path / "s", max_episodes=3, max_timesteps=4, fields=FIELDS) as buffer:
+def test_a_full_store_refuses_the_commit_and_keeps_the_batch_for_a_grow(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=3, max_timesteps=4, fields=FIELDS, meta_fields=META) as buffer:
         buffer.store_episode(reward=np.zeros(1))
-        buffer.store_batch(reward=np.zeros(3))
-        with pytest.raises(BufferFullError, match=r"buffer is full.*clear\(\)"):
+        buffer.store_batch(reward=np.full(3, 2.0))
+        with pytest.raises(BufferFullError, match=r"buffer is full.*grow.*The open episodes \(3 of 1 steps\) are "
+                           r"kept: after growing the buffer, advance_episode\(3\) stores them"):
             buffer.advance_episode(3)
-        assert buffer.num_episodes == 1 and buffer.is_new_episode  # as end_episode: the batch is gone
-        buffer.clear()  # (slots go on from the next one)
-        buffer.store_batch(reward=np.zeros(3))
-        assert buffer.advance_episode(3) == [1, 2, 0]
+        assert buffer.num_episodes == 1 and buffer.timestep_index == 1  # as 0.2.3: their steps are still there
+        buffer.grow(max_episodes=4)
+        assert buffer.advance_episode(3) == [1, 2, 3] and stored(buffer)[1] == [[0.0], [2.0], [2.0], [2.0]]
+
+
+def test_a_full_store_keeps_the_flat_episode_for_a_grow(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=1, max_timesteps=5, fields=FIELDS, meta_fields=META) as buffer:
+        buffer.store(reward=1.0)
+        buffer.advance_episode()
+        for t in range(3):
+            buffer.store(reward=float(t))
+        with pytest.raises(BufferFullError, match=r"buffer is full.*The open episode \(3 steps\) is kept: after "
+                           r"growing the buffer, advance_episode\(\) stores it"):
+            buffer.advance_episode()
+        assert buffer.timestep_index == 3 and buffer.num_episodes == 1
+        buffer.grow(max_episodes=3)
+        assert buffer.advance_episode() == 1 and stored(buffer)[1] == [[1.0], [0.0, 1.0, 2.0]]
+        with buffer.one_episode():  # any other open episode must still end before a grow
+            buffer.store(reward=1.0)
+            with pytest.raises(EpisodeStateError, match="cannot grow the store while an episode is open"):
+                buffer.grow(max_episodes=4)
 
 
 # ---- single values by slot --------------------------------------------------------------------------------
