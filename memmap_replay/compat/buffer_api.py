@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core.convert import as_array, coerce
 from ..core.options import check_end, did_you_mean, integer, short
-from ..core.writer import EpisodeWriter, coerce_meta
+from ..core.writer import EpisodeWriter, coerce_meta, segments
 from ..errors import BufferFullError, EpisodeStateError, InvalidDataError, OptionError
 from .arrays import EpisodeArrays
 from .flat import FlatBatch
@@ -175,7 +175,8 @@ class LegacyBufferAPI:
                 raise BufferFullError(f"the buffer is full: all {self.max_episodes} episode slots are used and it is not "
                                       f"circular; pass circular=True to evict the oldest episodes, grow it "
                                       f"(buffer.grow(max_episodes=...)), or call clear()")
-            self._flat, self._next_t = FlatBatch(self.schema, self.max_timesteps, self._next_t), 0
+            self._flat, self._next_t = FlatBatch(self.schema, self.max_timesteps, self._next_t,
+                                                    split=self._split), 0
         return self._flat
 
     def store_batch(self, **steps: Any) -> None:
@@ -255,15 +256,18 @@ class LegacyBufferAPI:
         if final is not None:
             raise OptionError("final= is for one episode; episodes written with store_batch end without one")
         episodes = flat.episodes(batch_size)
+        parts, last = [], []
         for episode in episodes:
             episode.end = end
+            parts.extend(segments(episode, self.max_timesteps))  # long_episodes='split': linked segments
+            last.append(len(parts) - 1)
         try:
-            slots = self._store.commit(episodes)
+            slots = self._store.commit(parts)
         except BufferFullError as error:  # kept open, as 0.2.3 keeps their steps: grow() then advance_episode()
             raise BufferFullError(f"{error}. The open episodes ({flat.width} of {flat.length} steps) are kept: after "
                                   f"growing the buffer, advance_episode({batch_size}) stores them") from None
         self._flat = None  # committed, or dropped if the disk refuses them, as end_episode
-        return slots
+        return [slots[index] for index in last]  # an episode cut into segments: its last one's slot
 
     def reset_(self) -> None:
         """0.2.3's reset: drop every episode, the open ones too."""
