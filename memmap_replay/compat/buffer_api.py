@@ -219,6 +219,9 @@ class LegacyBufferAPI:
             if batch_size is not None:
                 raise OptionError(f"batch_size given twice (got {end} and batch_size={short(batch_size)})")
             end, batch_size = None, end
+        elif end is not None and not isinstance(end, str):
+            raise OptionError(f"advance_episode takes end='terminated', 'truncated' or None, or batch_size, an int >= 1 "
+                              f"(0.2.3's advance_episode(batch_size)) (got {short(end)})")
         self._store.require_writable("advance the episode")
         if self._vector is not None:
             self._vector.commit_all(end)

@@ -107,6 +107,12 @@ def _specs(specs: dict, kind: str, notes: list[str]) -> dict[str, tuple]:
     """name -> (dtype, shape, default) for the store; a default the store refuses is dropped with a note."""
     out = {}
     for name, spec in specs.items():
+        if 0 in spec.shape:
+            group = "meta_fields" if "meta" in kind else "fields"
+            raise SchemaError(f"the {kind} {name!r} has shape {spec.shape} in {CONFIG_FILE}, which holds no value (0.2.3 "
+                              f"took it); a store's field needs at least one value a row. To import, drop the field: "
+                              f"it holds nothing (load {CONFIG_FILE} with pickle, del config[{group!r}][{name!r}], "
+                              f"save it again), or give it a size in memmap-replay-buffer and store its values")
         default = spec.default
         try:
             parse_field(name, (spec.dtype.name, spec.shape, default), kind="meta field" if "meta" in kind else "field")

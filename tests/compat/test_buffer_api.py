@@ -246,6 +246,15 @@ def test_bad_store_batch_is_refused_and_leaves_no_batch_open(buf, call, error, m
     assert stored(buf) == ([1, 1], [[1.0], [2.0]], [1, 0])
 
 
+@pytest.mark.parametrize("value", [2.5, np.float32(1.0), [2]])
+def test_advance_episode_with_a_value_neither_end_nor_batch_size_names_both(buf, value):
+    buf.store(reward=1.0)
+    with pytest.raises(OptionError, match=r"advance_episode takes end='terminated', 'truncated' or None, or "
+                       r"batch_size, an int >= 1 \(0\.2\.3's advance_episode\(batch_size\)\) \(got "):
+        buf.advance_episode(value)
+    assert buf.timestep_index == 1 and buf.advance_episode() == 0
+
+
 def test_store_meta_batch_of_one_then_store_writes_that_episode_as_0_2_3(buf):
     buf.store_meta_batch(task=[3], score=[0.5])
     for t in range(2):

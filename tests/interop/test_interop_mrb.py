@@ -534,6 +534,20 @@ def test_an_empty_store_with_a_multi_dimensional_meta_field_exports(tmp_path):
     assert data["state"] == (0, 0, 0) and data["len"] == 0 and data["meta"]["w"].shape == (4, 2)
 
 
+@pytest.mark.parametrize("shape", [(0,), (2, 0)])
+def test_a_field_of_no_value_says_how_to_import(tmp_path, shape):
+    old = mrb.ReplayBuffer(tmp_path / "old", 2, 3, dict(x="float", z=("float", shape)), {})  # 0.2.3 takes it
+    old.store(x=1.0)
+    old.advance_episode()
+    old.flush()
+    del old
+    gc.collect()
+    with pytest.raises(SchemaError, match=rf"the field 'z' has shape {re.escape(str(shape))} in metadata\.pkl, which "
+                       r"holds no value.*To import, drop the field.*del config\['fields'\]\['z'\].*or give it a size"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
 # ---- the command line ----------------------------------------------------------------------------------------------
 
 
