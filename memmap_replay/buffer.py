@@ -314,8 +314,10 @@ class ReplayBuffer(LegacyBufferAPI):
         slots, more rows, longer episodes, or ``circular=True`` to turn it into a ring. Values never shrink,
         and a ring stays a ring. Crash-safe: killed at any point, the folder reopens with every committed
         episode, with the old capacity or the new one. Episode ids stay; slots (``live_episodes``) may move.
-        Samplers and datasets made before keep the old capacity: make new ones. Returns the buffer."""
-        self._check_idle("grow the store")
+        Samplers and datasets made before keep the old capacity: make new ones. Returns the buffer. The flat
+        loop's open episode (``store`` ... ``advance_episode``, or ``store_batch``'s) stays open, so that a full
+        buffer can grow and then take it; any other open episode must end first."""
+        self._check_idle("grow the store", flat_ok=True)
         self._store.grow(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps,
                          circular=circular)
         self._staging = None  # sized by max_timesteps

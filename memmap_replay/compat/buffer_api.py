@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core.convert import as_array, coerce
 from ..core.options import check_end, did_you_mean, integer, short
-from ..core.writer import EpisodeWriter, coerce_meta
+from ..core.writer import EpisodeWriter, coerce_meta, segments
 from ..errors import BufferFullError, EpisodeStateError, InvalidDataError, OptionError
 from .arrays import EpisodeArrays
 from .flat import FlatBatch
@@ -149,10 +149,16 @@ class LegacyBufferAPI:
         if self._vector is not None:
             raise EpisodeStateError("store() needs an open episode of its own, and batched episodes are open: inside "
                                     "batched_episode use store_batch")
+        meta = {}
         if self._flat is not None:
-            raise EpisodeStateError(f"store() cannot start an episode while store_batch's episodes are open; "
-                                    f"{_ADVANCE_FIRST}")
-        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), {}, split=self._split), True
+            flat = self._flat
+            if flat.length or flat.width > 1:
+                raise EpisodeStateError(f"store() cannot start an episode while store_batch's episodes are open; "
+                                        f"{_ADVANCE_FIRST}")
+            # store_meta_batch of one episode, no step yet: as 0.2.3, store() writes that episode (its meta kept)
+            meta = {name: array[0].copy() for name, array in flat.meta.items()} if flat.width else {}
+            self._flat, self._next_t = None, flat.length
+        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split), True
         for _ in range(self._next_t):
             self._episode.store({})
         self._next_t = 0
@@ -169,7 +175,8 @@ class LegacyBufferAPI:
                 raise BufferFullError(f"the buffer is full: all {self.max_episodes} episode slots are used and it is not "
                                       f"circular; pass circular=True to evict the oldest episodes, grow it "
                                       f"(buffer.grow(max_episodes=...)), or call clear()")
-            self._flat, self._next_t = FlatBatch(self.schema, self.max_timesteps, self._next_t), 0
+            self._flat, self._next_t = FlatBatch(self.schema, self.max_timesteps, self._next_t,
+                                                    split=self._split), 0
         return self._flat
 
     def store_batch(self, **steps: Any) -> None:
@@ -179,14 +186,26 @@ class LegacyBufferAPI:
         if self._vector is not None:
             self._vector.store(**steps)
         else:
-            self._flat_batch("store_batch").store(steps)
+            self._flat_call("store_batch", lambda flat: flat.store(steps))
 
     def store_meta_batch(self, **meta: Any) -> None:
         """Meta values, one per episode of the batch (inside ``batched_episode`` or 0.2.3's flat batch)."""
         if self._vector is not None:
             self._vector.set_meta(**meta)
         else:
-            self._flat_batch("store_meta_batch").store_meta(meta)
+            self._flat_call("store_meta_batch", lambda flat: flat.store_meta(meta))
+
+    def _flat_call(self, action: str, call) -> None:
+        """``call`` on the flat batch, opened for it if needed; a refused first call leaves none open (a
+        batch holding nothing would block store(), one_episode and clear())."""
+        fresh, next_t = self._flat is None, self._next_t
+        flat = self._flat_batch(action)
+        try:
+            call(flat)
+        except BaseException:
+            if fresh and self._flat is flat:
+                self._flat, self._next_t = None, next_t
+            raise
 
     def advance_episode(self, end: str | None = None, final: Mapping[str, Any] | None = None, *,
                         batch_size: int | None = None) -> Any:
@@ -200,6 +219,9 @@ class LegacyBufferAPI:
             if batch_size is not None:
                 raise OptionError(f"batch_size given twice (got {end} and batch_size={short(batch_size)})")
             end, batch_size = None, end
+        elif end is not None and not isinstance(end, str):
+            raise OptionError(f"advance_episode takes end='terminated', 'truncated' or None, or batch_size, an int >= 1 "
+                              f"(0.2.3's advance_episode(batch_size)) (got {short(end)})")
         self._store.require_writable("advance the episode")
         if self._vector is not None:
             self._vector.commit_all(end)
@@ -215,7 +237,13 @@ class LegacyBufferAPI:
         if batch_size not in (None, 1):
             raise OptionError(f"batch_size must be 1 for the episode store() wrote (got {batch_size}); "
                               f"advance_episode(batch_size) ends episodes written with store_batch")
-        slot = self.end_episode(end, final)
+        try:
+            slot = self.end_episode(end, final)
+        except BufferFullError as error:  # kept open, as 0.2.3 keeps its steps: grow() then advance_episode()
+            self._episode = writer
+            raise BufferFullError(f"{error}. The open episode ({writer.length} steps) is kept: after growing the "
+                                  f"buffer, advance_episode() stores it (or set timestep_index = 0 to drop its "
+                                  f"steps)") from None
         self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), {}, split=self._split), True
         return slot
 
@@ -231,10 +259,18 @@ class LegacyBufferAPI:
         if final is not None:
             raise OptionError("final= is for one episode; episodes written with store_batch end without one")
         episodes = flat.episodes(batch_size)
+        parts, last = [], []
         for episode in episodes:
             episode.end = end
-        self._flat = None  # committed, or dropped if the store refuses them (full store or disk), as end_episode
-        return self._store.commit(episodes)
+            parts.extend(segments(episode, self.max_timesteps))  # long_episodes='split': linked segments
+            last.append(len(parts) - 1)
+        try:
+            slots = self._store.commit(parts)
+        except BufferFullError as error:  # kept open, as 0.2.3 keeps their steps: grow() then advance_episode()
+            raise BufferFullError(f"{error}. The open episodes ({flat.width} of {flat.length} steps) are kept: after "
+                                  f"growing the buffer, advance_episode({batch_size}) stores them") from None
+        self._flat = None  # committed, or dropped if the disk refuses them, as end_episode
+        return [slots[index] for index in last]  # an episode cut into segments: its last one's slot
 
     def reset_(self) -> None:
         """0.2.3's reset: drop every episode, the open ones too."""

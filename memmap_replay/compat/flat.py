@@ -43,9 +43,10 @@ def batch_width(values: Mapping[str, Any], what: str, known: Mapping) -> int:
 class FlatBatch:
     """Parallel episodes in progress, stored a timestep at a time (all at the same timestep)."""
 
-    def __init__(self, schema: Schema, max_timesteps: int, length: int = 0):
+    def __init__(self, schema: Schema, max_timesteps: int, length: int = 0, *, split: bool = False):
         self.schema = schema
         self.max_timesteps = max_timesteps
+        self.split = split  # long_episodes='split': the episodes may grow past max_timesteps (cut when they commit)
         self.width = 0
         self.length = 0
         self.steps = {name: np.empty((0, 0, *spec.shape), spec.dtype) for name, spec in schema.fields.items()}
@@ -58,7 +59,8 @@ class FlatBatch:
         if width <= old_width and rows <= old_rows:
             return
         width = max(width, old_width)
-        rows = old_rows if rows <= old_rows else max(rows, min(2 * old_rows, self.max_timesteps))
+        limit = 2 * old_rows if self.split else self.max_timesteps
+        rows = old_rows if rows <= old_rows else max(rows, min(2 * old_rows, limit))
         for name, spec in self.schema.fields.items():
             grown = np.empty((width, rows, *spec.shape), spec.dtype)
             grown[...] = spec.default_row()
@@ -78,10 +80,11 @@ class FlatBatch:
         if extra:
             raise InvalidDataError(f"unknown field {extra} in store_batch: the store's fields are "
                                    f"{sorted(self.schema.fields)}")
-        if self.length >= self.max_timesteps:
+        if self.length >= self.max_timesteps and not self.split:
             raise InvalidDataError(f"the episodes must have at most max_timesteps={self.max_timesteps} steps (got one "
-                                   f"more); advance_episode(batch_size) ends them, or create the buffer with a larger "
-                                   f"max_timesteps")
+                                   f"more); advance_episode(batch_size) ends them, create the buffer with a larger "
+                                   f"max_timesteps, or with long_episodes='split' to store longer ones as linked "
+                                   f"segments")
         values = {name: coerce(self.schema.fields[name], value, (width,)) for name, value in steps.items()}
         self._ensure(width, self.length + 1)
         for name, spec in self.schema.fields.items():
@@ -114,7 +117,8 @@ class FlatBatch:
             self.steps[name][env, t] = value
 
     def episodes(self, count: int) -> list[PendingEpisode]:
-        """The first ``count`` episodes, ready to commit (none when no timestep was stored)."""
+        """The first ``count`` episodes, ready to commit (none when no timestep was stored); with ``split``
+        they may be longer than max_timesteps (the caller cuts them with ``segments``)."""
         if self.length == 0:
             return []
         self._ensure(count, self.length)

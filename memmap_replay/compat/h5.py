@@ -20,7 +20,7 @@ import numpy as np
 
 from ..buffer import ReplayBuffer
 from ..core.options import integer, short
-from ..core.writer import whole_episode
+from ..core.writer import segments, whole_episode
 from ..errors import InvalidDataError, OptionError, UnsupportedFormatError
 
 __all__ = ["ReplayBufferH5PY"]
@@ -105,9 +105,9 @@ class ReplayBufferH5PY(ReplayBuffer):
                 pending = self._whole(episode)
                 if not kept:
                     names[:] = [set(episode)]
-                kept.append(pending)
+                kept.append(segments(pending, self.max_timesteps))  # long_episodes='split': linked segments
             if kept and (force_flush or len(kept) >= flush_freq):
-                self.episode_store.commit(kept)
+                self.episode_store.commit([part for parts in kept for part in parts])
                 kept.clear()
 
         return buffered_storer
@@ -118,4 +118,4 @@ class ReplayBufferH5PY(ReplayBuffer):
         if length is not None:
             length = integer(np.asarray(length).item() if np.ndim(length) == 0 else length, "episode_lens", low=1)
             values = {name: value[:length] if name in self.schema.fields else value for name, value in values.items()}
-        return whole_episode(self.schema, self.max_timesteps, values)
+        return whole_episode(self.schema, self.max_timesteps, values, split=self._split)

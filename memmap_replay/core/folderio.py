@@ -217,8 +217,12 @@ def open_write(folder, path, flags: int = os.O_RDWR, mode: int = 0o644, *, doing
 
 
 def write_all(fd: int, data, position: int | None = None) -> None:
-    """Write every byte (``os.write`` and ``os.pwrite`` may write fewer than asked)."""
-    view, done = memoryview(data).cast("B"), 0
+    """Write every byte (``os.write`` and ``os.pwrite`` may write fewer than asked). ``data``: bytes or a
+    C-contiguous buffer of any shape, an empty one (shape (0, 2): memoryview cannot cast it) included."""
+    view, done = memoryview(data), 0
+    if view.nbytes == 0:
+        return
+    view = view.cast("B")
     while done < len(view):
         written = os.write(fd, view[done:]) if position is None else os.pwrite(fd, view[done:], position + done)
         if written <= 0:  # pragma: no cover - a file system that writes nothing without an error

@@ -26,7 +26,9 @@ default this library refuses, such as inf, is dropped with a note); 0.2.x's own 
 has the source's ``max_episodes``, ``max_timesteps`` and ``circular`` unless given (``max_steps``: as
 ``ReplayBuffer.grow`` sets it), so that it keeps taking episodes as the old buffer did; its card records
 the source, the config and what was left out. Memory: one episode slot at a time, plus up to 64 MB of
-episodes waiting to commit.
+episodes waiting to commit; the episode table is read a block at a time, and the rows it claims must be
+held by the files (a sparse .npy's holes and an HDF5 file's unwritten chunks hold nothing; 256 MB of slack,
+and a compressed dataset's best ratio, are allowed), so a small hostile folder cannot claim gigabytes.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import numpy as np
 
 from ..core.schema import parse_field
 from ..errors import CorruptStoreError, OptionError, SchemaError
-from .common import StoreBuilder, Transfer, _field_name, check_room, progress_bar
+from .common import StoreBuilder, Transfer, check_room, progress_bar
 from .mrb_source import CONFIG_FILE, STATE, is_mrb_path, open_source
 
 __all__ = ["import_memmap_replay_buffer", "is_mrb_source", "OPEN_EPISODE", "CONFIG_FILE"]
@@ -63,18 +65,18 @@ def import_memmap_replay_buffer(source: str | os.PathLike, folder: str | os.Path
     try:
         config, notes = reader.config, list(reader.notes)
         episodes, details = _episodes(reader, open_episode, notes)
-        lengths = [length for _, length in episodes]
         room = {"max_episodes": config.max_episodes, "max_timesteps": config.max_timesteps,
                 "circular": config.circular, **{key: value for key, value in room.items() if value is not None}}
         room.setdefault("max_steps", room["max_episodes"] * (room["max_timesteps"] + 1))  # ReplayBuffer's default
         fields = _specs(config.fields, "field", notes)
         metas = _specs(config.meta_fields, "meta field", notes)
+        episodes.check_claims(fields, metas)
         report = Transfer(f"import {KIND}", str(source), str(folder), fields={
             **{name: _described("step field", spec) for name, spec in fields.items()},
             **{name: _described("episode meta", spec) for name, spec in metas.items()}})
-        with StoreBuilder(folder, fields, metas, episodes=len(episodes), max_timesteps=max(lengths, default=1),
-                          rows=sum(lengths), overwrite=overwrite, room=room) as builder, \
-                progress_bar(sum(lengths), "import", progress) as bar:
+        with StoreBuilder(folder, fields, metas, episodes=episodes.episodes, max_timesteps=episodes.longest,
+                          rows=episodes.rows, overwrite=overwrite, room=room) as builder, \
+                progress_bar(episodes.rows, "import", progress) as bar:
             for slot, length in episodes:
                 where = f"{reader.path}: the episode in slot {slot}"
                 steps = {name: reader.steps(name, slot, length) for name in fields}
@@ -105,7 +107,12 @@ def _specs(specs: dict, kind: str, notes: list[str]) -> dict[str, tuple]:
     """name -> (dtype, shape, default) for the store; a default the store refuses is dropped with a note."""
     out = {}
     for name, spec in specs.items():
-        _field_name(name, f"the {kind} {name!r}")
+        if 0 in spec.shape:
+            group = "meta_fields" if "meta" in kind else "fields"
+            raise SchemaError(f"the {kind} {name!r} has shape {spec.shape} in {CONFIG_FILE}, which holds no value (0.2.3 "
+                              f"took it); a store's field needs at least one value a row. To import, drop the field: "
+                              f"it holds nothing (load {CONFIG_FILE} with pickle, del config[{group!r}][{name!r}], "
+                              f"save it again), or give it a size in memmap-replay-buffer and store its values")
         default = spec.default
         try:
             parse_field(name, (spec.dtype.name, spec.shape, default), kind="meta field" if "meta" in kind else "field")
@@ -118,38 +125,104 @@ def _specs(specs: dict, kind: str, notes: list[str]) -> dict[str, tuple]:
     return out
 
 
-def _episodes(reader, open_episode: str, notes: list[str]) -> tuple[list[tuple[int, int]], dict[str, Any]]:
-    """(slot, length) of the episodes to import, oldest first, and what the provenance records of the choice."""
+_BLOCK = 1 << 20  # episode-table entries read at once
+_SLACK = 256 << 20  # bytes a field may claim beyond what its file really holds (sparse copies of real zeros)
+
+
+class _Plan:
+    """The episodes to import, (slot, length) oldest first, read from the episode table a block at a time
+    (its size comes from a stranger's config: it is never read whole)."""
+
+    def __init__(self, reader, first: int, count: int, skip: int | None, open_episode: tuple[int, int] | None):
+        self.reader, self.first, self.count, self.skip, self.open_episode = reader, first, count, skip, open_episode
+        self.episodes = self.rows = self.empty = 0
+        self.longest = 1
+        for _, lens in self._blocks():
+            self.empty += int((lens == 0).sum())
+            self.episodes += int((lens > 0).sum())
+            self.rows += int(lens.sum())
+            self.longest = max(self.longest, int(lens.max(initial=0)))
+        if open_episode:
+            self.episodes, self.rows = self.episodes + 1, self.rows + open_episode[1]
+            self.longest = max(self.longest, open_episode[1])
+
+    def _blocks(self):
+        n, done = self.reader.config.max_episodes, 0
+        while done < self.count:
+            start = (self.first + done) % n
+            take = min(_BLOCK, self.count - done, n - start)
+            slots = start + np.arange(take)
+            lens = self.reader.table("episode_lens", start, take).astype(np.int64)
+            keep = slots != self.skip
+            yield slots[keep], lens[keep]
+            done += take
+
+    def __iter__(self):
+        for slots, lens in self._blocks():
+            for slot, length in zip(slots.tolist(), lens.tolist()):
+                if length > 0:
+                    yield slot, length
+        if self.open_episode:
+            yield self.open_episode
+
+    def check_claims(self, fields: dict, metas: dict) -> None:
+        """Each field's file must really hold (up to a compression ratio, and ``_SLACK``) the bytes the
+        episode table claims of it: 6 KB of config and table must not make the import allocate gigabytes."""
+        reader = self.reader
+        for specs, rows in ((reader.config.fields, self.rows), (reader.config.meta_fields, self.episodes)):
+            for name, spec in specs.items():
+                if name not in fields and name not in metas:
+                    continue
+                claimed = rows * spec.row_nbytes
+                held, ratio = reader.allocated(name)
+                if claimed > held * ratio + _SLACK:
+                    copied = (" If the folder was copied in a way that turns zeros into holes (cp --sparse=always, "
+                              "rsync -S), copy it again without (cp --sparse=never); otherwise" if reader.kind == "folder"
+                              else " Otherwise")
+                    where = (reader.files[name].path if reader.kind == "folder"
+                             else f"{reader.path} ({reader.sets[name].name})")
+                    raise CorruptStoreError(
+                        f"{where}: the episode table claims {claimed} bytes of {name!r} ({rows} rows), but its "
+                        f"{'file' if reader.kind == 'folder' else 'dataset'} holds only {held} bytes on disk: those "
+                        f"rows must have been written, and were not.{copied} the file was altered and cannot be "
+                        f"imported; import a copy that holds the rows")
+
+
+def _episodes(reader, open_episode: str, notes: list[str]) -> tuple[_Plan, dict[str, Any]]:
+    """The episodes to import, oldest first, and what the provenance records of the choice."""
     config, state = reader.config, reader.state
-    slots = (state.episode_index - state.num_episodes + np.arange(state.num_episodes)) % config.max_episodes
-    lens = reader.internal("episode_lens").astype(np.int64)
-    initted = reader.internal("_initted").astype(bool)
-    bad = np.flatnonzero((lens < 0) | (lens > config.max_timesteps))
-    if bad.size:
-        raise CorruptStoreError(f"{reader.path}: episode_lens[{bad[0]}] must be 0..max_timesteps "
-                                f"({config.max_timesteps}) (got {lens[bad[0]]})")
+    n = config.max_episodes
+    for start in range(0, n, _BLOCK):
+        lens = reader.table("episode_lens", start, min(_BLOCK, n - start)).astype(np.int64)
+        bad = np.flatnonzero((lens < 0) | (lens > config.max_timesteps))
+        if bad.size:
+            raise CorruptStoreError(f"{reader.path}: episode_lens[{start + bad[0]}] must be 0..max_timesteps "
+                                    f"({config.max_timesteps}) (got {lens[bad[0]]})")
     write_slot, open_steps = state.episode_index, state.timestep_index
     details: dict[str, Any] = {"state": {name: getattr(state, name) for name in STATE}}
-    if state.num_episodes == config.max_episodes and initted[write_slot]:
-        slots = slots[slots != write_slot]
+    skip = None
+    if state.num_episodes == n and bool(reader.table("_initted", write_slot, 1)[0]):
+        skip = write_slot
         details["overwritten"] = 1
         notes.append(f"slot {write_slot} held the oldest episode, and the open episode had started overwriting it: "
                      f"it was left out")
-    empty = int((lens[slots] == 0).sum())
-    if empty:
-        details["empty"] = empty
-        notes.append(f"{empty} committed episode(s) of 0 steps were left out")
-    episodes = [(int(slot), int(lens[slot])) for slot in slots if lens[slot] > 0]
+    kept = None
     if open_steps:
         details["open_episode"] = {"slot": int(write_slot), "steps": int(open_steps), "kept": open_episode == "keep"}
         if open_episode == "keep":
-            episodes.append((int(write_slot), int(open_steps)))
+            kept = (int(write_slot), int(open_steps))
+    plan = _Plan(reader, (state.episode_index - state.num_episodes) % n, state.num_episodes, skip, kept)
+    if plan.empty:
+        details["empty"] = plan.empty
+        notes.append(f"{plan.empty} committed episode(s) of 0 steps were left out")
+    if open_steps:
+        if open_episode == "keep":
             notes.append(f"the open episode (slot {write_slot}, {open_steps} steps, never committed by "
                          f"advance_episode) was kept as the newest episode, with no end recorded")
         else:
             notes.append(f"the open episode (slot {write_slot}, {open_steps} steps, never committed by "
                          f"advance_episode) was left out; pass open_episode='keep' (on the command line: --open-episode keep) to keep it")
-    return episodes, details
+    return plan, details
 
 
 def is_mrb_source(source: Any) -> bool:

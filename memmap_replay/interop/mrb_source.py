@@ -17,11 +17,12 @@ Safety: the config is read under a 1 MiB cap with ``plain_pickle.load_plain`` (p
 every file is opened as a regular file without following links (a FIFO never blocks); every ``.npy``
 header must state exactly the dtype and shape the config implies and the file hold exactly those bytes;
 an HDF5 dataset must be a plain dataset reached by a hard link (no virtual dataset, external raw file or
-link into another file). Reads are one episode slot at a time.
+link into another file). Reads are one episode slot at a time; the episode table a block at a time.
 """
 
 from __future__ import annotations
 
+import keyword
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,9 +33,9 @@ import numpy as np
 
 from ..core import folderio
 from ..core import format as fmt
-from ..core.schema import FieldSpec
-from ..errors import (CorruptStoreError, MissingFileError, ReplayError, StoreNotFoundError, UnsafeEntryError,
-                      UnsupportedFormatError)
+from ..core.schema import NAME_PATTERN, RESERVED_NAMES, FieldSpec
+from ..errors import (CorruptStoreError, MissingFileError, ReplayError, SchemaError, StoreNotFoundError,
+                      UnsafeEntryError, UnsupportedFormatError)
 from .common import _read_rows, require
 from .plain_pickle import load_plain
 
@@ -47,6 +48,7 @@ KINDS = {"int": np.dtype("int32"), "float": np.dtype("float32"), "bool": np.dtyp
 INTERNAL = {"episode_lens": ("int", ()), "_initted": ("bool", ())}
 STATE = ("num_episodes", "episode_index", "timestep_index")
 _INT32 = (1 << 31) - 1
+MAX_INFLATION = 1100  # deflate's best ratio is about 1032: compressed data never grows more
 _EXTRA_TEXT = 200  # an extra config value longer than this (as text) is not kept in the provenance
 
 
@@ -102,6 +104,12 @@ def _field(name: Any, info: Any, path: Any, kind: str) -> tuple[FieldSpec, Any]:
     """(spec, JSON form) of one field of the config; the form keeps the config's spelling (shape 2 or (2,))."""
     if not isinstance(name, str):
         raise CorruptStoreError(f"{path}: {kind} names must be strings (got {_brief(name)})")
+    if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES or keyword.iskeyword(name):
+        # before any file is opened: the name becomes part of a file name (``../x``, ``/x``, a NUL byte)
+        raise SchemaError(f"{path}: the {kind} {name!r:.80} cannot be imported: a store's field names are a letter then "
+                          f"up to 63 letters, digits or underscores (they become file names), and not "
+                          f"{sorted(RESERVED_NAMES)} or a Python keyword; in memmap-replay-buffer, copy the buffer "
+                          f"into one whose fields have such names, then import that one")
     if isinstance(info, str):
         kind_name, shape, default = info, (), None
     elif isinstance(info, (tuple, list)) and len(info) in (2, 3):
@@ -264,8 +272,13 @@ class FolderSource:
             self.close()
             raise
 
-    def internal(self, name: str) -> np.ndarray:
-        return self.files[name].read(0, self.config.max_episodes)
+    def table(self, name: str, start: int, count: int) -> np.ndarray:
+        """``count`` entries of the episode table ``name`` (episode_lens, _initted) from slot ``start``."""
+        return self.files[name].read(start, count)
+
+    def allocated(self, name: str) -> tuple[int, int]:
+        """(bytes the file of ``name`` really holds on disk, 1): a sparse file's holes hold nothing."""
+        return os.fstat(self.files[name].fd).st_blocks * 512, 1
 
     def steps(self, name: str, slot: int, length: int) -> np.ndarray:
         return self.files[name].read(slot, length)
@@ -363,8 +376,15 @@ class H5Source:
         except OSError as error:  # a damaged chunk, a failed filter
             raise CorruptStoreError(f"{self.path}: {data.name} cannot be read ({error})") from None
 
-    def internal(self, name: str) -> np.ndarray:
-        return self._read(self.sets[name], slice(None))
+    def table(self, name: str, start: int, count: int) -> np.ndarray:
+        """``count`` entries of the episode table ``name`` (episode_lens, _initted) from slot ``start``."""
+        return self._read(self.sets[name], slice(start, start + count))
+
+    def allocated(self, name: str) -> tuple[int, int]:
+        """(bytes the dataset of ``name`` really holds in the file, how many times more its values may take:
+        1 unfiltered, ``MAX_INFLATION`` compressed); unwritten chunks hold nothing."""
+        data = self.sets[name]
+        return data.id.get_storage_size(), 1 if data.id.get_create_plist().get_nfilters() == 0 else MAX_INFLATION
 
     def steps(self, name: str, slot: int, length: int) -> np.ndarray:
         return self._read(self.sets[name], (slot, slice(0, length)))

@@ -7,9 +7,12 @@ are how a hostile file runs code. ``load_plain(data, path)`` reads one in two in
 
 1. every instruction is listed with ``pickletools.genops`` (which parses, never executes) and checked
    against ``ALLOWED``: plain containers (dict, list, tuple, set, frozenset) and scalars (str, bytes, int,
-   float, bool, None), plus the bookkeeping instructions (memo, marks, frames);
-2. only then is it loaded, by an ``Unpickler`` whose ``find_class`` and ``persistent_load`` refuse
-   everything, so even an instruction missed by step 1 could not reach a callable.
+   float, bool, None), plus the bookkeeping instructions (memo, marks, frames); and ``torch.Size`` (the
+   global ``torch.Size`` and the REDUCE/NEWOBJ that build it), which 0.2.3 accepted as a shape;
+2. only then is it loaded, by an ``Unpickler`` whose ``persistent_load`` refuses everything and whose
+   ``find_class`` refuses every name but ``torch.Size``, for which it gives a stand-in that turns a tuple of
+   ints into that tuple (torch is never imported), so even an instruction missed by step 1 could not
+   reach a callable.
 
 Anything else is ``UnsafeEntryError`` naming the file and the first refused instruction; a malformed
 pickle is ``CorruptStoreError``. The caller caps the file's size before (a few MB of instructions build
@@ -40,8 +43,25 @@ ALLOWED = frozenset({
 _PLAIN = (dict, list, tuple, set, frozenset, str, bytes, int, float, bool, type(None))
 
 
+_SIZE_OPS = frozenset({"GLOBAL", "STACK_GLOBAL", "REDUCE", "NEWOBJ"})  # torch.Size((2, 3)), and nothing else
+_MAX_DIMS = 64
+
+
+class _TorchSize:
+    """Stands for ``torch.Size`` (never imported): called with a tuple of ints, it returns that tuple."""
+
+    def __new__(cls, dims: Any = ()):
+        if (not isinstance(dims, (tuple, list)) or len(dims) > _MAX_DIMS
+                or not all(type(dim) is int and 0 <= dim < 1 << 63 for dim in dims)):
+            raise ValueError(f"torch.Size must be given a tuple of up to {_MAX_DIMS} integers >= 0 "
+                             f"(got {type(dims).__name__})")
+        return tuple(dims)
+
+
 class _NoObjects(pickle.Unpickler):
     def find_class(self, module: str, name: str):
+        if (module, name) == ("torch", "Size"):
+            return _TorchSize
         raise pickle.UnpicklingError(f"the global {module}.{name}")
 
     def persistent_load(self, pid: Any):
@@ -51,19 +71,25 @@ class _NoObjects(pickle.Unpickler):
 def load_plain(data: bytes, path: Any) -> Any:
     """The plain value pickled in ``data`` (read from ``path``, named in errors); see the module docstring."""
     texts = ["", ""]  # the last two strings pushed: the names STACK_GLOBAL would look up
+    size = False  # a torch.Size was named: REDUCE/NEWOBJ may build it (the loader builds a tuple, nothing else)
     try:
         for opcode, argument, position in pickletools.genops(data):
             if isinstance(argument, str):
                 texts = [texts[1], argument]
+            if opcode.name in _SIZE_OPS and (argument == "torch Size" or size and opcode.name in ("REDUCE", "NEWOBJ")
+                                             or opcode.name == "STACK_GLOBAL" and texts == ["torch", "Size"]):
+                size = True
+                continue
             if opcode.name not in ALLOWED:
                 what = (f" {argument!r:.120}" if argument is not None else
                         f" {texts[0]!r:.60}.{texts[1]!r:.60}" if opcode.name == "STACK_GLOBAL" else "")
                 raise UnsafeEntryError(
-                    f"{path} asks to run {opcode.name}{what} (byte {position}): memmap_replay reads only plain "
-                    f"containers and scalars (dict, list, tuple, str, int, float, bool, None) from a pickle and "
-                    f"never loads objects or code, so it refuses this file; memmap-replay-buffer writes only plain "
-                    f"values there, so the file was altered, or its config held other objects: do not open it "
-                    f"with pickle either unless you trust who wrote it")
+                    f"{path} asks to run {opcode.name}{what} (byte {position}), which memmap_replay never does: it "
+                    f"reads only plain containers and scalars (dict, list, tuple, str, int, float, bool, None) and "
+                    f"torch.Size from a pickle, never other objects or code. Either the file was altered, or the "
+                    f"buffer was created with other objects in its config (such as numpy integers as shapes or in "
+                    f"extra keywords). To fix, if you trust who wrote it: load metadata.pkl with pickle, replace "
+                    f"those values by plain ones (int(...), tuple(...)), save it again; else do not unpickle it")
     except UnsafeEntryError:
         raise
     except Exception as error:  # (a stranger's bytes: every way genops can fail)

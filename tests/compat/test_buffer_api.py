@@ -235,9 +235,35 @@ def test_timestep_index_set_before_store_batch(buf):
     (lambda b: b.store_batch(reward=1.0), InvalidDataError, r"field 'reward' in store_batch must have a leading batch axis"),
     (lambda b: b.store_batch(state=np.ones((2, 3))), InvalidDataError, r"field 'state' must have shape"),
 ])
-def test_bad_store_batch_is_refused(buf, call, error, match):
+def test_bad_store_batch_is_refused_and_leaves_no_batch_open(buf, call, error, match):
     with pytest.raises(error, match=match):
         call(buf)
+    buf.clear()  # no phantom batch blocks clear(), one_episode or store()
+    with buf.one_episode(task=1):
+        buf.store(reward=1.0)
+    buf.store(reward=2.0)
+    buf.advance_episode()
+    assert stored(buf) == ([1, 1], [[1.0], [2.0]], [1, 0])
+
+
+@pytest.mark.parametrize("value", [2.5, np.float32(1.0), [2]])
+def test_advance_episode_with_a_value_neither_end_nor_batch_size_names_both(buf, value):
+    buf.store(reward=1.0)
+    with pytest.raises(OptionError, match=r"advance_episode takes end='terminated', 'truncated' or None, or "
+                       r"batch_size, an int >= 1 \(0\.2\.3's advance_episode\(batch_size\)\) \(got "):
+        buf.advance_episode(value)
+    assert buf.timestep_index == 1 and buf.advance_episode() == 0
+
+
+def test_store_meta_batch_of_one_then_store_writes_that_episode_as_0_2_3(buf):
+    buf.store_meta_batch(task=[3], score=[0.5])
+    for t in range(2):
+        buf.store(reward=float(t))
+    assert buf.advance_episode() == 0
+    assert stored(buf) == ([2], [[0.0, 1.0]], [3]) and float(next(iter(buf.episodes())).meta["score"]) == 0.5
+    buf.store_meta_batch(task=[1, 2])  # several episodes: their own loop (store_batch) writes them
+    with pytest.raises(EpisodeStateError, match=r"store\(\) cannot start an episode while store_batch's episodes"):
+        buf.store(reward=1.0)
 
 
 def test_store_batch_past_max_timesteps_is_refused(buf):
@@ -254,16 +280,34 @@ def test_store_while_a_batch_is_open_is_refused(buf):
         buf.store(reward=1.0)
 
 
-def test_a_full_store_refuses_the_commit_and_drops_the_batch(tmp_path):
-    with ReplayBuffer(tmp_path / "s", max_episodes=3, max_timesteps=4, fields=FIELDS) as buffer:
+def test_a_full_store_refuses_the_commit_and_keeps_the_batch_for_a_grow(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=3, max_timesteps=4, fields=FIELDS, meta_fields=META) as buffer:
         buffer.store_episode(reward=np.zeros(1))
-        buffer.store_batch(reward=np.zeros(3))
-        with pytest.raises(BufferFullError, match=r"buffer is full.*clear\(\)"):
+        buffer.store_batch(reward=np.full(3, 2.0))
+        with pytest.raises(BufferFullError, match=r"buffer is full.*grow.*The open episodes \(3 of 1 steps\) are "
+                           r"kept: after growing the buffer, advance_episode\(3\) stores them"):
             buffer.advance_episode(3)
-        assert buffer.num_episodes == 1 and buffer.is_new_episode  # as end_episode: the batch is gone
-        buffer.clear()  # (slots go on from the next one)
-        buffer.store_batch(reward=np.zeros(3))
-        assert buffer.advance_episode(3) == [1, 2, 0]
+        assert buffer.num_episodes == 1 and buffer.timestep_index == 1  # as 0.2.3: their steps are still there
+        buffer.grow(max_episodes=4)
+        assert buffer.advance_episode(3) == [1, 2, 3] and stored(buffer)[1] == [[0.0], [2.0], [2.0], [2.0]]
+
+
+def test_a_full_store_keeps_the_flat_episode_for_a_grow(tmp_path):
+    with ReplayBuffer(tmp_path / "s", max_episodes=1, max_timesteps=5, fields=FIELDS, meta_fields=META) as buffer:
+        buffer.store(reward=1.0)
+        buffer.advance_episode()
+        for t in range(3):
+            buffer.store(reward=float(t))
+        with pytest.raises(BufferFullError, match=r"buffer is full.*The open episode \(3 steps\) is kept: after "
+                           r"growing the buffer, advance_episode\(\) stores it"):
+            buffer.advance_episode()
+        assert buffer.timestep_index == 3 and buffer.num_episodes == 1
+        buffer.grow(max_episodes=3)
+        assert buffer.advance_episode() == 1 and stored(buffer)[1] == [[1.0], [0.0, 1.0, 2.0]]
+        with buffer.one_episode():  # any other open episode must still end before a grow
+            buffer.store(reward=1.0)
+            with pytest.raises(EpisodeStateError, match="cannot grow the store while an episode is open"):
+                buffer.grow(max_episodes=4)
 
 
 # ---- single values by slot --------------------------------------------------------------------------------

@@ -314,3 +314,15 @@ def test_temp_files_of_killed_writers_and_samplers_are_removed_under_their_lock(
         writer.store_episode(obs=np.zeros((2, 3)), reward=np.zeros(2), task_id=9)
         writer.sampler("prioritized", name="steps").close()
     assert not any(path.exists() for path in stale)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 2), (3, 0, 2), (2, 3)])
+def test_write_all_writes_any_shape_an_empty_one_too(tmp_path, shape):
+    data = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        folderio.write_all(fd, data)
+        folderio.write_all(fd, data, position=0)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == data.tobytes()

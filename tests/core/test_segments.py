@@ -308,3 +308,31 @@ def test_exports_say_when_they_write_segments_as_episodes(tmp_path):
             buffer.store(observation=t, action=0.0, reward=1.0)
     report = export_d4rl(buffer.folder, tmp_path / "out.hdf5")
     assert any("1 episode(s) continue an earlier segment of a longer episode" in note for note in report.notes), report
+
+
+def test_store_batch_outside_batched_episode_splits_its_episodes(tmp_path):
+    buffer = make(tmp_path, max_timesteps=3)
+    buffer.store_meta_batch(task=[5, 6])
+    for t in range(7):
+        buffer.store_batch(obs=np.array([t, 10.0 + t]), reward=np.ones(2))
+    assert buffer.timestep_index == 7
+    assert buffer.advance_episode(batch_size=2) == [2, 5]  # each episode's last segment
+    assert list(buffer.episode_lens[:6]) == [3, 3, 1, 3, 3, 1]
+    episodes = buffer.episodes(join_segments=True)
+    assert [e["obs"].tolist() for e in episodes] == [[*range(7)], [10.0 + t for t in range(7)]]
+    assert [int(e.meta["task"]) for e in episodes] == [5, 6]
+
+
+def test_the_h5_buffered_storer_splits_long_episodes(tmp_path):
+    from memmap_replay import ReplayBufferH5PY
+
+    buffer = ReplayBufferH5PY(tmp_path / "h5", 8, 3, fields=FIELDS, meta_fields=dict(task="int"), long_episodes="split")
+    storer = buffer.get_buffered_storer(flush_freq=2)
+    storer(obs=np.arange(5.0), reward=np.ones(5), task=1)
+    assert buffer.num_episodes == 0  # kept until flush_freq episodes (not segments) wait
+    storer(obs=np.arange(2.0), reward=np.ones(2), task=2)
+    assert list(buffer.episode_lens[:3]) == [3, 2, 2]
+    episodes = buffer.episodes(join_segments=True)
+    assert [e["obs"].tolist() for e in episodes] == [[*range(5)], [0.0, 1.0]]
+    with pytest.raises(InvalidDataError, match=r"between 1 and max_timesteps=3 steps \(got 5\)"):
+        ReplayBufferH5PY(tmp_path / "plain", 8, 3, fields=FIELDS).get_buffered_storer(1)(obs=np.arange(5.0))

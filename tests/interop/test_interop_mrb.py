@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -335,7 +336,7 @@ def test_a_hostile_config_runs_nothing(tmp_path):
     config = pickle.loads((tmp_path / "old" / "metadata.pkl").read_bytes())
     config["fields"]["obs"] = _Runs(marker)
     (tmp_path / "old" / "metadata.pkl").write_bytes(pickle.dumps(config))
-    with pytest.raises(UnsafeEntryError, match=r"metadata\.pkl asks to run STACK_GLOBAL 'posix'\.'system'.*never loads"):
+    with pytest.raises(UnsafeEntryError, match=r"metadata\.pkl asks to run STACK_GLOBAL 'posix'\.'system'.*never does"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
     assert main(["import", str(tmp_path / "old"), str(tmp_path / "new"), "--quiet"], prog="memmap-replay") == 1
     with pytest.raises(StoreNotFoundError, match="memmap-replay-buffer 0.2.x folder"):
@@ -436,6 +437,115 @@ def test_an_h5_dataset_that_leads_to_another_file_is_refused(tmp_path):
         file.create_dataset("data_obs", shape=(8, 6, 3), dtype=np.float32, external=[(str(tmp_path / "raw"), 0, 1 << 20)])
     with pytest.raises(UnsafeEntryError, match="external raw files"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+
+
+def _sparse_folder(folder: Path, episodes: int, steps: int, length: int) -> None:
+    """A 0.2.3 folder of a few KB on disk whose config claims ``episodes`` slots of ``steps`` steps, one
+    committed episode of ``length`` steps and nothing else written (sparse .npy files)."""
+    folder.mkdir()
+    (folder / "metadata.pkl").write_bytes(pickle.dumps(dict(max_episodes=episodes, max_timesteps=steps,
+                                                            fields=dict(x="float"), meta_fields={})))
+    for name, dtype, shape in (("episode_lens.data.meta.npy", "int32", (episodes,)),
+                               ("_initted.data.meta.npy", "bool", (episodes,)), ("x.data.npy", "float32", (episodes, steps))):
+        with open(folder / name, "wb") as file:
+            np.lib.format.write_array_header_1_0(file, dict(descr=np.dtype(dtype).str, fortran_order=False, shape=shape))
+            offset = file.tell()
+            if name.startswith("episode_lens"):
+                file.write(np.int32(length).tobytes())
+        os.truncate(folder / name, offset + int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    for name, value in (("num_episodes", 1), ("episode_index", 1 % episodes), ("timestep_index", 0)):
+        np.save(folder / f"{name}.state.npy", np.array(value, np.int32))
+
+
+def test_a_huge_episode_table_is_read_a_block_at_a_time(tmp_path):
+    import tracemalloc
+
+    _sparse_folder(tmp_path / "old", 1 << 26, 1, 1)  # 320 MB of table and data claimed, a few KB on disk
+    tracemalloc.start()
+    try:
+        assert import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new", max_episodes=4).episodes == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+def test_rows_the_file_never_held_are_refused_before_they_are_allocated(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    _sparse_folder(tmp_path / "old", 1, 1 << 30, 1 << 30)  # one episode of 4 GiB claimed, nothing written
+    with pytest.raises(CorruptStoreError, match=r"x\.data\.npy: the episode table claims 4294967296 bytes of 'x' "
+                       r"\(1073741824 rows\), but its file holds only \d+ bytes on disk.*cp --sparse=never"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    (tmp_path / "h5").mkdir()
+    with h5py.File(tmp_path / "h5" / "data.h5", "w") as file:
+        file.create_dataset("meta_episode_lens", data=np.array([1 << 30], np.int32))
+        file.create_dataset("meta__initted", data=np.array([False]))
+        file.create_dataset("data_x", shape=(1, 1 << 30), dtype="float32", chunks=(1, 1 << 16))
+        file.attrs.update(num_episodes=1, episode_index=0, timestep_index=0)
+    (tmp_path / "h5" / "metadata.pkl").write_bytes(pickle.dumps(dict(max_episodes=1, max_timesteps=1 << 30,
+                                                                     fields=dict(x="float"), meta_fields={})))
+    with pytest.raises(CorruptStoreError, match=r"data\.h5 \(/data_x\): the episode table claims 4294967296 bytes of 'x'.* its "
+                       r"dataset holds only 0 bytes on disk"):
+        import_memmap_replay_buffer(tmp_path / "h5", tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("name", ["../victim", "/victim", "x\0y", "", "a/b", "end", "class", "x" * 65])
+@pytest.mark.parametrize("group", ["fields", "meta_fields"])
+def test_a_field_name_that_is_no_file_name_is_refused_before_any_file_opens(tmp_path, monkeypatch, name, group):
+    write_buffer(tmp_path / "old", [2])
+    np.save(tmp_path / "victim.data.npy", np.zeros((8, 6), np.float32))  # outside the folder: never opened
+    config = pickle.loads((tmp_path / "old" / "metadata.pkl").read_bytes())
+    config[group][name] = "float"
+    (tmp_path / "old" / "metadata.pkl").write_bytes(pickle.dumps(config))
+    from memmap_replay.core import folderio
+
+    opened = []
+    real_open = folderio.open_read
+    monkeypatch.setattr(folderio, "open_read", lambda folder, path, **kw: opened.append(path) or real_open(folder, path, **kw))
+    kind = "field" if group == "fields" else "meta field"
+    with pytest.raises(SchemaError, match=rf"metadata\.pkl: the {kind} {re.escape(repr(name)[:80])} cannot be imported: "
+                       r"a store's field names are a letter then up to 63 .*, then import that one"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    assert [path.name for path in opened] == ["metadata.pkl"] and not (tmp_path / "new").exists()
+
+
+def test_a_config_holding_a_torch_size_imports_as_0_2_3_wrote_it(tmp_path):
+    torch = pytest.importorskip("torch")
+    old = mrb.ReplayBuffer(tmp_path / "old", 2, 3, dict(x=("float", torch.zeros(2, 3).shape)), {})  # 0.2.3 takes it
+    old.store(x=np.arange(6, dtype=np.float32).reshape(2, 3))
+    old.advance_episode()
+    old.flush()
+    del old
+    gc.collect()
+    assert import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new").episodes == 1
+    buffer = ReplayBuffer.from_folder(tmp_path / "new", read_only=True)
+    try:
+        assert buffer.schema.fields["x"].shape == (2, 3)
+        assert next(iter(buffer.episodes()))["x"].tolist() == [np.arange(6.0).reshape(2, 3).tolist()]
+    finally:
+        buffer.close()
+
+
+def test_an_empty_store_with_a_multi_dimensional_meta_field_exports(tmp_path):
+    ReplayBuffer(tmp_path / "s", 4, 5, dict(x="float"), dict(w=("float", (2,)))).close()
+    export_memmap_replay_buffer(tmp_path / "s", tmp_path / "out")
+    data = read_with_the_package(tmp_path / "out")  # the package opens it: an empty buffer of the same fields
+    assert data["state"] == (0, 0, 0) and data["len"] == 0 and data["meta"]["w"].shape == (4, 2)
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0)])
+def test_a_field_of_no_value_says_how_to_import(tmp_path, shape):
+    old = mrb.ReplayBuffer(tmp_path / "old", 2, 3, dict(x="float", z=("float", shape)), {})  # 0.2.3 takes it
+    old.store(x=1.0)
+    old.advance_episode()
+    old.flush()
+    del old
+    gc.collect()
+    with pytest.raises(SchemaError, match=rf"the field 'z' has shape {re.escape(str(shape))} in metadata\.pkl, which "
+                       r"holds no value.*To import, drop the field.*del config\['fields'\]\['z'\].*or give it a size"):
+        import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
+    assert not (tmp_path / "new").exists()
 
 
 # ---- the command line ----------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import subprocess
+import sys
 
 import pytest
 
@@ -50,7 +52,7 @@ class _Runs:
 def test_a_pickle_that_would_run_a_command_is_refused_and_nothing_runs(tmp_path, protocol):
     marker = tmp_path / "ran"
     data = pickle.dumps({"max_episodes": 1, "fields": _Runs(marker)}, protocol=protocol)
-    with pytest.raises(UnsafeEntryError, match=r"config\.pkl asks to run (GLOBAL|STACK_GLOBAL).*never loads objects or code"):
+    with pytest.raises(UnsafeEntryError, match=r"config\.pkl asks to run (GLOBAL|STACK_GLOBAL).*never does"):
         load_plain(data, "config.pkl")
     assert not marker.exists()
 
@@ -82,6 +84,37 @@ def test_the_allowed_instructions_build_no_objects():
     assert not ALLOWED & {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1",
                           "EXT2", "EXT4", "PERSID", "BINPERSID", "NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8"}
     assert ALLOWED <= {opcode.name for opcode in pickletools.opcodes}
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_torch_size_loads_as_a_tuple_without_importing_torch(tmp_path, protocol):
+    torch = pytest.importorskip("torch")
+    (tmp_path / "m.pkl").write_bytes(pickle.dumps({"x": ("float", torch.Size([2, 3])), "y": torch.Size([])},
+                                                  protocol=protocol))
+    code = ("import sys; from memmap_replay.interop.plain_pickle import load_plain; "
+            f"v = load_plain(open({str(tmp_path / 'm.pkl')!r}, 'rb').read(), 'm.pkl'); "
+            "assert 'torch' not in sys.modules; print(repr(v))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == repr({"x": ("float", (2, 3)), "y": ()})
+
+
+@pytest.mark.parametrize("data, match", [
+    (b"ctorch\nSize\n(S'x'\ntR.", r"torch\.Size must be given a tuple of up to 64 integers >= 0 \(got str\)"),
+    (b"ctorch\nSize\n((I-1\nttR.", r"torch\.Size must be given a tuple"),
+    (b"ctorch\nSize\n(lp0\n(I1\ntRtR.", r"is not a readable pickle \(TypeError"),  # REDUCE of a list
+    (b"(lp0\n(I1\ntR.", r"s\.pkl asks to run REDUCE \(byte 10\)"),  # no torch.Size named: nothing to build
+])
+def test_a_torch_size_of_anything_but_ints_is_a_clear_error(data, match):
+    with pytest.raises((CorruptStoreError, UnsafeEntryError), match=match):
+        load_plain(data, "s.pkl")
+
+
+def test_a_refused_object_is_named_with_how_to_fix(tmp_path):
+    np = pytest.importorskip("numpy")
+    with pytest.raises(UnsafeEntryError, match=r"m\.pkl asks to run STACK_GLOBAL 'numpy.*'\.'scalar' \(byte \d+\), which "
+                       r"memmap_replay never does.*Either the file was altered, or the buffer was created with other "
+                       r"objects in its config.*replace those values by plain ones.*save it again"):
+        load_plain(pickle.dumps({"fields": {"x": ("float", (np.int64(3),))}}, protocol=4), tmp_path / "m.pkl")
 
 
 @pytest.mark.parametrize("data", [b"", b"garbage", b"\x80\x04\x95", pickle.dumps([1, 2], protocol=4)[:-1], b"(l."[:2]])
