@@ -29,6 +29,17 @@ _EXIT_CODES = f"""exit codes:
   {EXIT_USAGE}  usage error, or the path is not a store (does not exist, is a file, holds no store files)"""
 
 
+def positive_arg(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1 (got {text!r})")
+    return value
+
+
 def not_a_store(args: argparse.Namespace, message: str) -> int:
     if args.json:
         print(json.dumps({"folder": args.folder, "ok": False, "is_store": False, "error": message}, indent=2))

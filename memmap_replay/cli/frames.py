@@ -9,7 +9,7 @@ import sys
 
 from ..errors import CorruptStoreError, NotAFolderError, ReplayError, StoreNotFoundError, UnsupportedFormatError
 from ..sharing.frames import LAYOUTS, STACK_MODES, contact_sheet, write_video
-from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
+from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store, positive_arg
 
 _EXIT_CODES = f"""exit codes:
   {EXIT_OK}  written
@@ -80,23 +80,13 @@ def _episode_list(text: str) -> list:
     return items
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1 (got {text!r})")
-    return value
-
-
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("field", metavar="FIELD", help="the image field (a step field)")
     parser.add_argument("--layout", choices=LAYOUTS, help="how the field's axes are read (default: from its shape)")
     parser.add_argument("--stack", choices=STACK_MODES, default="last",
                         help="a frame stack shows its newest frame (last) or all of them side by side (tile)")
-    parser.add_argument("--scale", type=_positive, metavar="N", help="enlarge each frame this many times (default: to 64 pixels)")
+    parser.add_argument("--scale", type=positive_arg, metavar="N", help="enlarge each frame this many times (default: to 64 pixels)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -107,8 +97,8 @@ def add(commands) -> None:
     _add_common(frames)
     frames.add_argument("out", metavar="OUT.png", help="the image to write (.png, or .jpg)")
     frames.add_argument("--episodes", type=_episode_list, metavar="LIST", help="which episodes: e.g. 0,5,-1 or 0:8 (default: all)")
-    frames.add_argument("--every", type=_positive, metavar="N", help="show steps 0, N, 2N, ... of each episode (and its last step and final observation)")
-    frames.add_argument("--columns", type=_positive, default=8, metavar="N", help="frames per row (default 8)")
+    frames.add_argument("--every", type=positive_arg, metavar="N", help="show steps 0, N, 2N, ... of each episode (and its last step and final observation)")
+    frames.add_argument("--columns", type=positive_arg, default=8, metavar="N", help="frames per row (default 8)")
     frames.add_argument("--no-labels", action="store_true", help="no 'ep E t T' label above each frame")
     frames.set_defaults(run=run_frames)
     video = commands.add_parser("video", help="write one episode of an image field as an mp4 or GIF",

@@ -8,7 +8,7 @@ import sys
 
 from ..errors import (CorruptStoreError, NotAFolderError, OptionError, ReplayError, StoreNotFoundError,
                       UnsupportedFormatError)
-from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
+from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store, positive_arg
 
 _HELP = f"""\
 Serve a page that shows the store in a browser: the card, counts, the end mix, return and length over
@@ -50,16 +50,6 @@ examples:
   %(prog)s replay_data report.html --episodes 20 --frames 12 --field pixels"""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1 (got {text!r})")
-    return value
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -86,8 +76,8 @@ def add(commands) -> None:
                                  description=_REPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     report.add_argument("out", metavar="OUT.html", help="the file to write")
-    report.add_argument("--episodes", type=_positive, default=12, metavar="N", help="episodes shown (default 12)")
-    report.add_argument("--frames", type=_positive, default=8, metavar="N", help="thumbnails per episode (default 8)")
+    report.add_argument("--episodes", type=positive_arg, default=12, metavar="N", help="episodes shown (default 12)")
+    report.add_argument("--frames", type=positive_arg, default=8, metavar="N", help="thumbnails per episode (default 8)")
     report.add_argument("--field", metavar="FIELD", help="the image field of the thumbnails (default: the first)")
     report.set_defaults(run=run_report, json=False)
 

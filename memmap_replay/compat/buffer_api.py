@@ -241,9 +241,8 @@ class LegacyBufferAPI:
             slot = self.end_episode(end, final)
         except BufferFullError as error:  # kept open, as 0.2.3 keeps its steps: grow() then advance_episode()
             self._episode = writer
-            raise BufferFullError(f"{error}. The open episode ({writer.length} steps) is kept: after growing the "
-                                  f"buffer, advance_episode() stores it (or set timestep_index = 0 to drop its "
-                                  f"steps)") from None
+            raise BufferFullError(f"{_kept(error)}. The open episode ({writer.length} steps) is kept: after growing "
+                                  f"the buffer, advance_episode() stores it") from None
         self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), {}, split=self._split), True
         return slot
 
@@ -267,8 +266,8 @@ class LegacyBufferAPI:
         try:
             slots = self._store.commit(parts)
         except BufferFullError as error:  # kept open, as 0.2.3 keeps their steps: grow() then advance_episode()
-            raise BufferFullError(f"{error}. The open episodes ({flat.width} of {flat.length} steps) are kept: after "
-                                  f"growing the buffer, advance_episode({batch_size}) stores them") from None
+            raise BufferFullError(f"{_kept(error)}. The open episodes ({flat.width} of {flat.length} steps) are kept: "
+                                  f"after growing the buffer, advance_episode({batch_size}) stores them") from None
         self._flat = None  # committed, or dropped if the disk refuses them, as end_episode
         return [slots[index] for index in last]  # an episode cut into segments: its last one's slot
 
@@ -434,3 +433,9 @@ class LegacyBufferAPI:
         return collector(self, num_groups, fieldnames=fieldnames, meta_fieldnames=meta_fieldnames, **collector_kwargs)
 
     create_rollout_collector = create_collector
+
+
+def _kept(error: BufferFullError) -> str:
+    """A full store's message for an episode the flat loop keeps open: clear() is refused while one is open,
+    reset_() (0.2.3's) drops it with the rest."""
+    return str(error).replace("or call clear()", "or call reset_() (it drops the open episode too)")

@@ -139,7 +139,9 @@ def test_end_of_any_other_value_at_every_entry_point(store, end, how):
                 store.store(**step(6, 0))
                 setter = {"set_episode_end": store.set_episode_end, "episode.set_end": handle.set_end,
                           "end_episode": store.end_episode, "advance_episode": store.advance_episode}[how]
-                with raises(OptionError, match=match):
+                # (advance_episode's positional value may also be 0.2.3's batch_size: a non-str names both)
+                with raises(OptionError, match=match if how != "advance_episode" else
+                            r"^(end must be |advance_episode takes end=)'terminated', 'truncated' or None.* \(got "):
                     setter(end)
                 store.store(**step(6, 1))  # still open
 
