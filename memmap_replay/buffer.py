@@ -50,7 +50,7 @@ class ReplayBuffer(LegacyBufferAPI):
 
     ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
     overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True,
-    flush_every_store_step=1)``
+    long_episodes='error', flush_every_store_step=1)``
 
     - ``fields``/``meta_fields``: name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``.
     - ``max_steps``: row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with
