@@ -62,8 +62,11 @@ def select(choice: str | None = None) -> str:
         from . import positions_numba, sumtree_numba
     except Exception as error:  # no numba, or one that cannot compile here: numpy runs the kernels
         if choice == "numba":
+            fix = ("pip install 'memmap-replay[fast]'" if isinstance(error, ImportError) and "numba" in str(error)
+                   else "numba is there but its kernels did not compile or load: delete numba's cache of them "
+                        "(__pycache__/*.nbi and *.nbc beside memmap_replay/samplers, or in NUMBA_CACHE_DIR)")
             raise OptionError(f"{origin} asks for numba's compiled kernels, but they do not load ({error!r}); "
-                              f"pip install 'memmap-replay[fast]', or set {ENVIRONMENT}=numpy") from error
+                              f"{fix}, or set {ENVIRONMENT}=numpy") from error
         _compiled, _name, reason = None, "numpy", f"numba does not load ({type(error).__name__}: {error})"
         return _name
     if load_seconds is None:  # the first load: numba's import, and the compile or the cache's load

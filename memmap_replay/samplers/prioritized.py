@@ -283,8 +283,8 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         position of a live episode; priorities finite, >= 0 and not too large; positions counted per
         episode); else None, and numpy's way decides (its checks say what is wrong, and it drops the
         updates of episodes evicted since the draw). The same priorities, leaves and largest priority."""
-        compiled, counts = kernels.compiled(), getattr(self.view.positions, "counts", None)
-        if compiled is None or counts is None:
+        compiled = kernels.compiled()
+        if compiled is None or getattr(self.view.positions, "counts", None) is None:
             return None
         keys, priorities = as_numpy(keys), as_numpy(priorities)
         if (keys.dtype != np.int64 or keys.ndim != 1 or priorities.dtype.kind != "f" or priorities.shape != keys.shape
@@ -298,7 +298,10 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             self.sync()
         else:
             self.reconcile()
-        table, tree = self.view.table, self.tree
+        # the counts of the table as synced (a sync may replace the view's table and positions)
+        table, tree, counts = self.view.table, self.tree, getattr(self.view.positions, "counts", None)
+        if counts is None or len(counts) != len(table.ids):
+            return None
         rows = np.empty(len(keys), dtype=np.int64)
         if not compiled.update_rows(keys, self.view.key_stride, table.ids, table.start, counts, self.view.state[1],
                                     self._leaves_of(raw), tree.sums, tree.mins, tree.size, tree.levels, tree.capacity,

@@ -86,13 +86,16 @@ class SumTree:
             raise InvalidDataError("priorities must be finite and >= 0")
 
     def set_leaves(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """``update`` without its checks: int64 indices in range, float64 priorities finite and >= 0,
-        of the same shape (for callers that checked them already)."""
+        """``update`` without its priority checks: float64 priorities finite and >= 0 of the indices' shape (for
+        callers that checked them already); indices out of range are refused."""
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.capacity):  # (the kernel checks no bounds)
+            self._check(indices, np.zeros(0))
         compiled = kernels.compiled()
         if compiled is None:
             self._set_leaves(indices, priorities)
         else:
-            compiled.set_leaves(self.sums, self.mins, np.ascontiguousarray(indices), np.ascontiguousarray(priorities),
+            compiled.set_leaves(self.sums, self.mins, indices, np.ascontiguousarray(priorities, dtype=np.float64),
                                 self.size, self.levels, self.capacity, False)
 
     def _set_leaves(self, indices: np.ndarray, priorities: np.ndarray) -> None:
@@ -161,6 +164,8 @@ class SumTree:
 
     def sample_with_values(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``sample``, and the drawn leaves' values."""
+        if batch_size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
         compiled = kernels.compiled()
         if compiled is not None:
             rows, found = np.empty(batch_size, dtype=np.int64), np.empty(batch_size)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memmap_replay import OptionError
+from memmap_replay import InvalidDataError, OptionError
 from memmap_replay.samplers import kernels
 from memmap_replay.samplers.sumtree import SumTree
 
@@ -195,3 +195,31 @@ def test_no_writable_cache_directory_breaks_nothing(tmp_path):
     missing = tmp_path / "missing" / "cache"  # a missing cache directory: numba makes it
     assert run_python(code, NUMBA_CACHE_DIR=str(missing)) == "False False\nnumba True"
     assert any(missing.rglob("*.nbi"))
+
+
+@pytest.mark.parametrize("kernel", ["numpy", pytest.param("numba", marks=needs_numba)])
+def test_a_key_of_no_position_is_refused_after_the_table_changed(make_buffer, kernel):
+    # the compiled update must check keys against the table as synced, as numpy's way does (it had checked
+    # them against the counts of the table before the sync, and set another episode's leaf)
+    kernels.select(kernel)
+    buffer = make_buffer(max_episodes=4, circular=True)
+    for number, length in enumerate([10, 3, 3, 3]):
+        buffer.store_episode(**episode_arrays(number, length), task_id=number, end="terminated")
+    sampler = buffer.sampler("prioritized", seed=0, persist=False)
+    sampler.sample(8)
+    buffer.store_episode(**episode_arrays(4, 3), task_id=4, end="terminated")  # evicts episode 0
+    stride = sampler.view.key_stride
+    with pytest.raises(InvalidDataError, match=r"keys must come from this sampler's batches"):
+        sampler.update_priorities(np.array([1 * stride + 5], dtype=np.int64), np.array([1000.0]))
+
+
+@pytest.mark.parametrize("kernel", ["numpy", pytest.param("numba", marks=needs_numba)])
+def test_set_leaves_refuses_indices_out_of_range_and_takes_other_dtypes(kernel):
+    kernels.select(kernel)
+    tree = SumTree(4)
+    with pytest.raises(InvalidDataError, match=r"leaf indices must be in \[0, 4\) \(got 1\.\.6\)"):
+        tree.set_leaves(np.array([1, 6]), np.array([1.0, 2.0]))
+    assert tree.total == 0
+    tree.set_leaves(np.array([0, 3], dtype=np.int32), np.array([1.0, 5.0], dtype=np.float32))
+    assert tree.total == 6.0
+    assert tree.sample(0, np.random.default_rng(0)).shape == (0,)
