@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 from numba import types
 
-from .sumtree_numba import cached_njit, draw_into, set_into, weights_into
+from .sumtree_numba import cached_njit, draw_into, right_of, set_into, weights_into
 
 __all__ = ["draw_positions", "locate_rows", "checked_priorities", "update_rows"]
 
@@ -28,19 +28,6 @@ _I64 = types.Array(types.int64, 1, "C")
 _IN_I64 = types.Array(types.int64, 1, "C", readonly=True)
 _IN_F64 = types.Array(types.float64, 1, "C", readonly=True)
 _F64, _F32 = types.Array(types.float64, 1, "C"), types.Array(types.float32, 1, "C")
-
-
-@numba.njit(cache=False, inline="always")
-def _right_of(sorted_values, value):
-    """``searchsorted(sorted_values, value, side="right")``."""
-    low, high = 0, len(sorted_values)
-    while low < high:
-        middle = (low + high) >> 1
-        if sorted_values[middle] > value:
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 @numba.njit(cache=False, inline="always")
@@ -58,7 +45,7 @@ def _locate(rows, ascending, starts, by_start, start, counts, ids, stride, episo
                 at += 1
             where = at - 1
         else:
-            where = _right_of(starts, rows[i]) - 1
+            where = right_of(starts, rows[i]) - 1
         position = by_start[where + episodes if where < 0 else where]
         step = rows[i] - start[position]
         episode[i], t[i] = position, step
@@ -126,7 +113,7 @@ def update_rows(keys, stride, ids, start, counts, committed, leaves, sums, mins,
             if position < 0 or position >= episodes:
                 return False
         else:
-            position = min(_right_of(ids, episode - 1), episodes - 1)  # searchsorted(ids, episode, 'left')
+            position = min(right_of(ids, episode - 1), episodes - 1)  # searchsorted(ids, episode, 'left')
             if ids[position] != episode:
                 return False
         if step >= counts[position] or start[position] + step >= capacity:

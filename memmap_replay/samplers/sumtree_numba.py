@@ -48,19 +48,23 @@ def _cumulative(sums, top):
 
 
 @numba.njit(cache=False, inline="always")
+def right_of(sorted_values, value):
+    """``searchsorted(sorted_values, value, side="right")`` (a NaN value sorts last, as in numpy)."""
+    low, high = 0, len(sorted_values)
+    while low < high:
+        middle = (low + high) >> 1
+        if sorted_values[middle] > value:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+@numba.njit(cache=False, inline="always")
 def _search(cumulative, values, rows):
-    """``searchsorted(cumulative, values, side="right")`` into ``rows`` (NaN sorts last, as in numpy)."""
-    top = len(cumulative)
+    """``searchsorted(cumulative, values, side="right")`` into ``rows``."""
     for i in range(len(values)):
-        value = values[i]
-        low, high = 0, top
-        while low < high:
-            middle = (low + high) >> 1
-            if cumulative[middle] > value:
-                high = middle
-            else:
-                low = middle + 1
-        rows[i] = low
+        rows[i] = right_of(cumulative, values[i])
 
 
 @numba.njit(cache=False, inline="always")
