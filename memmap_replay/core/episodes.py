@@ -229,6 +229,7 @@ class EpisodeList:
         self._capacity = store.capacity  # a grow moves slots: the table's no longer name the episodes
         self._chains: tuple[np.ndarray, np.ndarray] | None = None  # join_segments: ``chains`` of the table
         self._complete = filter_meta is None  # the table holds every live episode (a successor is in it)
+        self._successors: tuple[np.ndarray, np.ndarray] | None = None  # (continued ids sorted, their successors)
         if not flag(join_segments, "join_segments"):
             self.table = select_episodes(store, filter_meta)
             return
@@ -349,9 +350,14 @@ class EpisodeList:
         store = self._store
         if not store.meta.links:
             return None
-        live = self.table if self._complete else store.live_table(catch_up=False)
-        hits = np.flatnonzero(store.links(live) == episode_id)
-        return int(live.ids[hits[0]]) if hits.size else None
+        if self._successors is None:  # once per list: the linked segments and what they continue, by the latter
+            live = self.table if self._complete else store.live_table(catch_up=False)
+            links = store.links(live)
+            order = np.argsort(links, kind="stable")
+            self._successors = links[order], live.ids[order]
+        continued, ids = self._successors
+        where = np.searchsorted(continued, episode_id)
+        return int(ids[where]) if where < len(continued) and continued[where] == episode_id else None
 
     def _check_live(self, episode_id: int) -> None:
         """Raise if the store no longer holds the episode where the list says (a ring writer evicted it,
