@@ -41,6 +41,7 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .distributed.shards import ConcatView, ShardedSampler, ShardSet, shard_folder
     from .views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
     from .views.transitions import TransitionView
+    from .views.gather import get_parallel_gathers, set_parallel_gathers
     from .compat.collector import EpisodeCollector
     from .compat.concat import ConcatReplayBuffer
     from .compat.datasets import (ReplayDataset, ReplayDatasetNStep, ReplayDatasetTimestep, ReplayDatasetTimeWindow,
@@ -57,6 +58,8 @@ _LAZY = {
     "NStepView": "views.kinds",
     "TransitionView": "views.transitions",
     "HindsightView": "views.hindsight",
+    "set_parallel_gathers": "views.gather",
+    "get_parallel_gathers": "views.gather",
     "Sample": "views.dataset",
     "BatchIndexSampler": "views.loader",
     "ReplayDataLoader": "views.loader",
@@ -135,6 +138,8 @@ __all__ = [
     "ConcatView",
     "shard_folder",
     "ReplayDataLoader",
+    "set_parallel_gathers",
+    "get_parallel_gathers",
     "FieldSpec",
     "Schema",
     "FORMAT_VERSION",

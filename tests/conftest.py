@@ -46,6 +46,38 @@ def kernel(request):
 
 
 @pytest.fixture
+def parallel(monkeypatch):
+    """Parallel gathers for every gather size (``views.gather``), counted: ``parallel.on()`` turns them on (and
+    torch to 2 threads if it had 1), ``parallel.copies`` counts the gathers torch copied. Torch's threads do
+    not start on such small tests' data (below torch's grain), so this process may still fork safely."""
+    import torch
+
+    from memmap_replay.views import gather, pool
+
+    class Parallel:
+        copies = 0
+
+        def on(self):
+            gather.set_parallel_gathers(True)
+
+    state = Parallel()
+
+    def counted(tensor, rows, out):
+        done = parallel_take(tensor, rows, out)
+        state.copies += done
+        return done
+
+    parallel_take = pool.parallel_take
+    monkeypatch.setattr(pool, "parallel_take", counted)
+    monkeypatch.setattr(gather, "MIN_BYTES", 0)
+    monkeypatch.setattr(gather._SETTINGS, "enabled", False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, 2))
+    yield state
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(1234)
 

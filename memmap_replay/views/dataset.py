@@ -25,6 +25,7 @@ from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, Explic
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 from ..core.options import check_names, integer, short
+from . import gather
 from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
 from .batch import BatchDataset
@@ -77,6 +78,7 @@ class StoreView(BatchDataset):
         self._ahead_pid = os.getpid()
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
+        self._tensors: dict[str, torch.Tensor | None] = {}  # over the maps of _sources (parallel gathers)
         self.filter_meta = filter_meta
         self.min_episode_len = integer(min_episode_len, "min_episode_len", low=1)  # (0.2.3's keyword)
         self.key_stride = store.capacity.max_timesteps  # sample keys: episode id * key_stride + t
@@ -133,7 +135,7 @@ class StoreView(BatchDataset):
         if (state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity:
             return False  # (a grown capacity moves slots: the snapshot is taken again)
         self._snapshot(store)
-        self._sources = {}  # the files may have grown: map them again on the next read
+        self._sources, self._tensors = {}, {}  # the files may have grown: map them again on the next read
         self.build()
         return True
 
@@ -163,12 +165,12 @@ class StoreView(BatchDataset):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_store"] = None
-        state["_sources"] = {}
+        state["_sources"], state["_tensors"] = {}, {}  # a tensor over a map would pickle all its bytes
         state["_ahead"] = 0
         return state
 
     def copied(self) -> None:
-        self._sources = dict(self._sources)
+        self._sources, self._tensors = dict(self._sources), dict(self._tensors)
         self.readahead = copy.copy(self.readahead)
 
     @property
@@ -396,7 +398,8 @@ class StoreView(BatchDataset):
 
     def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
         """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
-        return OUTPUTS.take(self._map(name), rows)
+        source = self._map(name)
+        return OUTPUTS.take(source, rows, self._tensor(name, source) if gather.active() else None)
 
     def _map(self, name: str) -> np.ndarray:
         """The step field's memory map (made at the first read: it covers every row of the snapshot)."""
@@ -405,4 +408,12 @@ class StoreView(BatchDataset):
             scattered = self.scattered_reads and self.readahead.mode != "off"
             source = self._sources[name] = self.store.step_array(name, random=scattered)
         return source
+
+    def _tensor(self, name: str, source: np.ndarray):
+        """A torch tensor over the step field's memory map, for parallel gathers (``views.gather``); None if
+        torch cannot gather from it."""
+        tensors = self._tensors
+        if name not in tensors:
+            tensors[name] = gather.source_tensor(source)
+        return tensors[name]
 

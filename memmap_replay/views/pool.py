@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .gather import parallel_take
+
 __all__ = ["OUTPUTS", "OutputPool", "numpy_dtype", "output_array", "set_output_target"]
 
 
@@ -47,10 +49,13 @@ class OutputPool:
     def target(self, target: Any) -> None:
         self._local.target = target
 
-    def take(self, source: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def take(self, source: np.ndarray, rows: np.ndarray, tensor: Any = None) -> np.ndarray:
         """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
-        buffer) with one ``np.take``, into ``empty`` memory."""
+        buffer) with one ``np.take``, into ``empty`` memory; or, given ``tensor`` (a torch tensor over
+        ``source``'s memory, when parallel gathers are on), by ``views.gather.parallel_take`` if it applies."""
         out = self.empty(rows.shape + source.shape[1:], source.dtype)
+        if tensor is not None and parallel_take(tensor, rows, out):
+            return out
         return np.take(source, rows, axis=0, out=out, mode="clip")
 
     def empty(self, shape: tuple, dtype: Any) -> np.ndarray:

@@ -36,6 +36,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..core.options import choice
+from .gather import serial_gathers
 from .pool import numpy_dtype, set_output_target
 
 __all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
@@ -312,7 +313,8 @@ def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth
     def task(number: int, items: Any) -> dict:
         _BATCH.number = (run, number, base)
         try:
-            return make(items)
+            with serial_gathers():  # these threads are the parallelism here
+                return make(items)
         finally:
             _BATCH.number = None
 

@@ -389,6 +389,16 @@ class TestViewContract:
             start, end = view.table.start[episode], view.table.start[episode] + view.table.length[episode]
             assert (lo >= start).all() and (lo <= start + t).all() and (hi > start + t).all() and (hi <= end + 8).all()
 
+    def test_parallel_gathers_never_change_a_batch(self, any_view, parallel):
+        _, make, _ = any_view
+        items = np.random.default_rng(7).permutation(len(make()))[:7]
+        expected = make().__getitems__(items)
+        parallel.on()
+        view = make()
+        same_batch(view.__getitems__(items), expected)
+        assert parallel.copies > 0  # torch's index_select copied the rows
+        same_batch(pickle.loads(pickle.dumps(view)).__getitems__(items), expected)
+
     def test_refresh_takes_in_new_episodes(self, any_view):
         _, make, store = any_view
         view = make()
