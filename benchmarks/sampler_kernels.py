@@ -128,15 +128,20 @@ def print_ratios(results: dict, limit: str) -> None:
     """numba over numpy for each prioritized way, and the P ways over cpprb's buffer."""
     lines = []
     for (group, how), (rate, _) in results.items():
-        way = how.removesuffix(", numba")
-        if way != how and (group, way + ", numpy") in results:
-            lines.append(f"  {group:<14} {way:<52} numba / numpy {rate / results[(group, way + ', numpy')][0]:.2f}")
+        way = how.replace(", numba", ", {kernel}")
+        if way != how and (group, way.format(kernel="numpy")) in results:
+            numpy_rate = results[(group, way.format(kernel="numpy"))][0]
+            lines.append(f"  {group:<14} {way.format(kernel='*'):<60} numba / numpy {rate / numpy_rate:.2f}")
+    torch_limit = next((rate for (group, how), (rate, _) in results.items() if how.startswith("torch index_select")), None)
     cpprb = results.get(("P", CPPRB))
-    if cpprb is not None:
-        for (group, how), (rate, _) in results.items():
-            if group == "P" and how not in (limit, CPPRB):
-                verdict = " (goal: above cpprb: " + ("met)" if rate > cpprb[0] else "NOT met)") if how.endswith("numba") else ""
-                lines.append(f"  P              {how:<52} / cpprb {rate / cpprb[0]:.2f}{verdict}")
+    for (group, how), (rate, _) in results.items():
+        if group != "P" or how == limit or how.startswith("torch index_select") or how == CPPRB:
+            continue
+        if torch_limit is not None and how.endswith("parallel gathers"):
+            lines.append(f"  P              {how:<60} / torch's limit {rate / torch_limit:.2f}")
+        if cpprb is not None:
+            verdict = " (goal: above cpprb: " + ("met)" if rate > cpprb[0] else "NOT met)") if ", numba" in how else ""
+            lines.append(f"  P              {how:<60} / cpprb {rate / cpprb[0]:.2f}{verdict}")
     if lines:
         print("Kernel ratios in this run:")
         print("\n".join(lines))

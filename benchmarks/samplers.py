@@ -68,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
+import memmap_replay  # noqa: E402
 from memmap_replay import ReplayBuffer  # noqa: E402
 from memmap_replay.samplers import kernels  # noqa: E402
 from memmap_replay.samplers.sumtree import SumTree  # noqa: E402
@@ -87,21 +88,27 @@ TREE_GOALS = {"numpy": {1_000_000: 3_000, 10_000_000: 2_000},  # calls/s of samp
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = CLOCKS["wall"]  # what the timed runs read (--clock)
 PRIORITIZED = dict(alpha=ALPHA, beta=BETA)
+PARALLEL = ", parallel gathers"  # the ways run with memmap_replay.set_parallel_gathers(True)
+TORCH_LIMIT = "torch index_select limit (in RAM, torch's threads)"
+TORCH_THREADS = torch.get_num_threads()  # torch's default (main() sets 1 but for the parallel ways)
 
 
 class SamplerCase:
     """One sampler way: how to open it, its batch size, and the step priorities of each iteration."""
 
     def __init__(self, group: str, how: str, kind: str, batch: int, options: dict, priorities, goal=None,
-                 kernel: str = "numpy"):
+                 kernel: str = "numpy", parallel: bool = False):
         self.group, self.how, self.kind, self.batch, self.options = group, how, kind, batch, options
         self.kernel = kernel  # the sum tree's kernels while this way runs
+        self.parallel = parallel  # memmap_replay.set_parallel_gathers while this way runs
         self.priorities = priorities  # None (no update) or one tensor per iteration
         self.goal = goal
         self.persist = options.get("persist", kind != "uniform")  # the prioritized samplers' default: True
 
     def open(self, buffer: ReplayBuffer):
         kernels.select(self.kernel)
+        memmap_replay.set_parallel_gathers(self.parallel)
+        torch.set_num_threads(TORCH_THREADS if self.parallel else 1)
         if self.persist:  # every run starts from the same priorities: none stored yet
             shutil.rmtree(buffer.episode_store.folder / "priorities", ignore_errors=True)
             if not buffer.episode_store.writable:  # a read-only store never writes: persisting needs a writable one
@@ -133,7 +140,7 @@ class Bench:
         if (group, LIMIT) in self.results and how != LIMIT:
             extra += f"  {rate / self.results[(group, LIMIT)][0]:.3f} x numpy (paired {self.paired(group, how):.3f})"
         spread = ", ".join(f"{calls / t:,.0f}" for t in times)
-        print(f"  {group:<14} {how:<52} {rate:>9,.1f} {unit}{extra}   [{spread}]", flush=True)
+        print(f"  {group:<14} {how:<62} {rate:>9,.1f} {unit}{extra}   [{spread}]", flush=True)
 
     def paired(self, group: str, how: str) -> float:
         """The median over repeats of (this way's rate / the limit's in the same round of the interleaved
@@ -197,6 +204,11 @@ class Bench:
             methods.append((case.group, case.how, self.sampler_run(case, keys[-1]), nbytes))
             if case.goal is not None:
                 self.goals[(case.group, case.how)] = case.goal
+        if any(case.parallel for case in cases):  # the limit of a parallel gather: torch's, from RAM, same threads
+            p = next(case for case in cases if case.group == "P")
+            rows = self.recording(p)[0]
+            nbytes = next(n for group, how, _, n in methods if group == "P" and how == LIMIT)
+            methods.append(("P", TORCH_LIMIT, self.torch_limit_run(rows), nbytes))
         if cpprb is not None:
             p = next(case for case in cases if case.group == "P")
             nbytes = next(n for group, how, _, n in methods if group == "P" and how == LIMIT)
@@ -222,6 +234,25 @@ class Bench:
                 previous = read.gather_limit(plan)
             elapsed = clock() - start
             del previous
+            return elapsed
+        return run
+
+    def torch_limit_run(self, rows: list[np.ndarray]):
+        """``torch.index_select`` of the same rows from the in-RAM arrays, over torch's threads: what a parallel
+        gather copies at best."""
+        tensors = {name: torch.from_numpy(self.ram[name]) for name in READ}
+        indices = [torch.from_numpy(np.ascontiguousarray(r.reshape(-1))) for r in rows]
+
+        def run() -> float:
+            read.warm_ram(self.args.warm_bytes)
+            torch.set_num_threads(TORCH_THREADS)
+            previous = None
+            start = clock()
+            for index in indices:
+                previous = {name: tensor.index_select(0, index) for name, tensor in tensors.items()}
+            elapsed = clock() - start
+            del previous
+            torch.set_num_threads(1)
             return elapsed
         return run
 
@@ -294,9 +325,13 @@ def sampler_cases(args, kernel_names: list[str]) -> list[SamplerCase]:
     windows = [torch.from_numpy(p) for p in (rng.random((iterations, WINDOW_BATCH, WINDOW), dtype=np.float32) + 1e-3)]
     update = "batch(256) + update_priorities"
     cases = [SamplerCase("uniform T", "sampler.batch(256)", "uniform", BATCH, {}, None)]
+    parallel = (False, True) if args.parallel else (False,)
+    if args.parallel:
+        cases.append(SamplerCase("uniform T", f"sampler.batch(256){PARALLEL}", "uniform", BATCH, {}, None, parallel=True))
     for persist in (False, True):
-        cases += [SamplerCase("P", f"{update}, persist={persist}, {kernel}", "prioritized", BATCH,
-                              dict(PRIORITIZED, persist=persist), step, GOAL_P[kernel], kernel) for kernel in kernel_names]
+        cases += [SamplerCase("P", f"{update}, persist={persist}, {kernel}{PARALLEL * on}", "prioritized", BATCH,
+                              dict(PRIORITIZED, persist=persist), step, GOAL_P[kernel], kernel, on)
+                  for on in parallel for kernel in kernel_names]
     cases += [SamplerCase(f"windows {WINDOW_BATCH}x{WINDOW}", f"batch({WINDOW_BATCH}) + update_priorities "
                           f"({WINDOW_BATCH}, {WINDOW}), {kernel}", "sequence", WINDOW_BATCH,
                           dict(PRIORITIZED, window=WINDOW, persist=False), windows, kernel=kernel) for kernel in kernel_names]
@@ -359,6 +394,9 @@ def main(argv=None) -> int:
                              "which leaves out the time other processes hold the CPU: steadier on a shared machine")
     parser.add_argument("--no-cpprb", dest="cpprb", action="store_false",
                         help="leave cpprb's PrioritizedReplayBuffer out even when it is installed")
+    parser.add_argument("--no-parallel", dest="parallel", action="store_false",
+                        help="leave out the ways with parallel gathers (memmap_replay.set_parallel_gathers(True)); "
+                             "always left out with --clock cpu, which counts this thread's time only")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's adaptive thresholds as they are (see read.pin_malloc)")
     parser.add_argument("--warm-mb", type=int, default=256,
@@ -384,6 +422,9 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     global clock
     clock = CLOCKS[args.clock]
+    if args.clock == "cpu" and args.parallel:
+        args.parallel = False  # torch's other threads' copying would not be counted
+        print("parallel gathers: left out (--clock cpu counts this thread's time, not torch's other threads')")
     print(f"memmap_replay sampler benchmark: {episodes} episodes x {T_STEPS} steps; median of {args.repeats} timed "
           f"repeat(s) of {args.batches} iterations")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
