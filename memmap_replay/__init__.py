@@ -8,6 +8,7 @@ command line) never imports torch. ``from memmap_replay import TrajectoryView`` 
 
 import typing as _typing
 
+from . import _forks  # noqa: F401 - marks forked children from here on (views.gather reads the mark)
 from . import errors
 from .buffer import EpisodeMeta, ReplayBuffer
 from .core.episodes import Episode, EpisodeList

@@ -45,6 +45,16 @@ def kernel(request):
     kernels.reset()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def serial_gathers_by_default():
+    """The suite runs with parallel gathers off whatever the environment says: a large gather on torch's
+    threads would start its OpenMP pool in this process, and fork-based tests would then hang."""
+    import os
+
+    os.environ.pop("MEMMAP_REPLAY_PARALLEL_GATHERS", None)
+    yield
+
+
 @pytest.fixture
 def parallel(monkeypatch):
     """Parallel gathers for every gather size (``views.gather``), counted: ``parallel.on()`` turns them on (and

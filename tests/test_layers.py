@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "memmap_replay"
 # room -> rank: a module may import its own room and rooms of a lower rank only
 # (compat: memmap-replay-buffer 0.2.3's names and ReplayBuffer methods (a mixin of the buffer facade), between
 # the rooms they build on and the buffer, which uses them; compat.h5, a ReplayBuffer subclass, above the buffer)
-RANKS = {"errors": 0, "_version": 0, "core": 1, "samplers": 2, "views": 3, "sharing": 4, "distributed": 4,
+RANKS = {"errors": 0, "_version": 0, "_forks": 0, "core": 1, "samplers": 2, "views": 3, "sharing": 4, "distributed": 4,
          "compat": 4.5, "buffer": 5, "compat.h5": 5.5, "interop": 6, "distributed.ray": 6, "recording": 7, "cli": 8,
          "__init__": 9, "__main__": 9}
 

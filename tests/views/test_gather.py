@@ -66,10 +66,48 @@ def test_set_parallel_gathers_returns_the_previous_setting(monkeypatch):
     assert memmap_replay.set_parallel_gathers(False) is True and not memmap_replay.get_parallel_gathers()
     with pytest.raises(OptionError, match=r"set_parallel_gathers takes True or False \(got 'yes'\)"):
         memmap_replay.set_parallel_gathers("yes")
-    for value, expected in (("1", True), ("on", True), ("0", False), ("", False)):
+    for value, expected in (("1", True), ("On", True), ("0", False), ("", False), (" no ", False)):
         monkeypatch.setattr(gather._SETTINGS, "enabled", None)  # the environment is read at the first gather
         monkeypatch.setenv(gather.ENVIRONMENT, value)
         assert memmap_replay.get_parallel_gathers() is expected
+    monkeypatch.setattr(gather._SETTINGS, "enabled", None)
+    monkeypatch.setenv(gather.ENVIRONMENT, "2")
+    with pytest.raises(OptionError, match=r"MEMMAP_REPLAY_PARALLEL_GATHERS must be one of 1, on, .* \(got '2'\); set it"):
+        memmap_replay.get_parallel_gathers()
+
+
+def test_a_read_only_output_or_an_old_dlpack_never_gets_written_wrongly(monkeypatch, tmp_path):
+    monkeypatch.setattr(gather, "MIN_BYTES", 0)
+    source = np.arange(30, dtype=np.float32).reshape(10, 3)
+    out = np.zeros((2, 3), np.float32)
+    out.flags.writeable = False  # (a user's output target handing out read-only memory: numpy refuses it)
+    assert not gather.parallel_take(gather.source_tensor(source), np.array([1, 2]), out) and not out.any()
+
+    def old_dlpack(array):
+        raise BufferError("Cannot export readonly array since signalling readonly is unsupported by DLPack")
+
+    path = tmp_path / "a.npy"
+    np.save(path, source)
+    mapped = np.load(path, mmap_mode="r")
+    monkeypatch.setattr(gather.torch, "from_dlpack", old_dlpack)
+    tensor = gather.source_tensor(mapped)  # torch.from_numpy then, its read-only warning silenced
+    assert tensor is not None and tensor.data_ptr() == mapped.ctypes.data
+
+
+def test_a_refreshed_view_gathers_from_its_new_maps(make_buffer, parallel):
+    buffer = make_buffer(max_episodes=1, max_timesteps=8)
+    buffer.store_episode(**episode_arrays(0, 8), task_id=0)
+    parallel.on()
+    view = buffer.dataset(timestep_level=True)
+    view.__getitems__(np.arange(8))
+    for number in range(1, 4):
+        buffer.grow(max_episodes=number + 1, max_steps=8 * (number + 1))  # the step files grow: mapped again
+        buffer.store_episode(**episode_arrays(number, 8), task_id=number)
+        assert view.refresh()
+        batch = view.__getitems__(np.arange(len(view)))
+        np.testing.assert_array_equal(batch["obs"][:, 0].numpy() // 1000, np.repeat(np.arange(number + 1), 8))
+        for name, tensor in view._tensors.items():
+            assert tensor.data_ptr() == view._sources[name].ctypes.data  # the current map's, not an old one's
 
 
 def test_a_loaders_gather_threads_gather_serially(make_buffer, parallel):
@@ -142,4 +180,54 @@ def test_a_forked_child_gathers_serially_and_never_hangs(tmp_path):
     assert process.returncode == 0, stderr.decode()
     enabled, refused, same, copies = ast.literal_eval(stdout.decode().strip().splitlines()[-1])
     assert enabled is False and same is True and copies == [True]  # the child's gather: numpy's (no copy counted)
-    assert "forked from another" in refused and "'spawn' or 'forkserver'" in refused
+    assert "forked from one that had imported torch" in refused and "'spawn' method" in refused
+
+
+FORKED_BEFORE_VIEWS = textwrap.dedent("""
+    import multiprocessing, os, sys
+    import numpy as np
+    from memmap_replay import ReplayBuffer
+
+    def marked(queue):
+        from memmap_replay._forks import FORKS
+        queue.put(FORKS.torch_parent)
+
+    def child(queue):
+        try:
+            import memmap_replay
+            view = buffer.dataset(timestep_level=True)  # the torch side, imported after the fork
+            got = view.__getitems__(np.arange(256))["image"]  # serial: torch's pool would hang here
+            queue.put((memmap_replay.get_parallel_gathers(), bool((got.numpy() == 7).all())))
+        except BaseException as error:
+            queue.put(repr(error))
+
+    buffer = ReplayBuffer(sys.argv[1], max_episodes=4, max_timesteps=600, fields=dict(image=("uint8", (3, 64, 64))))
+    buffer.store_episode(image=np.full((500, 3, 64, 64), 7, np.uint8))
+    fork = multiprocessing.get_context("fork")
+    queue = fork.Queue()
+    assert "torch" not in sys.modules
+    fork.Process(target=marked, args=(queue,), daemon=True).start()
+    print(queue.get(timeout=60))  # no torch in the parent: no mark
+    import torch
+    torch.set_num_threads(2)
+    torch.rand(4_000_000).sum()  # the parent's OpenMP pool runs (the library's views never loaded here)
+    os.environ["MEMMAP_REPLAY_PARALLEL_GATHERS"] = "1"
+    fork.Process(target=child, args=(queue,), daemon=True).start()
+    print(queue.get(timeout=60))
+""")
+
+
+def test_a_child_forked_before_the_views_were_loaded_is_marked_too(tmp_path):
+    script = tmp_path / "forked_before_views.py"
+    script.write_text(FORKED_BEFORE_VIEWS)
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / "store")], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        stdout, stderr = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail("the script or its forked child hung")
+    assert process.returncode == 0, stderr.decode()
+    without_torch, (enabled, same) = map(ast.literal_eval, stdout.decode().strip().splitlines()[-2:])
+    assert without_torch is False and enabled is False and same is True
