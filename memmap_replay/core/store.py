@@ -90,6 +90,7 @@ class EpisodeStore:
 
     def __init__(self, folder: Path, meta: StoreMeta, *, writable: bool, lock: WriterLock | None, durable: bool):
         self.folder = folder
+        self._meta_path: str | None = None  # meta.json's path as a string (meta_stamp)
         self.meta = meta
         # meta_stamp() taken before ``meta`` was read, when known (a refresh); None: not known
         self.read_stamp: tuple | None = None
@@ -233,9 +234,15 @@ class EpisodeStore:
         return self._lock is not None and not self._lock.inherited
 
     def meta_stamp(self) -> tuple:
-        """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction)."""
-        with folderio.errors_named(self.folder / fmt.META_FILE, "look at"):
-            info = os.stat(self.folder / fmt.META_FILE)
+        """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction). (Called per draw
+        by samplers following the disk and per gather by views of a ring: one ``stat`` of a path made once.)"""
+        path = self._meta_path
+        if path is None:
+            path = self._meta_path = os.fspath(self.folder / fmt.META_FILE)
+        try:
+            info = os.stat(path)
+        except OSError as error:
+            raise folderio.library_error(error, self.folder / fmt.META_FILE, "look at") from None
         return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
 
     def live_table(self, *, catch_up: bool = True) -> EpisodeTable:
