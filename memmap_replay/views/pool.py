@@ -56,7 +56,7 @@ class OutputPool:
         out = self.empty(rows.shape + source.shape[1:], source.dtype)
         if tensor is not None and parallel_take(tensor, rows, out):
             return out
-        return np.take(source, rows, axis=0, out=out, mode="clip")
+        return source.take(rows, axis=0, out=out, mode="clip")  # (np.take's Python layer skipped)
 
     def empty(self, shape: tuple, dtype: Any) -> np.ndarray:
         """An uninitialized array for a batch output: the target's memory if one is set (and has room), a

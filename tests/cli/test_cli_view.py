@@ -37,7 +37,12 @@ def test_serves_the_store_until_interrupted(folder):
             page = json.load(response)
         assert page["total"] == 1 and page["rows"][0][:4] == [0, 3, 3.0, "terminated"]
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == EXIT_OK
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"the view command did not stop on Ctrl-C within 30 s; its stderr: {process.communicate()[1]}")
+        assert process.returncode == EXIT_OK, stderr
     finally:
         if process.poll() is None:
             process.kill()

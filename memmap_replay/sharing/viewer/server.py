@@ -91,15 +91,23 @@ class ViewerServer(ThreadingHTTPServer):
 
     def start(self) -> "ViewerServer":
         """Serve from a background thread (daemon: it ends with the program)."""
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="memmap-replay-viewer", daemon=True)
+        served = self._served = threading.Event()
+
+        def serve() -> None:
+            try:
+                self.serve_forever(poll_interval=0.1)
+            finally:
+                served.set()
+
+        self._thread = threading.Thread(target=serve, name="memmap-replay-viewer", daemon=True)
         self._thread.start()
         return self
 
     def wait(self) -> None:
-        """Until the background thread stops (``close`` from another thread), or Ctrl-C."""
-        while self._thread is not None and self._thread.is_alive():
-            self._thread.join(0.5)
+        """Until the background thread stops serving (``close`` from another thread), or Ctrl-C. (An event, not
+        ``join``: Python 3.11's ``join`` interrupted by Ctrl-C can release the lock of a thread still running.)"""
+        while self._thread is not None and not self._served.wait(0.5):
+            pass
 
     def close(self) -> None:
         if self._thread is not None:
