@@ -88,9 +88,10 @@ class EpisodeStore:
     'r' read-only, 'r+' read/write (must exist), 'a' read/write (create if absent), 'w' create (wiping a
     store already there), 'w-' create (fail if a store is there)."""
 
+    _meta_path: str | None = None  # meta.json's path as a string, made at the first meta_stamp()
+
     def __init__(self, folder: Path, meta: StoreMeta, *, writable: bool, lock: WriterLock | None, durable: bool):
         self.folder = folder
-        self._meta_path: str | None = None  # meta.json's path as a string (meta_stamp)
         self.meta = meta
         # meta_stamp() taken before ``meta`` was read, when known (a refresh); None: not known
         self.read_stamp: tuple | None = None

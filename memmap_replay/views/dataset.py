@@ -399,7 +399,7 @@ class StoreView(BatchDataset):
     def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
         """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
         source = self._map(name)
-        parallel = rows.size * (source.nbytes // max(len(source), 1)) >= gather.MIN_BYTES and gather.active()
+        parallel = gather.active() and rows.size * (source.nbytes // max(len(source), 1)) >= gather.MIN_BYTES
         return OUTPUTS.take(source, rows, self._tensor(name, source) if parallel else None)
 
     def _map(self, name: str) -> np.ndarray:

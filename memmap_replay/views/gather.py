@@ -24,7 +24,8 @@ the read-only flag) where torch and numpy speak it, else ``torch.from_numpy`` wi
 silenced.
 
 ``MEMMAP_REPLAY_PARALLEL_GATHERS`` (``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``) turns them on
-or off from the environment; it is read at the first gather or ``get_parallel_gathers()``.
+or off from the environment; it is read at the first gather of a view or ``get_parallel_gathers()``, unless
+``set_parallel_gathers`` decided first.
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def set_parallel_gathers(enabled: bool = True) -> bool:
                           "torch's CPU threads (OpenMP) can hang after a fork, so gathers here stay serial; start "
                           "this process with multiprocessing's 'spawn' method (or a forkserver that does not "
                           "preload torch) to gather in parallel in it")
-    previous = get_parallel_gathers()
+    try:
+        previous = get_parallel_gathers()
+    except OptionError:  # a bad environment variable: this call decides instead
+        previous = False
     _SETTINGS.enabled = bool(enabled)
     return previous
 
@@ -120,6 +124,7 @@ def source_tensor(source: np.ndarray) -> torch.Tensor | None:
         try:
             tensor = torch.from_dlpack(source)
         except BufferError:  # DLPack before 1.0 cannot carry a read-only array
+            # (torch warns once per process: silenced here, a user's own read-only from_numpy later is quiet too)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_NOT_WRITABLE, category=UserWarning)
                 tensor = torch.from_numpy(source)
