@@ -27,7 +27,11 @@ def folder(tmp_path):
 
 def test_serves_the_store_until_interrupted(folder):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    process = subprocess.Popen([sys.executable, "-m", "memmap_replay", "view", str(folder), "--port", "0"],
+    # Ctrl-C's handler set in the child: a shell that runs this suite as a background job (``&`` without job
+    # control) makes its processes ignore SIGINT, which the command would inherit
+    interruptible = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                     "sys.argv[0] = 'memmap_replay'; runpy.run_module('memmap_replay', run_name='__main__')")
+    process = subprocess.Popen([sys.executable, "-c", interruptible, "view", str(folder), "--port", "0"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stdout.readline()
