@@ -61,21 +61,21 @@ def locate_rows(rows, starts, by_start, start, counts, ids, stride, episode, t, 
     return _locate(rows, False, starts, by_start, start, counts, ids, stride, episode, t, keys)
 
 
-@cached_njit(types.UniTuple(types.int64, 2)(_IN_F64, _IN_F64, types.int64, types.int64, _IN_F64, types.float64, _IN_I64,
+@cached_njit(types.UniTuple(types.int64, 2)(_IN_F64, types.int64, types.int64, _IN_F64, types.float64, _IN_I64,
                                            _IN_I64, _IN_I64, _IN_I64, _IN_I64, types.int64, _I64, _F64, _I64, _I64,
                                            _I64, _F32))
-def draw_positions(sums, mins, top, levels, uniform, beta, starts, by_start, start, counts, ids, stride,
+def draw_positions(nodes, top, levels, uniform, beta, starts, by_start, start, counts, ids, stride,
                    rows, found, episode, t, keys, weights):
     """A prioritized sampler's whole draw in one call: the sum tree's stratified draw (``draw_into``), its
     rows located (``_locate``) and the importance weights (``weights_into``). Returns (strays, bad): -1
     strays if every priority is 0; with strays or bad draws the caller finishes in Python (the rows and
     ``found`` hold the descent's result), else everything is filled in."""
-    strays = draw_into(sums, top, levels, uniform, rows, found)
+    strays = draw_into(nodes, top, levels, uniform, rows, found)
     if strays != 0:
         return strays, 0
     bad = _locate(rows, True, starts, by_start, start, counts, ids, stride, episode, t, keys)  # (drawn in order)
     if bad == 0:
-        weights_into(mins, top, found, beta, weights)
+        weights_into(nodes, top, found, beta, weights)
     return 0, bad
 
 
@@ -92,9 +92,9 @@ def checked_priorities(keys, priorities, limit):
     return fine, highest
 
 
-@cached_njit(types.boolean(_IN_I64, types.int64, _IN_I64, _IN_I64, _IN_I64, types.int64, _IN_F64, _F64, _F64,
+@cached_njit(types.boolean(_IN_I64, types.int64, _IN_I64, _IN_I64, _IN_I64, types.int64, _IN_F64, _F64,
                             types.int64, types.int64, types.int64, _I64))
-def update_rows(keys, stride, ids, start, counts, committed, leaves, sums, mins, size, levels, capacity, rows):
+def update_rows(keys, stride, ids, start, counts, committed, leaves, nodes, size, levels, capacity, rows):
     """The store row of each key (id * stride + t, >= 0) into ``rows`` (its episode's first row + t), then
     the sum tree's leaves at those rows set to ``leaves`` (``set_into``). True when done: every id
     committed (below ``committed``) and in the table (``ids``, ascending), every t below its episode's
@@ -119,5 +119,5 @@ def update_rows(keys, stride, ids, start, counts, committed, leaves, sums, mins,
         if step >= counts[position] or start[position] + step >= capacity:
             return False
         rows[i] = start[position] + step
-    set_into(sums, mins, rows, leaves, size, levels)
+    set_into(nodes, rows, leaves, size, levels)
     return True

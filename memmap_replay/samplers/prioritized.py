@@ -196,7 +196,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         tree, table = self.tree, self.view.table
         rows, episode, t, keys = np.empty((4, batch_size), dtype=np.int64)
         found, weights = np.empty(batch_size), np.empty(batch_size, dtype=np.float32)
-        strays, bad = compiled.draw_positions(tree.sums, tree.mins, tree.top, tree.levels, self.rng.random(batch_size),
+        strays, bad = compiled.draw_positions(tree.flat, tree.top, tree.levels, self.rng.random(batch_size),
                                               self.beta, self._starts, self._by_start, table.start, counts, table.ids,
                                               self.view.key_stride, rows, found, episode, t, keys, weights)
         if strays < 0:
@@ -304,7 +304,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             return None
         rows = np.empty(len(keys), dtype=np.int64)
         if not compiled.update_rows(keys, self.view.key_stride, table.ids, table.start, counts, self.view.state[1],
-                                    self._leaves_of(raw), tree.sums, tree.mins, tree.size, tree.levels, tree.capacity,
+                                    self._leaves_of(raw), tree.flat, tree.size, tree.levels, tree.capacity,
                                     rows):
             return None
         if highest > self.max_priority:

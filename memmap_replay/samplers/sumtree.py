@@ -1,13 +1,20 @@
 """A vectorized sum tree (and min tree) for proportional prioritized replay. Numpy only.
 
-Leaves hold priorities; every inner node holds the sum (and the minimum) of its two children, in one
-flat array (node i has children 2i and 2i + 1, leaf j is node ``size + j``). The tree stops at a flat
-top level of ``top`` nodes (nodes ``top .. 2 * top - 1``): nothing above it is stored. A draw takes the
-cumulative sum of that level (a few thousand numbers, recomputed exactly for each batch, so nothing
-drifts) and one ``searchsorted``, then descends the remaining levels; an update rewrites its leaves and
-recomputes the parents it touched, from their children, up to the top level. The two children of a node
-sit side by side, so a view of the array as complex numbers reads both with one gather. Each level is a
-handful of numpy calls on arrays of the batch's size: no Python loop per item.
+Leaves hold priorities; every inner node holds the sum (and the minimum) of its two children (node i has
+children 2i and 2i + 1, leaf j is node ``size + j``). Each node's sum and minimum sit side by side in one
+float64 array ``nodes`` of shape (2 * size, 2) (``flat``: the same, one-dimensional), which starts on a
+cache line: the two children of node i are the 32 bytes [sum(2i), min(2i), sum(2i + 1), min(2i + 1)]
+from ``flat[4i]``, always within one 64-byte cache line, so an update reads and writes one line per level
+(with two arrays of sums and of minimums, it was one line in each). ``sums`` and ``mins`` are the strided
+views ``nodes[:, 0]`` and ``nodes[:, 1]``. The tree stops at a flat top level of ``top`` nodes (nodes
+``top .. 2 * top - 1``): nothing above it is stored. A draw takes the cumulative sum of that level (a few
+thousand numbers, recomputed exactly for each batch, so nothing drifts) and one ``searchsorted``, then
+descends the remaining levels; an update rewrites its leaves and recomputes the parents it touched, from
+their children, up to the top level. The numpy code reads both children's sums and minimums with one
+gather of ``nodes`` seen as rows of four floats (row i: the children of node i), and gathers or writes
+single nodes through a view of ``nodes`` as complex numbers (sum + min * 1j): numpy's gathers of
+one-dimensional arrays of 16-byte items are several times faster than those of rows of a 2-D array. Each
+level is a handful of numpy calls on arrays of the batch's size: no Python loop per item.
 
 With numba installed, the draws and the updates run as compiled kernels instead
 (``sumtree_numba``, chosen by ``kernels``: ``MEMMAP_REPLAY_KERNELS=numpy`` keeps this numpy code), which
@@ -26,6 +33,14 @@ __all__ = ["SumTree"]
 
 _TOP = 1 << 12  # default flat top level: 4,096 nodes (a cumsum of a few microseconds)
 NOTHING_TO_DRAW = "cannot sample: every priority is 0 (nothing to draw)"
+_LINE = 64  # bytes of a cache line: the nodes array starts on one, so a node's children never straddle two
+
+
+def _aligned(count: int) -> np.ndarray:
+    """``count`` float64 (uninitialized) starting at a cache line's start (malloc aligns to 16 bytes only)."""
+    buffer = np.empty(count + _LINE // 8)
+    skip = (-buffer.ctypes.data % _LINE) // 8
+    return buffer[skip: skip + count]
 
 
 class SumTree:
@@ -40,11 +55,15 @@ class SumTree:
             raise OptionError(f"top must be a power of two (got {short(top)})")
         self.top = min(int(top), self.size)
         self.levels = (self.size // self.top).bit_length() - 1  # levels below the top one
-        self.sums = np.zeros(2 * self.size, dtype=np.float64)
-        self.mins = np.full(2 * self.size, np.inf, dtype=np.float64)
-        # children pairs: pair i = (node 2i, node 2i + 1), the two children of node i
-        self._sum_pairs = self.sums.view(np.complex128)
-        self._min_pairs = self.mins.view(np.complex128)
+        # flat: what the compiled kernels get, the sum of node i at 2i, its minimum at 2i + 1
+        self.flat = _aligned(4 * self.size)
+        self.nodes = self.flat.reshape(2 * self.size, 2)  # node i: (sum, min)
+        self.sums, self.mins = self.nodes[:, 0], self.nodes[:, 1]  # strided views
+        self.sums[:] = 0
+        self.mins[:] = np.inf
+        # children: row i = [sum(2i), min(2i), sum(2i + 1), min(2i + 1)], the two children of node i
+        self._children = self.flat.reshape(self.size, 4)
+        self._pairs = self.flat.view(np.complex128)  # node i: sum + min * 1j (one item: fast numpy gathers)
 
     @property
     def _top_sums(self) -> np.ndarray:
@@ -75,7 +94,7 @@ class SumTree:
         if compiled is None:
             self._check(indices, priorities)
             self._set_leaves(indices, priorities)
-        elif compiled.set_leaves(self.sums, self.mins, np.ascontiguousarray(indices), np.ascontiguousarray(priorities),
+        elif compiled.set_leaves(self.flat, np.ascontiguousarray(indices), np.ascontiguousarray(priorities),
                                  self.size, self.levels, self.capacity, True):
             self._check(indices, priorities)  # the kernel refused them, changing nothing: say why
 
@@ -95,20 +114,23 @@ class SumTree:
         if compiled is None:
             self._set_leaves(indices, priorities)
         else:
-            compiled.set_leaves(self.sums, self.mins, indices, np.ascontiguousarray(priorities, dtype=np.float64),
+            compiled.set_leaves(self.flat, indices, np.ascontiguousarray(priorities, dtype=np.float64),
                                 self.size, self.levels, self.capacity, False)
 
     def _set_leaves(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        sums, mins, sum_pairs, min_pairs = self.sums, self.mins, self._sum_pairs, self._min_pairs
+        pairs, children = self._pairs, self._children
         node = indices + self.size
-        sums[node] = priorities
-        mins[node] = np.where(priorities > 0, priorities, np.inf)
+        written = np.empty(len(node), dtype=np.complex128)  # (sum, min) of each node written
+        sums, mins = written.real, written.imag
+        sums[:] = priorities
+        mins[:] = np.where(priorities > 0, priorities, np.inf)
+        pairs[node] = written
         for _ in range(self.levels):
             node >>= 1
-            pair = sum_pairs[node]
-            sums[node] = pair.real + pair.imag
-            pair = min_pairs[node]
-            mins[node] = np.minimum(pair.real, pair.imag)
+            both = children.take(node, axis=0)  # both children's sums and minimums: one gather
+            np.add(both[:, 0], both[:, 2], out=sums)
+            np.minimum(both[:, 1], both[:, 3], out=mins)
+            pairs[node] = written
 
     def find(self, values) -> np.ndarray:
         """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
@@ -118,7 +140,7 @@ class SumTree:
         if compiled is None:
             return self._find(values, np.cumsum(self._top_sums))[0]
         rows, found = np.empty(len(values), dtype=np.int64), np.empty(len(values))
-        return self.moved(rows, found, compiled.find(self.sums, self.top, self.levels, values, rows, found))[0]
+        return self.moved(rows, found, compiled.find(self.flat, self.top, self.levels, values, rows, found))[0]
 
     def _find(self, values: np.ndarray, cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``find`` of float64 ``values`` (consumed), given the top level's cumsum; also the leaves' values."""
@@ -126,17 +148,15 @@ class SumTree:
         where = np.minimum(np.searchsorted(cumulative, values, side="right"), self.top - 1)
         values -= cumulative[where] - top[where]
         node = where + self.top
-        sum_pairs = self._sum_pairs
-        pair = None
+        pairs = self._pairs
         for _ in range(self.levels):
-            pair = sum_pairs[node]
-            left = pair.real
+            node += node  # the left child
+            left = pairs[node].real
             right = values >= left
             values -= left * right
-            node += node
             node += right
-        # the chosen leaf's value: the last pair read holds it (padding leaves past capacity hold 0)
-        found = top[where] if pair is None else np.where(right, pair.imag, pair.real)
+        # the chosen leaf's value (padding leaves past capacity hold 0)
+        found = top[where] if not self.levels else pairs[node].real
         node -= self.size
         return self.moved(node, found)
 
@@ -169,7 +189,7 @@ class SumTree:
         compiled = kernels.compiled()
         if compiled is not None:
             rows, found = np.empty(batch_size, dtype=np.int64), np.empty(batch_size)
-            strays = compiled.draw(self.sums, self.top, self.levels, rng.random(batch_size), rows, found)
+            strays = compiled.draw(self.flat, self.top, self.levels, rng.random(batch_size), rows, found)
             if strays < 0:
                 raise InvalidDataError(NOTHING_TO_DRAW)
             return self.moved(rows, found, strays)
@@ -203,7 +223,6 @@ class SumTree:
         while width > self.top:
             width //= 2
             level = slice(width, 2 * width)
-            pairs = self._sum_pairs[level]
-            self.sums[level] = pairs.real + pairs.imag
-            pairs = self._min_pairs[level]
-            self.mins[level] = np.minimum(pairs.real, pairs.imag)
+            pairs = self._children[level]
+            self.sums[level] = pairs[:, 0] + pairs[:, 2]
+            self.mins[level] = np.minimum(pairs[:, 1], pairs[:, 3])

@@ -3,6 +3,10 @@
 Imported only by ``kernels`` at the first use of a sum tree, never by ``import memmap_replay``: importing
 this module imports numba and compiles (or loads from numba's on-disk cache) the kernels below.
 
+The kernels get the tree's nodes flat (``SumTree.flat``): the sum of node n at ``2n``, its minimum at
+``2n + 1``, so the children 2n and 2n + 1 of node n are the four floats from ``4n`` (one cache line: an
+update's read and write of a level touch one line).
+
 Each kernel does what ``SumTree``'s numpy code does, operation for operation in the same floating-point
 order, so that both give the same leaves, the same sums and the same draws for the same seed: the top
 level's cumulative sum is a sequential sum (as ``np.cumsum``), the search is ``searchsorted(side='right')``,
@@ -37,12 +41,12 @@ def cached_njit(signature):
 
 
 @numba.njit(cache=False, inline="always")
-def _cumulative(sums, top):
-    """``np.cumsum`` of the top level (nodes top .. 2 * top - 1), in the same order."""
+def _cumulative(nodes, top):
+    """``np.cumsum`` of the top level's sums (nodes top .. 2 * top - 1), in the same order."""
     cumulative = np.empty(top)
     total = 0.0
     for i in range(top):
-        total += sums[top + i]
+        total += nodes[2 * (top + i)]
         cumulative[i] = total
     return cumulative
 
@@ -80,26 +84,26 @@ def _merge(cumulative, values, rows):
 
 
 @numba.njit(cache=False, inline="always")
-def _descend(sums, levels, cumulative, values, rows, found):
+def _descend(nodes, levels, cumulative, values, rows, found):
     """From ``rows`` (top-level positions, ``searchsorted`` of ``values``) down to the leaves: their leaf
     into ``rows``, its priority into ``found`` (``values`` consumed). Returns how many found a leaf of
     priority 0 (rounding at an interval's edge: the caller moves them)."""
     count, top = len(values), len(cumulative)
     for i in range(count):
         where = min(rows[i], top - 1)
-        values[i] -= cumulative[where] - sums[top + where]
+        values[i] -= cumulative[where] - nodes[2 * (top + where)]
         rows[i] = top + where
-        found[i] = sums[top + where]
+        found[i] = nodes[2 * (top + where)]
     for _ in range(levels):  # level by level: the loads of one level are independent (many in flight)
         for i in range(count):
             node = 2 * rows[i]
-            left = sums[node]
+            left = nodes[2 * node]
             value = values[i]
             right = value >= left
             values[i] = value - (left if right else 0.0)  # as numpy's values -= left * right
             node += right
             rows[i] = node
-            found[i] = sums[node]
+            found[i] = nodes[2 * node]
     size = top << levels
     strays = 0
     for i in range(count):
@@ -110,10 +114,10 @@ def _descend(sums, levels, cumulative, values, rows, found):
 
 
 @numba.njit(cache=False, inline="always")
-def draw_into(sums, top, levels, uniform, rows, found):
+def draw_into(nodes, top, levels, uniform, rows, found):
     """Stratified draws, one per ``uniform`` value (in [0, 1)): value i is ``(i + uniform[i]) * total / n``,
     capped below the total. Returns -1 if the total is not > 0, else the strays (see ``_descend``)."""
-    cumulative = _cumulative(sums, top)
+    cumulative = _cumulative(nodes, top)
     total = cumulative[top - 1]
     if not total > 0:
         return -1
@@ -124,11 +128,11 @@ def draw_into(sums, top, levels, uniform, rows, found):
     for i in range(count):
         values[i] = min((i + uniform[i]) * scale, cap)
     _merge(cumulative, values, rows)
-    return _descend(sums, levels, cumulative, values, rows, found)
+    return _descend(nodes, levels, cumulative, values, rows, found)
 
 
 @numba.njit(cache=False, inline="always")
-def weights_into(mins, top, found, beta, weights):
+def weights_into(nodes, top, found, beta, weights):
     """Importance weights ``(min / found) ** beta`` as float32, min the top level's smallest (positive)
     minimum. numba's scalar ``pow`` may differ from numpy's SIMD one in the last bit of the float64, which
     the float32 rounding hides but for a value within that bit of a float32 rounding boundary: a weight is
@@ -136,51 +140,52 @@ def weights_into(mins, top, found, beta, weights):
     lanes = np.full(4, np.inf)
     for i in range(0, top - top % 4, 4):
         for lane in range(4):
-            value = mins[top + i + lane]
+            value = nodes[2 * (top + i + lane) + 1]
             lanes[lane] = value if value < lanes[lane] else lanes[lane]
     lowest = min(lanes[0], lanes[1], lanes[2], lanes[3])
     for i in range(top - top % 4, top):
-        lowest = min(lowest, mins[top + i])
+        lowest = min(lowest, nodes[2 * (top + i) + 1])
     for i in range(len(found)):
         weights[i] = (lowest / found[i]) ** beta
 
 
 @cached_njit(types.int64(_IN_F64, types.int64, types.int64, _IN_F64, _I64, _F64))
-def draw(sums, top, levels, uniform, rows, found):
+def draw(nodes, top, levels, uniform, rows, found):
     """``draw_into``, for ``SumTree.sample``."""
-    return draw_into(sums, top, levels, uniform, rows, found)
+    return draw_into(nodes, top, levels, uniform, rows, found)
 
 
 @cached_njit(types.int64(_IN_F64, types.int64, types.int64, _F64, _I64, _F64))
-def find(sums, top, levels, values, rows, found):
+def find(nodes, top, levels, values, rows, found):
     """The leaf of each value (``values`` consumed); returns the strays (see ``_descend``)."""
-    cumulative = _cumulative(sums, top)
+    cumulative = _cumulative(nodes, top)
     _search(cumulative, values, rows)
-    return _descend(sums, levels, cumulative, values, rows, found)
+    return _descend(nodes, levels, cumulative, values, rows, found)
 
 
 @numba.njit(cache=False, inline="always")
-def set_into(sums, mins, indices, priorities, size, levels):
-    """Leaves ``indices`` set to ``priorities``, then their parents recomputed level by level."""
+def set_into(nodes, indices, priorities, size, levels):
+    """Leaves ``indices`` set to ``priorities``, then their parents recomputed level by level (the
+    children of node n: sums at 4n and 4n + 2, minimums at 4n + 1 and 4n + 3)."""
     count = len(indices)
-    nodes = np.empty(count, np.int64)
+    at = np.empty(count, np.int64)
     for i in range(count):
         node = indices[i] + size
         priority = priorities[i]
-        sums[node] = priority
-        mins[node] = priority if priority > 0 else np.inf
-        nodes[i] = node
+        nodes[2 * node] = priority
+        nodes[2 * node + 1] = priority if priority > 0 else np.inf
+        at[i] = node
     for _ in range(levels):
         for i in range(count):
-            node = nodes[i] >> 1
-            nodes[i] = node
-            left, right = mins[2 * node], mins[2 * node + 1]
-            sums[node] = sums[2 * node] + sums[2 * node + 1]
-            mins[node] = left if left < right else right
+            node = at[i] >> 1
+            at[i] = node
+            left, right = nodes[4 * node + 1], nodes[4 * node + 3]
+            nodes[2 * node] = nodes[4 * node] + nodes[4 * node + 2]
+            nodes[2 * node + 1] = left if left < right else right
 
 
-@cached_njit(types.int64(_F64, _F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
-def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
+@cached_njit(types.int64(_F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
+def set_leaves(nodes, indices, priorities, size, levels, capacity, check):
     """Leaves ``indices`` set to ``priorities`` (the last of a repeated index wins), then their parents
     recomputed level by level up to the top level. ``check``: first refuse (changing nothing) an index
     outside [0, capacity) (returns 1) or a priority not finite and >= 0 (returns 2); 0 when done."""
@@ -191,5 +196,5 @@ def set_leaves(sums, mins, indices, priorities, size, levels, capacity, check):
                 return 1
             if not (priorities[i] >= 0 and priorities[i] < np.inf):
                 return 2
-    set_into(sums, mins, indices, priorities, size, levels)
+    set_into(nodes, indices, priorities, size, levels)
     return 0
