@@ -167,12 +167,13 @@ FORKED = textwrap.dedent("""
 """)
 
 
-def test_a_forked_child_gathers_serially_and_never_hangs(tmp_path):
-    script = tmp_path / "forked.py"
-    script.write_text(FORKED)
-    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / "store")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+def printed(tmp_path, text: str, count: int) -> list:
+    """The last ``count`` lines a script printed (Python literals), run in a fresh interpreter with a store
+    folder under ``tmp_path`` as its argument; a fail if it or a child it forked hangs."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / "store")], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         stdout, stderr = process.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -180,7 +181,11 @@ def test_a_forked_child_gathers_serially_and_never_hangs(tmp_path):
         process.communicate()
         pytest.fail("the script or its forked child hung")
     assert process.returncode == 0, stderr.decode()
-    enabled, refused, same, copies = ast.literal_eval(stdout.decode().strip().splitlines()[-1])
+    return [ast.literal_eval(line) for line in stdout.decode().strip().splitlines()[-count:]]
+
+
+def test_a_forked_child_gathers_serially_and_never_hangs(tmp_path):
+    [(enabled, refused, same, copies)] = printed(tmp_path, FORKED, 1)
     assert enabled is False and same is True and copies == [True]  # the child's gather: numpy's (no copy counted)
     assert "forked from one that had imported torch" in refused and "'spawn' method" in refused
 
@@ -220,16 +225,5 @@ FORKED_BEFORE_VIEWS = textwrap.dedent("""
 
 
 def test_a_child_forked_before_the_views_were_loaded_is_marked_too(tmp_path):
-    script = tmp_path / "forked_before_views.py"
-    script.write_text(FORKED_BEFORE_VIEWS)
-    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / "store")], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        stdout, stderr = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        pytest.fail("the script or its forked child hung")
-    assert process.returncode == 0, stderr.decode()
-    without_torch, (enabled, same) = map(ast.literal_eval, stdout.decode().strip().splitlines()[-2:])
+    without_torch, (enabled, same) = printed(tmp_path, FORKED_BEFORE_VIEWS, 2)
     assert without_torch is False and enabled is False and same is True
