@@ -410,11 +410,10 @@ class StoreView(BatchDataset):
             source = self._sources[name] = self.store.step_array(name, random=scattered)
         return source
 
-    def _tensor(self, name: str, source: np.ndarray):
+    def _tensor(self, name: str, source: np.ndarray) -> torch.Tensor | None:
         """A torch tensor over the step field's memory map, for parallel gathers (``views.gather``); None if
         torch cannot gather from it."""
         tensors = self._tensors
         if name not in tensors:
             tensors[name] = gather.source_tensor(source)
         return tensors[name]
-
