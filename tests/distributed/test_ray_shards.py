@@ -10,6 +10,7 @@ The last tests kill shard actors (restarted, and one for good).
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -425,6 +426,36 @@ def held_back(shard, side, run):
     while limiter_of(shard)["refused"][side] == before and not future.done():
         pass
     return future
+
+
+@ray.remote
+class RefusesThenStalls:
+    """Refuses the first call (a rate limiter's answer), then takes ``stall`` seconds to answer."""
+
+    def __init__(self, stall: float):
+        self.stall, self.calls = stall, 0
+
+    def add_episode(self):
+        self.calls += 1
+        if self.calls == 1:
+            return Refused("its rate limiter does not allow it now: learners are behind", {}, {})
+        time.sleep(self.stall)
+        return "inserted"
+
+    def count(self):
+        return self.calls
+
+
+def test_a_deadline_passing_on_a_call_sent_again_after_a_refusal_is_a_rate_limit(cluster):
+    from memmap_replay.distributed.ray.calls import ShardCall
+
+    actor = RefusesThenStalls.remote(1.5)  # answers the call sent again at 1.5 s: after the first deadline
+    assert ray.get(actor.count.remote()) == 0  # started (a start slower than the timeout is "no answer")
+    call = ShardCall(actor, "add_episode", timeout=1.0)
+    with pytest.raises(RateLimitedError, match=r"did not allow add_episode\(\) within timeout=1 s: .*learners are behind"):
+        call.result()  # alive and refusing, not "its actor died"
+    # the next result() waits for the call in flight (a deadline of its own: 2 s), it sends no third one
+    assert call.result() == "inserted" and ray.get(actor.count.remote()) == 2
 
 
 def test_a_rate_limited_shard_holds_writers_and_learners_to_the_ratio(cluster, tmp_path):

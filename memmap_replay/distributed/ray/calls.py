@@ -66,6 +66,11 @@ class ShardCall:
             f"was not restarted (make it with max_restarts, e.g. create_shard(...); or it spent them all), or it "
             f"is still restarting (pass a longer timeout=)")
 
+    def _rate_limited(self, refusal: Refused, when: str) -> RateLimitedError:
+        return RateLimitedError(f"{self.what} did not allow {self.method}() {when}: {refusal.message}; pass "
+                                f"rate_limit='block' and a longer timeout= to wait for room, or keep the other "
+                                f"side running")
+
     def _again(self, error: RayActorError, *, wait: bool) -> None:
         """Send the call again, unless the deadline has passed or the actor could not start."""
         if getattr(error, "actor_init_failed", False):  # its constructor raised: no restart will help
@@ -92,9 +97,7 @@ class ShardCall:
         if self.sent >= began and (self.rate_limit == "raise" or now + self.wait >= self.deadline):
             self.ref = None  # the next result() asks again
             when = "(rate_limit='raise')" if self.rate_limit == "raise" else f"within timeout={self.timeout:g} s"
-            raise RateLimitedError(f"{self.what} did not allow {self.method}() {when}: {refusal.message}; pass "
-                                   f"rate_limit='block' and a longer timeout= to wait for room, or keep the other "
-                                   f"side running")
+            raise self._rate_limited(refusal, when)
         if self.sent >= began:
             time.sleep(self.wait)
             self.wait = min(2 * self.wait, _RATE_BACKOFF[1])
@@ -104,7 +107,7 @@ class ShardCall:
         """Wait for the answer (sending the call again across a restart, and while the shard's rate limiter
         refuses it, as ``rate_limit`` says), or raise. After a ``RateLimitedError`` it asks again.
         ``settle=True``: a refused call is not sent again (its answer is None)."""
-        began = time.monotonic()
+        began, refusals = time.monotonic(), len(self.refused)
         if self.ref is None:  # refused before: ask again now, with a deadline of its own
             if settle:
                 return None
@@ -117,6 +120,9 @@ class ShardCall:
             except RayTaskError as error:
                 raise _unwrapped(error) from error
             except GetTimeoutError:
+                if len(self.refused) > refusals:  # alive and refusing: the deadline passed on a call sent again
+                    self.deadline = None  # (still in flight: the next result() waits for its answer)
+                    raise self._rate_limited(self.refused[-1], f"within timeout={self.timeout:g} s") from None
                 raise self._unavailable("no answer") from None
             except RayActorError as error:
                 self._again(error, wait=True)
