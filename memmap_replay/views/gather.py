@@ -94,11 +94,7 @@ def get_parallel_gathers() -> bool:
 def active() -> bool:
     """Whether this thread's large gathers go over torch's threads now (on, not forked, not a gather thread,
     torch has more than one thread)."""
-    enabled = _SETTINGS.enabled
-    if enabled is None:
-        enabled = get_parallel_gathers()
-    return (enabled and not FORKS.torch_parent and not getattr(_LOCAL, "serial", False)
-            and torch.get_num_threads() > 1)
+    return get_parallel_gathers() and not getattr(_LOCAL, "serial", False) and torch.get_num_threads() > 1
 
 
 @contextmanager
