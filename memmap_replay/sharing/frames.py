@@ -160,10 +160,12 @@ def _replacing(path: Path) -> Iterator[Path]:
 
 
 def _check_still_live(store: EpisodeStore, ids: np.ndarray) -> None:
-    """A ring writer may evict episodes while they are read: refuse frames read from an evicted one."""
-    if store.capacity.circular and len(ids) and fmt.read_meta(store.folder).state.first_episode > ids.min():
-        raise SampleExpiredError(f"episode id {int(ids.min())} was evicted by the ring writer of {store.folder} "
-                                 f"while its frames were read; run again to show live episodes")
+    """A ring writer (or ``clear()`` and new episodes) may overwrite episodes while they are read: refuse
+    frames read from one no longer live. A writer commits that in meta.json before it overwrites a row."""
+    if len(ids) and store.meta_stamp() != store.read_stamp and \
+            fmt.read_meta(store.folder).state.first_episode > ids.min():
+        raise SampleExpiredError(f"episode id {int(ids.min())} was evicted by the ring writer of {store.folder} (or "
+                                 f"dropped by clear()) while its frames were read; run again to show live episodes")
 
 
 def _progress_bar(total: int, unit: str, enabled: bool):

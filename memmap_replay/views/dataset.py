@@ -92,8 +92,10 @@ class StoreView(BatchDataset):
         if self.min_episode_len > 1:
             self.table = self.table.select(self.table.length >= self.min_episode_len)
         # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
-        # first check after a gather then reads meta.json again, once)
-        self._stamp = (store.read_stamp or ()) if store.capacity.circular else None
+        # first check after a gather then reads meta.json again, once). Every store is checked, not only
+        # rings: clear() frees a flat store's rows and slots, and a grow (to a ring, or one that moves slots)
+        # in another process changes where an episode's meta lives.
+        self._stamp = store.read_stamp or ()
         state = store.meta.state
         self.state = (state.first_episode, state.next_episode)
         self._capacity = store.capacity
@@ -259,25 +261,29 @@ class StoreView(BatchDataset):
                                f"over this view")
 
     def _check_not_evicted(self, episode: np.ndarray) -> None:
-        """After a gather from a ring: raise if the writer (another process or thread) evicted any of the
-        batch's episodes since the snapshot, for their rows may have been overwritten during the read. A
-        writer commits an eviction in meta.json before it overwrites a row, so a meta.json unchanged after
-        the read means the rows read were intact (a seqlock); a changed one is read again and its first
-        live id decides. The writer's own store object always holds the newest state."""
+        """After every gather: raise if the writer (another process or thread) evicted or cleared any of the
+        batch's episodes, or grew the store, since the snapshot, for their rows or meta slots may have been
+        overwritten during the read. A writer commits an eviction, a ``clear()`` and a grow in meta.json
+        before it overwrites a row or reuses a slot, so a meta.json unchanged after the read means the rows
+        and meta read were intact (a seqlock: one ``stat``); a changed one is read again, and its capacity
+        and first live id decide. The writer's own store object always holds the newest state."""
         store = self.store
         if not store.is_writer and store.meta_stamp() != self._stamp:
             store.refresh()
             self._stamp = store.read_stamp
-        if store.capacity != self._capacity:  # a grow moved slots while this batch was read
+        if store.capacity != self._capacity:  # a grow moved slots (or made a ring) while this batch was read
             self._check_stride(store)
-            raise SampleExpiredError(f"{store.folder} was grown while this batch was read (episode slots may have "
-                                     f"moved); draw again (a sampler's batch() does), or refresh() the view")
+            raise SampleExpiredError(
+                f"{store.folder} was grown (from {self._capacity} to {store.capacity}) since this view's snapshot, "
+                f"so this batch may hold rows or meta of other episodes (slots moved, or the ring reused them); "
+                f"draw again (a sampler's batch() does), or refresh() the view (a DataLoader: make a new one)")
         oldest = self.table.ids[episode.min()]  # table ids ascend
         first = store.meta.state.first_episode
         if oldest < first:
             raise SampleExpiredError(
-                f"episode {int(oldest)} was evicted by the ring writer while this batch was read (the oldest live "
-                f"episode is now {first}); draw again (a sampler's batch() does), or refresh() the view"
+                f"episode {int(oldest)} was evicted by the ring writer, or dropped by clear(), while this batch was "
+                f"read (the oldest live episode is now {first}); draw again (a sampler's batch() does), or "
+                f"refresh() the view (a DataLoader: make a new one)"
             )
 
     def episodes_of(self, ids: np.ndarray) -> np.ndarray | None:
@@ -329,7 +335,7 @@ class StoreView(BatchDataset):
             batch = self.gather(episode, t)
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
-        if self._stamp is not None and len(episode):  # after every read of the batch's rows and slots
+        if len(episode):  # after every read of the batch's rows and slots
             self._check_not_evicted(episode)
         if self.return_indices:
             batch["_index"] = torch.from_numpy(self.table.slots[episode])

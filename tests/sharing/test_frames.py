@@ -532,3 +532,26 @@ def test_progress_bars_go_to_stderr_when_asked(folder, tmp_path, capsys):
     assert captured.out == "" and "0/9 [" in captured.err and "frame/s" in captured.err and "0/3 [" in captured.err
     write_video(folder, "hwc", tmp_path / "v.gif", episode=1)
     assert capsys.readouterr().err == ""
+
+
+def test_frames_of_a_flat_store_cleared_while_they_were_read_are_refused(tmp_path, monkeypatch):
+    """clear() frees a flat store's rows: the next episode overwrites them while a reader reads its frames."""
+    folder = make_store(tmp_path / "flat", lengths=(3, 3), max_episodes=4)
+    stale = EpisodeStore.open(folder, "r")
+    read_rows = stale.step_array
+
+    def clearing(name):  # the writer clears and writes a new episode over row 0 while the rows are read
+        with ReplayBuffer.from_folder(folder) as writer:
+            writer.clear()
+            writer.store_episode(**{key: np.stack([store(picture(9, t)) for t in range(3)])
+                                    for key, (_, store, _) in LAYOUT_FIELDS.items()},
+                                 action=np.zeros((3, 2)), goal=np.zeros((H, W)))
+        monkeypatch.setattr(stale, "step_array", read_rows)
+        return read_rows(name)
+
+    try:
+        monkeypatch.setattr(stale, "step_array", clearing)
+        with pytest.raises(SampleExpiredError, match=r"episode id 0 was evicted .*clear\(\)"):
+            contact_sheet(stale, "hwc", episodes=0)
+    finally:
+        stale.close()

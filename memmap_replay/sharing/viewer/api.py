@@ -108,9 +108,10 @@ class StoreApi:
         if columns and self._columns_state != self._state:
             for _ in range(_CATCH_UP):
                 self._columns.update(store, self._table)
-                # a ring writer may have evicted (and overwritten) episodes whose returns were just summed: then
-                # take its newer state (the returns of the episodes still live were read whole, and are kept)
-                if not store.capacity.circular or not len(self._table) or \
+                # a ring writer (or clear() and new episodes) may have overwritten episodes whose returns were
+                # just summed: then take its newer state (the returns of the episodes still live were read
+                # whole, and are kept)
+                if not len(self._table) or store.meta_stamp() == store.read_stamp or \
                         fmt.read_meta(store.folder).state.first_episode <= self._table.ids[0]:
                     break
                 store.refresh()
@@ -275,10 +276,12 @@ class StoreApi:
 
     @staticmethod
     def _check_live(store: EpisodeStore, episode_id: int) -> None:
-        """A ring writer may have evicted the episode while its row was read: refuse the row."""
-        if store.capacity.circular and fmt.read_meta(store.folder).state.first_episode > episode_id:
-            raise SampleExpiredError(f"episode {episode_id} was evicted by the ring writer while its frame was read; "
-                                     f"go back to the episodes table for the live ones")
+        """A ring writer (or ``clear()`` and new episodes) may have overwritten the episode while its row was
+        read: refuse the row. A writer commits that in meta.json before it overwrites a row: one stat decides
+        when meta.json is as the store last read it."""
+        if store.meta_stamp() != store.read_stamp and fmt.read_meta(store.folder).state.first_episode > episode_id:
+            raise SampleExpiredError(f"episode {episode_id} was evicted by the ring writer (or dropped by clear()) "
+                                     f"while its frame was read; go back to the episodes table for the live ones")
 
 
 class FrameTooLargeError(OptionError):

@@ -1,0 +1,188 @@
+"""Readers across a grow made by another store object (as by a writer in another process): a view made
+before the grow never returns rows of one episode with the meta of another; it refuses the batch with
+``SampleExpiredError`` naming the grow (``SchemaMismatchError`` for longer episodes, whose keys change),
+and a sampler's ``batch()`` draws again from the new table.
+
+Each episode's rows name it (``eid``, ``t``) and so does its meta value (``tag``). A hook runs the writer
+at the worst instant: after the view gathered the rows and before it read the meta and checked. Every
+scenario overwrites what the view read (the ring evicts it, or the slot its meta was in is reused), so a
+batch returned unrefused would hold wrong meta or stale rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memmap_replay import ReplayBuffer, SampleExpiredError, SchemaMismatchError
+
+FIELDS = dict(obs=("float", (2,)), goal=("float", (2,)), reward="float", eid="int64", t="int32")
+META = dict(tag="int64")
+LENGTH = 6
+
+
+def write(buffer, count):
+    """Commit ``count`` episodes of LENGTH steps whose every row and meta value name the episode id."""
+    for _ in range(count):
+        eid = buffer.episode_store.meta.state.next_episode
+        t = np.arange(LENGTH)
+        buffer.store_episode(end="terminated", tag=eid, eid=np.full(LENGTH, eid), t=t.astype(np.int32),
+                             obs=np.stack([np.full(LENGTH, eid), t], axis=1).astype(np.float32),
+                             goal=np.zeros((LENGTH, 2), np.float32), reward=np.zeros(LENGTH, np.float32))
+
+
+def flat_to_ring(folder):
+    """A flat store the writer turns into a ring, then fills: every episode the view holds is evicted."""
+    writer = ReplayBuffer(folder, max_episodes=8, max_timesteps=16, max_steps=64, fields=FIELDS, meta_fields=META)
+    write(writer, 8)
+
+    def grow():
+        writer.grow(circular=True)
+        write(writer, 12)
+    return writer, grow
+
+
+def cleared_flat(folder):
+    """A flat store cleared twice (ids 16..18 live in slots 0..2); the grow to 11 slots moves them to 5..7,
+    and episode 22 then takes slot 0, where the view reads episode 16's meta. No row is overwritten."""
+    writer = ReplayBuffer(folder, max_episodes=8, max_timesteps=16, max_steps=400, fields=FIELDS, meta_fields=META)
+    for _ in range(2):
+        write(writer, 8)
+        writer.clear()
+    write(writer, 3)
+
+    def grow():
+        writer.grow(max_episodes=11)
+        write(writer, 5)
+    return writer, grow
+
+
+def grown_ring(folder):
+    """A ring whose ids passed max_episodes, grown to 11 slots (two commits: the slots overlap), then filled."""
+    writer = ReplayBuffer(folder, max_episodes=8, max_timesteps=16, max_steps=64, fields=FIELDS, meta_fields=META,
+                          circular=True)
+    write(writer, 20)
+
+    def grow():
+        writer.grow(max_episodes=11, max_steps=80)
+        write(writer, 14)
+    return writer, grow
+
+
+def longer_episodes(folder):
+    """max_timesteps grows: keys (episode id * max_timesteps + t) of the old view mean other steps now."""
+    writer = ReplayBuffer(folder, max_episodes=8, max_timesteps=16, max_steps=64, fields=FIELDS, meta_fields=META)
+    write(writer, 4)
+
+    def grow():
+        writer.grow(max_timesteps=32, max_steps=128)
+        write(writer, 2)
+    return writer, grow
+
+
+SCENARIOS = {"flat_to_ring": flat_to_ring, "cleared_flat": cleared_flat, "grown_ring": grown_ring}
+REFUSED = {"flat_to_ring": (SampleExpiredError, "was grown"), "cleared_flat": (SampleExpiredError, "was grown"),
+           "grown_ring": (SampleExpiredError, "was grown"), "longer_episodes": (SchemaMismatchError, "max_timesteps")}
+
+VIEWS = {
+    "trajectory": dict(),
+    "timestep": dict(timestep_level=True),
+    "window": dict(window=3),
+    "nstep": dict(n_steps=3),
+    "transitions": dict(transitions=True, observation_fields=("obs",)),
+    "hindsight": dict(hindsight=dict(goal_field="goal", achieved_field="obs",
+                                     reward_fn=lambda achieved, goal: np.zeros(len(goal), np.float32))),
+}
+
+
+def grow_during_the_gather(view, grow):
+    """Run ``grow`` once, right after the view's next gather of step rows (before its meta read and check)."""
+    gather, grown = view.gather, []
+
+    def gather_then_grow(episode, t):
+        batch = gather(episode, t)
+        if not grown:
+            grown.append(True)
+            grow()
+        return batch
+
+    view.gather = gather_then_grow
+    return grown
+
+
+def rows_and_meta_agree(batch, ids=None):
+    """Every row's eid (and the key's episode, when given) is the batch's meta tag for that row."""
+    eid, tag = batch["eid"].numpy(), batch["tag"].numpy()
+    eid = eid.reshape(len(tag), -1)
+    wrong = (eid != tag[:, None]).any(axis=1)
+    if ids is not None:
+        wrong |= ids != tag
+    return int(wrong.sum())
+
+
+@pytest.mark.parametrize("view_kind", sorted(VIEWS))
+@pytest.mark.parametrize("scenario", [*SCENARIOS, "longer_episodes"])
+def test_a_view_made_before_a_grow_refuses_the_batch_read_across_it(tmp_path, scenario, view_kind):
+    make = {**SCENARIOS, "longer_episodes": longer_episodes}[scenario]
+    writer, grow = make(tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        view = reader.dataset(**VIEWS[view_kind])
+        items = np.arange(len(view))
+        good = view.__getitems__(items)  # before the grow: every row and meta value name one episode
+        assert rows_and_meta_agree(good) == 0
+        grown = grow_during_the_gather(view, grow)
+        error, match = REFUSED[scenario]
+        with pytest.raises(error, match=match):
+            view.__getitems__(items)
+        assert grown
+        with pytest.raises(error, match=match):  # and on: the view's snapshot is of the old geometry
+            view.__getitems__(items[:1])
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "sequence"])
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_a_sampler_draws_again_from_the_grown_store(tmp_path, scenario, kind):
+    writer, grow = SCENARIOS[scenario](tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        options = dict(window=3) if kind == "sequence" else dict(timestep_level=True)
+        sampler = reader.sampler(kind, seed=1, **options)
+        grown = grow_during_the_gather(sampler.view, grow)
+        batch = sampler.batch(64)
+        assert grown
+        ids, t = np.divmod(batch["_key"].numpy(), sampler.view.key_stride)
+        assert rows_and_meta_agree(batch, ids) == 0
+        state = writer.episode_store.meta.state
+        assert ids.min() >= state.first_episode and ids.max() < state.next_episode
+        first = batch["t"].numpy().reshape(len(ids), -1)[:, 0]
+        np.testing.assert_array_equal(first, t)
+
+
+def test_a_view_made_before_clear_refuses_rows_written_after_it(tmp_path):
+    """A flat store's clear() frees its rows and slots: the next episodes overwrite both."""
+    with ReplayBuffer(tmp_path / "store", max_episodes=8, max_timesteps=16, max_steps=64, fields=FIELDS,
+                      meta_fields=META) as writer, \
+            ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        write(writer, 4)
+        reader.refresh()
+        view = reader.dataset(timestep_level=True)
+
+        def clear_and_write():
+            writer.clear()
+            write(writer, 4)
+
+        grow_during_the_gather(view, clear_and_write)
+        with pytest.raises(SampleExpiredError, match="clear"):
+            view.__getitems__(np.arange(len(view)))
+
+
+def test_the_writers_own_view_refuses_a_batch_read_across_its_grow(tmp_path):
+    """A view over the writer's own store object (a reader thread beside the writer): the same refusal."""
+    writer, grow = cleared_flat(tmp_path / "store")
+    with writer:
+        view = writer.dataset(timestep_level=True)
+        grow_during_the_gather(view, grow)
+        with pytest.raises(SampleExpiredError, match="was grown"):
+            view.__getitems__(np.arange(len(view)))
+        view.refresh()
+        batch = view.__getitems__(np.arange(len(view)))
+        assert rows_and_meta_agree(batch) == 0
