@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memmap_replay import InvalidDataError, RateLimiter, ReplayBuffer, SampleExpiredError
+from memmap_replay import (BufferFullError, InvalidDataError, OptionError, RateLimiter, ReplayBuffer,
+                           SampleExpiredError, SchemaMismatchError)
 from memmap_replay.views.loader import BatchIndexSampler
 
 KINDS = ("good", "stale", "torn", "wrong_meta")
@@ -281,6 +282,141 @@ class Live:
             tally.last_ids = [buffer.episode_store.meta.state.first_episode]
         tally.save(result)
 
+    # ---- a writer that grows the store under readers, and readers through DataLoaders -------------------
+
+    GROW_SCENARIOS = ("to_ring", "cleared", "ring")
+    MOST_EPISODES = 40  # grows stop here (then the writer only writes, or clears)
+
+    def grow_writer_main(self, folder, stop_file, log_path, scenario, seed=0, every=25):
+        """Write episodes and change the store's geometry under the readers, until ``stop_file`` appears:
+
+        - "to_ring": the store starts flat; once full, wait for ``<stop_file>.reading`` (a reader is in an
+          epoch over it), grow it into a ring, then grow ``max_episodes`` every ``every`` episodes;
+        - "cleared": the store is flat; when full it is cleared (so ids pass ``max_episodes``) or, every
+          other time, grown (moving live episodes to new slots that the next episodes leave behind);
+        - "ring": a ring grown every ``every`` episodes (its ids passed ``max_episodes``: slots move).
+
+        Logs each committed episode ("done ID") and each change ("grow" or "clear"); after the first change
+        and a full store's worth of episodes after it, touches ``<stop_file>.changed``."""
+        deadline = time.monotonic() + self.LIFETIME
+        rng = np.random.default_rng(seed)
+        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        buffer = ReplayBuffer.from_folder(folder)
+        store = buffer.episode_store
+        os.write(log, b"open %d\n" % store.meta.state.next_episode)
+        changes, since = 0, 0  # geometry changes made; episodes committed since the first one
+
+        def change(kind, **grow):
+            nonlocal changes
+            if kind == "clear":
+                buffer.clear()
+            else:
+                buffer.grow(**grow)
+            os.write(log, f"{kind} {changes}\n".encode())
+            changes += 1
+
+        def larger():
+            capacity = store.capacity
+            more = int(rng.integers(1, 4))
+            if capacity.max_episodes + more > self.MOST_EPISODES:
+                return None
+            return dict(max_episodes=capacity.max_episodes + more, max_steps=capacity.max_steps + more * self.MAX_T)
+
+        while not stopped(stop_file, deadline):
+            gid = store.meta.state.next_episode
+            try:
+                buffer.store_episode(end="terminated", tag=gid, **self.episode_rows(gid))
+            except BufferFullError:
+                if scenario == "to_ring":
+                    while not os.path.exists(f"{stop_file}.reading") and not stopped(stop_file, deadline):
+                        time.sleep(0.001)
+                    change("grow", circular=True)
+                elif scenario == "cleared":
+                    grow = larger() if changes % 2 else None
+                    change("grow", **grow) if grow else change("clear")
+                else:
+                    raise
+                continue
+            os.write(log, b"done %d\n" % gid)
+            since += changes > 0
+            if since == self.RING["max_episodes"] + 1:
+                Path(f"{stop_file}.changed").touch()
+            if scenario in ("to_ring", "ring") and store.capacity.circular and gid % every == 0:
+                grow = larger()
+                if grow:
+                    change("grow", **grow)
+        buffer.close()
+
+    LOADER_KINDS = ("timestep", "window", "nstep", "sampler")
+
+    def loader_reader(self, folder, stop_file, result, seed, kind="timestep", workers="threads", batch_size=4):
+        """DataLoader epochs (``num_workers=2`` of ``workers``) over a view made before each epoch, while a
+        writer grows the store: every row checked against the (episode, t) its batch says, through
+        ``return_indices`` (the slot, mapped to the epoch's episode ids) or a sampler's ``_key``. A refusal
+        (``SampleExpiredError``, or ``SchemaMismatchError`` for longer episodes) is counted and the next epoch
+        begins over a new view. The first epoch waits, after its first batch, until the writer has changed
+        the store and written over what the epoch's view holds (``<stop_file>.changed``)."""
+        deadline = time.monotonic() + self.LIFETIME
+        tally = Tally()
+        window = {"window": self.WINDOW, "nstep": NSTEP}.get(kind)
+        with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+            wait_for_episodes(buffer, time.monotonic() + self.FIRST_WAIT, 4)  # a first epoch of several batches
+            tally.first_ids = [buffer.episode_store.meta.state.first_episode]
+            epoch = 0
+            while not stopped(stop_file, deadline):
+                buffer.refresh()
+                epoch += 1
+                try:
+                    loader, ids_of = self._epoch_loader(buffer, kind, batch_size, seed * self.SEED_STRIDE + epoch,
+                                                        window, num_workers=2, workers=workers)
+                except (OptionError, InvalidDataError) as error:  # no items: the writer just cleared the store
+                    if "no items" not in str(error):
+                        raise
+                    continue
+                try:
+                    for batch in loader:
+                        if kind == "sampler":
+                            ids, t = np.divmod(batch["_key"].numpy(), self.MAX_T)
+                            got = self.numpy_batch(batch)
+                        else:
+                            ids = np.array([ids_of[slot] for slot in batch["_index"].numpy().tolist()], np.int64)
+                            t = batch["_t"].numpy().astype(np.int64)
+                            got = self.numpy_batch(batch, window if kind == "window" else None)
+                        tags = batch["tag"].numpy()
+                        if kind == "window":
+                            ids, t, tags = (np.repeat(ids, window), (t[:, None] + np.arange(window)).reshape(-1),
+                                            np.repeat(tags, window))
+                        self.check(tally, got, ids, t, tags)
+                        if tally.batches == 1:
+                            ready(result)
+                            Path(f"{stop_file}.reading").touch()
+                            while not os.path.exists(f"{stop_file}.changed") and not stopped(stop_file, deadline):
+                                time.sleep(0.001)
+                        if stopped(stop_file, deadline):
+                            break
+                except (SampleExpiredError, SchemaMismatchError) as error:
+                    tally.expired += 1
+                    tally.redrawn += 1
+                    tally.refusals = (tally.refusals + [str(error)[:160]])[:4]
+                except InvalidDataError as error:  # a sampler over a store the writer just cleared
+                    if "nothing to sample" not in str(error):
+                        raise
+                del loader
+            buffer.refresh()
+            tally.last_ids = [buffer.episode_store.meta.state.first_episode]
+        tally.save(result)
+
+    def _epoch_loader(self, buffer, kind, batch_size, seed, window, **loader_options):
+        """(a DataLoader of ``kind`` over the buffer's live episodes, {slot: episode id} of its view)."""
+        if kind == "sampler":
+            sampler = buffer.sampler("prioritized", seed=seed, follow="disk")
+            return sampler.dataloader(batch_size, 64, **loader_options), None
+        options = dict(timestep_level=True) if kind == "timestep" else \
+            dict(window=window) if kind == "window" else dict(n_steps=NSTEP)
+        loader = buffer.dataloader(batch_size, shuffle=True, seed=seed, return_indices=True, **options, **loader_options)
+        view = loader.dataset
+        return loader, dict(zip(view.table.slots.tolist(), view.table.ids.tolist()))
+
 
 class Tally:
     """A reader's counts, saved as JSON for the process that started it."""
@@ -353,7 +489,7 @@ def read_log(path):
         kind, value = line.split()
         if kind == "open":
             opened = int(value)
-        else:
+        elif kind == "done":  # (a growing writer also logs its "grow" and "clear" changes)
             done.append(int(value))
     return opened, done
 
@@ -381,8 +517,8 @@ def ready(result):
     Path(f"{result}.ready").touch()
 
 
-def wait_for_episodes(buffer, deadline):
-    while buffer.num_episodes == 0:
+def wait_for_episodes(buffer, deadline, count=1):
+    while buffer.num_episodes < count:
         if time.monotonic() > deadline:
             raise TimeoutError("no writer committed an episode")
         time.sleep(0.001)

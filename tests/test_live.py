@@ -64,6 +64,7 @@ episode_rows, classify, numpy_batch = LIVE.episode_rows, LIVE.classify, LIVE.num
 # workers (forked from the Workers helper process, which finds them here by name)
 writer_main, sampler_reader, view_reader = LIVE.writer_main, LIVE.sampler_reader, LIVE.view_reader
 prioritized_reader = LIVE.prioritized_reader
+grow_writer_main, loader_reader = LIVE.grow_writer_main, LIVE.loader_reader
 
 
 def check_store(folder, logs=None, shard=0, exited=False):
@@ -357,6 +358,44 @@ def test_a_shard_set_reader_while_several_ring_writers_overwrite(tmp_path, worke
     for k in range(SHARDS):
         check_store(shard_folder(root, k), [logs[k]], shard=k, exited=True)
     expect_only_good_rows(shard_reader=tally)
+
+
+# ---- b2: DataLoader epochs in other processes while the writer grows the store ----------------------------------
+
+# per scenario, the readers (kind of view or sampler, kind of loader workers): each pair at least once
+GROW_READERS = {
+    "to_ring": [("timestep", "processes"), ("window", "threads"), ("nstep", "threads"), ("sampler", "processes")],
+    "cleared": [("timestep", "threads"), ("window", "processes"), ("nstep", "processes"), ("sampler", "threads")],
+    "ring": [("timestep", "processes"), ("window", "threads"), ("nstep", "processes"), ("sampler", "threads")],
+}
+
+
+@pytest.mark.parametrize("scenario", LIVE.GROW_SCENARIOS)
+def test_loader_epochs_in_other_processes_while_the_writer_grows_the_store(tmp_path, workers, scenario):
+    """A writer process grows the store (a flat one into a ring; a flat one cleared past max_episodes, then
+    grown so live episodes move and new ones reuse their old slots; a ring) while reader processes run
+    DataLoader epochs (worker threads and worker processes) over views and a prioritized sampler made before:
+    every row they are handed is the row of the episode its batch names, with that episode's meta, or the
+    epoch is refused with a library error naming the grow; never another episode's rows or meta."""
+    folder, stop, log = tmp_path / "store", tmp_path / "stop", tmp_path / "writer.log"
+    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **dict(RING, circular=scenario == "ring")).close()
+    writer = workers.start(grow_writer_main, folder, stop, log, scenario, 7)
+    results = {f"{kind}-{kinds}": tmp_path / f"{kind}-{kinds}.json" for kind, kinds in GROW_READERS[scenario]}
+    pids = [workers.start(loader_reader, folder, stop, results[f"{kind}-{kinds}"], seed, kind, kinds)
+            for seed, (kind, kinds) in enumerate(GROW_READERS[scenario], 20)]
+    wait_for_readers(workers, pids, results.values())
+    time.sleep(READ_SECONDS)
+    stop.touch()
+    for pid in pids + [writer]:
+        workers.finish(pid)
+    tallies = {name: Tally.load(path) for name, path in results.items()}
+    changes = [line for line in log.read_text().splitlines() if line.startswith(("grow", "clear"))]
+    assert len(changes) >= 2, f"the writer changed the store {len(changes)} times"
+    for name, tally in tallies.items():
+        assert tally.batches > 0, f"{name}: {tally}"
+        assert tally.expired > 0, f"{name}: no epoch was refused, so none read across a change: {tally}"
+    check_store(folder, [log], exited=True)
+    expect_only_good_rows(**tallies)
 
 
 # ---- c: a ring writer killed at random instants while readers read --------------------------------------------

@@ -73,8 +73,8 @@ class _StepIndices:
         names = super().output_names()
         return [name for name in names if name not in ("_index", "_t")] + (["_indices"] if "_index" in names else [])
 
-    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        batch = super().assemble(episode, t)
+    def assemble(self, episode: np.ndarray, t: np.ndarray, generation: int | None = None) -> dict[str, torch.Tensor]:
+        batch = super().assemble(episode, t, generation)
         if "_index" in batch:
             batch["_indices"] = torch.stack((batch.pop("_index"), batch.pop("_t")), dim=-1)
         return batch
@@ -103,8 +103,8 @@ class ReplayDatasetTrajectory(TrajectoryView):
     def output_names(self) -> list[str]:
         return [name for name in super().output_names() if name != "_t"]
 
-    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
-        batch = super().assemble(episode, t)
+    def assemble(self, episode: np.ndarray, t: np.ndarray, generation: int | None = None) -> dict[str, torch.Tensor]:
+        batch = super().assemble(episode, t, generation)
         batch.pop("_t", None)
         return batch
 
@@ -174,12 +174,12 @@ class ReplayDatasetTimeWindow(WindowView):
             state["_rng"] = None
         return state
 
-    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+    def assemble(self, episode: np.ndarray, t: np.ndarray, generation: int | None = None) -> dict[str, torch.Tensor]:
         if self._rng is None:
             self._rng = np.random.default_rng()
         length = self.table.length[episode]
         start = self._rng.integers(0, length - np.minimum(self.window, length) + 1)
-        batch = super().assemble(episode, start.astype(np.int64))
+        batch = super().assemble(episode, start.astype(np.int64), generation)
         batch.pop("_mask", None)
         batch["_reaches_episode_end"] = torch.from_numpy(start + np.minimum(self.window, length) >= length)
         if self.return_indices:

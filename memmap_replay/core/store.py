@@ -332,14 +332,18 @@ class EpisodeStore:
         linked = meta.links and fmt.LINKS not in self.table
         self.meta, self._table_stamp = meta, None
         if grown or linked:
-            for file in self._files():
-                file.close()
-            self.steps, self.metas, self.table = {}, {}, {}
-            groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
+            # the new files are opened first and swapped in whole: a view's gather threads share this store
+            # and may look a file up meanwhile (the old maps stay valid while a gather holds them)
+            old = self._files()
+            steps, metas, table = {}, {}, {}
+            groups = {fmt.STEPS_DIR: steps, fmt.META_DIR: metas, fmt.EPISODES_DIR: table}
             for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity, links=meta.links):
                 groups[group][spec.name] = NpyFile.open(self.folder, self.folder / path, spec,
                                                         meta.state.rows if rows is None else rows,
                                                         writable=self.writable)
+            self.steps, self.metas, self.table = steps, metas, table
+            for file in old:
+                file.close()
         for file in self.steps.values():
             file.rows = max(file.rows, meta.state.rows)
 

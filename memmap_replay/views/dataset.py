@@ -41,6 +41,15 @@ def _describe(value: Any) -> str:
     return short(value)
 
 
+class SnapshotMovedError(SampleExpiredError):
+    """The view took a newer snapshot (another thread refreshed it) while a batch was read: the batch may
+    mix rows or meta of the two tables. ``sample_batch`` reads it again (its keys name episodes, not
+    positions); a batch of item numbers is refused (its numbers name positions of the old snapshot)."""
+
+
+_SNAPSHOT_RETRIES = 8  # times sample_batch reads a batch again after the view moved to a newer snapshot
+
+
 def check_store(store: Any) -> EpisodeStore:
     """The store a view reads: an ``EpisodeStore``, else an error that says where to get one."""
     if not isinstance(store, EpisodeStore):
@@ -82,6 +91,9 @@ class StoreView(BatchDataset):
         self.filter_meta = filter_meta
         self.min_episode_len = integer(min_episode_len, "min_episode_len", low=1)  # (0.2.3's keyword)
         self.key_stride = store.capacity.max_timesteps  # sample keys: episode id * key_stride + t
+        # snapshots taken, twice each (odd: one is being taken): a batch is read against one snapshot,
+        # checked by comparing this before and after (threads of a loader share the view)
+        self._generation = 0
         self._snapshot(store)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
@@ -136,9 +148,13 @@ class StoreView(BatchDataset):
         state = store.meta.state
         if (state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity:
             return False  # (a grown capacity moves slots: the snapshot is taken again)
-        self._snapshot(store)
-        self._sources, self._tensors = {}, {}  # the files may have grown: map them again on the next read
-        self.build()
+        self._generation += 1  # odd while the snapshot changes: a batch read meanwhile is read again or refused
+        try:
+            self._snapshot(store)
+            self._sources, self._tensors = {}, {}  # the files may have grown: map them again on the next read
+            self.build()
+        finally:
+            self._generation += 1
         return True
 
     # ---- pickling: paths, not arrays --------------------------------------------------------------------
@@ -208,15 +224,22 @@ class StoreView(BatchDataset):
                                     or weights.shape != keys.shape):
             raise InvalidDataError(f"a Sample's weights must be None or a float array of one weight per key, shape "
                                    f"{keys.shape} (got {_describe(weights)})")
-        store = self._store
-        if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
-            self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
-        known = sample.positions_in(self)
-        if known is not None:  # drawn from this very snapshot: the sampler located the keys already
-            episode, t = known
-        else:
-            episode, t = self._locate_keys(keys)
-        batch = self.assemble(episode, t)
+        for attempt in range(_SNAPSHOT_RETRIES + 1):
+            store = self._store
+            if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
+                self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
+            generation = self._generation
+            known = sample.positions_in(self)
+            if known is not None:  # drawn from this very snapshot: the sampler located the keys already
+                episode, t = known
+            else:
+                episode, t = self._locate_keys(keys)
+            try:
+                batch = self.assemble(episode, t, generation)
+                break
+            except SnapshotMovedError:  # another thread refreshed the view meanwhile: read the keys again
+                if attempt == _SNAPSHOT_RETRIES:
+                    raise
         batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
         if weights is not None:
             batch["_weight"] = torch.from_numpy(weights)
@@ -317,11 +340,25 @@ class StoreView(BatchDataset):
     def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler), through the
         view's ``transform``."""
-        return self.transformed(self.assemble(*self.positions.locate(items)))
+        generation = self._generation
+        return self.transformed(self.assemble(*self.positions.locate(items), generation))
 
-    def assemble(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
+    def _check_generation(self, generation: int) -> None:
+        """Refuse a batch read while the view took a newer snapshot (``generation``: as the read began)."""
+        if generation == self._generation and not generation & 1:
+            return
+        raise SnapshotMovedError(
+            "this view took a newer snapshot of the store (refresh(), or a sampler following the store, in another "
+            "thread) while this batch was read: its item numbers name positions of the old one; make a new "
+            "DataLoader over the view, or draw through a sampler (whose keys name episodes)")
+
+    def assemble(self, episode: np.ndarray, t: np.ndarray, generation: int | None = None) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields, then
-        the ``fieldname_map`` renames (the names a transform sees); no transform yet."""
+        the ``fieldname_map`` renames (the names a transform sees); no transform yet. Refused
+        (``SnapshotMovedError``) if the view took a newer snapshot since ``generation`` (default: now), as
+        another thread's refresh: the positions would name other episodes there."""
+        if generation is None:
+            generation = self._generation
         readahead = self.readahead
         if self._ahead and self._ahead_pid == os.getpid():  # prefetch() looked at this batch already
             self._ahead -= 1
@@ -337,6 +374,7 @@ class StoreView(BatchDataset):
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
         if len(episode):  # after every read of the batch's rows and slots
             self._check_not_evicted(episode)
+        self._check_generation(generation)  # last: every read above used the one snapshot
         if self.return_indices:
             batch["_index"] = torch.from_numpy(self.table.slots[episode])
             batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))

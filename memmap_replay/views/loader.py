@@ -146,20 +146,30 @@ class ReplayDataLoader(DataLoader):
         return _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None))
 
     def _from_processes(self) -> Iterator:
-        """torch's worker processes; with slots, each batch wrapped over its worker's shared memory."""
-        if not isinstance(self.collate_fn, SlotPacker):
-            yield from super().__iter__()
-            return
-        reader = self._slot_reader
-        if reader is None or not self.persistent_workers:  # new workers: new slots (an iteration of its own)
-            reader = self._slot_reader = SlotReader(self.slot_release)
-        else:  # the same workers: slots of batches dropped by a loop stopped early are free again
-            reader.restart()
-            self.collate_fn.new_iteration()
+        """torch's worker processes; with slots, each batch wrapped over its worker's shared memory. A loop
+        that ends early (an error, ``break``) stops the workers (unless persistent) there and then, not when
+        torch's iterator is garbage: an iterator caught in a reference cycle (an error's traceback) may
+        otherwise be collected in a worker process of the next loader, which cannot stop them."""
+        slots = isinstance(self.collate_fn, SlotPacker)
+        if slots:
+            reader = self._slot_reader
+            if reader is None or not self.persistent_workers:  # new workers: new slots (an iteration of its own)
+                reader = self._slot_reader = SlotReader(self.slot_release)
+            else:  # the same workers: slots of batches dropped by a loop stopped early are free again
+                reader.restart()
+                self.collate_fn.new_iteration()
         pin = self.pin_memory and can_pin()  # (torch's pinning thread passes a SlotBatch by)
-        for item in super().__iter__():
-            batch = reader.unpack(item)
-            yield pinned(batch) if pin else batch
+        iterator = super().__iter__()
+        try:
+            for item in iterator:
+                if slots:
+                    item = reader.unpack(item)
+                    item = pinned(item) if pin else item
+                yield item
+        finally:
+            shutdown = getattr(iterator, "_shutdown_workers", None)  # (torch's own, idempotent)
+            if not self.persistent_workers and shutdown is not None:
+                shutdown()
 
     def __iter__(self):
         batches = self._batches()

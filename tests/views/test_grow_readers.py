@@ -186,3 +186,37 @@ def test_the_writers_own_view_refuses_a_batch_read_across_its_grow(tmp_path):
         view.refresh()
         batch = view.__getitems__(np.arange(len(view)))
         assert rows_and_meta_agree(batch) == 0
+
+
+def refresh_during_the_gather(view, writer):
+    """As another thread sharing the view (a sampler following the store, a DataLoader's gather thread): the
+    writer commits and the view takes the new snapshot while this batch's rows are read, once."""
+    def commit_and_refresh():
+        write(writer, 3)  # the ring evicts the oldest episodes: every table position now names another one
+        view.refresh()
+    return grow_during_the_gather(view, commit_and_refresh)
+
+
+def test_a_sample_read_while_another_thread_refreshes_the_view_is_read_again(tmp_path):
+    writer, _ = grown_ring(tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        sampler = reader.sampler("uniform", seed=3, timestep_level=True)
+        sample = sampler.sample(64)
+        live = sample.keys // sampler.view.key_stride >= sampler.view.table.ids[0] + 3  # not evicted by the hook
+        sample.keys, sample.episode, sample.t = sample.keys[live], sample.episode[live], sample.t[live]
+        refreshed = refresh_during_the_gather(sampler.view, writer)
+        batch = sampler.view.__getitems__(sample)
+        assert refreshed
+        ids, t = np.divmod(batch["_key"].numpy(), sampler.view.key_stride)
+        assert rows_and_meta_agree(batch, ids) == 0
+        np.testing.assert_array_equal(batch["t"].numpy(), t)
+
+
+def test_an_index_batch_read_while_another_thread_refreshes_the_view_is_refused(tmp_path):
+    writer, _ = grown_ring(tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        view = reader.dataset(timestep_level=True)
+        items = np.arange(len(view) // 2, len(view))  # the newest episodes: live after the hook's commits
+        refresh_during_the_gather(view, writer)
+        with pytest.raises(SampleExpiredError, match="newer snapshot"):
+            view.__getitems__(items)
