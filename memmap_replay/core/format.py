@@ -20,7 +20,9 @@ A store is a folder::
     priorities/             OPTIONAL sampler state, not committed data: <name>.npy float64 (max_steps + 1,),
                             a raw priority per row, then the largest seen; <name>.owner.npy int64 (max_episodes,), per slot the
                             episode id those rows' priorities belong to (-1: none); <name>.lock. A reader
-                            MUST ignore rows whose owner is not the slot's live episode.
+                            MUST ignore rows whose owner is not the slot's live episode. After a grow they
+                            may be of the capacity before it (fewer entries): an id's owner entry is then at
+                            id % len(owner), and rows past the values are unknown.
 
 Every ``.npy`` file MUST be a standard numpy ``.npy`` file (format 1.0 or 2.0, C order, little-endian
 numeric or bool dtype, never ``object``): ``numpy.load(path, mmap_mode='r')`` reads it. Nothing in a

@@ -28,7 +28,11 @@ the rows past ``max_episodes`` are ignored, and ``unpack`` refuses such a file o
 (twice, ...) always moves in one commit: a new slot is then the old one plus a multiple of the old count.
 
 Step files are not touched: they grow as episodes arrive, up to ``max_steps`` (as in every store). Persisted
-priorities of a prioritized sampler whose sizes no longer match start afresh (they are sampler state).
+priorities of a prioritized sampler (``priorities/``, sampler state) are not touched either, and are kept:
+rows never move in a grow, so the next sampler remaps them to the new capacity (``samplers/priority_files.py``:
+values extended, owner entries moved to their new slots, the view's spec taken with its new key stride), and a
+sampler left open in the writer's process follows the grow at its next draw (after a ``max_timesteps`` grow it
+refuses and lets go of its files instead: make a new one).
 """
 
 from __future__ import annotations

@@ -48,12 +48,13 @@ class EpisodeTable:
         where = np.minimum(np.searchsorted(known, ids), len(known) - 1)
         return where if np.array_equal(known[where], ids) else None
 
-    def unchanged(self, other: "EpisodeTable") -> tuple[np.ndarray, np.ndarray]:
+    def unchanged(self, other: "EpisodeTable", *, slots: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Masks over this table and ``other`` of the episodes both hold with the same entry (id, slot, start,
-        length, end, final): what a sampler keeps its state for when the table is replaced by ``other``."""
+        length, end, final): what a sampler keeps its state for when the table is replaced by ``other``.
+        ``slots=False`` leaves the slot out (state kept per row: a grow moves slots, never rows)."""
         _, mine, theirs = np.intersect1d(self.ids, other.ids, assume_unique=True, return_indices=True)
         same = np.ones(len(mine), dtype=bool)
-        for column in ("slots", "start", "length", "end", "final"):
+        for column in ("slots", "start", "length", "end", "final")[0 if slots else 1:]:
             same &= getattr(self, column)[mine] == getattr(other, column)[theirs]
         kept, kept_other = np.zeros(len(self), dtype=bool), np.zeros(len(other), dtype=bool)
         kept[mine[same]] = True

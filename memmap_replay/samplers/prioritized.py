@@ -15,6 +15,14 @@ written as they change, so a sampler opened again on the folder samples as befor
 opened read-only starts from them too, and keeps its own updates in memory (it never writes the folder).
 They are sampler state, not committed data: a writer that evicts episodes never touches them, and a sampler opening the
 folder ignores any row whose episode is no longer live.
+
+A grow of the store (``buffer.grow``) keeps them: rows never move in a grow, so a sampler opened afterwards
+starts from the priorities set before it, remapped to the new capacity (``samplers/priority_files.py``: a
+writable buffer's sampler remaps the files in the folder, a read-only reader in memory). A sampler left
+open across a grow in the writer's process follows it at its next draw or update (its files remapped in
+place, episodes whose slot moved keep their priorities), except a grow of ``max_timesteps``, which changes
+every key: the sampler then refuses (``SchemaMismatchError``) and lets go of its files, so that a new
+sampler made after the grow takes them.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (CorruptStoreError, InvalidDataError, ReadOnlyError)
+from ..errors import CorruptStoreError, InvalidDataError, ReadOnlyError, SchemaMismatchError
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.options import INT64_MAX, flag, integer, number, priorities_name
 from . import kernels
@@ -58,13 +66,9 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         super().__init__(view, **options)
         self.alpha = number(alpha, "alpha", low=0.0)
         self._schedule_beta(beta, beta_final, beta_steps)
-        capacity = view.store.capacity
+        self._capacity = capacity = view.store.capacity
         self.max_steps = capacity.max_steps
-        # the largest priority: the tree's total (of up to max_steps leaves, each priority ** alpha) stays finite
-        try:
-            self.max_raw = (_FLOAT_MAX / (2 * self.max_steps)) ** (1.0 / self.alpha) if self.alpha > 0 else _FLOAT_MAX
-        except OverflowError:
-            self.max_raw = _FLOAT_MAX
+        self.max_raw = self._largest_raw()
         self.tree = SumTree(min(capacity.max_steps, _MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
@@ -88,18 +92,27 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             stored = read_stored_priorities(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec)
         self._load(stored)
 
+    def _largest_raw(self) -> float:
+        """The largest priority: the tree's total (of up to max_steps leaves, each priority ** alpha) stays finite."""
+        try:
+            return (_FLOAT_MAX / (2 * self.max_steps)) ** (1.0 / self.alpha) if self.alpha > 0 else _FLOAT_MAX
+        except OverflowError:
+            return _FLOAT_MAX
+
     # ---- the tree follows the view -------------------------------------------------------------------
 
     def _load(self, stored: tuple[np.ndarray, np.ndarray] | None) -> None:
         """Fill the tree for every live position: ``stored`` priorities (values, owner) where the slot's
-        owner is the live episode, the largest stored (or 1.0) elsewhere."""
+        owner is the live episode, the largest stored (or 1.0) elsewhere. A reader's files may be of the
+        store before a grow (remapped here, in memory): an id's owner entry is at ``id % len(owner)`` (the
+        slot count they were written under), and a row past the values is unknown."""
         table = self.view.table
         rows, episode = position_rows(self.view.positions, table, np.ones(len(table), dtype=bool))
         raw = np.full(len(rows), np.nan)
         if stored is not None:
             values, owner = stored  # (a reader's read-only maps: only the live rows are read)
-            owned = owner[table.slots] == table.ids
-            known = owned[episode]
+            owned = owner[table.ids % len(owner)] == table.ids
+            known = owned[episode] & (rows < len(values) - 1)
             raw[known] = values[rows[known]]
             raw[(raw < 0) | (raw > self.max_raw)] = np.nan  # damaged values: as if unknown (NaN stays NaN)
             known &= ~np.isnan(raw)
@@ -121,9 +134,16 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def _changed(self, old_table: EpisodeTable, old_positions) -> None:
         """Leaves of episodes gone from the table go to 0, then new ones enter at the largest priority. An
         episode is kept only if its whole entry (id, slot, start, length, end, final) is unchanged: if its
-        rows were different (a snapshot that held them wrong), the old rows go and the new ones come."""
+        rows were different (a snapshot that held them wrong), the old rows go and the new ones come. Its
+        slot may differ (the store was grown: slots move, rows never do); the files then follow the grow first."""
+        if self.view.store.capacity != self._capacity:
+            try:
+                self._follow_grow(self.view.store.capacity)
+            except BaseException:
+                self._seen = (old_table, old_positions)  # nothing changed: the next draw tries again
+                raise
         table = self.view.table
-        kept, kept_new = old_table.unchanged(table)
+        kept, kept_new = old_table.unchanged(table, slots=False)
         gone = ~kept
         if gone.any():
             rows, _ = position_rows(old_positions, old_table, gone)
@@ -133,6 +153,33 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             rows, _ = position_rows(self.view.positions, table, new)
             self._set(rows, np.full(len(rows), self.max_priority), table.select(new))
         self._sort_starts()
+
+    def _follow_grow(self, capacity) -> None:
+        """The store was grown while this sampler was open: its files remapped to the new capacity (owner
+        entries to their new slots, the values longer), its tree allowed the new rows."""
+        if self.files is not None:
+            self.files.resize(capacity.max_steps + 1, capacity.max_episodes)
+        self._capacity = capacity
+        self.max_steps = capacity.max_steps
+        self.max_raw = self._largest_raw()  # (more rows: the leaves so far stay within the finite total)
+        if self.max_priority > self.max_raw:
+            self._raise_max(self.max_raw)
+
+    def _update(self, reread: bool) -> bool:
+        try:
+            return super()._update(reread)
+        except SchemaMismatchError:
+            grown = self.view.store.capacity.max_timesteps
+            if grown == self.view.key_stride:
+                raise
+            held = self.files is not None
+            self.close()  # a sampler made after the grow may take the priorities (remapped)
+            raise SchemaMismatchError(
+                f"{self.view.folder} was grown to max_timesteps={grown} since this sampler was made (its keys count "
+                f"{self.view.key_stride} steps an episode), so it cannot draw or update any more"
+                + (f": this sampler let go of its priorities {self.name!r} (flushed); make a new one with "
+                   f"buffer.sampler(...), which takes them" if held else
+                   ": make a new one with buffer.sampler(...)")) from None
 
     def _set(self, rows: np.ndarray, raw: np.ndarray, owners: EpisodeTable | None = None) -> None:
         """Priorities ``raw`` at ``rows``; ``owners``: the episodes whose rows these now are."""
