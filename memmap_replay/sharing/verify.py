@@ -479,8 +479,10 @@ class _StoreChecker:
                 self.table[spec.name] = array
 
     def check_npy(self, rel: str, dtype: np.dtype, shape: tuple, need: int, why: str, *, exact: bool,
-                  note: str = "") -> np.ndarray | None:
-        """Check one .npy file; a read-only map of its first ``need`` rows if they are all there."""
+                  note: str = "", at_least: int | None = None) -> np.ndarray | None:
+        """Check one .npy file; a read-only map of its first ``need`` rows if they are all there.
+        ``at_least``: fewer rows are fine down to this many (then a map of those): a grown store's
+        priorities files are of its capacity before the grow until a sampler remaps them."""
         report = self.warn if note else self.problem
         path, expected = self.folder / rel, f"{dtype} rows of shape {shape}"
         if self.is_refused(rel):
@@ -510,8 +512,9 @@ class _StoreChecker:
             return None
         rows, row_bytes = found_shape[0], found.itemsize * math.prod(shape)
         declared = offset + rows * row_bytes
-        if rows < need:
-            report(rel, f"too short: its header declares {rows} rows (expected at least {need}, {why}){note}")
+        least = need if at_least is None else at_least
+        if rows < least:
+            report(rel, f"too short: its header declares {rows} rows (expected at least {least}, {why}){note}")
         elif exact and rows > need:
             self.warn(rel, f"its header declares {rows} rows (expected {need}, {why}); the rows past {need} are ignored")
         if size < declared:
@@ -521,11 +524,12 @@ class _StoreChecker:
         elif size > declared:
             self.warn(rel, f"{size - declared} bytes past the {rows} rows its header declares (an interrupted "
                            f"grow leaves this; harmless)")
-        if rows < need or size < offset + need * row_bytes or need == 0:
+        keep = min(rows, need)
+        if rows < least or size < offset + keep * row_bytes or keep == 0:
             return None
         try:
             with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file:
-                return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(need, *shape))
+                return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(keep, *shape))
         except (ReplayError, OSError, ValueError) as error:  # replaced since its header was read
             report(rel, f"cannot be mapped ({error}){note}", error)
             return None
@@ -622,11 +626,11 @@ class _StoreChecker:
             if name.endswith(".owner.npy"):
                 self.report.checked["priority_files"] += 1
                 self.check_npy(rel, np.dtype(np.int64), (), capacity.max_episodes, "capacity.max_episodes",
-                               exact=True, note=_PRIORITY_NOTE)
+                               exact=True, note=_PRIORITY_NOTE, at_least=1)
             elif name.endswith(".npy"):
                 self.report.checked["priority_files"] += 1
                 values = self.check_npy(rel, np.dtype(np.float64), (), capacity.max_steps + 1,
-                                        "capacity.max_steps + 1", exact=True, note=_PRIORITY_NOTE)
+                                        "capacity.max_steps + 1", exact=True, note=_PRIORITY_NOTE, at_least=2)
                 largest = float(values[-1]) if values is not None else 0.0
                 if not (np.isfinite(largest) and largest >= 0):
                     self.warn(rel, f"the largest priority (its last entry) is {largest} (expected a finite number "

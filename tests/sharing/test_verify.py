@@ -231,6 +231,18 @@ def test_damaged_priorities_are_started_afresh_or_refused_clearly(folder):
         assert verify(folder).ok and not verify(folder).warnings
 
 
+def test_priorities_of_a_grown_store_are_healthy(folder):
+    """A grow leaves the priorities files of the capacity before it (a sampler remaps them when it opens)."""
+    with ReplayBuffer.from_folder(folder) as buffer:
+        buffer.grow(max_episodes=buffer.episode_store.capacity.max_episodes * 3 + 1, max_timesteps=40)
+    report = verify(folder)
+    assert report.ok and report.warnings == [], report
+    with ReplayBuffer.from_folder(folder) as buffer:
+        buffer.sampler("prioritized", seed=1).close()  # remapped to the new capacity
+    report = verify(folder)
+    assert report.ok and report.warnings == [], report
+
+
 def test_healthy_store_report(folder):
     report = verify(folder)
     assert isinstance(report, VerifyReport)
