@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memmap_replay import ReplayBuffer, SampleExpiredError, SchemaMismatchError
+from memmap_replay import MixedSampler, ReplayBuffer, SampleExpiredError, SchemaMismatchError, ShardSet, shard_folder
+from memmap_replay.distributed.shards import SHARD_STRIDE
 
 FIELDS = dict(obs=("float", (2,)), goal=("float", (2,)), reward="float", eid="int64", t="int32")
 META = dict(tag="int64")
@@ -220,3 +221,38 @@ def test_an_index_batch_read_while_another_thread_refreshes_the_view_is_refused(
         refresh_during_the_gather(view, writer)
         with pytest.raises(SampleExpiredError, match="newer snapshot"):
             view.__getitems__(items)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_sharded_sampler_draws_again_when_a_shard_is_grown(tmp_path, kind):
+    root = tmp_path / "shards"
+    writer, grow = cleared_flat(shard_folder(root, 0))
+    with writer:
+        write_shard = ReplayBuffer(shard_folder(root, 1), max_episodes=8, max_timesteps=16, max_steps=400,
+                                   fields=FIELDS, meta_fields=META)
+        with write_shard:
+            write(write_shard, 3)
+        shards = ShardSet(root)
+        try:
+            sampler = shards.sampler(kind, seed=2, timestep_level=True)
+            grown = grow_during_the_gather(sampler.samplers[0].view, grow)
+            for _ in range(4):  # until a batch draws from the grown shard
+                batch = sampler.batch(32)
+                keys = batch["_key"].numpy() // SHARD_STRIDE
+                assert rows_and_meta_agree(batch, keys // 16) == 0
+            assert grown
+        finally:
+            shards.close()
+
+
+def test_a_mixed_sampler_draws_again_from_a_grown_source(tmp_path):
+    writer, grow = cleared_flat(tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        first, second = reader.sampler("uniform", seed=1, timestep_level=True), reader.sampler("prioritized", seed=2)
+        mixed = MixedSampler({first: 1.0, second: 1.0}, seed=3)
+        grown = grow_during_the_gather(first.view, grow)
+        batch = mixed.batch(32)
+        assert grown
+        ids = batch["_key"].numpy() // 16
+        assert rows_and_meta_agree(batch, ids) == 0
+        assert ids.min() >= writer.episode_store.meta.state.first_episode
