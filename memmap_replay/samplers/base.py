@@ -27,6 +27,7 @@ redraw loop of ``batch()``, ``batches()`` / ``dataloader()`` and the importance-
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections import deque
 from typing import Any, Iterator, Protocol, runtime_checkable
@@ -247,7 +248,14 @@ class ReplaySampler(SamplerBase):
 
     def refresh(self) -> bool:
         """Re-read ``meta.json`` (a writer in another process), then take in what changed."""
-        return self._update(reread=True)
+        with self._view_lock():
+            return self._update(reread=True)
+
+    def _view_lock(self) -> Any:
+        """The view's lock (a loader's gather threads may refresh the view while this sampler reads it), or
+        none for a position source that has none."""
+        lock = getattr(self.view, "lock", None)
+        return contextlib.nullcontext() if lock is None else lock
 
     def _update(self, reread: bool) -> bool:
         self.view.refresh(reread=reread)
@@ -270,16 +278,17 @@ class ReplaySampler(SamplerBase):
 
     def sample(self, batch_size: int) -> Sample:
         batch_size = batch_size_of(batch_size)
-        if self.follow:
-            self.sync()
-        else:
-            self.reconcile()
-        if len(self.view) == 0:
-            raise InvalidDataError(
-                f"nothing to sample: the view has no items ({self.view.store.num_episodes} episodes in the buffer); "
-                f"store more episodes first"
-            )
-        sample = self._draw(batch_size)
+        with self._view_lock():  # one snapshot of the view from the sync to the draw
+            if self.follow:
+                self.sync()
+            else:
+                self.reconcile()
+            if len(self.view) == 0:
+                raise InvalidDataError(
+                    f"nothing to sample: the view has no items ({self.view.store.num_episodes} episodes in the "
+                    f"buffer); store more episodes first"
+                )
+            sample = self._draw(batch_size)
         self.draws += 1
         return sample
 

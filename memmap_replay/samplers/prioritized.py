@@ -286,6 +286,10 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
         Updates for episodes evicted since the draw are dropped; returns how many were applied."""
+        with self._view_lock():  # the view's snapshot stays while the keys are located in it
+            return self._update_priorities(keys, priorities)
+
+    def _update_priorities(self, keys: Any, priorities: Any) -> int:
         applied = self._update_compiled(keys, priorities)
         if applied is not None:
             return applied

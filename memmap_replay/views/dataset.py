@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 import time
 from typing import Any, Mapping
 
@@ -94,6 +95,9 @@ class StoreView(BatchDataset):
         # snapshots taken, twice each (odd: one is being taken): a batch is read against one snapshot,
         # checked by comparing this before and after (threads of a loader share the view)
         self._generation = 0
+        # held while the snapshot changes, and by a sampler while it draws from or follows this view: a
+        # loader's gather threads may refresh the view while the sampler in the main thread reads it
+        self.lock = threading.RLock()
         self._snapshot(store)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
@@ -141,21 +145,22 @@ class StoreView(BatchDataset):
         """Take in the episodes committed (and evicted) since the view was built; True if they changed.
         ``reread`` re-reads ``meta.json`` first (a writer in another process); without it the view follows
         the store object it shares with a writer in this process."""
-        store = self.store
-        if reread:
-            store.refresh()
-        self._check_stride(store)
-        state = store.meta.state
-        if (state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity:
-            return False  # (a grown capacity moves slots: the snapshot is taken again)
-        self._generation += 1  # odd while the snapshot changes: a batch read meanwhile is read again or refused
-        try:
-            self._snapshot(store)
-            self._sources, self._tensors = {}, {}  # the files may have grown: map them again on the next read
-            self.build()
-        finally:
-            self._generation += 1
-        return True
+        with self.lock:
+            store = self.store
+            if reread:
+                store.refresh()
+            self._check_stride(store)
+            state = store.meta.state
+            if (state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity:
+                return False  # (a grown capacity moves slots: the snapshot is taken again)
+            self._generation += 1  # odd while the snapshot changes: a batch read meanwhile is read again or refused
+            try:
+                self._snapshot(store)
+                self._sources, self._tensors = {}, {}  # the files may have grown: map them again on the next read
+                self.build()
+            finally:
+                self._generation += 1
+            return True
 
     # ---- pickling: paths, not arrays --------------------------------------------------------------------
 
@@ -185,11 +190,17 @@ class StoreView(BatchDataset):
         state["_store"] = None
         state["_sources"], state["_tensors"] = {}, {}  # a tensor over a map would pickle all its bytes
         state["_ahead"] = 0
+        state.pop("lock", None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
 
     def copied(self) -> None:
         self._sources, self._tensors = dict(self._sources), dict(self._tensors)
         self.readahead = copy.copy(self.readahead)
+        self.lock = threading.RLock()  # a copy has a snapshot of its own
 
     @property
     def store(self) -> EpisodeStore:

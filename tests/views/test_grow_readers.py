@@ -11,6 +11,8 @@ batch returned unrefused would hold wrong meta or stale rows.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -256,3 +258,42 @@ def test_a_mixed_sampler_draws_again_from_a_grown_source(tmp_path):
         ids = batch["_key"].numpy() // 16
         assert rows_and_meta_agree(batch, ids) == 0
         assert ids.min() >= writer.episode_store.meta.state.first_episode
+
+
+def test_a_gather_thread_refreshing_the_view_waits_for_the_sampler_following_it(tmp_path):
+    """A sampler's loader with gather threads: a thread refreshes the shared view (its batch names episodes
+    the snapshot does not know yet) while the sampler in the main thread takes in the last change. The
+    sampler's sync and draw see one snapshot: the thread's refresh waits for them. Here the thread is held
+    halfway through its refresh (table taken, positions not yet) for as long as the sampler lets it."""
+    writer, _ = grown_ring(tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        sampler = reader.sampler("prioritized", seed=4, follow="disk", timestep_level=True)
+        view, changed, build, threads, halfway = sampler.view, sampler._changed, sampler.view.build, [], []
+        inside, proceed, main = threading.Event(), threading.Event(), threading.current_thread()
+
+        def build_held_in_the_thread():
+            if threading.current_thread() is not main:
+                inside.set()
+                proceed.wait(10)
+            build()
+
+        def changed_while_a_gather_thread_refreshes(old_table, old_positions):
+            try:
+                if not threads:
+                    write(writer, 2)
+                    threads.append(threading.Thread(target=view.refresh))
+                    threads[0].start()
+                    inside.wait(1.0)  # (with the view's lock the thread waits for it instead, and never gets there)
+                halfway.append(bool(view._generation & 1))  # is a snapshot being taken while the sampler reads it?
+                return changed(old_table, old_positions)
+            finally:
+                proceed.set()
+
+        view.build, sampler._changed = build_held_in_the_thread, changed_while_a_gather_thread_refreshes
+        write(writer, 1)
+        batch = sampler.batch(64)  # follows the writer: _changed runs, and the thread with it
+        threads[0].join(10)
+        assert not threads[0].is_alive() and halfway and not any(halfway)
+        assert rows_and_meta_agree(batch, batch["_key"].numpy() // view.key_stride) == 0
+        batch = sampler.batch(64)
+        assert rows_and_meta_agree(batch, batch["_key"].numpy() // view.key_stride) == 0
