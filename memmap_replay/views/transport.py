@@ -14,8 +14,15 @@ from the loader (the user promises not to keep a batch past the next one). A byt
 each slot says whose it is: a worker writes only into slots whose flag the main process cleared, and the
 main process reads a slot only after the worker's message about it arrived, so a batch is never torn. A
 worker that finds no free slot (the user keeps many batches) sends its batch torch's way, which is slower
-but never blocks. A worker killed at any instant leaks nothing: the slots are unlinked shared memory that
-lives while some process maps it.
+but never blocks.
+
+On Linux a slot's memory (``views.slotmemory``) has no name at any instant: an anonymous memory file that
+lives while some process maps it or holds its descriptor. A worker killed at any instant (even while it
+makes a slot) leaks no slot: the kernel frees a slot once its worker is gone and the main process has
+unmapped it (with the loader and the last batch over it). Not so torch's shared memory, which a batch sent
+torch's way goes through, and every slot where ``os.memfd_create`` does not exist (macOS): torch names its
+segments (on Linux for the instant between making and mapping one), and a worker killed while one has a
+name leaves it behind.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from torch.utils.data import get_worker_info
 from ..core.options import choice
 from .gather import serial_gathers
 from .pool import numpy_dtype, set_output_target
+from .slotmemory import SlotMemory
 
 __all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
 
@@ -60,12 +68,12 @@ def slot_release_option(value: Any) -> str:
 @dataclass
 class SlotBatch:
     """What a worker sends for a batch written into a slot: the worker's token, the slot's number, the
-    slot itself the first time it is used (``memory``, a shared uint8 tensor), and the batch's layout
-    (name, offset, dtype, shape) per tensor."""
+    slot itself the first time it is used (``memory``: a ``SlotMemory``, which unpickles in the main
+    process as the slot's root array), and the batch's layout (name, offset, dtype, shape) per tensor."""
 
     token: str
     index: int
-    memory: torch.Tensor | None
+    memory: SlotMemory | np.ndarray | None
     layout: tuple[tuple[str, int, str, tuple[int, ...]], ...]
 
 
@@ -102,7 +110,7 @@ class _SlotWriter:
     def __init__(self, most: int):
         self.token = f"{os.getpid()}-{uuid.uuid4().hex}"
         self.most = most
-        self.slots: list[torch.Tensor] = []  # shared uint8 tensors
+        self.slots: list[SlotMemory] = []
         self.roots: list[np.ndarray] = []  # the same bytes as numpy arrays (byte 0: the flag, 1: known)
         self.armed: tuple[int, _Bump] | None = None  # the slot claimed for the next batch
         self.iteration = 0  # the loader's iteration this worker last saw (SlotPacker.iterations)
@@ -129,9 +137,9 @@ class _SlotWriter:
                 self.roots.append(None)
             else:
                 return None
-            memory = torch.empty(int(nbytes * _HEADROOM) + _ALIGN, dtype=torch.uint8).share_memory_()
-            memory[:_HEADER] = 0
-            self.slots[chosen], self.roots[chosen] = memory, memory.numpy()
+            memory = SlotMemory(int(nbytes * _HEADROOM) + _ALIGN)
+            memory.root[:_HEADER] = 0
+            self.slots[chosen], self.roots[chosen] = memory, memory.root
         self.roots[chosen][0] = _BUSY
         return chosen
 
@@ -168,7 +176,7 @@ class _SlotWriter:
     def _into_armed(self, batch: dict, armed: tuple[int, _Bump]) -> tuple | None:
         """Pack into the armed slot, whose front holds what the gathers wrote there; None if it lacks room."""
         i, bump = armed
-        base, size = self.slots[i].data_ptr(), len(self.roots[i])
+        base, size = self.slots[i].tensor.data_ptr(), len(self.roots[i])
         placed = {}
         for name, value in batch.items():
             offset = value.data_ptr() - base
@@ -182,7 +190,7 @@ class _SlotWriter:
 
     def _into(self, batch: dict, i: int, bump: _Bump, placed: dict | None = None) -> tuple:
         """(slot, layout, bytes used): the batch's tensors not ``placed`` already are copied in."""
-        layout, memory = [], self.slots[i]
+        layout, memory = [], self.slots[i].tensor
         for name, value in batch.items():
             offset = (placed or {}).get(name)
             if offset is None:
@@ -240,7 +248,7 @@ class SlotReader:
 
     def __init__(self, release: str = "unused"):
         self.release = slot_release_option(release)
-        self.slots: dict[tuple[str, int], tuple[torch.Tensor, np.ndarray]] = {}
+        self.slots: dict[tuple[str, int], np.ndarray] = {}  # each slot's root array
         self.busy: list[tuple[str, int]] = []  # slots holding a batch handed out (oldest first)
 
     def unpack(self, item: Any) -> Any:
@@ -253,10 +261,12 @@ class SlotReader:
         if not isinstance(item, SlotBatch):
             return item
         key = (item.token, item.index)
-        if item.memory is not None:
-            self.slots[key] = (item.memory, item.memory.numpy())
-            self.slots[key][1][_KNOWN] = 1
-        _, root = self.slots[key]
+        if item.memory is not None:  # (a SlotMemory when the message did not travel: in the same process)
+            root = item.memory if isinstance(item.memory, np.ndarray) else item.memory.mapped()
+            item.memory = None  # (the registry's reference is the one give_back counts)
+            root[_KNOWN] = 1
+            self.slots[key] = root
+        root = self.slots[key]
         batch = {}
         for name, offset, dtype, shape in item.layout:
             # a view of the slot's root array (whose references count the batch's users) as one tensor
@@ -275,7 +285,7 @@ class SlotReader:
         """Clear the flag of every busy slot whose batch is gone (``everything``: of every busy slot)."""
         still = []
         for key in self.busy:
-            root = self.slots[key][1]
+            root = self.slots[key]
             if everything or sys.getrefcount(root) == self.UNUSED:
                 root[0] = _FREE
             else:
@@ -287,7 +297,7 @@ class SlotReader:
         last loop stopped early are free again (any batch a user still holds stays busy)."""
         self.give_back()
         busy = set(self.busy)
-        for key, (_, root) in self.slots.items():
+        for key, root in self.slots.items():
             if key not in busy:
                 root[0] = _FREE
 

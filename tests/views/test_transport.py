@@ -4,14 +4,18 @@ workers) and gather threads."""
 import gc
 import multiprocessing
 import os
+import platform
 import signal
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 
 from memmap_replay import OptionError
+from memmap_replay.views import slotmemory
 from memmap_replay.views.transport import SlotBatch, SlotReader, _SlotWriter, threaded
 
 from conftest import episode_arrays
@@ -100,16 +104,26 @@ def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
+def shm_of(pid: int) -> list[str]:
+    """/dev/shm entries of a process (torch names its segments torch_<pid>_...)."""
+    return sorted(name for name in shm_entries() if f"_{pid}_" in name)
+
+
+# a killed worker, as torch reports it; now and then its socket's reset comes first (torch's own race: the
+# README's Workers section)
+KILLED = r"DataLoader worker \(pid|Connection (reset by peer|refused)"
+
+
 def test_a_killed_worker_is_reported_and_leaks_nothing(filled):
-    before = shm_entries()
     loader = filled.dataloader(4, timestep_level=True, shuffle=True, seed=5, num_workers=2,
                                multiprocessing_context="fork")
     expected = inline(filled, "timestep", 4)
-    received = []
-    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
+    received, ours = [], {os.getpid()}
+    with pytest.raises((RuntimeError, ConnectionError), match=KILLED):
         for number, batch in enumerate(loader):
             received.append({k: v.clone() for k, v in batch.items()})
             if number == 2:
+                ours.update(child.pid for child in multiprocessing.active_children())
                 victim = multiprocessing.active_children()[0]
                 os.kill(victim.pid, signal.SIGKILL)
                 victim.join(10)
@@ -117,7 +131,7 @@ def test_a_killed_worker_is_reported_and_leaks_nothing(filled):
     assert received and all(same(a, b) for a, b in zip(received, expected))  # no torn batch before the kill
     del batch, loader
     gc.collect()  # (the loader's own shared counter goes with it)
-    assert shm_entries() <= before
+    assert [name for pid in ours for name in shm_of(pid)] == []
     again = filled.dataloader(4, timestep_level=True, shuffle=True, seed=5, num_workers=2,
                               multiprocessing_context="fork")
     assert all(same(a, b) for a, b in zip(again, expected))
@@ -357,3 +371,199 @@ def test_threads_honour_timeout(filled):
     loader = filled.dataloader(8, timestep_level=True, num_workers=2, timeout=0.05, transform=slow)
     with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.05 seconds"):
         list(loader)
+
+
+# --- a worker killed while it allocates a slot -------------------------------------------------------------
+
+_SECCOMP = {"x86_64": (0xC000003E, 77), "aarch64": (0xC00000B7, 46)}  # audit arch, ftruncate's number
+
+
+def die_at_next_ftruncate() -> None:
+    """From now on, this thread's next ``ftruncate`` kills its process in the kernel (seccomp
+    RET_KILL_PROCESS: no code of the process runs after, as with SIGKILL). Sizing memory is the step between
+    making it and mapping it, so a slot allocation dies half done."""
+    import ctypes
+    import resource
+
+    arch, ftruncate = _SECCOMP[platform.machine()]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    load, jump_equal, ret = 0x20, 0x15, 0x06
+    code = (Filter * 6)(Filter(load, 0, 0, 4), Filter(jump_equal, 0, 3, arch),  # another ABI: allow
+                        Filter(load, 0, 0, 0), Filter(jump_equal, 0, 1, ftruncate),
+                        Filter(ret, 0, 0, 0x80000000), Filter(ret, 0, 0, 0x7FFF0000))  # kill process / allow
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # (the kernel reports it as SIGSYS: no core file)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(22, 2, ctypes.byref(Program(6, code)), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+def first_worker(tmp_path) -> int | None:
+    """In a DataLoader worker, the first one to ask (a file made with O_EXCL): its pid, written there."""
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is None:
+        return None
+    try:
+        fd = os.open(tmp_path / "victim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return None
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return os.getpid()
+
+
+def wait_for_victim(tmp_path) -> int:
+    deadline = time.monotonic() + 120  # a hang guard, not a timing
+    while not (tmp_path / "victim").exists() or not (tmp_path / "victim").read_text():
+        assert time.monotonic() < deadline, "no worker allocated a slot"
+        time.sleep(0.01)
+    return int((tmp_path / "victim").read_text())
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.machine() not in _SECCOMP, reason="seccomp on Linux x86_64/aarch64")
+def test_a_worker_killed_while_it_allocates_a_slot_leaks_nothing(filled, tmp_path, monkeypatch):
+    """A worker dies in the middle of allocating its first slot (the kernel kills it at the allocation's
+    ftruncate): no shared-memory name of it is left behind, and the loader reports it."""
+    claim = _SlotWriter.claim
+
+    def dying(self, nbytes):
+        if first_worker(tmp_path) is not None:
+            die_at_next_ftruncate()
+        return claim(self, nbytes)
+
+    monkeypatch.setattr(_SlotWriter, "claim", dying)  # (fork: the workers inherit it)
+    loader = filled.dataloader(4, timestep_level=True, shuffle=True, seed=5, num_workers=2, workers="processes",
+                               multiprocessing_context="fork", timeout=120)
+    victim = None
+    try:
+        with pytest.raises((RuntimeError, ConnectionError), match=KILLED):
+            for _ in loader:
+                pass
+        victim = wait_for_victim(tmp_path)
+        assert shm_of(victim) == []
+    finally:
+        for name in shm_of(victim) if victim is not None else ():  # (what the old allocation left behind)
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+def test_a_worker_killed_holding_a_slot_it_never_sent_leaks_nothing(filled, tmp_path, monkeypatch):
+    """SIGKILL from outside while a worker holds a slot it has just allocated and not sent yet: nothing
+    left in /dev/shm, and the loader reports the worker; the other worker's batches before it are intact."""
+    claim = _SlotWriter.claim
+
+    def stuck(self, nbytes):
+        got = claim(self, nbytes)
+        if first_worker(tmp_path) is not None:
+            while True:  # the test kills this process
+                time.sleep(1)
+        return got
+
+    monkeypatch.setattr(_SlotWriter, "claim", stuck)
+    loader = filled.dataloader(4, timestep_level=True, num_workers=2, workers="processes",
+                               multiprocessing_context="fork", timeout=120)
+    expected = list(filled.dataloader(4, timestep_level=True))
+    killer = ThreadPoolExecutor(1).submit(lambda: os.kill(wait_for_victim(tmp_path), signal.SIGKILL))
+    received = []
+    with pytest.raises((RuntimeError, ConnectionError), match=KILLED):
+        for batch in loader:
+            received.append({k: v.clone() for k, v in batch.items()})
+    killer.result()
+    victim = wait_for_victim(tmp_path)
+    assert all(same(a, b) for a, b in zip(received, expected))
+    assert shm_of(victim) == []
+
+
+# --- slot memory: anonymous, sent as its descriptor, freed with the loader ------------------------------------
+
+ANONYMOUS = pytest.mark.skipif(not slotmemory.ANONYMOUS, reason="os.memfd_create is Linux's")
+
+
+def slot_mappings() -> list[str]:
+    """This process's mappings of slot memory (anonymous memory files named slotmemory.NAME)."""
+    with open("/proc/self/maps") as maps:
+        return [line for line in maps if f"/memfd:{slotmemory.NAME}" in line]
+
+
+def slot_descriptors() -> list[str]:
+    links = (os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if fd.isdigit()
+             and os.path.exists(f"/proc/self/fd/{fd}"))
+    return [link for link in links if link.startswith(f"/memfd:{slotmemory.NAME}")]
+
+
+@ANONYMOUS
+def test_a_slot_travels_as_its_descriptor_and_is_given_back_by_reference_count():
+    """Pickled as the result queue pickles (ForkingPickler), a slot's first batch carries a descriptor, not
+    the slot's bytes; unpickled, it maps the same memory; the reader gives the slot back once every view of
+    the batch is gone (SlotReader.UNUSED counts the references to the mapped root array)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from memmap_replay.views.pool import set_output_target
+
+    writer, reader = _SlotWriter(most=2), SlotReader("unused")
+    batch = {"x": torch.arange(250_000, dtype=torch.float32)}  # a 1 MB batch
+    sent = writer.pack(batch)
+    blob = bytes(ForkingPickler.dumps(sent))
+    assert len(blob) < 2_000
+    received = ForkingPickler.loads(blob)
+    assert isinstance(received.memory, np.ndarray)
+    got = reader.unpack(received)
+    assert same(got, batch) and received.memory is None
+    writer.roots[sent.index][200] = 7  # one memory: the worker's writes are the main process's bytes
+    assert got["x"].view(torch.uint8)[200 - 64] == 7
+    part = got["x"][10:20]
+    del got, received
+    reader.give_back()
+    assert writer.roots[sent.index][0] == 1  # a view still uses it
+    del part
+    reader.give_back()
+    assert writer.roots[sent.index][0] == 0
+    set_output_target(None)  # (the writer's next slot, armed for this thread's gathers)
+
+
+@ANONYMOUS
+def test_slot_memory_is_freed_with_the_loader_and_its_batches(filled):
+    """The main process maps the slots while batches come; once the loader and its batches are gone, no
+    mapping or descriptor of a slot is left in it, and the workers that held the rest are gone."""
+    before = set(slot_mappings()), len(slot_descriptors())  # (slots of this process's in-process tests)
+    loader = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5, num_workers=2, workers="processes",
+                               multiprocessing_context="fork")
+    held = []
+    for number, batch in enumerate(loader):
+        if number == 3:
+            assert set(slot_mappings()) > before[0]
+            workers = multiprocessing.active_children()
+        if number % 4 == 0:
+            held.append(batch["obs"][1:])  # a view holds its slot
+    assert set(slot_mappings()) > before[0]  # (the reader keeps its slots while the loader lives)
+    del loader, batch
+    gc.collect()
+    assert set(slot_mappings()) > before[0]  # the views held
+    del held
+    gc.collect()
+    assert set(slot_mappings()) <= before[0] and len(slot_descriptors()) <= before[1]
+    for worker in workers:
+        worker.join(60)  # (a hang guard)
+        assert not worker.is_alive()
+
+
+def test_slots_without_memfd_are_torch_shared_memory(filled, monkeypatch):
+    """Where os.memfd_create does not exist (macOS), a slot is a torch tensor in shared memory, sent by
+    torch's reducers (simulated here: the workers are forks of this process)."""
+    monkeypatch.setattr(slotmemory, "ANONYMOUS", False)
+    before = set(slot_mappings()) if sys.platform == "linux" else set()
+    loader = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5, num_workers=2, workers="processes",
+                               multiprocessing_context="fork")
+    got = [{k: v.clone() for k, v in b.items()} for b in loader]
+    expected = inline(filled, "timestep", 8)
+    assert len(got) == len(expected) and all(same(a, b) for a, b in zip(got, expected))
+    roots = loader._slot_reader.slots.values()
+    assert roots and all(isinstance(root.base, torch.Tensor) for root in roots)  # (tensor.numpy())
+    assert sys.platform != "linux" or set(slot_mappings()) <= before
