@@ -236,15 +236,16 @@ class StoreView(BatchDataset):
             raise InvalidDataError(f"a Sample's weights must be None or a float array of one weight per key, shape "
                                    f"{keys.shape} (got {_describe(weights)})")
         for attempt in range(_SNAPSHOT_RETRIES + 1):
-            store = self._store
-            if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
-                self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
-            generation = self._generation
-            known = sample.positions_in(self)
-            if known is not None:  # drawn from this very snapshot: the sampler located the keys already
-                episode, t = known
-            else:
-                episode, t = self._locate_keys(keys)
+            with self.lock:  # the keys located in one snapshot (another thread may be taking a newer one)
+                store = self._store
+                if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
+                    self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
+                known = sample.positions_in(self)
+                if known is not None:  # drawn from this very snapshot: the sampler located the keys already
+                    episode, t = known
+                else:
+                    episode, t = self._locate_keys(keys)
+                generation = self._generation
             try:
                 batch = self.assemble(episode, t, generation)
                 break
@@ -351,8 +352,10 @@ class StoreView(BatchDataset):
     def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler), through the
         view's ``transform``."""
-        generation = self._generation
-        return self.transformed(self.assemble(*self.positions.locate(items), generation))
+        with self.lock:  # positions of one snapshot (another thread may be taking a newer one)
+            generation = self._generation
+            episode, t = self.positions.locate(items)
+        return self.transformed(self.assemble(episode, t, generation))
 
     def _check_generation(self, generation: int) -> None:
         """Refuse a batch read while the view took a newer snapshot (``generation``: as the read began)."""
@@ -370,6 +373,22 @@ class StoreView(BatchDataset):
         another thread's refresh: the positions would name other episodes there."""
         if generation is None:
             generation = self._generation
+        table = self.table
+        try:
+            batch = self._read(episode, t, table)
+        except SnapshotMovedError:
+            raise
+        except Exception:
+            self._check_generation(generation)  # a table replaced under the read: positions out of its range ...
+            raise
+        self._check_generation(generation)  # last: every read above used the one snapshot
+        if self.return_indices:
+            batch["_index"] = torch.from_numpy(table.slots[episode])
+            batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))
+        return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
+
+    def _read(self, episode: np.ndarray, t: np.ndarray, table) -> dict[str, torch.Tensor]:
+        """The gather (advised first when due), the meta fields, then the check against the writer."""
         readahead = self.readahead
         if self._ahead and self._ahead_pid == os.getpid():  # prefetch() looked at this batch already
             self._ahead -= 1
@@ -382,14 +401,10 @@ class StoreView(BatchDataset):
         else:
             batch = self.gather(episode, t)
         for name in self.meta_fields:
-            batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[self.table.slots[episode]]))
+            batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[table.slots[episode]]))
         if len(episode):  # after every read of the batch's rows and slots
             self._check_not_evicted(episode)
-        self._check_generation(generation)  # last: every read above used the one snapshot
-        if self.return_indices:
-            batch["_index"] = torch.from_numpy(self.table.slots[episode])
-            batch["_t"] = torch.from_numpy(np.ascontiguousarray(t))
-        return {self.fieldname_map.get(name, name): value for name, value in batch.items()}
+        return batch
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         raise NotImplementedError
