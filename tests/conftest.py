@@ -161,3 +161,12 @@ def chi_square_ok(counts, expected, z=3.09):
     df = len(counts) - 1
     critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
     return statistic < critical
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow lane's tests (``tests/lanes.py``) ``slow``: ``-m "not slow"`` leaves them out."""
+    from lanes import is_slow
+
+    for item in items:
+        if is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
