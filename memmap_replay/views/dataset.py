@@ -19,8 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..errors import (CorruptStoreError, InvalidDataError, OptionError, ReplayError, SampleExpiredError,
-                      SchemaMismatchError)
+from ..errors import CorruptStoreError, InvalidDataError, OptionError, ReplayError
 from ..core.episodes import select_episodes as _select_episodes
 from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, ExplicitPositions: re-exported)
 from ..core.store import EpisodeStore
@@ -30,6 +29,7 @@ from . import gather
 from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
 from .batch import BatchDataset
+from .snapshot import _SNAPSHOT_RETRIES, SnapshotChecks, SnapshotMovedError
 from .transforms import transform_option
 
 __all__ = ["BatchDataset", "StoreView", "ExplicitPositions", "Sample"]
@@ -42,15 +42,6 @@ def _describe(value: Any) -> str:
     return short(value)
 
 
-class SnapshotMovedError(SampleExpiredError):
-    """The view took a newer snapshot (another thread refreshed it) while a batch was read: the batch may
-    mix rows or meta of the two tables. ``sample_batch`` reads it again (its keys name episodes, not
-    positions); a batch of item numbers is refused (its numbers name positions of the old snapshot)."""
-
-
-_SNAPSHOT_RETRIES = 8  # times sample_batch reads a batch again after the view moved to a newer snapshot
-
-
 def check_store(store: Any) -> EpisodeStore:
     """The store a view reads: an ``EpisodeStore``, else an error that says where to get one."""
     if not isinstance(store, EpisodeStore):
@@ -60,7 +51,7 @@ def check_store(store: Any) -> EpisodeStore:
     return store
 
 
-class StoreView(BatchDataset):
+class StoreView(SnapshotChecks, BatchDataset):
     """Base view, a ``PositionSource`` for samplers (``core.index``). Subclasses set ``self.positions`` and
     implement ``gather(episode, t) -> dict``."""
 
@@ -115,13 +106,6 @@ class StoreView(BatchDataset):
         state = store.meta.state
         self.state = (state.first_episode, state.next_episode)
         self._capacity = store.capacity
-
-    def _check_stride(self, store: EpisodeStore) -> None:
-        """Keys are episode id * max_timesteps + t: a view cannot follow a store grown to longer episodes."""
-        if store.capacity.max_timesteps != self.key_stride:
-            raise SchemaMismatchError(
-                f"{store.folder} was grown to max_timesteps={store.capacity.max_timesteps} since this view was made "
-                f"(its keys count {self.key_stride} steps an episode): make a new view (and sampler) of the store")
 
     kind = "trajectories"  # names a sampler's priorities by default
     # reads scattered rows: with readahead on, its maps are marked MADV_RANDOM (a page fault outside the
@@ -276,51 +260,6 @@ class StoreView(BatchDataset):
                                    "kind of view?); draw from a sampler over this view")
         return episode, t
 
-    def _missing_episodes(self, ids: np.ndarray) -> None:
-        """Raise for a sample's episode ids that this view (refreshed) does not hold: why, and what to do."""
-        state = self.store.meta.state
-        never = ids[ids >= state.next_episode]
-        if len(never):
-            raise InvalidDataError(
-                f"the sample names episode {int(never[0])}, which was never in the buffer (its episode ids so far are "
-                f"below {state.next_episode}): keys of another store? draw from a sampler over this view"
-            )
-        gone = ids[ids < state.first_episode]
-        if len(gone):
-            raise SampleExpiredError(
-                f"the sample refers to episode {int(gone[0])}, which is no longer in the buffer (the ring evicted "
-                f"it since the draw); draw again"
-            )
-        raise InvalidDataError(f"the sample names episodes {sorted(set(ids.tolist()) - set(self.table.ids.tolist()))} "
-                               f"that this view does not hold (its filter_meta leaves them out); draw from a sampler "
-                               f"over this view")
-
-    def _check_not_evicted(self, episode: np.ndarray) -> None:
-        """After every gather: raise if the writer (another process or thread) evicted or cleared any of the
-        batch's episodes, or grew the store, since the snapshot, for their rows or meta slots may have been
-        overwritten during the read. A writer commits an eviction, a ``clear()`` and a grow in meta.json
-        before it overwrites a row or reuses a slot, so a meta.json unchanged after the read means the rows
-        and meta read were intact (a seqlock: one ``stat``); a changed one is read again, and its capacity
-        and first live id decide. The writer's own store object always holds the newest state."""
-        store = self.store
-        if not store.is_writer and store.meta_stamp() != self._stamp:
-            store.refresh()
-            self._stamp = store.read_stamp
-        if store.capacity != self._capacity:  # a grow moved slots (or made a ring) while this batch was read
-            self._check_stride(store)
-            raise SampleExpiredError(
-                f"{store.folder} was grown (from {self._capacity} to {store.capacity}) since this view's snapshot, "
-                f"so this batch may hold rows or meta of other episodes (slots moved, or the ring reused them); "
-                f"draw again (a sampler's batch() does), or refresh() the view (a DataLoader: make a new one)")
-        oldest = self.table.ids[episode.min()]  # table ids ascend
-        first = store.meta.state.first_episode
-        if oldest < first:
-            raise SampleExpiredError(
-                f"episode {int(oldest)} was evicted by the ring writer, or dropped by clear(), while this batch was "
-                f"read (the oldest live episode is now {first}); draw again (a sampler's batch() does), or "
-                f"refresh() the view (a DataLoader: make a new one)"
-            )
-
     def episodes_of(self, ids: np.ndarray) -> np.ndarray | None:
         """Positions in ``self.table`` of episode ids, or None if any is not in it."""
         return self.table.positions_of(ids)
@@ -356,15 +295,6 @@ class StoreView(BatchDataset):
             generation = self._generation
             episode, t = self.positions.locate(items)
         return self.transformed(self.assemble(episode, t, generation))
-
-    def _check_generation(self, generation: int) -> None:
-        """Refuse a batch read while the view took a newer snapshot (``generation``: as the read began)."""
-        if generation == self._generation and not generation & 1:
-            return
-        raise SnapshotMovedError(
-            "this view took a newer snapshot of the store (refresh(), or a sampler following the store, in another "
-            "thread) while this batch was read: its item numbers name positions of the old one; make a new "
-            "DataLoader over the view, or draw through a sampler (whose keys name episodes)")
 
     def assemble(self, episode: np.ndarray, t: np.ndarray, generation: int | None = None) -> dict[str, torch.Tensor]:
         """The batch of (episode position in the table, t) pairs: the view's gather, then meta fields, then
