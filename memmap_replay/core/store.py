@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -103,6 +104,7 @@ class EpisodeStore:
         self._closed = False
         self.track_stats = True  # read by the running statistics' observer (sharing/stats.py)
         self._observers: list[CommitObserver] | None = None  # made at the first change
+        self._state_lock, self._state_pid = threading.RLock(), os.getpid()
         self.steps: dict[str, NpyFile] = {}
         self.metas: dict[str, NpyFile] = {}
         self.table: dict[str, NpyFile] = {}
@@ -234,6 +236,15 @@ class EpisodeStore:
         """This object holds the folder's writer lock: its in-memory state is the newest committed one."""
         return self._lock is not None and not self._lock.inherited
 
+    @property
+    def state_lock(self) -> threading.RLock:
+        """Held while ``meta`` and ``read_stamp`` change (``refresh``, ``live_table``): threads sharing this
+        store (views and their gather threads) read them, and the table, as one pair under it. A forked child
+        gets a lock of its own (one held by another thread at the fork would never be released there)."""
+        if self._state_pid != os.getpid():
+            self._state_lock, self._state_pid = threading.RLock(), os.getpid()
+        return self._state_lock
+
     def meta_stamp(self) -> tuple:
         """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction). (Called per draw
         by samplers following the disk and per gather by views of a ring: one ``stat`` of a path made once.)"""
@@ -258,6 +269,10 @@ class EpisodeStore:
         ``catch_up=True`` (the default): then the newer meta.json is taken instead (as ``refresh`` does) and
         the table read again, up to ``_CONSISTENCY_RETRIES`` times, so that ``meta`` (``num_episodes``) and
         the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out."""
+        with self.state_lock:
+            return self._live_table(catch_up)
+
+    def _live_table(self, catch_up: bool) -> EpisodeTable:
         table, stored = self._table_of(self.meta.state)
         if self.is_writer:
             return table
@@ -273,7 +288,7 @@ class EpisodeStore:
             if fresh.capacity != self.meta.capacity:  # a writer grew the store: the slots of ``meta`` are gone
                 self.read_stamp = stamp
                 self._adopt(fresh)
-                return self.live_table(catch_up=catch_up)
+                return self._live_table(catch_up)
             live = table.ids >= fresh.state.first_episode
             wrong = live & (stored != table.ids)
             if wrong.any():  # no writer reuses a live episode's slot: the table itself is damaged
@@ -313,14 +328,15 @@ class EpisodeStore:
 
     def refresh(self) -> bool:
         """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
-        stamp = self.meta_stamp()  # before the read: a commit after it makes the next stamp differ
-        meta = fmt.read_meta(self.folder)
-        self.read_stamp = stamp
-        if meta.store_id != self.meta.store_id:
-            raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
-        changed = meta.state != self.meta.state
-        self._adopt(meta)
-        return changed
+        with self.state_lock:
+            stamp = self.meta_stamp()  # before the read: a commit after it makes the next stamp differ
+            meta = fmt.read_meta(self.folder)
+            if meta.store_id != self.meta.store_id:
+                raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
+            changed = meta.state != self.meta.state
+            self._adopt(meta)
+            self.read_stamp = stamp
+            return changed
 
     def _adopt(self, meta: StoreMeta) -> None:
         """Take a newer meta.json; the step files have grown to its row count before it was written. A new

@@ -456,20 +456,23 @@ class UniformSampler(ReplaySampler):
 
     def epoch(self, batch_size: int, num_batches: int | None, drop_last: bool) -> Iterator[Sample]:
         """The epoch in progress (else a new one) of this rank's share, in batches."""
-        if self.follow:
-            self.sync()
-        if self._order is None or self._cursor >= len(self._order):
-            self._start_epoch()
+        with self._view_lock():  # (held for each step, never across a yield)
+            if self.follow:
+                self.sync()
+            if self._order is None or self._cursor >= len(self._order):
+                self._start_epoch()
         count = 0
         while self._cursor < len(self._order) and (num_batches is None or count < num_batches):
             if drop_last and len(self._order) - self._cursor < batch_size:
                 self._cursor = len(self._order)
                 break
-            if self.follow:
-                self.sync()
+            with self._view_lock():  # the view's snapshot stays while the keys are taken from it
+                if self.follow:
+                    self.sync()
+                keys = self._take(batch_size)
             self.draws += 1
             count += 1
-            yield Sample(self._take(batch_size))
+            yield Sample(keys)
 
     def state_dict(self) -> dict:
         state = super().state_dict()

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptStoreError, InvalidDataError, ReadOnlyError, SchemaMismatchError
+from ..errors import CorruptStoreError, InvalidDataError, ReadOnlyError, SampleExpiredError, SchemaMismatchError
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.options import INT64_MAX, flag, integer, number, priorities_name
 from . import kernels
@@ -136,9 +136,10 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         episode is kept only if its whole entry (id, slot, start, length, end, final) is unchanged: if its
         rows were different (a snapshot that held them wrong), the old rows go and the new ones come. Its
         slot may differ (the store was grown: slots move, rows never do); the files then follow the grow first."""
-        if self.view.store.capacity != self._capacity:
+        capacity = getattr(self.view, "_capacity", None) or self.view.store.capacity  # the snapshot's
+        if capacity != self._capacity:
             try:
-                self._follow_grow(self.view.store.capacity)
+                self._follow_grow(capacity)
             except BaseException:
                 self._seen = (old_table, old_positions)  # nothing changed: the next draw tries again
                 raise
@@ -278,10 +279,19 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         return np.flatnonzero(bad) if bad.any() else None
 
     def leaves_of(self, keys: np.ndarray) -> np.ndarray:
-        """The leaves (``priority ** alpha``) of this sampler's fresh draw's keys (of episodes in the view)."""
-        ids, t = np.divmod(keys, self.view.key_stride)
-        table = self.view.table
-        return self.tree.leaves[table.start[table.positions_of(ids)] + t]
+        """The leaves (``priority ** alpha``) of this sampler's fresh draw's keys (of episodes in the view).
+        Read under the view's lock, the tree brought to the view's snapshot first (a loader's gather thread
+        may have refreshed the view since the draw); a key whose episode left the view meanwhile (evicted)
+        is a ``SampleExpiredError``: draw again."""
+        with self._view_lock():
+            self.reconcile()
+            ids, t = np.divmod(keys, self.view.key_stride)
+            table = self.view.table
+            where = table.positions_of(ids)
+            if where is None:
+                raise SampleExpiredError("an episode of this draw was evicted before its priorities were read (the "
+                                         "ring writer moved on since the draw); draw again")
+            return self.tree.leaves[table.start[where] + t]
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).

@@ -86,18 +86,21 @@ class StoreView(SnapshotChecks, BatchDataset):
         # snapshots taken, twice each (odd: one is being taken): a batch is read against one snapshot,
         # checked by comparing this before and after (threads of a loader share the view)
         self._generation = 0
-        # held while the snapshot changes, and by a sampler while it draws from or follows this view: a
-        # loader's gather threads may refresh the view while the sampler in the main thread reads it
-        self.lock = threading.RLock()
+        self._lock, self._lock_pid = threading.RLock(), os.getpid()  # (each process its own: see ``lock``)
         self._snapshot(store)
         self.positions: Positions | ExplicitPositions = Positions.from_counts(np.ones(len(self.table)))
 
     def _snapshot(self, store: EpisodeStore) -> None:
+        with store.state_lock:  # the table, stamp, state and capacity of one meta.json (threads share the store)
+            self._take_snapshot(store)
+
+    def _take_snapshot(self, store: EpisodeStore) -> None:
         # the table first: reading it consistently may take a newer meta.json (store.live_table), whose
         # state and stamp are then the snapshot's.
-        self.table = _select_episodes(store, self.filter_meta)
+        table = _select_episodes(store, self.filter_meta)
         if self.min_episode_len > 1:
-            self.table = self.table.select(self.table.length >= self.min_episode_len)
+            table = table.select(table.length >= self.min_episode_len)
+        self.table = table
         # the seqlock's stamp: meta.json's as it was before store.meta was read (unknown at first: the
         # first check after a gather then reads meta.json again, once). Every store is checked, not only
         # rings: clear() frees a flat store's rows and slots, and a grow (to a ring, or one that moves slots)
@@ -174,17 +177,24 @@ class StoreView(SnapshotChecks, BatchDataset):
         state["_store"] = None
         state["_sources"], state["_tensors"] = {}, {}  # a tensor over a map would pickle all its bytes
         state["_ahead"] = 0
-        state.pop("lock", None)
+        state["_lock"] = None
         return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.lock = threading.RLock()
 
     def copied(self) -> None:
         self._sources, self._tensors = dict(self._sources), dict(self._tensors)
         self.readahead = copy.copy(self.readahead)
-        self.lock = threading.RLock()  # a copy has a snapshot of its own
+        self._lock, self._lock_pid = threading.RLock(), os.getpid()  # a copy has a snapshot of its own
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while the snapshot changes, and by a sampler while it follows and draws from this view (a
+        loader's gather threads may refresh the view while the sampler in the main thread reads it). Each
+        process has its own: a DataLoader worker forked while another thread held it would wait forever."""
+        lock = self._lock
+        if lock is None or self._lock_pid != os.getpid():
+            lock, self._lock_pid = threading.RLock(), os.getpid()
+            self._lock = lock
+        return lock
 
     @property
     def store(self) -> EpisodeStore:
@@ -205,7 +215,10 @@ class StoreView(SnapshotChecks, BatchDataset):
         view's ``transform``."""
         if isinstance(items, Sample):
             return self.sample_batch(items)
-        return self.batch(self.checked(items))
+        with self.lock:  # checked against, and located in, one snapshot
+            generation = self._generation
+            episode, t = self.positions.locate(self.checked(items))
+        return self.transformed(self.assemble(episode, t, generation))
 
     def sample_batch(self, sample: Sample) -> dict[str, torch.Tensor]:
         """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode

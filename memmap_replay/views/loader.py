@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import os
 from collections import deque, namedtuple
 from typing import Any, Iterable, Iterator
 
@@ -159,7 +160,7 @@ class ReplayDataLoader(DataLoader):
                 reader.restart()
                 self.collate_fn.new_iteration()
         pin = self.pin_memory and can_pin()  # (torch's pinning thread passes a SlotBatch by)
-        iterator = super().__iter__()
+        iterator, pid = super().__iter__(), os.getpid()
         try:
             for item in iterator:
                 if slots:
@@ -168,7 +169,7 @@ class ReplayDataLoader(DataLoader):
                 yield item
         finally:
             shutdown = getattr(iterator, "_shutdown_workers", None)  # (torch's own, idempotent)
-            if not self.persistent_workers and shutdown is not None:
+            if not self.persistent_workers and shutdown is not None and os.getpid() == pid:  # (not in a fork)
                 shutdown()
 
     def __iter__(self):

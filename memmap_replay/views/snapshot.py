@@ -69,17 +69,18 @@ class SnapshotChecks:
         and meta read were intact (a seqlock: one ``stat``); a changed one is read again, and its capacity
         and first live id decide. The writer's own store object always holds the newest state."""
         store = self.store
-        if not store.is_writer and store.meta_stamp() != self._stamp:
-            store.refresh()
-            self._stamp = store.read_stamp
-        if store.capacity != self._capacity:  # a grow moved slots (or made a ring) while this batch was read
+        with store.state_lock:  # the store's meta and stamp as one pair (other threads refresh it too)
+            if not store.is_writer and store.meta_stamp() != self._stamp:
+                store.refresh()
+                self._stamp = store.read_stamp
+            capacity, first = store.capacity, store.meta.state.first_episode
+        if capacity != self._capacity:  # a grow moved slots (or made a ring) while this batch was read
             self._check_stride(store)
             raise SampleExpiredError(
-                f"{store.folder} was grown (from {self._capacity} to {store.capacity}) since this view's snapshot, "
+                f"{store.folder} was grown (from {self._capacity} to {capacity}) since this view's snapshot, "
                 f"so this batch may hold rows or meta of other episodes (slots moved, or the ring reused them); "
                 f"draw again (a sampler's batch() does), or refresh() the view (a DataLoader: make a new one)")
         oldest = self.table.ids[episode.min()]  # table ids ascend
-        first = store.meta.state.first_episode
         if oldest < first:
             raise SampleExpiredError(
                 f"episode {int(oldest)} was evicted by the ring writer, or dropped by clear(), while this batch was "

@@ -297,3 +297,36 @@ def test_a_gather_thread_refreshing_the_view_waits_for_the_sampler_following_it(
         assert rows_and_meta_agree(batch, batch["_key"].numpy() // view.key_stride) == 0
         batch = sampler.batch(64)
         assert rows_and_meta_agree(batch, batch["_key"].numpy() // view.key_stride) == 0
+
+
+def test_a_snapshot_taken_while_another_thread_refreshes_the_store_is_of_one_meta_json(tmp_path):
+    """Views and their gather threads share the reader's store object: a thread that refreshes it (a check
+    after a gather) while a view takes its snapshot must not hand the view the old table with the grown
+    capacity and stamp (every later check would then pass, with other episodes' meta). The thread's refresh
+    waits for the snapshot; the view's next batch is refused for the grow."""
+    writer, grow = cleared_flat(tmp_path / "store")
+    with writer, ReplayBuffer.from_folder(tmp_path / "store", read_only=True) as reader:
+        view = reader.dataset(timestep_level=True)
+        store, threads = reader.episode_store, []
+        live_table = store.live_table
+
+        def live_table_then_another_thread_refreshes(**options):
+            table = live_table(**options)
+            if not threads:
+                grow()
+                threads.append(threading.Thread(target=store.refresh))
+                threads[0].start()
+                threads[0].join(0.5)  # (it waits for the store's lock this snapshot holds; without one it ran)
+            return table
+
+        write(writer, 1)  # something new for the view to take
+        store.live_table = live_table_then_another_thread_refreshes
+        view.refresh(reread=True)
+        threads[0].join(10)
+        store.live_table = live_table
+        try:
+            batch = view.__getitems__(np.arange(len(view)))
+        except SampleExpiredError as error:
+            assert "was grown" in str(error)
+            return
+        assert rows_and_meta_agree(batch) == 0
