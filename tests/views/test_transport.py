@@ -342,7 +342,8 @@ def test_persistent_workers_take_back_slots_of_dropped_batches(filled, monkeypat
         total = sum(1 for _ in loader)
     # slots leaked by the stops would run out within two stops, and every later batch would go torch's way;
     # on a loaded machine a worker may still find none free for a batch or two as an iteration starts
-    assert counts["slots"] + counts["torch"] == total and counts["torch"] <= 3, (counts, total)
+    # (a leak sends every batch torch's way: here a few at most, whatever the load)
+    assert counts["slots"] + counts["torch"] == total and counts["torch"] <= total // 4, (counts, total)
 
 
 def test_threads_repeat_an_unseeded_random_transform_after_torch_manual_seed(tmp_path):
@@ -532,23 +533,28 @@ def test_a_slot_travels_as_its_descriptor_and_is_given_back_by_reference_count()
 def test_slot_memory_is_freed_with_the_loader_and_its_batches(filled):
     """The main process maps the slots while batches come; once the loader and its batches are gone, no
     mapping or descriptor of a slot is left in it, and the workers that held the rest are gone."""
+    gc.collect()  # (slots of earlier tests in this process that are garbage now go first)
     before = set(slot_mappings()), len(slot_descriptors())  # (slots of this process's in-process tests)
+
+    def new_slots():
+        return set(slot_mappings()) - before[0]
+
     loader = filled.dataloader(8, timestep_level=True, shuffle=True, seed=5, num_workers=2, workers="processes",
                                multiprocessing_context="fork")
     held = []
     for number, batch in enumerate(loader):
         if number == 3:
-            assert set(slot_mappings()) > before[0]
+            assert new_slots()
             workers = multiprocessing.active_children()
         if number % 4 == 0:
             held.append(batch["obs"][1:])  # a view holds its slot
-    assert set(slot_mappings()) > before[0]  # (the reader keeps its slots while the loader lives)
+    assert new_slots()  # (the reader keeps its slots while the loader lives)
     del loader, batch
     gc.collect()
-    assert set(slot_mappings()) > before[0]  # the views held
+    assert new_slots()  # the views held
     del held
     gc.collect()
-    assert set(slot_mappings()) <= before[0] and len(slot_descriptors()) <= before[1]
+    assert not new_slots() and len(slot_descriptors()) <= before[1]
     for worker in workers:
         worker.join(60)  # (a hang guard)
         assert not worker.is_alive()
