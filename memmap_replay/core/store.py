@@ -247,7 +247,7 @@ class EpisodeStore:
 
     def meta_stamp(self) -> tuple:
         """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction). (Called per draw
-        by samplers following the disk and per gather by views of a ring: one ``stat`` of a path made once.)"""
+        by samplers following the disk and per gather by every view: one ``stat`` of a path made once.)"""
         path = self._meta_path
         if path is None:
             path = self._meta_path = os.fspath(self.folder / fmt.META_FILE)
