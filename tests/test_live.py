@@ -299,21 +299,30 @@ def check_readers_exercised(tallies):
         assert tally.expired > 0 and tally.redrawn > 0, f"{name}: the seqlock check never fired: {tally}"
 
 
-def read_against_a_ring_writer(tmp_path, workers, readers: dict) -> dict:
-    """Reader processes (name -> (function, *extra arguments)) against a ring writer for READ_SECONDS; their
-    tallies, once every row they read and everything the writer logged are checked."""
-    folder, stop, log = tmp_path / "ring", tmp_path / "stop", tmp_path / "writer.log"
-    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
-    writer = workers.start(writer_main, folder, stop, log)
+def read_while_writing(tmp_path, workers, folder, writer: tuple, readers: dict) -> tuple[dict, Path]:
+    """A writer process (function, *extra arguments after folder, stop file and log) and reader processes
+    (name -> (function, *extra arguments)) for READ_SECONDS from the readers' first batch; (their tallies,
+    the writer's log), once every process ended cleanly."""
+    stop, log = tmp_path / "stop", tmp_path / "writer.log"
+    function, *extra = writer
+    writer_pid = workers.start(function, folder, stop, log, *extra)
     results = {name: tmp_path / f"{name}.json" for name in readers}
     pids = [workers.start(function, folder, stop, results[name], *extra)
             for name, (function, *extra) in readers.items()]
     wait_for_readers(workers, pids, results.values())
     time.sleep(READ_SECONDS)
     stop.touch()
-    for pid in pids + [writer]:
+    for pid in pids + [writer_pid]:
         workers.finish(pid)
-    tallies = {name: Tally.load(path) for name, path in results.items()}
+    return {name: Tally.load(path) for name, path in results.items()}, log
+
+
+def read_against_a_ring_writer(tmp_path, workers, readers: dict) -> dict:
+    """Reader processes (name -> (function, *extra arguments)) against a ring writer for READ_SECONDS; their
+    tallies, once every row they read and everything the writer logged are checked."""
+    folder = tmp_path / "ring"
+    ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **RING).close()
+    tallies, log = read_while_writing(tmp_path, workers, folder, (writer_main,), readers)
     check_readers_exercised(tallies)
     check_store(folder, [log], exited=True)  # what the writer logged is what the store holds
     expect_only_good_rows(**tallies)
@@ -377,18 +386,11 @@ def test_loader_epochs_in_other_processes_while_the_writer_grows_the_store(tmp_p
     DataLoader epochs (worker threads and worker processes) over views and a prioritized sampler made before:
     every row they are handed is the row of the episode its batch names, with that episode's meta, or the
     epoch is refused with a library error naming the grow; never another episode's rows or meta."""
-    folder, stop, log = tmp_path / "store", tmp_path / "stop", tmp_path / "writer.log"
+    folder = tmp_path / "store"
     ReplayBuffer(folder, fields=FIELDS, meta_fields=META, **dict(RING, circular=scenario == "ring")).close()
-    writer = workers.start(grow_writer_main, folder, stop, log, scenario, 7)
-    results = {f"{kind}-{kinds}": tmp_path / f"{kind}-{kinds}.json" for kind, kinds in GROW_READERS[scenario]}
-    pids = [workers.start(loader_reader, folder, stop, results[f"{kind}-{kinds}"], seed, kind, kinds)
-            for seed, (kind, kinds) in enumerate(GROW_READERS[scenario], 20)]
-    wait_for_readers(workers, pids, results.values())
-    time.sleep(READ_SECONDS)
-    stop.touch()
-    for pid in pids + [writer]:
-        workers.finish(pid)
-    tallies = {name: Tally.load(path) for name, path in results.items()}
+    readers = {f"{kind}-{kinds}": (loader_reader, seed, kind, kinds)
+               for seed, (kind, kinds) in enumerate(GROW_READERS[scenario], 20)}
+    tallies, log = read_while_writing(tmp_path, workers, folder, (grow_writer_main, scenario, 7), readers)
     changes = [line for line in log.read_text().splitlines() if line.startswith(("grow", "clear"))]
     assert len(changes) >= 2, f"the writer changed the store {len(changes)} times"
     for name, tally in tallies.items():

@@ -136,7 +136,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         episode is kept only if its whole entry (id, slot, start, length, end, final) is unchanged: if its
         rows were different (a snapshot that held them wrong), the old rows go and the new ones come. Its
         slot may differ (the store was grown: slots move, rows never do); the files then follow the grow first."""
-        capacity = getattr(self.view, "_capacity", None) or self.view.store.capacity  # the snapshot's
+        capacity = getattr(self.view, "capacity", None) or self.view.store.capacity  # the snapshot's
         if capacity != self._capacity:
             try:
                 self._follow_grow(capacity)

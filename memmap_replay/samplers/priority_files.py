@@ -191,16 +191,17 @@ class PriorityFiles:
     def resize(self, rows: int, slots: int) -> None:
         """Follow a grow of the store while open: the files remapped to ``rows`` values and ``slots`` owner
         entries (as at an open: a new file beside each, then ``os.replace``), and mapped again."""
-        for array in (self.values, self.owner):
-            array.flush()
-        if len(self.values) != rows:
-            self._replace(self.values_path, self.values, rows, _write_values)
-            self.values = self._map(self.values_path, folderio.open_write(self.folder, self.values_path, os.O_RDWR),
-                                    np.float64, rows, len(npy_header(np.dtype(np.float64), (rows,))))
-        if len(self.owner) != slots:
-            self._replace(self.owner_path, self.owner, slots, _write_owner)
-            self.owner = self._map(self.owner_path, folderio.open_write(self.folder, self.owner_path, os.O_RDWR),
-                                   np.int64, slots, len(npy_header(np.dtype(np.int64), (slots,))))
+        self.values = self._resized(self.values_path, self.values, rows, _write_values)
+        self.owner = self._resized(self.owner_path, self.owner, slots, _write_owner)
+
+    def _resized(self, path: Path, array: np.ndarray, length: int, remap) -> np.ndarray:
+        """``array`` (the map of ``path``), or the map of ``path`` remapped to ``length`` entries."""
+        array.flush()
+        if len(array) == length:
+            return array
+        self._replace(path, array, length, remap)
+        return self._map(path, folderio.open_write(self.folder, path, os.O_RDWR), array.dtype, length,
+                         len(npy_header(array.dtype, (length,))))
 
     @staticmethod
     def _map(path: Path, fd: int, dtype, length: int, offset: int) -> np.ndarray:

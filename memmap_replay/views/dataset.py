@@ -186,6 +186,11 @@ class StoreView(SnapshotChecks, BatchDataset):
         self._lock, self._lock_pid = threading.RLock(), os.getpid()  # a copy has a snapshot of its own
 
     @property
+    def capacity(self):
+        """The store's capacity as of this view's snapshot (slots of its table are of this ``max_episodes``)."""
+        return self._capacity
+
+    @property
     def lock(self) -> threading.RLock:
         """Held while the snapshot changes, and by a sampler while it follows and draws from this view (a
         loader's gather threads may refresh the view while the sampler in the main thread reads it). Each
@@ -215,10 +220,7 @@ class StoreView(SnapshotChecks, BatchDataset):
         view's ``transform``."""
         if isinstance(items, Sample):
             return self.sample_batch(items)
-        with self.lock:  # checked against, and located in, one snapshot
-            generation = self._generation
-            episode, t = self.positions.locate(self.checked(items))
-        return self.transformed(self.assemble(episode, t, generation))
+        return self.batch(items, checked=False)
 
     def sample_batch(self, sample: Sample) -> dict[str, torch.Tensor]:
         """The batch of a sampler's draw: its keys name (episode id, t), which stay valid while the episode
@@ -248,7 +250,9 @@ class StoreView(SnapshotChecks, BatchDataset):
                 break
             except SnapshotMovedError:  # another thread refreshed the view meanwhile: read the keys again
                 if attempt == _SNAPSHOT_RETRIES:
-                    raise
+                    raise SnapshotMovedError(
+                        f"other threads took {_SNAPSHOT_RETRIES + 1} newer snapshots of this view while this sample "
+                        f"was read (a writer committing faster than the batch is read?); draw again") from None
         batch["_key"] = torch.from_numpy(np.ascontiguousarray(keys))
         if weights is not None:
             batch["_weight"] = torch.from_numpy(weights)
@@ -301,12 +305,12 @@ class StoreView(SnapshotChecks, BatchDataset):
             items = np.where(items < 0, items + size, items)
         return items
 
-    def batch(self, items: np.ndarray) -> dict[str, torch.Tensor]:
-        """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler), through the
-        view's ``transform``."""
-        with self.lock:  # positions of one snapshot (another thread may be taking a newer one)
+    def batch(self, items: Any, *, checked: bool = True) -> dict[str, torch.Tensor]:
+        """The batch of item numbers already known to be in range (e.g. from BatchIndexSampler; ``checked=False``:
+        check them first), through the view's ``transform``."""
+        with self.lock:  # checked against, and located in, one snapshot (another thread may be taking a newer one)
             generation = self._generation
-            episode, t = self.positions.locate(items)
+            episode, t = self.positions.locate(items if checked else self.checked(items))
         return self.transformed(self.assemble(episode, t, generation))
 
     def assemble(self, episode: np.ndarray, t: np.ndarray, generation: int | None = None) -> dict[str, torch.Tensor]:

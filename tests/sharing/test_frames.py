@@ -286,27 +286,34 @@ def test_a_stale_store_shows_the_live_episodes_never_an_evicted_ones_rows(tmp_pa
         stale.close()
 
 
-def test_frames_of_an_episode_the_ring_evicted_while_they_were_read_are_refused(tmp_path, monkeypatch):
-    folder = make_store(tmp_path / "ring", lengths=(3, 3), max_episodes=2, circular=True)
-    stale = EpisodeStore.open(folder, "r")
+def write_while_rows_are_read(stale, monkeypatch, *, clear=False):
+    """At ``stale``'s next read of a step field (after its table was read), a writer (that first clears the
+    store, with ``clear``) commits a new episode, which the ring or the cleared rows put over the oldest."""
     read_rows = stale.step_array
 
-    def evicting(name):  # the writer evicts episode 0 after the table was read, while its rows are read
-        with ReplayBuffer.from_folder(folder) as writer:
+    def writing(name):
+        with ReplayBuffer.from_folder(stale.folder) as writer:
+            if clear:
+                writer.clear()
             writer.store_episode(**{key: np.stack([store(picture(9, t)) for t in range(3)])
                                     for key, (_, store, _) in LAYOUT_FIELDS.items()},
                                  action=np.zeros((3, 2)), goal=np.zeros((H, W)))
         monkeypatch.setattr(stale, "step_array", read_rows)
         return read_rows(name)
 
+    monkeypatch.setattr(stale, "step_array", writing)
+
+
+def test_frames_of_an_episode_the_ring_evicted_while_they_were_read_are_refused(tmp_path, monkeypatch):
+    folder = make_store(tmp_path / "ring", lengths=(3, 3), max_episodes=2, circular=True)
+    stale = EpisodeStore.open(folder, "r")
     try:
-        monkeypatch.setattr(stale, "step_array", evicting)
+        write_while_rows_are_read(stale, monkeypatch)  # the writer evicts episode 0 after the table was read
         with pytest.raises(SampleExpiredError, match=r"episode id 0 was evicted .* run again"):
             contact_sheet(stale, "hwc", episodes=0)
         stale.close()
         stale = EpisodeStore.open(folder, "r")
-        read_rows = stale.step_array
-        monkeypatch.setattr(stale, "step_array", evicting)
+        write_while_rows_are_read(stale, monkeypatch)
         with pytest.raises(SampleExpiredError, match=r"episode id 1 was evicted"):
             write_video(stale, "hwc", tmp_path / "v.gif", episode=0)
         assert not (tmp_path / "v.gif").exists()
@@ -538,19 +545,8 @@ def test_frames_of_a_flat_store_cleared_while_they_were_read_are_refused(tmp_pat
     """clear() frees a flat store's rows: the next episode overwrites them while a reader reads its frames."""
     folder = make_store(tmp_path / "flat", lengths=(3, 3), max_episodes=4)
     stale = EpisodeStore.open(folder, "r")
-    read_rows = stale.step_array
-
-    def clearing(name):  # the writer clears and writes a new episode over row 0 while the rows are read
-        with ReplayBuffer.from_folder(folder) as writer:
-            writer.clear()
-            writer.store_episode(**{key: np.stack([store(picture(9, t)) for t in range(3)])
-                                    for key, (_, store, _) in LAYOUT_FIELDS.items()},
-                                 action=np.zeros((3, 2)), goal=np.zeros((H, W)))
-        monkeypatch.setattr(stale, "step_array", read_rows)
-        return read_rows(name)
-
     try:
-        monkeypatch.setattr(stale, "step_array", clearing)
+        write_while_rows_are_read(stale, monkeypatch, clear=True)  # a new episode over row 0 while it is read
         with pytest.raises(SampleExpiredError, match=r"episode id 0 was evicted .*clear\(\)"):
             contact_sheet(stale, "hwc", episodes=0)
     finally:
