@@ -390,8 +390,8 @@ def epoch(folder: Path, args, budget: int) -> list[tuple]:
                                          "than the figure asks for)"), flush=True)
     cgroup = None if args.no_cgroup else Cgroup(budget)
     command = [sys.executable, str(Path(__file__).resolve()), "--epoch-child", str(folder), "--budget-mb",
-               str(args.budget_mb), "--epoch-batches", str(args.epoch_batches or 0), "--epoch-seconds", str(args.epoch_seconds),
-               "--epoch-repeats", str(args.epoch_repeats)]
+               str(args.budget_mb), "--epoch-batches", str(args.epoch_batches or 0), "--epoch-seconds",
+               str(args.epoch_seconds), "--epoch-repeats", str(args.epoch_repeats)]
     if cgroup is not None and cgroup.path is not None:
         procs = cgroup.path / "cgroup.procs"  # the shell joins the cgroup, then becomes python (same pid)
         command = ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *command]
@@ -580,7 +580,8 @@ def main(argv=None) -> int:
     print(f"\nCold figures: {episodes} episodes x {T_STEPS} steps, medians of {args.repeats} repeat(s), memcpy "
           f"{memcpy:.2f} GB/s. C-*: batches/s over the better limit's in this run; E: MB/s over the sequential read's")
     for figure, group in itertools.groupby(rows, key=lambda row: row[0]):
-        print(f"  {figure:<7}" + "; ".join(f"{name} {ratio:.3f}{verdict(ratio, goal)}" for _, name, ratio, goal in group))
+        print(f"  {figure:<7}"
+              + "; ".join(f"{name} {ratio:.3f}{verdict(ratio, goal)}" for _, name, ratio, goal in group))
     print(f"(total run time {time.perf_counter() - started:.0f} s; load average now {os.getloadavg()[0]:.2f})")
     return 0
 

@@ -50,7 +50,8 @@ MB = 1e6
 
 
 def write_store(folder: Path, data: workload.Data) -> None:
-    with ReplayBuffer(folder, data.episodes, T_STEPS, fields=workload.FIELDS, meta_fields=workload.META_FIELDS) as buffer:
+    with ReplayBuffer(folder, data.episodes, T_STEPS, fields=workload.FIELDS,
+                      meta_fields=workload.META_FIELDS) as buffer:
         for e in range(data.episodes):
             buffer.store_episode(image=data.image[e], action=data.action[e], reward=data.reward[e], done=data.done[e],
                                  task_id=int(data.task_id[e]))
@@ -119,7 +120,8 @@ def numpy_reference(bench: Bench, store: Path) -> None:
 def d4rl_passes(bench: Bench, store: Path) -> None:
     for suffix in (".hdf5", ".npz"):
         path = bench.scratch / f"data{suffix}"
-        bench.measure(f"export_d4rl {suffix}", lambda: export_d4rl(store, path, observation="image"), reference="np.save (reference)")
+        bench.measure(f"export_d4rl {suffix}", lambda: export_d4rl(store, path, observation="image"),
+                      reference="np.save (reference)")
         bench.measure(f"import_d4rl {suffix}", lambda: import_d4rl(path, bench.scratch / "imported"),
                       prepare=lambda: export_d4rl(store, path, observation="image"), reference="np.load (reference)")
 

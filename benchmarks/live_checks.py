@@ -413,7 +413,8 @@ class Live:
             return sampler.dataloader(batch_size, 64, **loader_options), None
         options = dict(timestep_level=True) if kind == "timestep" else \
             dict(window=window) if kind == "window" else dict(n_steps=NSTEP)
-        loader = buffer.dataloader(batch_size, shuffle=True, seed=seed, return_indices=True, **options, **loader_options)
+        loader = buffer.dataloader(batch_size, shuffle=True, seed=seed, return_indices=True, **options,
+                                   **loader_options)
         view = loader.dataset
         return loader, dict(zip(view.table.slots.tolist(), view.table.ids.tolist()))
 

@@ -177,7 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="steps per episode (default 500)")
     parser.add_argument("--batches", type=int, default=None, help="timed iterations per run (default 300)")
     parser.add_argument("--warm-batches", type=int, default=None, help="untimed iterations first (default 5)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per case; medians are printed (default 3)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed runs per case; medians are printed (default 3)")
     parser.add_argument("--writer-rate", type=float, default=10.0,
                         help="episodes a second of each writer in the paced writers' case (default 10)")
     parser.add_argument("--folder", type=Path, default=None,
@@ -201,8 +202,8 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     print(f"memmap_replay Ray shards benchmark: 2 shards of {episodes} episodes x {args.steps} steps; median of "
           f"{args.repeats} timed run(s) of {args.batches} iterations of batch({BATCH}) + update_priorities")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, ray {ray.__version__}, "
-          f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, ray "
+          f"{ray.__version__}, {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'})", flush=True)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:

@@ -341,7 +341,8 @@ class Bench:
                         ("ours DataLoader w=2", lambda: timed_iteration(self.loader(kind, 2), 2)),
                         ("ours processes=2", lambda: timed_iteration(self.loader(kind, 2, workers="processes"), 2)),
                         ("ours processes=2 torch transport",
-                         lambda: timed_iteration(self.loader(kind, 2, workers="processes", worker_transport="torch"), 2))]
+                         lambda: timed_iteration(self.loader(kind, 2, workers="processes", worker_transport="torch"),
+                                                 2))]
         limit()  # one untimed pass of each in-process way: caches, allocator
         getitems()
         # the repeats are interleaved (one of each way in turn), so a change of load on the machine
@@ -391,7 +392,8 @@ class Bench:
         transform = Compose(RandomShift("image", pad=4, seed=SEED), ToFloat("image"))  # shift the uint8 bytes
         ways = {"transform w=0": dict(num_workers=0)}
         if args.workers:
-            ways.update({"transform w=2": dict(num_workers=2), "transform processes=2": dict(num_workers=2, workers="processes")})
+            ways.update({"transform w=2": dict(num_workers=2),
+                         "transform processes=2": dict(num_workers=2, workers="processes")})
         nbytes = batch * (self.ram["image"][0].size * 4 + sum(self.ram[name][0].nbytes for name in READ[1:]))
 
         def run(extra: dict) -> float:
@@ -572,7 +574,8 @@ def main(argv=None) -> int:
                         help="episodes of the small-field store for R at scale (default 20,000 = 10 million steps)")
     parser.add_argument("--batches", type=int, default=None,
                         help="timed batches per repeat (default 100; fewer where an epoch has fewer)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per figure; medians are printed (default 5)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per figure; medians "
+                                                                  "are printed (default 5)")
     parser.add_argument("--warm-batches", type=int, default=None,
                         help="untimed batches before the timed ones of a DataLoader (default 4)")
     parser.add_argument("--folder", type=Path, default=None,
@@ -583,7 +586,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-seed", dest="seed", action="store_false", help="skip the seed package")
     parser.add_argument("--no-torchrl", dest="torchrl", action="store_false", help="skip TorchRL")
     parser.add_argument("--seed-write-budget", type=float, default=60.0,
-                        help="seconds of writing through the seed package before it stops with fewer episodes (default 60)")
+                        help="seconds of writing through the seed package before it stops with fewer "
+                             "episodes (default 60)")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's adaptive thresholds as they are (see pin_malloc)")
     parser.add_argument("--warm-mb", type=int, default=256,
@@ -723,7 +727,8 @@ def main(argv=None) -> int:
     for (view, how), (rate, mbs, _) in results.items():
         if view == "T+transform" and main is not None:
             versus = rate / main[0]
-            goal = "" if how == "transform w=0" else f"{versus:.2f} x w=0; >= 1.5 {'met' if versus >= 1.5 else 'NOT met'}"
+            goal = ("" if how == "transform w=0"
+                    else f"{versus:.2f} x w=0; >= 1.5 {'met' if versus >= 1.5 else 'NOT met'}")
             rows.append(("T+x", how, f"{rate:,.1f}", f"{mbs:,.0f}", "", goal))
     for label, parts in reopen.items():
         total = parts["total"]
@@ -734,7 +739,8 @@ def main(argv=None) -> int:
     print(f"Read figures: {episodes} episodes x {T_STEPS} steps; medians of {args.repeats} repeat(s); memcpy "
           f"{memcpy:.2f} GB/s; ratios are to the numpy in-RAM gather of the same rows in this run")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    lines = ["  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
     print(lines[0])
     print("-" * max(len(line) for line in lines))

@@ -132,7 +132,8 @@ def print_ratios(results: dict, limit: str) -> None:
         if way != how and (group, way.format(kernel="numpy")) in results:
             numpy_rate = results[(group, way.format(kernel="numpy"))][0]
             lines.append(f"  {group:<14} {way.format(kernel='*'):<60} numba / numpy {rate / numpy_rate:.2f}")
-    torch_limit = next((rate for (group, how), (rate, _) in results.items() if how.startswith("torch index_select")), None)
+    torch_limit = next((rate for (group, how), (rate, _) in results.items() if how.startswith("torch index_select")),
+                       None)
     cpprb = results.get(("P", CPPRB))
     for (group, how), (rate, _) in results.items():
         if group != "P" or how == limit or how.startswith("torch index_select") or how == CPPRB:

@@ -327,14 +327,16 @@ def sampler_cases(args, kernel_names: list[str]) -> list[SamplerCase]:
     cases = [SamplerCase("uniform T", "sampler.batch(256)", "uniform", BATCH, {}, None)]
     parallel = (False, True) if args.parallel else (False,)
     if args.parallel:
-        cases.append(SamplerCase("uniform T", f"sampler.batch(256){PARALLEL}", "uniform", BATCH, {}, None, parallel=True))
+        cases.append(SamplerCase("uniform T", f"sampler.batch(256){PARALLEL}", "uniform", BATCH, {}, None,
+                                 parallel=True))
     for persist in (False, True):
         cases += [SamplerCase("P", f"{update}, persist={persist}, {kernel}{PARALLEL * on}", "prioritized", BATCH,
                               dict(PRIORITIZED, persist=persist), step, GOAL_P[kernel], kernel, on)
                   for on in parallel for kernel in kernel_names]
     cases += [SamplerCase(f"windows {WINDOW_BATCH}x{WINDOW}", f"batch({WINDOW_BATCH}) + update_priorities "
                           f"({WINDOW_BATCH}, {WINDOW}), {kernel}", "sequence", WINDOW_BATCH,
-                          dict(PRIORITIZED, window=WINDOW, persist=False), windows, kernel=kernel) for kernel in kernel_names]
+                          dict(PRIORITIZED, window=WINDOW, persist=False), windows, kernel=kernel)
+              for kernel in kernel_names]
     return cases
 
 
@@ -356,7 +358,8 @@ def print_table(bench: Bench, args, episodes: int) -> None:
           f"{args.batches} iterations ({args.tree_calls} calls for the sum tree); ratios are to the numpy in-RAM "
           f"gather of the same rows in this run")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i in (2, 3, 4) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    lines = ["  ".join(c.rjust(w) if i in (2, 3, 4) else c.ljust(w)
+                       for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
     print(lines[0])
     print("-" * max(len(line) for line in lines))
@@ -384,7 +387,8 @@ def main(argv=None) -> int:
                         help="untimed iterations of each fresh sampler before the timed ones (default 3)")
     parser.add_argument("--tree-calls", type=int, default=None,
                         help="timed sample + update calls per repeat on each sum tree (default 2000)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per figure; medians are printed (default 5)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per figure; medians "
+                                                                  "are printed (default 5)")
     parser.add_argument("--folder", type=Path, default=None,
                         help="where to write (a scratch folder is made inside it and removed at the end unless "
                              "--keep; default: the current directory, so the same disk as the project)")

@@ -360,8 +360,8 @@ def print_table(part1, part2, part3, args) -> bool:
     def wrong(tally):
         return tally.stale + tally.torn + tally.wrong_meta
     sections = [
-        (f"1 writer + {len(part1['by_kind'])} readers on a ring ({part1['seconds']:.0f} s; {RING['max_episodes']} episodes in "
-         f"{RING['max_steps']} rows; image uint8 (3, 32, 32) + 5 fields)", [
+        (f"1 writer + {len(part1['by_kind'])} readers on a ring ({part1['seconds']:.0f} s; {RING['max_episodes']} "
+         f"episodes in {RING['max_steps']} rows; image uint8 (3, 32, 32) + 5 fields)", [
             ("steps written", f"{part1['steps']:,}", f"{part1['episodes']:,} episodes, "
              f"{part1['steps'] / part1['seconds']:,.0f} steps/s; the ring wrapped {part1['wraps']:,.0f} times"),
             ("batches read", f"{t1.batches:,}", f"{t1.rows:,} rows checked"),

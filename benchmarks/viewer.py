@@ -34,8 +34,8 @@ import numpy as np
 from memmap_replay import ReplayBuffer, view
 from memmap_replay.core.writer import whole_episode
 
-STATIC = ("/static/viewer.css", "/static/base.js", "/static/plots.js", "/static/overview.js", "/static/table.js", "/static/episode.js",
-          "/static/viewer.js")
+STATIC = ("/static/viewer.css", "/static/base.js", "/static/plots.js", "/static/overview.js", "/static/table.js",
+          "/static/episode.js", "/static/viewer.js")
 FIRST_DATA = ("/api/state", "/api/overview", "/api/episodes?offset=0&limit=25&sort=id&order=asc", "/api/stats")
 
 
@@ -85,10 +85,13 @@ def measure_http(folder: Path) -> None:
             row(path, first, total, size)
             sums[0] += total
             sums[1] += size
-        print(f"  {'all of the above, one after the other':<58} {'':>12} {sums[0] * 1000:9.1f} ms {sums[1] / 1024:9.1f} KB")
+        print(f"  {'all of the above, one after the other':<58} {'':>12} {sums[0] * 1000:9.1f} ms "
+              f"{sums[1] / 1024:9.1f} KB")
         print("  warm (the same server):")
-        for path in ("/api/episodes?sort=return&order=desc&limit=25", "/api/episodes?filter=task%3D3&filter=length%3E%3D40&limit=25",
-                     "/api/episodes?offset=99975&limit=25", "/api/episode?id=12345", "/api/frame?field=obs&id=12345&t=0"):
+        for path in ("/api/episodes?sort=return&order=desc&limit=25",
+                     "/api/episodes?filter=task%3D3&filter=length%3E%3D40&limit=25",
+                     "/api/episodes?offset=99975&limit=25", "/api/episode?id=12345",
+                     "/api/frame?field=obs&id=12345&t=0"):
             first, total, size, status = timed_get(server.url, path)
             row(path + ("" if status == 200 else f" ({status})"), first, total, size)
     with view(folder, block=False) as server:  # the table first: it pays for reading the returns
@@ -137,7 +140,8 @@ def main() -> None:
         folder = make_store(scratch / "store", episodes)
         with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
             steps = buffer.num_steps
-        print(f"Viewer figures: {episodes:,} episodes, {steps:,} steps (written in {time.perf_counter() - start:.1f} s)")
+        print(
+            f"Viewer figures: {episodes:,} episodes, {steps:,} steps (written in {time.perf_counter() - start:.1f} s)")
         measure_http(folder)
         if not args.no_browser:
             measure_browser(folder)

@@ -205,8 +205,10 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: 10 episodes, 1 repeat, 1 seed episode")
     parser.add_argument("--episodes", type=int, default=None, help="episodes of 500 steps (default 200)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed passes per figure; medians are printed (default 5)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed passes before each figure's timed ones (default 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed passes per figure; medians "
+                                                                  "are printed (default 5)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed passes before each figure's "
+                                                                 "timed ones (default 1)")
     parser.add_argument("--seed-episodes", type=int, default=None,
                         help="episodes written through the seed package (default 2; it flushes every step)")
     parser.add_argument("--folder", type=Path, default=None,
@@ -292,10 +294,13 @@ def main(argv=None) -> int:
 
     rows = [
         ("store (per step)", f"{step_rate:,.0f} steps/s", f"{step_mbs:,.0f} MB/s",
-         f"{step_rate / GOAL_STEPS_PER_S:.2f} x goal {GOAL_STEPS_PER_S:,} steps/s ({ok(step_rate >= GOAL_STEPS_PER_S)})"),
+         f"{step_rate / GOAL_STEPS_PER_S:.2f} x goal {GOAL_STEPS_PER_S:,} steps/s "
+         f"({ok(step_rate >= GOAL_STEPS_PER_S)})"),
         ("store_episode", f"{episode_rate:,.0f} steps/s", f"{episode_mbs:,.0f} MB/s",
-         f"{episode_mbs / hot_mbs:.3f} x memcpy touched; goal >= {GOAL_MEMCPY_RATIO} ({ok(episode_mbs / hot_mbs >= GOAL_MEMCPY_RATIO)})"),
-        ("", "", "", f"{episode_mbs / fresh_mbs:.3f} x memcpy fresh ({ok(episode_mbs / fresh_mbs >= GOAL_MEMCPY_RATIO)})"),
+         f"{episode_mbs / hot_mbs:.3f} x memcpy touched; goal >= {GOAL_MEMCPY_RATIO} "
+         f"({ok(episode_mbs / hot_mbs >= GOAL_MEMCPY_RATIO)})"),
+        ("", "", "", f"{episode_mbs / fresh_mbs:.3f} x memcpy fresh "
+                     f"({ok(episode_mbs / fresh_mbs >= GOAL_MEMCPY_RATIO)})"),
         ("", "", "", f"{episode_mbs / pwrite_mbs:.3f} x fresh file write"),
         ("fresh file write", f"{n / results['pwrite']:,.0f} steps/s", f"{pwrite_mbs:,.0f} MB/s",
          f"{pwrite_mbs / hot_mbs:.3f} x memcpy touched, {pwrite_mbs / fresh_mbs:.3f} x memcpy fresh"),
@@ -304,7 +309,8 @@ def main(argv=None) -> int:
     ]
     if "seed" in results:
         seed_rate = seed_episodes * T_STEPS / results["seed"]
-        rows.append(("seed store (per step)", f"{seed_rate:,.0f} steps/s", f"{seed_rate * data.row_nbytes / MB:,.1f} MB/s",
+        rows.append(("seed store (per step)", f"{seed_rate:,.0f} steps/s",
+                     f"{seed_rate * data.row_nbytes / MB:,.1f} MB/s",
                      f"ours per-step / seed = {step_rate / seed_rate:,.0f} x ({seed_episodes} episode(s))"))
     print()
     print(f"Write figures: {episodes} episodes x {T_STEPS} steps = {n:,} steps, {nbytes / GB:.3f} GB; "

@@ -220,7 +220,8 @@ class ReplayBuffer(LegacyBufferAPI):
     def begin_episode(self, **meta: Any) -> EpisodeMeta:
         """Open an episode without a ``with`` block; ``advance_episode()`` commits it."""
         self._check_idle("begin an episode")
-        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split), False
+        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta,
+                                                      split=self._split), False
         return EpisodeMeta(self._episode)
 
     @contextmanager
@@ -447,9 +448,10 @@ class ReplayBuffer(LegacyBufferAPI):
         """Field statistics for normalization (``memmap_replay.sharing.stats.StoreStats``): per element of each
         field count, mean, std, min, max (and ``quantiles`` on request), per channel too for an image field
         (uint8 (C, H, W) or (H, W, C): ``.fields['image'].channels``), plus the live episodes' length and
-        return summary; ``.to_lerobot()`` / ``.write_lerobot('stats.json')`` give LeRobot's stats.json. Small numeric fields are kept up to date as episodes commit; other ``fields`` are
-        read from the live episodes. ``recompute=True`` reads the live episodes instead of the running
-        moments (which, in a ring, also count evicted episodes)."""
+        return summary; ``.to_lerobot()`` / ``.write_lerobot('stats.json')`` give LeRobot's stats.json. Small numeric
+        fields are kept up to date as episodes commit; other ``fields`` are read from the live episodes.
+        ``recompute=True`` reads the live episodes instead of the running moments (which, in a ring, also count evicted
+        episodes)."""
         from .sharing.stats import compute_stats, running_stats
 
         recompute = flag(recompute, "recompute")

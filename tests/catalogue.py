@@ -54,7 +54,8 @@ from memmap_replay import (BufferFullError, CorruptStoreError, DiskFullError, Ep
                            MissingExtraError, NotAFolderError, RateLimitedError, ReadOnlyError, ReplayBuffer,
                            ReplayError, SampleExpiredError, SchemaError, SchemaMismatchError, ShardUnavailableError,
                            StoreLockedError, StoreNotFoundError, UnsupportedFormatError)
-from memmap_replay.errors import DTypeError, IndexRangeError, IndexTypeError, MissingFileError, OptionError, StoreIOError, UnsafeEntryError
+from memmap_replay.errors import (DTypeError, IndexRangeError, IndexTypeError, MissingFileError, OptionError,
+                                  StoreIOError, UnsafeEntryError)
 
 # ==== both catalogues: the error each test expects ==========================================================
 
@@ -430,7 +431,8 @@ def element_fits(target: np.dtype, source: np.dtype, value) -> bool:
             info = np.iinfo(target)
             if s == "f":
                 value = float(value)
-                return math.isfinite(value) and value.is_integer() and info.min <= value < 2.0 ** (info.bits - (t == "i"))
+                return (math.isfinite(value) and value.is_integer()
+                        and info.min <= value < 2.0 ** (info.bits - (t == "i")))
             return info.min <= int(value) <= info.max
         cast = target.type(value)
         if s in "iu":
@@ -469,7 +471,8 @@ PATH_TRICKS = ["../x", "a/b", ".", "..", "", "/abs", "a\\b", "a\x00b", "obs\n", 
                "obs\t", "_x", "1x", "x١", "end", "final", "episode_lens", "class", "None", "lambda", "a" * 64 + "\n"]
 
 # arrays numpy holds that are not numbers (store values, batched values)
-NON_NUMERIC = [np.array(["a", "b"]), np.array([b"x"]), np.array([None, 1], dtype=object), np.array([1, 2], dtype=object),
+NON_NUMERIC = [np.array(["a", "b"]), np.array([b"x"]), np.array([None, 1], dtype=object),
+               np.array([1, 2], dtype=object),
                np.array(["2020-01-01"], dtype="M8[D]"), np.array([1], dtype="m8[s]"), np.zeros(2, dtype="V2"),
                np.array(3, dtype=object), np.zeros(2, dtype=[("a", "f4")])]
 

@@ -133,7 +133,8 @@ def test_public_api_is_explicit():
     # nothing public outside __all__ but submodules (and the optional extras' names, listed by dir())
     exported = {name for name in listed | set(vars(memmap_replay)) if not name.startswith("_")}
     package = Path(memmap_replay.__file__).parent
-    modules = {path.stem for path in package.glob("*.py")} | {path.parent.name for path in package.glob("*/__init__.py")}
+    modules = {path.stem for path in package.glob("*.py")} | {path.parent.name
+                                                              for path in package.glob("*/__init__.py")}
     # verify and pack are modules and the functions they export (the function wins the package attribute)
     assert callable(memmap_replay.sharing.verify) and callable(memmap_replay.sharing.pack)
     assert exported - (modules - set(memmap_replay.__all__)) - memmap_replay._EXTRAS == set(memmap_replay.__all__)

@@ -30,7 +30,8 @@ def test_fixture_store_holds_what_was_written(buffer):
 # (store() and store_batch() outside an episode start 0.2.3's flat loop: tests/compat/test_buffer_api.py)
 STATE_ERRORS = {
     "end_episode-without-episode": (lambda b: b.end_episode(), r"no episode is open: call begin_episode\(\) first"),
-    "set_episode_end-without-episode": (lambda b: b.set_episode_end("terminated"), r"set_episode_end\(\) needs an open episode"),
+    "set_episode_end-without-episode": (lambda b: b.set_episode_end("terminated"),
+                                        r"set_episode_end\(\) needs an open episode"),
 }
 
 
@@ -96,7 +97,8 @@ def test_call_inside_batched_episode_is_refused_and_the_batch_continues(buffer, 
     before = committed(buffer)
     with buffer.batched_episode(2):
         buffer.store_batch(**good_batch([5, 6], 0))
-        with raises(EpisodeStateError, match=r"(while an episode is open|store\(\) needs an open episode.*store_batch)"):
+        with raises(EpisodeStateError,
+                    match=r"(while an episode is open|store\(\) needs an open episode.*store_batch)"):
             action(buffer)
         buffer.store_batch(**good_batch([5, 6], 1))
     episodes, _ = committed(buffer)

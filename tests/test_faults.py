@@ -366,7 +366,8 @@ class Card(Stage):
         if not readme.startswith("---\n") or not body.startswith(("# " + self.OLD, "# " + self.NEW)):
             problems.append(f"README.md starts {readme[:40]!r}")
         if not failed and check_manifest(root / "store"):
-            problems.append(f"the manifest is stale after a card write that succeeded: {check_manifest(root / 'store')}")
+            problems.append(
+                f"the manifest is stale after a card write that succeeded: {check_manifest(root / 'store')}")
         problem = check_episodes(root / "store", [ring(list(range(EPISODES)))])
         return problems + ([problem] if problem else [])
 

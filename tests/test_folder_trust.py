@@ -620,7 +620,8 @@ def test_hostile_folder(battery, plant, entry):
 
 def test_the_expectation_table_covers_every_case():
     assert {group for _, group, _, _ in PLANTS} == set(EXPECT)
-    assert all(set(table) == set(ENTRIES) and set(table.values()) <= {"ok", "error", "any"} for table in EXPECT.values())
+    assert all(set(table) == set(ENTRIES) and set(table.values()) <= {"ok", "error", "any"}
+               for table in EXPECT.values())
     assert len({name for name, *_ in PLANTS}) == len(PLANTS)
 
 
@@ -662,8 +663,9 @@ def fuzz_main(spec: dict) -> None:
     json_leaf = st.one_of(st.none(), st.booleans(), st.text(max_size=8),
                           st.integers(-(2**70), 2**70), st.sampled_from([0, 1, -1, 2**31, 2**62, 2**63, 2**64, 10**30]),
                           st.floats(allow_nan=True, allow_infinity=True))
-    json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                                 st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    json_value = st.recursive(json_leaf,
+                              lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(st.text(max_size=6), inner, max_size=3)),
                               max_leaves=8)
     npy_files = sorted(str(path.relative_to(template / "store")) for path in (template / "store").rglob("*.npy"))
     table_files = [rel for rel in npy_files if rel.startswith("episodes/")]
@@ -672,7 +674,8 @@ def fuzz_main(spec: dict) -> None:
                             st.one_of(st.tuples(st.just("shape"), st.lists(st.one_of(
                                 st.integers(-2, 2**62), st.sampled_from([0, 1, 2**31, 2**40, 2**63])), max_size=3)),
                                 st.tuples(st.just("descr"), st.sampled_from(
-                                    ["<f8", ">f4", "|b1", "<i8", "|O", "<U3", "|V8", "<c16", "[('a','<i4')]", "bogus"])),
+                                    ["<f8", ">f4", "|b1", "<i8", "|O", "<U3", "|V8", "<c16", "[('a','<i4')]",
+                                     "bogus"])),
                                 st.tuples(st.just("fortran"), st.booleans()),
                                 st.tuples(st.just("bytes"), st.integers(0, 127), st.binary(min_size=1, max_size=8))))
     table_edit = st.tuples(st.just("table"), st.sampled_from(table_files), st.integers(0, MAX_EPISODES - 1),

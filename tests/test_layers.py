@@ -44,7 +44,8 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memmap_replay."):
             found.add(node.module.removeprefix("memmap_replay."))
         elif isinstance(node, ast.Import):
-            found.update(a.name.removeprefix("memmap_replay.") for a in node.names if a.name.startswith("memmap_replay."))
+            found.update(a.name.removeprefix("memmap_replay.") for a in node.names
+                         if a.name.startswith("memmap_replay."))
     return {name for name in found if name and room(name) in RANKS}
 
 

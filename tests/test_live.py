@@ -217,8 +217,8 @@ class Workers:
     def start(self, target, *args) -> int:
         self.count += 1
         error = self.tmp / f"worker-{self.count}.error"
-        pid = self._ask(dict(op="start", target=target.__name__, args=[str(a) if isinstance(a, Path) else a for a in args],
-                             error=str(error)), WAIT)
+        pid = self._ask(dict(op="start", target=target.__name__,
+                             args=[str(a) if isinstance(a, Path) else a for a in args], error=str(error)), WAIT)
         self.errors[pid] = error
         return pid
 

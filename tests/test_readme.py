@@ -103,7 +103,8 @@ def program(block: Block) -> tuple:
     while chain[0].continues:
         earlier = [b for b in PYTHON
                    if b.page == block.page and b.section == block.section and b.number == chain[0].number - 1]
-        assert earlier, f"{block.page} line {chain[0].line}: <!-- continues --> with no earlier python block in its section"
+        assert earlier, (f"{block.page} line {chain[0].line}: <!-- continues --> with no earlier python block in its "
+                         f"section")
         chain.insert(0, earlier[0])
     needs = tuple(dict.fromkeys(name for b in chain for name in b.needs))
     return "\n".join(b.code for b in chain), needs
@@ -126,7 +127,8 @@ def test_readme_block_runs(block, tmp_path):
 def test_readme_has_python_blocks():
     ids = [block.id for block in PYTHON]
     assert len([b for b in PYTHON if b.page == "README.md"]) >= 15 and len(set(ids)) == len(ids), ids
-    assert not [b for b in BLOCKS + DOC_BLOCKS if b.lang in ("py", "python3", "pycon")], "tag python blocks as ```python"
+    assert not [b for b in BLOCKS + DOC_BLOCKS
+                if b.lang in ("py", "python3", "pycon")], "tag python blocks as ```python"
 
 
 def test_two_commands_names_the_ci_command():

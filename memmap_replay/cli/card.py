@@ -67,7 +67,8 @@ def _card_action(args: argparse.Namespace) -> int:
         print("null" if args.json else f"{folder} has no dataset card yet; write one with: memmap-replay card {folder} "
                                        f"--set name=NAMESPACE/NAME-v0 description=...", file=sys.stdout)
         return EXIT_OK
-    print(json.dumps(card.to_json(), indent=2, ensure_ascii=False) if args.json else card.render(front_matter=False).rstrip())
+    print(json.dumps(card.to_json(), indent=2, ensure_ascii=False) if args.json
+          else card.render(front_matter=False).rstrip())
     return EXIT_OK
 
 

@@ -40,8 +40,8 @@ examples:
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("checksum", help="write or check a store's checksums.sha256", description=_CHECKSUM_HELP,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = commands.add_parser("checksum", help="write or check a store's checksums.sha256",
+                                 description=_CHECKSUM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("--check", action="store_true", help="only check the files against checksums.sha256")
     _add_common(parser)

@@ -55,7 +55,8 @@ def add(commands) -> None:
                                  description=_EXPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     parser.add_argument("target", metavar="TARGET", help="a Minari dataset id, or a .hdf5/.h5/.npz file")
-    _shared_options(parser, "--to", "the target's format", "replace TARGET if it exists", "leave the other step fields out")
+    _shared_options(parser, "--to", "the target's format", "replace TARGET if it exists",
+                    "leave the other step fields out")
     parser.add_argument("--observation", nargs="+", metavar="FIELD", help="the observation field(s) (default: "
                         "observation, or observation__*); several make a Dict space (minari)")
     parser.add_argument("--action", nargs="+", metavar="FIELD", help="the action field(s) (default: action)")

@@ -86,7 +86,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", choices=LAYOUTS, help="how the field's axes are read (default: from its shape)")
     parser.add_argument("--stack", choices=STACK_MODES, default="last",
                         help="a frame stack shows its newest frame (last) or all of them side by side (tile)")
-    parser.add_argument("--scale", type=positive_arg, metavar="N", help="enlarge each frame this many times (default: to 64 pixels)")
+    parser.add_argument("--scale", type=positive_arg, metavar="N", help="enlarge each frame this many times "
+                                                                        "(default: to 64 pixels)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -96,8 +97,10 @@ def add(commands) -> None:
                                  description=_FRAMES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(frames)
     frames.add_argument("out", metavar="OUT.png", help="the image to write (.png, or .jpg)")
-    frames.add_argument("--episodes", type=_episode_list, metavar="LIST", help="which episodes: e.g. 0,5,-1 or 0:8 (default: all)")
-    frames.add_argument("--every", type=positive_arg, metavar="N", help="show steps 0, N, 2N, ... of each episode (and its last step and final observation)")
+    frames.add_argument("--episodes", type=_episode_list, metavar="LIST",
+                        help="which episodes: e.g. 0,5,-1 or 0:8 (default: all)")
+    frames.add_argument("--every", type=positive_arg, metavar="N", help="show steps 0, N, 2N, ... of each episode (and "
+                                                                        "its last step and final observation)")
     frames.add_argument("--columns", type=positive_arg, default=8, metavar="N", help="frames per row (default 8)")
     frames.add_argument("--no-labels", action="store_true", help="no 'ep E t T' label above each frame")
     frames.set_defaults(run=run_frames)
@@ -105,7 +108,8 @@ def add(commands) -> None:
                                 description=_VIDEO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(video)
     video.add_argument("out", metavar="OUT.mp4|gif", help="the video to write")
-    video.add_argument("--episode", type=int, default=0, metavar="I", help="which episode: 0 the oldest (default), -1 the newest")
+    video.add_argument("--episode", type=int, default=0, metavar="I", help="which episode: 0 the oldest "
+                                                                           "(default), -1 the newest")
     video.add_argument("--fps", type=float, default=30.0, metavar="N", help="frames per second (default 30)")
     video.set_defaults(run=run_video)
 

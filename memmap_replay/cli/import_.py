@@ -92,7 +92,8 @@ def add(commands) -> None:
     parser.add_argument("source", metavar="SOURCE", help="a Minari dataset id or folder, a .hdf5/.h5/.npz file, or "
                         "a memmap-replay-buffer folder")
     parser.add_argument("folder", metavar="FOLDER", help="the new store's folder (absent or empty)")
-    _shared_options(parser, "--from", "the source's format", "replace FOLDER if it already holds a store", "leave infos out")
+    _shared_options(parser, "--from", "the source's format", "replace FOLDER if it already holds a store",
+                    "leave infos out")
     parser.add_argument("--next-observations", choices=("auto", "final", "field", "drop"), default="auto",
                         help="d4rl: final rows when next_observations are the next rows (auto, final), the field "
                              "next_observation (field), or leave them out (drop); default auto")

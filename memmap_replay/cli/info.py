@@ -155,7 +155,8 @@ def _describe(store: EpisodeStore) -> dict:
     card, card_error = None, None
     try:
         card = read_card(folder)
-    except (CorruptStoreError, StoreIOError, ReadOnlyError) as error:  # the user's words, not the data: say so, show the rest
+    except (CorruptStoreError, StoreIOError,
+            ReadOnlyError) as error:  # the user's words, not the data: say so, show the rest
         card_error = str(error)
     table = store.live_table()
     state = meta.state
@@ -231,15 +232,16 @@ def _render(report: dict) -> str:
     if report["description"]:
         lines += ["  " + line for line in report["description"].strip().splitlines()[:6]]
     ids = (f"ids {_figure(counts['first_episode'])}..{_figure(counts['next_episode'] - 1)}; the next is "
-           f"{_figure(counts['next_episode'])}" if counts["episodes"] else f"the next id is {_figure(counts['next_episode'])}")
+           f"{_figure(counts['next_episode'])}" if counts["episodes"]
+           else f"the next id is {_figure(counts['next_episode'])}")
     ring = "circular: the oldest episodes are evicted" if capacity["circular"] else "not circular: it fills up"
     ends = ", ".join(f"{n:,} {name}" for name, n in episodes["ends"].items() if n) or "-"
     final = episodes["with_final_observation"]
     total = sizes_["total"]
     lines += _columns([
         ["format", f"{report['format']} {report['version'] or '?'} (store id {report['store_id']})"],
-        ["capacity", f"{_figure(capacity['max_episodes'])} episodes of up to {_figure(capacity['max_timesteps'])} steps "
-                     f"in {_figure(capacity['max_steps'])} rows; {ring}"],
+        ["capacity", f"{_figure(capacity['max_episodes'])} episodes of up to {_figure(capacity['max_timesteps'])} "
+                     f"steps in {_figure(capacity['max_steps'])} rows; {ring}"],
         ["contents", f"{_figure(counts['episodes'])} episode{'s' * (counts['episodes'] != 1)} ({ids}), "
                      f"{_figure(counts['steps'])} steps, {_figure(counts['rows'])} rows allocated"],
         *_episode_lines(episodes),

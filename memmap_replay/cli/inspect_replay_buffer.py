@@ -49,7 +49,8 @@ def _episodes(text: str) -> list[int]:
 def _fields(text: str) -> list[str]:
     fields = [part.strip() for part in text.split(",") if part.strip()]
     if not fields:
-        raise argparse.ArgumentTypeError(f"invalid field list {text!r}: expected at least one field name, e.g. image,wrist")
+        raise argparse.ArgumentTypeError(f"invalid field list {text!r}: expected at least one field "
+                                         f"name, e.g. image,wrist")
     return fields
 
 

@@ -40,8 +40,8 @@ def run_pack(args: argparse.Namespace) -> int:
     def action() -> int:
         summary = pack(args.folder, args.archive, progress=_show_progress(args), overwrite=args.overwrite)
         if args.json:
-            print(json.dumps({"folder": args.folder, "ok": True, "archive": str(summary.archive), "files": summary.files,
-                              "bytes": summary.bytes, "archive_bytes": summary.archive_bytes,
+            print(json.dumps({"folder": args.folder, "ok": True, "archive": str(summary.archive),
+                              "files": summary.files, "bytes": summary.bytes, "archive_bytes": summary.archive_bytes,
                               "left_out": summary.left_out}, indent=2))
             return EXIT_OK
         print(f"packed {summary.files} files ({summary.bytes:,} bytes) of {args.folder} into {summary.archive} "

@@ -189,7 +189,8 @@ def _render(folder: str, store: EpisodeStore, result: StoreStats, untracked: lis
 def _field_rows(name: str, shape: tuple[int, ...], stats: FieldStats, quantiles: list[float]) -> list[list[str]]:
     """One row per element shown: all of them for a small field, else the first and last few and 'all'."""
     size = math.prod(shape)
-    flat = {key: np.asarray(getattr(stats, key), dtype=np.float64).reshape(size) for key in ("mean", "std", "min", "max")}
+    flat = {key: np.asarray(getattr(stats, key), dtype=np.float64).reshape(size)
+            for key in ("mean", "std", "min", "max")}
     qs = [np.asarray(stats.quantiles[q], dtype=np.float64).reshape(size) for q in quantiles]
 
     def row(label: str, i: int) -> list[str]:

@@ -54,7 +54,8 @@ def run_unpack(args: argparse.Namespace) -> int:
         summary = unpack(args.archive, args.folder, progress=_show_progress(args), overwrite=args.overwrite,
                          max_bytes=args.max_size)
         if args.json:
-            print(json.dumps({"archive": args.archive, "folder": str(summary.folder), "ok": True, "files": summary.files,
+            print(json.dumps({"archive": args.archive, "folder": str(summary.folder), "ok": True,
+                              "files": summary.files,
                               "bytes": summary.bytes, "disk_bytes": summary.disk_bytes}, indent=2))
         else:
             print(f"unpacked {summary.files} files ({summary.bytes:,} bytes, {summary.disk_bytes:,} on disk) from "

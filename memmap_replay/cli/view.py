@@ -77,7 +77,8 @@ def add(commands) -> None:
     report.add_argument("folder", metavar="FOLDER", help="the store's folder (the one holding meta.json)")
     report.add_argument("out", metavar="OUT.html", help="the file to write")
     report.add_argument("--episodes", type=positive_arg, default=12, metavar="N", help="episodes shown (default 12)")
-    report.add_argument("--frames", type=positive_arg, default=8, metavar="N", help="thumbnails per episode (default 8)")
+    report.add_argument("--frames", type=positive_arg, default=8, metavar="N",
+                        help="thumbnails per episode (default 8)")
     report.add_argument("--field", metavar="FIELD", help="the image field of the thumbnails (default: the first)")
     report.set_defaults(run=run_report, json=False)
 

@@ -29,7 +29,8 @@ LENGTHS = "episode_lens"
 
 
 def _read_only(what: str, name: str) -> ReadOnlyError:
-    how = (f"buffer.update(slots, {name}=values) or buffer.store_meta_datapoint(slot, {name!r}, value)" if what == "meta_data"
+    how = (f"buffer.update(slots, {name}=values) or buffer.store_meta_datapoint(slot, {name!r}, value)"
+           if what == "meta_data"
            else f"buffer.update(slots, {name}=values) or buffer.store_datapoint(slot, t, {name!r}, value)")
     return ReadOnlyError(f"buffer.{what}[{name!r}] is a read-only view of the stored episodes (0.2.3's arrays were "
                          f"writable memmaps); write with {how}")

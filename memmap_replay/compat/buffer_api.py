@@ -61,9 +61,10 @@ class LegacyBufferAPI:
             known = ["max_episodes", "max_timesteps", "fields", "meta_fields", "circular", "overwrite", "read_only",
                      "max_steps", "durable", "track_stats", "long_episodes", "flush_every_store_step"]
             names = sorted(extra_config)
-            raise OptionError(f"unknown keyword {names} for ReplayBuffer; it takes {known}{did_you_mean(names, known)}. "
-                              f"memmap-replay-buffer 0.2.3 kept extra keywords in its pickled config: keep such values "
-                              f"in the dataset card (memmap_replay.update_card(folder, ...)) or in meta fields")
+            raise OptionError(f"unknown keyword {names} for ReplayBuffer; it takes "
+                              f"{known}{did_you_mean(names, known)}. memmap-replay-buffer 0.2.3 kept extra keywords in "
+                              f"its pickled config: keep such values in the dataset card "
+                              f"(memmap_replay.update_card(folder, ...)) or in meta fields")
 
     # ---- 0.2.3's description attributes ------------------------------------------------------------------
 
@@ -158,7 +159,8 @@ class LegacyBufferAPI:
             # store_meta_batch of one episode, no step yet: as 0.2.3, store() writes that episode (its meta kept)
             meta = {name: array[0].copy() for name, array in flat.meta.items()} if flat.width else {}
             self._flat, self._next_t = None, flat.length
-        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split), True
+        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta,
+                                                      split=self._split), True
         for _ in range(self._next_t):
             self._episode.store({})
         self._next_t = 0
@@ -172,8 +174,8 @@ class LegacyBufferAPI:
                                     f"one_episode or begin_episode); commit it with advance_episode() first")
         if self._flat is None:
             if not self.circular and self.num_episodes >= self.max_episodes:
-                raise BufferFullError(f"the buffer is full: all {self.max_episodes} episode slots are used and it is not "
-                                      f"circular; pass circular=True to evict the oldest episodes, grow it "
+                raise BufferFullError(f"the buffer is full: all {self.max_episodes} episode slots are used and it is "
+                                      f"not circular; pass circular=True to evict the oldest episodes, grow it "
                                       f"(buffer.grow(max_episodes=...)), or call clear()")
             self._flat, self._next_t = FlatBatch(self.schema, self.max_timesteps, self._next_t,
                                                     split=self._split), 0
@@ -220,8 +222,8 @@ class LegacyBufferAPI:
                 raise OptionError(f"batch_size given twice (got {end} and batch_size={short(batch_size)})")
             end, batch_size = None, end
         elif end is not None and not isinstance(end, str):
-            raise OptionError(f"advance_episode takes end='terminated', 'truncated' or None, or batch_size, an int >= 1 "
-                              f"(0.2.3's advance_episode(batch_size)) (got {short(end)})")
+            raise OptionError(f"advance_episode takes end='terminated', 'truncated' or None, or batch_size, an int >= "
+                              f"1 (0.2.3's advance_episode(batch_size)) (got {short(end)})")
         self._store.require_writable("advance the episode")
         if self._vector is not None:
             self._vector.commit_all(end)
@@ -323,8 +325,8 @@ class LegacyBufferAPI:
         if t is not None:
             t = integer(t, "timestep_index", low=0)
             if t >= length:
-                raise OptionError(f"timestep_index must be below the episode's {length} steps at slot {slot} (got {t}); "
-                                  f"rows past an episode's end are not stored")
+                raise OptionError(f"timestep_index must be below the episode's {length} steps at slot {slot} (got "
+                                  f"{t}); rows past an episode's end are not stored")
         if staged is not None:
             env = (slot - self.episode_index) % self.max_episodes
             return self._episode or self._flat or self._vector, env, t, value
@@ -373,7 +375,8 @@ class LegacyBufferAPI:
         slots = np.atleast_1d(np.asarray(episode_indices)).tolist()
         values = as_array(datapoints, "datapoints")
         if len(values) != len(slots):
-            raise InvalidDataError(f"datapoints must have one value per episode index ({len(slots)}) (got {len(values)})")
+            raise InvalidDataError(f"datapoints must have one value per episode index "
+                                   f"({len(slots)}) (got {len(values)})")
         return slots, values
 
     # ---- images ----------------------------------------------------------------------------------------------
@@ -394,7 +397,8 @@ class LegacyBufferAPI:
         slots = self._store.live_table().slots
         where = np.flatnonzero(slots == slot)
         if not where.size:
-            raise OptionError(f"episode_index {slot} holds no stored episode (live slots: {sorted(slots.tolist())[:20]})")
+            raise OptionError(f"episode_index {slot} holds no stored episode (live slots: "
+                              f"{sorted(slots.tolist())[:20]})")
         return int(where[0])
 
     def episode_frames(self, episode_index: Any = 0, field: str | None = None) -> np.ndarray:

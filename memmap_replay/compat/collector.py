@@ -89,8 +89,8 @@ class EpisodeCollector:
         if name in self.meta_fieldnames:
             return "meta"
         if self.strict:
-            raise OptionError(f"unknown field {name!r}: the collector takes {sorted(self.fieldnames | self.meta_fieldnames)} "
-                              f"(strict=False skips unknown fields)")
+            raise OptionError(f"unknown field {name!r}: the collector takes "
+                              f"{sorted(self.fieldnames | self.meta_fieldnames)} (strict=False skips unknown fields)")
         return None
 
     def field_shape(self, name: str) -> tuple[int, ...]:

@@ -12,6 +12,6 @@ from .store import CommitObserver, EpisodeStore, PendingEpisode, observe_commits
 from .vector import VectorEpisodeWriter
 from .writer import EpisodeWriter
 
-__all__ = ["Episode", "EpisodeList", "FORMAT_VERSION", "Capacity", "StoreMeta", "EpisodeTable", "Positions", "WriterLock",
-           "FieldSpec", "Schema", "CommitObserver", "EpisodeStore", "PendingEpisode", "observe_commits",
+__all__ = ["Episode", "EpisodeList", "FORMAT_VERSION", "Capacity", "StoreMeta", "EpisodeTable", "Positions",
+           "WriterLock", "FieldSpec", "Schema", "CommitObserver", "EpisodeStore", "PendingEpisode", "observe_commits",
            "EpisodeWriter", "VectorEpisodeWriter"]

@@ -19,7 +19,8 @@ from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyE
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
 
-__all__ = ["MODES", "MRB_CONFIG", "refuse_mrb_folder", "locate", "make_folder", "check_replaceable", "check_live_ids", "holds_episodes", "check_matches"]
+__all__ = ["MODES", "MRB_CONFIG", "refuse_mrb_folder", "locate", "make_folder", "check_replaceable", "check_live_ids",
+           "holds_episodes", "check_matches"]
 
 MODES = ("r", "r+", "a", "w", "w-")
 _LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (_check_claim)
@@ -94,7 +95,8 @@ def make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (NotADirectoryError, FileExistsError):
-        raise NotAFolderError(f"{folder} cannot be created: a part of its path is a file; choose another path") from None
+        raise NotAFolderError(
+            f"{folder} cannot be created: a part of its path is a file; choose another path") from None
     except PermissionError as error:
         raise ReadOnlyError(f"{folder} cannot be created ({error.strerror}); choose a folder you may write") from None
     except OSError as error:

@@ -39,7 +39,8 @@ def as_array(value: Any, label: str) -> np.ndarray:
         try:
             array = np.asarray(value)
         except (ValueError, TypeError, OverflowError) as error:
-            raise InvalidDataError(f"{label} must be an array of numbers (got {type(value).__name__}: {error})") from None
+            raise InvalidDataError(
+                f"{label} must be an array of numbers (got {type(value).__name__}: {error})") from None
     if array.dtype.kind not in "biufc":
         big_ints = array.dtype.kind == "O" and array.size and all(type(x) is int for x in array.flat)
         hint = "an integer too large for int64" if big_ints else "only numbers, bools and arrays of them can be stored"
@@ -68,7 +69,8 @@ def _fit_shape(spec: FieldSpec, array: np.ndarray, lead: tuple[int, ...], label:
 def _check_integral(spec: FieldSpec, array: np.ndarray, label: str) -> None:
     if not np.isfinite(array).all():
         bad = array[~np.isfinite(array)].flat[0]
-        raise InvalidDataError(f"{label} has dtype {spec.dtype} and cannot hold {bad} (got a non-finite {array.dtype} value)")
+        raise InvalidDataError(f"{label} has dtype {spec.dtype} and cannot hold {bad} (got a non-finite "
+                               f"{array.dtype} value)")
     fractional = array != np.trunc(array)
     if fractional.any():
         raise InvalidDataError(

@@ -310,7 +310,8 @@ class EpisodeList:
 
     def __repr__(self) -> str:
         ids = f", ids {self.ids[0]}..{self.ids[-1]}" if len(self) else ""
-        return f"EpisodeList({len(self)} episodes{ids}, fields={list(self.fields)}, meta_fields={list(self.meta_fields)})"
+        return (f"EpisodeList({len(self)} episodes{ids}, fields={list(self.fields)}, "
+                f"meta_fields={list(self.meta_fields)})")
 
     def sample(self, n: Any, *, seed: Any = None, replacement: bool = False) -> list[Episode]:
         """``n`` episodes drawn uniformly (without replacement unless ``replacement=True``), seeded."""

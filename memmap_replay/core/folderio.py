@@ -37,7 +37,8 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def library_error(error: OSError, path, doing: str, *, after: str | None = None,
-                  denied_fix: str = "check the folder's permissions, or open it with read_only=True to read") -> ReplayError:
+                  denied_fix: str = "check the folder's permissions, or open it with read_only=True to read"
+                  ) -> ReplayError:
     """The library's error for an ``OSError`` met while ``doing`` something with ``path``; ``after``, when
     given, says what was left behind (before the fix), ``denied_fix`` what to do about a permission."""
     if isinstance(error, ReplayError):

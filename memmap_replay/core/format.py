@@ -18,8 +18,8 @@ A store is a folder::
                             it starts an episode (since 1.1; see "Segments")
     writer.lock             empty; a writer holds an exclusive OS lock (flock) on it
     priorities/             OPTIONAL sampler state, not committed data: <name>.npy float64 (max_steps + 1,),
-                            a raw priority per row, then the largest seen; <name>.owner.npy int64 (max_episodes,), per slot the
-                            episode id those rows' priorities belong to (-1: none); <name>.lock. A reader
+                            a raw priority per row, then the largest seen; <name>.owner.npy int64 (max_episodes,), per
+                            slot the episode id those rows' priorities belong to (-1: none); <name>.lock. A reader
                             MUST ignore rows whose owner is not the slot's live episode. After a grow they
                             may be of the capacity before it (fewer entries): an id's owner entry is then at
                             id % len(owner), and rows past the values are unknown.
@@ -266,7 +266,8 @@ def _check_numbers(capacity: Capacity, state: State, where: str) -> None:
     ints = {**asdict(capacity), **asdict(state)}
     ints.pop("circular")
     if not isinstance(capacity.circular, bool) or any(type(v) is not int or not 0 <= v < 2**62 for v in ints.values()):
-        raise CorruptStoreError(f"{where} must hold non-negative integers below 2**62 in capacity and state (got {ints})")
+        raise CorruptStoreError(f"{where} must hold non-negative integers below 2**62 in "
+                                f"capacity and state (got {ints})")
     if capacity.max_episodes < 1 or capacity.max_timesteps < 1 or capacity.max_steps < capacity.max_timesteps + 1:
         raise CorruptStoreError(
             f"{where} has an impossible capacity: max_episodes and max_timesteps must be >= 1 and max_steps >= "
@@ -459,7 +460,8 @@ class NpyFile:
         """Make room for ``rows`` rows: file size first, then the header (a crash between is harmless)."""
         header = npy_header(self.spec.dtype, (rows, *self.spec.shape))
         if len(header) != self.offset:
-            raise CorruptStoreError(f"{self.path}: cannot grow in place (header would move from {self.offset} to {len(header)} bytes)")
+            raise CorruptStoreError(f"{self.path}: cannot grow in place (header would move from {self.offset} to "
+                                    f"{len(header)} bytes)")
         fd = self._writer()
         with folderio.errors_named(self.path, "grow"):
             os.ftruncate(fd, self.offset + rows * self.spec.row_nbytes)

@@ -2,10 +2,10 @@
 episodes, or a switch to a ring. Numpy only.
 
 What may change (None keeps a value; ``max_steps=None`` with a larger ``max_episodes`` adds room for the
-added episodes at ``max_timesteps + 1`` rows each, as the constructor's default): ``max_episodes``, ``max_steps`` and ``max_timesteps`` may only grow (a smaller value is
-refused: rows and slots in use would be cut), and ``circular`` may go from False to True (a ring evicts
-oldest first once full). True to False is refused: a ring's rows may wrap, and a non-circular store assumes
-that every row after its write head is free.
+added episodes at ``max_timesteps + 1`` rows each, as the constructor's default): ``max_episodes``, ``max_steps`` and
+``max_timesteps`` may only grow (a smaller value is refused: rows and slots in use would be cut), and ``circular`` may
+go from False to True (a ring evicts oldest first once full). True to False is refused: a ring's rows may wrap, and a
+non-circular store assumes that every row after its write head is free.
 
 Crash safety (every step leaves a store that reopens with every committed episode):
 
@@ -69,7 +69,8 @@ def grown_capacity(capacity: Capacity, *, max_episodes=None, max_steps=None, max
     if max_steps is None and new["max_episodes"] > capacity.max_episodes:
         # room for the added episodes at their longest, as the constructor's default max_steps (disk use
         # grows with the rows stored, not with the capacity)
-        new["max_steps"] = capacity.max_steps + (new["max_episodes"] - capacity.max_episodes) * (new["max_timesteps"] + 1)
+        new["max_steps"] = (capacity.max_steps
+                            + (new["max_episodes"] - capacity.max_episodes) * (new["max_timesteps"] + 1))
     if new["max_steps"] < new["max_timesteps"] + 1:
         raise OptionError(f"max_steps must be at least max_timesteps + 1 = {new['max_timesteps'] + 1} (got "
                           f"{new['max_steps']}); pass a larger max_steps with max_timesteps")
@@ -119,7 +120,8 @@ def grow_store(store, capacity: Capacity) -> None:
     """Grow ``store`` (an EpisodeStore that may write, holding the writer lock) to ``capacity``."""
     state = store.meta.state
     ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
-    steps = grow_layouts(ids, store.capacity.max_episodes, capacity.max_episodes) if len(ids) else [capacity.max_episodes]
+    steps = grow_layouts(ids, store.capacity.max_episodes,
+                         capacity.max_episodes) if len(ids) else [capacity.max_episodes]
     rows = max(steps)
     for file in (*store.metas.values(), *store.table.values()):
         if file.rows < rows:

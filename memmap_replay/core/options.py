@@ -203,7 +203,8 @@ def validate_index(value, size: int, what: str) -> np.ndarray:
     try:
         array = np.asarray(value)
     except (ValueError, TypeError, OverflowError) as error:  # e.g. a ragged list
-        raise OptionError(f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
+        raise OptionError(
+            f"{what} must be an int or a 1-d array of ints (got {type(value).__name__}: {error})") from None
     if array.dtype.kind not in "iu" or array.ndim > 1:
         raise OptionError(f"{what} must be an int or a 1-d array of ints (got {array.dtype} of shape {array.shape})")
     array = np.atleast_1d(array)

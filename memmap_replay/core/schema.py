@@ -219,7 +219,8 @@ class Schema:
     def differences(self, other: "Schema") -> list[str]:
         """Plain-words list of what differs between two schemas (empty when they are equal)."""
         lines = []
-        for label, mine, theirs in (("field", self.fields, other.fields), ("meta field", self.meta_fields, other.meta_fields)):
+        for label, mine, theirs in (("field", self.fields, other.fields),
+                                    ("meta field", self.meta_fields, other.meta_fields)):
             for name in sorted(set(mine) | set(theirs)):
                 a, b = mine.get(name), theirs.get(name)
                 if a != b:

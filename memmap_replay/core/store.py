@@ -527,8 +527,8 @@ class EpisodeStore:
 
     def _full(self, what: str) -> BufferFullError:
         return BufferFullError(
-            f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest "
-            f"episodes, raise max_episodes/max_steps when creating it or grow it in place (buffer.grow(max_episodes=..., "
+            f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest episodes, "
+            f"raise max_episodes/max_steps when creating it or grow it in place (buffer.grow(max_episodes=..., "
             f"max_steps=...), or `memmap-replay grow FOLDER --max-episodes N`), or call clear()"
         )
 

@@ -39,7 +39,8 @@ class VectorEpisodeWriter:
         except (MemoryError, ValueError) as error:  # numpy's 'array is too big' is a ValueError
             raise OptionError(f"num_envs={num_envs} needs more staging memory than this process can get "
                                    f"({error}); use fewer environments per writer") from None
-        self.meta = {name: spec.default_row()[None].repeat(num_envs, 0) for name, spec in self.schema.meta_fields.items()}
+        self.meta = {name: spec.default_row()[None].repeat(num_envs, 0)
+                     for name, spec in self.schema.meta_fields.items()}
         self.set_meta(**meta)
         self._split = split
         self._continues = np.full(num_envs, -1, dtype=np.int64)  # per env, the segment its episode continues
@@ -147,7 +148,8 @@ class VectorEpisodeWriter:
                 rows = list(value)
             if rows is not None and any(row is None for row in rows):
                 if len(rows) != self.num_envs:
-                    raise InvalidDataError(f"final {name!r} must have one entry per env ({self.num_envs}) (got {len(rows)})")
+                    raise InvalidDataError(f"final {name!r} must have one entry per env "
+                                           f"({self.num_envs}) (got {len(rows)})")
                 out[name] = np.stack([spec.default_row() if row is None else coerce(spec, row) for row in rows])
                 nones[name] = np.array([row is None for row in rows])
             else:  # an array per env; gymnasium's object array holds no None when every env ended

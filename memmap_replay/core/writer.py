@@ -249,7 +249,8 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
     step_values = {name: value for name, value in arrays.items() if name in schema.fields}
     meta_values = {name: value for name, value in arrays.items() if name not in schema.fields}
     if not step_values:
-        raise InvalidDataError(f"store_episode needs at least one step field of {sorted(schema.fields)} (got {sorted(arrays)})")
+        raise InvalidDataError(f"store_episode needs at least one step field of "
+                               f"{sorted(schema.fields)} (got {sorted(arrays)})")
     first = next(iter(step_values))
     spec = schema.fields[first]
     step_values[first] = as_array(step_values[first], f"field {first!r}")

@@ -47,7 +47,8 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from ..core import folderio
-from ..errors import (OptionError, CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, RateLimitedError,
+from ..errors import (OptionError, CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError,
+                      RateLimitedError,
                      ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
 from ..core.format import RATELIMIT_DIR, read_npy_header
 from ..core.options import choice, integer, limiter_name, number, short
@@ -155,11 +156,13 @@ class RateLimiter:
             limits = dict(samples_per_insert=spec["samples_per_insert"], min_size_to_sample=spec["min_size_to_sample"],
                           error_buffer=(spec["min_diff"], spec["max_diff"]), unit=spec["unit"])
         except MissingFileError:
-            raise StoreNotFoundError(f"no rate limiter {name!r} in {folder}: create it with RateLimiter(folder=) first") from None
+            raise StoreNotFoundError(
+                f"no rate limiter {name!r} in {folder}: create it with RateLimiter(folder=) first") from None
         except CorruptStoreError as error:
             raise CorruptStoreError(f"{error}; create the limiter again with its options") from None
         except (ValueError, KeyError, TypeError) as error:
-            raise CorruptStoreError(f"{path} is damaged ({error!r}); create the limiter again with its options") from None
+            raise CorruptStoreError(
+                f"{path} is damaged ({error!r}); create the limiter again with its options") from None
         return cls(**limits, folder=folder, name=name, **options)
 
     @property
@@ -202,7 +205,8 @@ class RateLimiter:
         if isinstance(stored, dict) and stored.get("format") == _FORMAT_NAME and stored != spec:
             raise OptionError(
                 f"the rate limiter {self.name!r} in {path.parent} has other limits ({stored}); this one asks for "
-                f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete {path.parent}/{self.name}.*")
+                f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete "
+                f"{path.parent}/{self.name}.*")
         if stored != spec:
             folderio.write_atomic(self.folder, path, json.dumps(spec).encode("utf-8"),
                                   doing="write the rate limiter's limits")
@@ -214,7 +218,8 @@ class RateLimiter:
             yield
             return
         if self._fd < 0:
-            raise InvalidDataError(f"this rate limiter was closed ({self.folder / RATELIMIT_DIR / self.name}); open it again")
+            raise InvalidDataError(f"this rate limiter was closed "
+                                   f"({self.folder / RATELIMIT_DIR / self.name}); open it again")
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             yield
@@ -279,15 +284,17 @@ class RateLimiter:
         widest = n * spi if kind == _INSERT else n + max(0.0, spi * self.min_size_to_sample - self.max_diff)
         if widest > self.max_diff - self.min_diff:
             raise OptionError(f"{_WHAT[kind]} of {n} never fits the error window [{self.min_diff}, {self.max_diff}] "
-                                   f"(samples_per_insert={spi}): make it smaller, or widen error_buffer to {widest / 2}")
+                              f"(samples_per_insert={spi}): make it smaller, or widen error_buffer to {widest / 2}")
 
     def _refused(self, kind: int, n: int, counts: RateCounts, timeout: float | None) -> RateLimitedError:
         spi, (inserts, samples, deletes) = self.samples_per_insert, counts
         if kind == _SAMPLE:
-            behind = max(self.min_size_to_sample - inserts + deletes, math.ceil((samples + n + self.min_diff) / spi) - inserts)
+            behind = max(self.min_size_to_sample - inserts + deletes,
+                         math.ceil((samples + n + self.min_diff) / spi) - inserts)
             need = f"the actors are behind: it needs about {behind} more {self.unit} inserted"
         else:
-            need = f"the learners are behind: it needs {math.ceil((inserts + n) * spi - samples - self.max_diff)} more sampled"
+            need = (f"the learners are behind: it needs {math.ceil((inserts + n) * spi - samples - self.max_diff)} "
+                    f"more sampled")
         when = "at once (mode='raise')" if timeout is None else f"within timeout={timeout} s"
         return RateLimitedError(
             f"rate limiter {self.name!r}: {_WHAT[kind]} of {n} was not allowed {when} ({counts}, samples_per_insert="

@@ -300,7 +300,8 @@ class ShardedSampler(SamplerBase):
     def _open_new_shards(self) -> None:
         for index in range(len(self.samplers), len(self.shards.stores)):
             store = self.shards.stores[index]
-            self.samplers.append(make_sampler(store, self.kind, seed=self.seed + index, allow_empty=True, **self.options))
+            self.samplers.append(make_sampler(store, self.kind, seed=self.seed + index, allow_empty=True,
+                                              **self.options))
             self._stamps.append(store.meta_stamp())
         self.view = ConcatView([sampler.view for sampler in self.samplers], transform=self.transform)
 
@@ -370,7 +371,8 @@ class ShardedSampler(SamplerBase):
         state = {"type": "ShardedSampler", "seed": self.seed, "rng": self.rng.bit_generator.state, "draws": self.draws,
                  "shards": [sampler.state_dict() for sampler in self.samplers]}
         if self._ahead:  # draws made ahead (prefetch=): they moved the generators, so a resume serves them first
-            state["ahead"] = [[size, [[shard, part.keys.tolist(), _listed(part.weights)] for shard, part in sample.parts],
+            state["ahead"] = [[size,
+                               [[shard, part.keys.tolist(), _listed(part.weights)] for shard, part in sample.parts],
                                _listed(sample.weights)] for size, sample in self._ahead]
         return state
 

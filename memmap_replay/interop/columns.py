@@ -55,7 +55,8 @@ class _H5Columns:
         try:
             self.file = h5py.File(path, "r")
         except OSError as error:
-            raise UnsupportedFormatError(f"{path} is not a readable HDF5 file ({error}); is it a D4RL .hdf5 file?") from None
+            raise UnsupportedFormatError(
+                f"{path} is not a readable HDF5 file ({error}); is it a D4RL .hdf5 file?") from None
         self.path, self.keys, self.h5py = path, {}, h5py
         self.file.visititems(self._add)
 
@@ -83,7 +84,8 @@ class _NpzColumns:
         try:
             self.zip = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as error:
-            raise UnsupportedFormatError(f"{path} is not a readable .npz (zip) file ({error}); is it a D4RL .npz?") from None
+            raise UnsupportedFormatError(
+                f"{path} is not a readable .npz (zip) file ({error}); is it a D4RL .npz?") from None
         self.members = {}
         for member in self.zip.namelist():
             if member.endswith(".npy"):

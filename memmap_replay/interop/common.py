@@ -31,7 +31,8 @@ from ..core import folderio
 from ..core import format as fmt
 from ..buffer import ReplayBuffer
 from ..sharing.checksums import check_new_path
-from ..errors import CorruptStoreError, InvalidDataError, NotAFolderError, OptionError, ReplayError, SchemaError, StoreNotFoundError
+from ..errors import (CorruptStoreError, InvalidDataError, NotAFolderError, OptionError, ReplayError, SchemaError,
+                      StoreNotFoundError)
 from ..core.extras import require_extra
 from ..core.options import flag, positive_int
 from ..core.schema import NAME_PATTERN, RESERVED_NAMES
@@ -39,7 +40,8 @@ from ..core.store import EpisodeStore
 from ..core.writer import whole_episode
 
 __all__ = ["TargetExistsError", "Transfer", "StoreBuilder", "StoredEpisode", "read_store", "stored_episodes",
-           "flatten", "require", "progress_bar", "pick_roles", "provenance_record", "same_bytes", "place", "temporary_sibling"]
+           "flatten", "require", "progress_bar", "pick_roles", "provenance_record", "same_bytes", "place",
+           "temporary_sibling"]
 
 OBSERVATION, ACTION, REWARD, _NEXT_OBSERVATION, INFO = "observation", "action", "reward", "next_observation", "info"
 SEP = "__"
@@ -131,7 +133,8 @@ def flatten(value: Any, prefix: str, where: str) -> dict[str, np.ndarray]:
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal shapes, dtypes and bytes (NaN equals NaN, -0.0 differs from 0.0)."""
-    return a.shape == b.shape and a.dtype == b.dtype and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes())
 
 
 # ---- placing a finished result -----------------------------------------------------------------------------
@@ -205,7 +208,8 @@ def check_room(room: Mapping[str, Any] | None, *, episodes: int, max_timesteps: 
     """An import's ``max_episodes``/``max_steps``/``max_timesteps``/``circular`` (None: as the dataset needs):
     room for episodes stored after the import; each must hold the dataset. Returns the options to grow by."""
     room = {key: value for key, value in (room or {}).items() if value is not None}
-    needed = {"max_episodes": (max(1, episodes), "episodes"), "max_timesteps": (max(1, max_timesteps), "steps in its longest episode"),
+    needed = {"max_episodes": (max(1, episodes), "episodes"),
+              "max_timesteps": (max(1, max_timesteps), "steps in its longest episode"),
               "max_steps": (max(rows, max_timesteps + 1), "rows (steps plus final observations)")}
     for key, value in room.items():
         if key == "circular":
@@ -236,7 +240,8 @@ class StoreBuilder:
         except OSError as error:
             if error.errno in folderio.DISK_FULL + folderio.DENIED:
                 raise folderio.library_error(error, self.folder.parent, "create the folder") from None
-            raise NotAFolderError(f"{self.folder.parent} cannot be created ({error.strerror}); choose another folder") from None
+            raise NotAFolderError(
+                f"{self.folder.parent} cannot be created ({error.strerror}); choose another folder") from None
         _check_target(self.folder, overwrite, lambda path: (path / fmt.META_FILE).is_file())
         self.tmp = temporary_sibling(self.folder, "importing")
         self.buffer = ReplayBuffer(self.tmp, max(1, episodes), max(1, max_timesteps),

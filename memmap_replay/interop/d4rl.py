@@ -47,8 +47,10 @@ import numpy as np
 from ..core import format as fmt
 from ..errors import InvalidDataError, OptionError, SchemaError, StoreNotFoundError, UnsupportedFormatError
 from ..core.folderio import errors_named
-from .columns import _METADATA_LIMIT, _STRING, Column, RowWindow, decode_value, encode_value, _kind_of, open_columns, write_columns
-from .common import (segment_notes, ACTION, _ALSO_TRUNCATED, INFO, _NEXT_OBSERVATION, OBSERVATION, REWARD, SEP, StoreBuilder,
+from .columns import (_METADATA_LIMIT, _STRING, Column, RowWindow, decode_value, encode_value, _kind_of, open_columns,
+                      write_columns)
+from .common import (segment_notes, ACTION, _ALSO_TRUNCATED, INFO, _NEXT_OBSERVATION, OBSERVATION, REWARD, SEP,
+                     StoreBuilder,
                      Transfer, _check_target, _field_name, pick_roles, place, progress_bar, provenance_record,
                      read_store, _remove, same_bytes, _spec_of, stored_episodes, temporary_sibling, check_room)
 
@@ -111,7 +113,8 @@ def _import_once(path: Path, folder, mode: str, *, infos: bool, overwrite: bool,
         lengths = split.stops - split.starts
         rows = layout.length + (len(lengths) if layout.mode == "final" else 0)
         with StoreBuilder(folder, layout.fields, meta_fields, episodes=len(lengths),
-                          max_timesteps=int(lengths.max(initial=1)), rows=rows, overwrite=overwrite, room=room) as builder, \
+                          max_timesteps=int(lengths.max(initial=1)), rows=rows, overwrite=overwrite,
+                          room=room) as builder, \
                 progress_bar(layout.length, "import", progress) as bar:
             window = RowWindow(source, list(layout.keys), layout.length, chunk)
             for number, (start, stop) in enumerate(zip(split.starts.tolist(), split.stops.tolist())):
@@ -144,8 +147,9 @@ class _Layout:
         keys = source.keys
         missing = [key for key in (*_STEP_KEYS, "terminals") if key not in keys]
         if missing:
-            raise UnsupportedFormatError(f"{source.path} must hold the D4RL keys observations, actions, rewards and "
-                                         f"terminals (timeouts optional); missing {missing}; it holds {sorted(keys)[:20]}")
+            raise UnsupportedFormatError(f"{source.path} must hold the D4RL keys observations, actions, "
+                                         f"rewards and terminals (timeouts optional); missing {missing}; it "
+                                         f"holds {sorted(keys)[:20]}")
         self.length = self.rows_of("observations")
         self.keys.update(_STEP_KEYS)
         nexts = "next_observations" in keys
@@ -159,7 +163,8 @@ class _Layout:
             self.notes.append("next_observations were left out (next_observations='drop')")
         for key in keys:
             if key.startswith("infos/") and infos:
-                self.keys[key] = _field_name(INFO + SEP + key[len("infos/"):].replace("/", SEP), f"{source.path}: {key}")
+                self.keys[key] = _field_name(INFO + SEP + key[len("infos/"):].replace("/", SEP),
+                                             f"{source.path}: {key}")
             elif key not in self.keys and key not in ("terminals", "timeouts") and not key.startswith("metadata/"):
                 self.notes.append(f"{key!r} is not a D4RL key and was left out")
         for key in [*self.keys, "terminals", "timeouts"]:
@@ -323,7 +328,8 @@ class _D4rlPlan:
         obs, act = _one(observations, "observation"), _one(actions, "action")
         extra = (card.extra.get("d4rl") or {}) if card else {}
         flags = extra.get("flag_dtypes") or {}
-        also = (store.meta_array(_ALSO_TRUNCATED)[table.slots].astype(bool) if _ALSO_TRUNCATED in store.schema.meta_fields
+        also = (store.meta_array(_ALSO_TRUNCATED)[table.slots].astype(bool)
+                if _ALSO_TRUNCATED in store.schema.meta_fields
                 else np.zeros(len(table), bool))
         codes, last = table.end.astype(np.uint8), len(table) - 1
         terminal = (codes == 1) | also
@@ -335,7 +341,8 @@ class _D4rlPlan:
         self.columns = [Column("observations", specs[obs].dtype, specs[obs].shape, lambda e: e.steps[obs]),
                         Column("actions", specs[act].dtype, specs[act].shape, lambda e: e.steps[act]),
                         Column("rewards", specs[reward].dtype, specs[reward].shape, lambda e: e.steps[reward]),
-                        Column("terminals", flags.get("terminals") or "bool", (), marks(terminal, flags.get("terminals"))),
+                        Column("terminals", flags.get("terminals") or "bool", (),
+                               marks(terminal, flags.get("terminals"))),
                         Column("timeouts", flags.get("timeouts") or "bool", (), marks(timeout, flags.get("timeouts")))]
         self.described = {obs: "observations", act: "actions", reward: "rewards"}
         used = {obs, act, reward}

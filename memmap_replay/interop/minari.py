@@ -195,7 +195,8 @@ def _episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
         except InvalidDataError:
             ok = False
         if not ok:
-            notes.append(f"episode attribute {key!r} was left out (not numeric with one dtype and shape in every episode)")
+            notes.append(f"episode attribute {key!r} was left out (not numeric with one dtype and "
+                         f"shape in every episode)")
             continue
         fields[name] = (values[0].dtype.name, values[0].shape)
         columns[name] = values
@@ -242,9 +243,11 @@ def _card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     card["observation_space"] = space_to_json(dataset.observation_space)
     card["action_space"] = space_to_json(dataset.action_space)
     kept = {key: value for key, value in raw.items() if key not in ("observation_space", "action_space", "env_spec",
-                                                                     "author", "author_email", "memmap_replay", *_CARD_KEYS)}
+                                                                     "author", "author_email", "memmap_replay",
+                                                                    *_CARD_KEYS)}
     card["extra"] = {**((ours or {}).get("extra") or {}), "minari": kept}
-    if raw.get("jpeg_encoding", True) and any(_is_image(space) for space in (dataset.observation_space, dataset.action_space)):
+    if raw.get("jpeg_encoding", True) and any(_is_image(space)
+                                              for space in (dataset.observation_space, dataset.action_space)):
         notes.append("the dataset stores images JPEG-encoded (lossy): they were imported as minari decodes them")
     details = {"dataset_id": dataset.id, "minari_version": raw.get("minari_version"),
                "data_format": raw.get("data_format"), "notes": notes}

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, OptionError, SchemaError
-from .common import (segment_notes, ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, _check_target, pick_roles,
-                     place, progress_bar, provenance_record, read_store, _remove, require, stored_episodes,
+from .common import (segment_notes, ACTION, _ALSO_TRUNCATED, INFO, OBSERVATION, REWARD, SEP, Transfer, _check_target,
+                     pick_roles, place, progress_bar, provenance_record, read_store, _remove, require, stored_episodes,
                      temporary_sibling)
 from .minari import _CARD_KEYS, _COMPUTED, DATASET_ID, _MISSING_FINAL, minari_root
 from .spaces import nest, space_for
@@ -98,8 +98,8 @@ def _info_paths(names: list[str]) -> dict[tuple, str]:
     for path, name in paths.items():
         clash = [other for key, other in paths.items() if key != path and key[:len(path)] == path]
         if clash or len(paths) != len(names):
-            raise SchemaError(f"the fields {sorted(names)} cannot all be infos: {name!r} and {clash or 'another'} would "
-                              f"take the same place; pass infos=False or rename a field")
+            raise SchemaError(f"the fields {sorted(names)} cannot all be infos: {name!r} and {clash or 'another'} "
+                              f"would take the same place; pass infos=False or rename a field")
     return paths
 
 
@@ -153,7 +153,8 @@ class _ExportPlan:
             if value:
                 out[key] = {value} if isinstance(value, str) else set(value)
         out.update({key: value for key, value in (card.extra.get("minari") or {}).items() if key not in _COMPUTED})
-        card.provenance = [*card.provenance, provenance_record("memmap_replay", folder, store_id=self.store.meta.store_id,
+        card.provenance = [*card.provenance,
+                           provenance_record("memmap_replay", folder, store_id=self.store.meta.store_id,
                                                               exported_as="minari", fields=self.described())]
         out["memmap_replay"] = {"card": card.to_json()}
         return out

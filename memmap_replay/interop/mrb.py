@@ -109,10 +109,11 @@ def _specs(specs: dict, kind: str, notes: list[str]) -> dict[str, tuple]:
     for name, spec in specs.items():
         if 0 in spec.shape:
             group = "meta_fields" if "meta" in kind else "fields"
-            raise SchemaError(f"the {kind} {name!r} has shape {spec.shape} in {CONFIG_FILE}, which holds no value (0.2.3 "
-                              f"took it); a store's field needs at least one value a row. To import, drop the field: "
-                              f"it holds nothing (load {CONFIG_FILE} with pickle, del config[{group!r}][{name!r}], "
-                              f"save it again), or give it a size in memmap-replay-buffer and store its values")
+            raise SchemaError(f"the {kind} {name!r} has shape {spec.shape} in {CONFIG_FILE}, which holds no value "
+                              f"(0.2.3 took it); a store's field needs at least one value a row. To import, drop the "
+                              f"field: it holds nothing (load {CONFIG_FILE} with pickle, del "
+                              f"config[{group!r}][{name!r}], save it again), or give it a size in memmap-replay-buffer "
+                              f"and store its values")
         default = spec.default
         try:
             parse_field(name, (spec.dtype.name, spec.shape, default), kind="meta field" if "meta" in kind else "field")
@@ -177,7 +178,8 @@ class _Plan:
                 held, ratio = reader.allocated(name)
                 if claimed > held * ratio + _SLACK:
                     copied = (" If the folder was copied in a way that turns zeros into holes (cp --sparse=always, "
-                              "rsync -S), copy it again without (cp --sparse=never); otherwise" if reader.kind == "folder"
+                              "rsync -S), copy it again without (cp --sparse=never); otherwise"
+                              if reader.kind == "folder"
                               else " Otherwise")
                     where = (reader.files[name].path if reader.kind == "folder"
                              else f"{reader.path} ({reader.sets[name].name})")
@@ -221,7 +223,8 @@ def _episodes(reader, open_episode: str, notes: list[str]) -> tuple[_Plan, dict[
                          f"advance_episode) was kept as the newest episode, with no end recorded")
         else:
             notes.append(f"the open episode (slot {write_slot}, {open_steps} steps, never committed by "
-                         f"advance_episode) was left out; pass open_episode='keep' (on the command line: --open-episode keep) to keep it")
+                         f"advance_episode) was left out; pass open_episode='keep' (on the command line: "
+                         f"--open-episode keep) to keep it")
     return plan, details
 
 

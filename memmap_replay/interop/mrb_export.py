@@ -84,8 +84,10 @@ class _Plan:
         self.table = table
         self.episodes, self.steps = len(table), int(table.length.sum())
         capacity = store.capacity
-        self.max_episodes = capacity.max_episodes if max_episodes is None else positive_int(max_episodes, "max_episodes")
-        self.max_timesteps = capacity.max_timesteps if max_timesteps is None else positive_int(max_timesteps, "max_timesteps")
+        self.max_episodes = capacity.max_episodes if max_episodes is None else positive_int(max_episodes,
+                                                                                            "max_episodes")
+        self.max_timesteps = capacity.max_timesteps if max_timesteps is None else positive_int(max_timesteps,
+                                                                                               "max_timesteps")
         self.circular = capacity.circular if circular is None else flag(circular, "circular")
         if self.episodes > self.max_episodes:
             raise BufferFullError(f"the store has {self.episodes} episodes, more than max_episodes={self.max_episodes} "
@@ -104,7 +106,8 @@ class _Plan:
                               f"to leave them out, or keep them in a field of their own first")
         self.notes += [f"{what} were left out (lossy=True)" for what in lost]
         forms = ((card.extra.get(KIND) or {}).get("config") or {}) if card else {}
-        self.fields = {name: self._form(spec, "field", forms.get("fields") or {}) for name, spec in store.schema.fields.items()}
+        self.fields = {name: self._form(spec, "field", forms.get("fields") or {})
+                       for name, spec in store.schema.fields.items()}
         self.meta_fields = {name: self._form(spec, "meta field", forms.get("meta_fields") or {})
                             for name, spec in store.schema.meta_fields.items()}
         self.described = {name: f"{name}.data.npy" for name in self.fields}
@@ -150,7 +153,8 @@ class _Plan:
             for fd, _ in files.values():
                 os.close(fd)
         slots = self.table.slots
-        metas = {name: (spec.dtype, spec.shape, self.store.meta_array(name)[slots]) for name, spec in schema.meta_fields.items()}
+        metas = {name: (spec.dtype, spec.shape, self.store.meta_array(name)[slots])
+                 for name, spec in schema.meta_fields.items()}
         initted = np.zeros(n, bool)
         initted[:self.episodes] = True
         initted[self.episodes % n] = False  # 0.2.x clears the flag of the slot it writes next

@@ -106,8 +106,8 @@ def _field(name: Any, info: Any, path: Any, kind: str) -> tuple[FieldSpec, Any]:
         raise CorruptStoreError(f"{path}: {kind} names must be strings (got {_brief(name)})")
     if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES or keyword.iskeyword(name):
         # before any file is opened: the name becomes part of a file name (``../x``, ``/x``, a NUL byte)
-        raise SchemaError(f"{path}: the {kind} {name!r:.80} cannot be imported: a store's field names are a letter then "
-                          f"up to 63 letters, digits or underscores (they become file names), and not "
+        raise SchemaError(f"{path}: the {kind} {name!r:.80} cannot be imported: a store's field names are a letter "
+                          f"then up to 63 letters, digits or underscores (they become file names), and not "
                           f"{sorted(RESERVED_NAMES)} or a Python keyword; in memmap-replay-buffer, copy the buffer "
                           f"into one whose fields have such names, then import that one")
     if isinstance(info, str):
@@ -118,20 +118,24 @@ def _field(name: Any, info: Any, path: Any, kind: str) -> tuple[FieldSpec, Any]:
         raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must be a kind, (kind, shape) or (kind, shape, default) "
                                 f"(got {_brief(info)})")
     if not isinstance(kind_name, str) or kind_name not in KINDS:
-        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must be of a kind in {sorted(KINDS)} (got {_brief(kind_name)})")
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must be of a kind in {sorted(KINDS)} (got "
+                                f"{_brief(kind_name)})")
     spelled = shape  # the config's spelling (2 or (2,)), kept for an export back
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or len(shape) > 32:
-        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must have a shape of up to 32 integers (got {_brief(shape)})")
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must have a shape of up to 32 integers "
+                                f"(got {_brief(shape)})")
     shape = tuple(_int(dim, f"{kind} {name!r:.80}'s shape", path, 0, 1 << 31) for dim in shape)
     if default is not None and (not isinstance(default, (bool, int, float)) or not _scalar(default)):
         raise CorruptStoreError(f"{path}: {kind} {name!r:.80} must have a default of int, float or bool (got "
                                 f"{_brief(default)})")
     spec = FieldSpec(name, KINDS[kind_name], shape, default)
     if spec.row_nbytes > 1 << 31:
-        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} of shape {shape} is larger than any buffer (over 2 GiB a row)")
-    form = info if isinstance(info, str) else [kind_name, list(shape) if isinstance(spelled, (tuple, list)) else spelled,
+        raise CorruptStoreError(f"{path}: {kind} {name!r:.80} of shape {shape} is larger than any "
+                                f"buffer (over 2 GiB a row)")
+    form = info if isinstance(info, str) else [kind_name,
+                                               list(shape) if isinstance(spelled, (tuple, list)) else spelled,
                                                *info[2:]]
     return spec, form
 
@@ -230,7 +234,8 @@ class _Npy:
                                     f"{CONFIG_FILE} says (got {got_dtype} of shape {tuple(got_shape)}"
                                     f"{', Fortran order' if fortran else ''})")
         rows = math.prod(want[:lead])
-        self.file = fmt.NpyFile(self.path, FieldSpec(self.path.name, dtype, want[lead:]), offset, rows, False, folder, size)
+        self.file = fmt.NpyFile(self.path, FieldSpec(self.path.name, dtype, want[lead:]), offset, rows, False, folder,
+                                size)
         needed = offset + rows * self.file.spec.row_nbytes
         if size != needed:
             raise CorruptStoreError(f"{self.path} must be {needed} bytes long for its header's shape {want} (got "
@@ -322,7 +327,8 @@ class H5Source:
             self.state = checked_state({k: np.asarray(v).item() if np.ndim(v) == 0 else v for k, v in counters.items()},
                                        self.config, path)
             n, t = self.config.max_episodes, self.config.max_timesteps
-            self.sets = {name: self._dataset(f"meta_{name}", KINDS[kind], (n, *shape)) for name, (kind, shape) in INTERNAL.items()}
+            self.sets = {name: self._dataset(f"meta_{name}", KINDS[kind], (n, *shape))
+                         for name, (kind, shape) in INTERNAL.items()}
             self.sets.update({name: self._dataset(f"meta_{name}", spec.dtype, (n, *spec.shape))
                               for name, spec in self.config.meta_fields.items()})
             self.sets.update({name: self._dataset(f"data_{name}", spec.dtype, (n, t, *spec.shape))
@@ -402,7 +408,8 @@ def open_source(source: Any) -> FolderSource | H5Source:
     path = Path(os.fspath(source))
     if path.is_dir():
         if not (path / CONFIG_FILE).exists() and not (path / CONFIG_FILE).is_symlink():
-            raise StoreNotFoundError(f"{path} holds no {CONFIG_FILE}: it is not a folder written by memmap-replay-buffer")
+            raise StoreNotFoundError(f"{path} holds no {CONFIG_FILE}: it is not a folder written by "
+                                     f"memmap-replay-buffer")
         if (path / H5_FILE).exists() and not (path / "episode_lens.data.meta.npy").exists():
             return H5Source(path / H5_FILE)
         return FolderSource(path)

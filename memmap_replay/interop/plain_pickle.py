@@ -97,7 +97,8 @@ def load_plain(data: bytes, path: Any) -> Any:
     try:
         return _NoObjects(io.BytesIO(data)).load()
     except pickle.UnpicklingError as error:
-        raise UnsafeEntryError(f"{path} asks to load {error}, which memmap_replay never does (plain data only)") from None
+        raise UnsafeEntryError(
+            f"{path} asks to load {error}, which memmap_replay never does (plain data only)") from None
     except Exception as error:
         raise CorruptStoreError(f"{path} is not a readable pickle ({type(error).__name__}: {error})"[:400]) from None
 

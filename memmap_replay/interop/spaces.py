@@ -4,9 +4,9 @@ them (the card's when it fits, else one inferred from the fields), and nesting e
 A field's *path* is the chain of keys from the top of the value to its leaf: ``observation`` -> ``()``,
 ``observation__image`` -> ``("image",)``, ``observation__state__0`` -> ``("state", "0")``; a field
 given by the user that does not start with the prefix is the whole value when it is the only one
-(``observation="image"``), else a key of its own (``observation=["image", "state"]``: ``("image",)``). Tuple items are numbered keys. Without a fitting space on the card, a node
-whose keys are exactly ``0 .. n-1`` becomes a Tuple, any other node a Dict, and each leaf a Box over the
-whole range of its dtype (``-inf .. inf`` for floats).
+(``observation="image"``), else a key of its own (``observation=["image", "state"]``: ``("image",)``). Tuple items are
+numbered keys. Without a fitting space on the card, a node whose keys are exactly ``0 .. n-1`` becomes a Tuple, any
+other node a Dict, and each leaf a Box over the whole range of its dtype (``-inf .. inf`` for floats).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def space_leaves(space: Any, path: _Path = ()) -> dict[_Path, Any]:
     from gymnasium import spaces
 
     if isinstance(space, spaces.Dict):
-        return {key: leaf for name, sub in space.spaces.items() for key, leaf in space_leaves(sub, (*path, str(name))).items()}
+        return {key: leaf for name, sub in space.spaces.items()
+                for key, leaf in space_leaves(sub, (*path, str(name))).items()}
     if isinstance(space, spaces.Tuple):
         return {key: leaf for number, sub in enumerate(space.spaces)
                 for key, leaf in space_leaves(sub, (*path, str(number))).items()}

@@ -54,7 +54,8 @@ import importlib
 try:
     importlib.import_module("gymnasium.vector").VectorWrapper  # gymnasium >= 1.0
 except (ImportError, AttributeError) as error:  # an optional dependency
-    raise ImportError(f"memmap_replay.recording needs gymnasium >= 1.0 ({error}): pip install 'memmap-replay[io]'") from None
+    raise ImportError(
+        f"memmap_replay.recording needs gymnasium >= 1.0 ({error}): pip install 'memmap-replay[io]'") from None
 
 from .fields import gymnasium_fields
 from .single import RecordEpisodes

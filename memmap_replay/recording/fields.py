@@ -111,7 +111,8 @@ class FieldMap:
                                                                    (ACTION, self.action))
                for path, name in leaf_paths(names, prefix).items()}
         out.update({name: f"{INFO}[{key!r}] (given with the row's observation)" for name, key in self.info.items()})
-        return {**out, REWARD: REWARD, **({self.seed_field: "seed given to reset, -1: none"} if self.seed_field else {})}
+        return {**out, REWARD: REWARD,
+                **({self.seed_field: "seed given to reset, -1: none"} if self.seed_field else {})}
 
 
 def gymnasium_fields(observation_space: Any, action_space: Any, *, info_fields: Any = None, fields: Any = None,

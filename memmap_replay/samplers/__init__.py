@@ -1,7 +1,7 @@
 """The samplers room: uniform (ring) draws, prioritized replay over a sum tree (priorities persisted in the
-store folder) and prioritized sequences. A sampler draws keys (``Sample``) from a view's positions (``PositionSource``); a view gathers them. The
-views room's ``make_sampler`` builds a sampler with its view. Numpy only: importing this room never
-imports torch."""
+store folder) and prioritized sequences. A sampler draws keys (``Sample``) from a view's positions (``PositionSource``);
+a view gathers them. The views room's ``make_sampler`` builds a sampler with its view. Numpy only: importing this room
+never imports torch."""
 
 from .base import BetaSchedule, ReplaySampler, Sampler, SamplerBase, UniformSampler
 from .factory import SAMPLERS, sampler_class, sampler_options

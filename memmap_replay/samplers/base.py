@@ -37,7 +37,8 @@ import numpy as np
 from ..errors import InvalidDataError, OptionError, ReplayError, SampleExpiredError
 from ..core.index import EpisodeTable, PositionSource, Positions, Sample, position_keys
 from .orders import BlockShuffle, epoch_order_options
-from ..core.options import batch_size as batch_size_of, flag, follow_option, integer, number, rank_option, seed_option, short
+from ..core.options import (batch_size as batch_size_of, flag, follow_option, integer, number, rank_option, seed_option,
+                            short)
 
 __all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "SampleBatches",
            "distributed_rank"]

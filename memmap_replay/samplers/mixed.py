@@ -158,7 +158,8 @@ def _concatenate(values: list, key: str, names: list[str]) -> Any:
     first = values[0]
     torch = sys.modules.get("torch") if type(first).__module__.startswith("torch") else None
     for name, value in zip(names, values):
-        if type(value) is not type(first) or value.dtype != first.dtype or tuple(value.shape[1:]) != tuple(first.shape[1:]):
+        if (type(value) is not type(first) or value.dtype != first.dtype
+                or tuple(value.shape[1:]) != tuple(first.shape[1:])):
             raise InvalidDataError(
                 f"field {key!r} of source {name!r} is {type(value).__name__} {value.dtype} of row shape "
                 f"{tuple(value.shape[1:])} but source {names[0]!r} gives {type(first).__name__} {first.dtype} of row "

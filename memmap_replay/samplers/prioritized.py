@@ -399,8 +399,9 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         return keys.astype(np.int64, copy=False), priorities.astype(np.float64, copy=False), highest, top
 
     def _too_large(self, priority: Any, limit: float) -> str:
-        return (f"priorities must be at most {limit:.6g} (got {priority}): the sum of priority ** alpha "
-                f"(alpha={self.alpha}) over up to {self.max_steps} positions must stay a finite float64; scale them down")
+        return (f"priorities must be at most {limit:.6g} (got {priority}): the sum of priority ** "
+                f"alpha (alpha={self.alpha}) over up to {self.max_steps} positions must stay a finite "
+                f"float64; scale them down")
 
     # ---- state ---------------------------------------------------------------------------------------
 

@@ -100,7 +100,8 @@ class SumTree:
 
     def _check(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         if indices.min() < 0 or indices.max() >= self.capacity:
-            raise InvalidDataError(f"leaf indices must be in [0, {self.capacity}) (got {indices.min()}..{indices.max()})")
+            raise InvalidDataError(f"leaf indices must be in [0, {self.capacity}) (got "
+                                   f"{indices.min()}..{indices.max()})")
         if not np.isfinite(priorities).all() or (priorities < 0).any():
             raise InvalidDataError("priorities must be finite and >= 0")
 

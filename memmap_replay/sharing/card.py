@@ -111,7 +111,8 @@ class DatasetCard:
                 lines.append(f"license_name: {_yaml_text(_slug(self.license) or 'custom')}")
         if self.name:
             lines.append(f"pretty_name: {_yaml_text(self.name)}")
-        lines += ["tags:", "- reinforcement-learning", "- memmap-replay", "task_categories:", "- reinforcement-learning"]
+        lines += ["tags:", "- reinforcement-learning", "- memmap-replay", "task_categories:",
+                  "- reinforcement-learning"]
         if summary and isinstance(summary.get("steps"), int):
             lines += ["size_categories:", f"- {_size_category(summary['steps'])}"]
         return "\n".join(lines + ["---", "", ""])
@@ -215,28 +216,32 @@ def _json_type(value: Any) -> str:
 def _check_card(card: DatasetCard) -> None:
     for key in TEXT_KEYS:
         value = getattr(card, key)
-        authors = key in ("author", "author_email") and isinstance(value, list) and all(isinstance(v, str) for v in value)
+        authors = (key in ("author", "author_email") and isinstance(value, list)
+                   and all(isinstance(v, str) for v in value))
         if value is not None and not isinstance(value, str) and not authors:
             what = "a string or a list of strings" if key.startswith("author") else "a string"
-            raise InvalidDataError(f"card key '{key}' must be {what} or null (got a {_json_type(value)}: {value!r:.80})")
+            raise InvalidDataError(
+                f"card key '{key}' must be {what} or null (got a {_json_type(value)}: {value!r:.80})")
     if card.name is not None and not _NAME.fullmatch(card.name):
         raise InvalidDataError(f"card key 'name' must look like 'namespace/name-vN' (namespace optional, N a "
                                f"version number), e.g. 'mujoco/hopper-expert-v0' (got {card.name!r:.80})")
     for key in ("env_spec", *_SPACE_KEYS):
         value = getattr(card, key)
         if value is not None and not isinstance(value, dict):
-            raise InvalidDataError(f"card key '{key}' must be a JSON object or null (got a {_json_type(value)}); "
-                                   f"pass {'json.loads(spec.to_json())' if key == 'env_spec' else 'space_to_json(space)'}")
+            raise InvalidDataError(f"card key '{key}' must be a JSON object or null (got a {_json_type(value)}); pass "
+                                   f"{'json.loads(spec.to_json())' if key == 'env_spec' else 'space_to_json(space)'}")
         if key in _SPACE_KEYS and value is not None and not isinstance(value.get("type"), str):
             raise InvalidDataError(f"card key '{key}' must describe a space with a 'type' such as \"Box\" "
                                    f"(got keys {sorted(value)[:8]}); make it with space_to_json(space)")
     for key in _SCORE_KEYS:
         value = getattr(card, key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
             raise InvalidDataError(f"card key '{key}' must be a finite number or null (got {value!r:.80})")
     count = card.num_episodes_average_score
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
-        raise InvalidDataError(f"card key 'num_episodes_average_score' must be an integer >= 0 or null (got {count!r:.80})")
+        raise InvalidDataError(f"card key 'num_episodes_average_score' must be an integer >= 0 "
+                               f"or null (got {count!r:.80})")
     _check_provenance(card.provenance)
     if not isinstance(card.extra, dict):
         raise InvalidDataError(f"card key 'extra' must be a JSON object (got a {_json_type(card.extra)})")
@@ -508,7 +513,8 @@ def space_from_json(data: Any) -> Any:
         if kind == "MultiBinary":
             return spaces.MultiBinary(data["n"])
         if kind == "Text":
-            return spaces.Text(int(data["max_length"]), min_length=int(data.get("min_length", 1)), charset=data["charset"])
+            return spaces.Text(int(data["max_length"]), min_length=int(data.get("min_length", 1)),
+                               charset=data["charset"])
         if kind == "Dict":
             return spaces.Dict({key: space_from_json(sub) for key, sub in data["subspaces"].items()})
         if kind == "Tuple":
@@ -516,7 +522,8 @@ def space_from_json(data: Any) -> Any:
     except InvalidDataError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
-        raise InvalidDataError(f"malformed {kind} space description ({error!r:.200}): {json.dumps(data)[:200]}") from None
+        raise InvalidDataError(
+            f"malformed {kind} space description ({error!r:.200}): {json.dumps(data)[:200]}") from None
     raise InvalidDataError(f"a space description must have 'type' one of Box, Discrete, MultiDiscrete, MultiBinary, "
                            f"Text, Dict, Tuple (got {kind!r:.80})")
 

@@ -249,7 +249,8 @@ def check_manifest(folder: str | os.PathLike, *, progress: bool = False) -> list
                                                            "not read: a store's files are inside its folder"))
         elif not path.is_file():
             what = "missing" if not path.exists() else "not a file"
-            problems.append(ManifestProblem(rel, "missing", f"{what} (checksums.sha256 lists it, sha256 {entries[rel][:12]}…)"))
+            problems.append(ManifestProblem(rel, "missing", f"{what} (checksums.sha256 lists it, sha256 "
+                                                            f"{entries[rel][:12]}…)"))
         else:
             readable.append(rel)
     digests = {}
@@ -375,8 +376,8 @@ def _writer_locked(folder: Path, action: str) -> Iterator[None]:
                 locks.append(WriterLock(path, folder=folder))
             except StoreLockedError:
                 who = "a writer" if path.name == fmt.LOCK_FILE else f"a prioritized sampler ({path.name})"
-                raise StoreLockedError(f"cannot {action} {folder}: {who} is writing it (it holds {path.relative_to(folder)}); "
-                                       f"close it, then try again") from None
+                raise StoreLockedError(f"cannot {action} {folder}: {who} is writing it (it holds "
+                                       f"{path.relative_to(folder)}); close it, then try again") from None
             except PermissionError:
                 continue  # a folder we may not write: nobody with our rights can be writing it either
         yield

@@ -38,7 +38,8 @@ from .images import LAYOUTS, STACK_MODES, FrameFormat, image_layout, peak, resol
 from ..core.options import flag, integer, number
 from ..core.store import EpisodeStore
 
-__all__ = ["contact_sheet", "write_video", "sheet_steps", "image_layout", "FramesWritten", "MissingExtraError", "LAYOUTS", "STACK_MODES"]
+__all__ = ["contact_sheet", "write_video", "sheet_steps", "image_layout", "FramesWritten", "MissingExtraError",
+           "LAYOUTS", "STACK_MODES"]
 
 _VIDEO_SUFFIXES = (".mp4", ".gif")
 _SHEET_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
@@ -314,7 +315,8 @@ def write_video(source: Any, field: str, out: str | os.PathLike, *, episode: int
         array = store.step_array(spec.name)
         chunk = _chunk_rows(spec, form)
         value_range = resolve_range(spec.dtype, value_range,
-                                    lambda: max(peak(array[at:min(at + chunk, stop)]) for at in range(start, stop, chunk)))
+                                    lambda: max(peak(array[at:min(at + chunk, stop)])
+                                                for at in range(start, stop, chunk)))
 
         def frames() -> Iterator[np.ndarray]:
             with _progress_bar(stop - start, "frame", progress) as bar:

@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..core import folderio, format as fmt
-from .checksums import (MANIFEST, _TEXT_LIMIT, _TOP_FILES, check_manifest, check_new_path, _folder_lock, _is_store_dir, is_store_path,
+from .checksums import (MANIFEST, _TEXT_LIMIT, _TOP_FILES, check_manifest, check_new_path, _folder_lock, _is_store_dir,
+                        is_store_path,
                         _manifest_unlocked, read_manifest, store_files, store_folder, stray_files, _writer_locked)
 from ..errors import (OptionError, CorruptStoreError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError,
                      StoreIOError, StoreNotFoundError, UnsupportedFormatError)
@@ -168,14 +169,15 @@ def pack(folder: str | os.PathLike, archive: str | os.PathLike, *, progress: boo
                 raise report.failures[0]
             if not report.ok:
                 raise CorruptStoreError(f"{folder} fails verify, so it is not packed ({len(report.problems)} problems: "
-                                        f"{'; '.join(report.problems[:_LISTED])}); `python -m memmap_replay verify {folder}` "
-                                        f"lists them (if you wrote to the store since its last checksum, run `python -m "
-                                        f"memmap_replay checksum {folder}` first)")
+                                        f"{'; '.join(report.problems[:_LISTED])}); `python -m memmap_replay verify "
+                                        f"{folder}` lists them (if you wrote to the store since its last checksum, run "
+                                        f"`python -m memmap_replay checksum {folder}` first)")
             files, _ = store_files(folder)
             if set(read_manifest(folder)[0] or ()) != set(files):
                 with _os_errors("write", folder / MANIFEST, "no archive was written (the store is unchanged)"):
                     _manifest_unlocked(folder, progress=progress)
-            files = sorted([MANIFEST, *files], key=lambda rel: (_FIRST.index(rel) if rel in _FIRST else len(_FIRST), rel))
+            files = sorted([MANIFEST, *files],
+                           key=lambda rel: (_FIRST.index(rel) if rel in _FIRST else len(_FIRST), rel))
             total, archive_bytes = _write_archive(folder, files, archive, method, progress=progress)
         left_out = [name for name, why in stray_files(folder, None) if not name.endswith(".tmp")]
     return PackSummary(archive, len(files), total, archive_bytes, left_out)
@@ -198,8 +200,8 @@ def _write_archive(folder: Path, files: list[str], archive: Path, method: str, *
                 created = True
                 total = 0
                 with tarfile.open(archive, f"w:{method}", fileobj=out, format=tarfile.PAX_FORMAT, **options) as tar, \
-                        tqdm(total=_source_bytes(folder, files), unit="B", unit_scale=True, desc="pack", disable=not progress,
-                             file=sys.stderr) as bar:
+                        tqdm(total=_source_bytes(folder, files), unit="B", unit_scale=True, desc="pack",
+                             disable=not progress, file=sys.stderr) as bar:
                     made = set()
                     tar.addfile(_entry(top, tarfile.DIRTYPE))
                     for rel in files:
@@ -290,7 +292,8 @@ def unpack(archive: str | os.PathLike, folder: str | os.PathLike, *, progress: b
     archive, given = Path(archive), folder
     folder = Path(os.path.abspath(folder))  # temporary folders go beside it, also for "." or "out/"
     if not archive.is_file():
-        raise StoreNotFoundError(f"no archive at {archive}: " + ("it is a folder" if archive.is_dir() else "no such file"))
+        raise StoreNotFoundError(f"no archive at {archive}: "
+                                 + ("it is a folder" if archive.is_dir() else "no such file"))
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise OptionError(f"max_bytes must be a positive integer (got {max_bytes!r})")
     replace = _check_target(folder, overwrite)
@@ -301,7 +304,8 @@ def unpack(archive: str | os.PathLike, folder: str | os.PathLike, *, progress: b
         except OSError as error:
             if error.errno in folderio.DISK_FULL + folderio.DENIED:
                 raise _library_error(error, "create the folder", folder.parent, after) from None
-            raise NotAFolderError(f"{folder.parent} cannot be created ({error.strerror}); choose another folder") from None
+            raise NotAFolderError(
+                f"{folder.parent} cannot be created ({error.strerror}); choose another folder") from None
     temp = folder.parent / f".{folder.name}.unpacking-{uuid.uuid4().hex[:8]}"
     with _os_errors("create a temporary folder in", folder.parent, after):
         os.mkdir(temp)
@@ -333,8 +337,9 @@ def _check_target(folder: Path, overwrite: bool) -> bool:
                                f"(--overwrite) to replace the store there")
     foreign = [name for name, _ in stray_files(folder, None)]
     if not (folder / fmt.META_FILE).is_file() or foreign:
-        raise OptionError(f"{folder} is not a memmap_replay store (it holds {', '.join(foreign[:_LISTED]) or 'no meta.json'}); "
-                               f"overwrite replaces a store only: unpack into a new or empty folder")
+        raise OptionError(f"{folder} is not a memmap_replay store (it holds "
+                          f"{', '.join(foreign[:_LISTED]) or 'no meta.json'}); overwrite replaces a store only: unpack "
+                          f"into a new or empty folder")
     return True
 
 
@@ -423,11 +428,13 @@ def _extract(archive: Path, temp: Path, folder: Path, *, max_bytes: int, progres
         except ReplayError:
             raise
         except _Overrun:
-            raise CorruptStoreError(f"archive {archive} is refused: its tar headers (PAX records, long names or a sparse "
-                                    f"map) take more than {_HEADER_LIMIT >> 10} KiB for one member (or {_HEADERS_LIMIT >> 20} "
-                                    f"MiB in all), at byte {meter.position:,} of the tar stream; nothing was unpacked (a "
-                                    f"pack archive's headers take a few hundred bytes a member)") from None
-        except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, ValueError, RecursionError, UnicodeError) as error:
+            raise CorruptStoreError(f"archive {archive} is refused: its tar headers (PAX records, long names "
+                                    f"or a sparse map) take more than {_HEADER_LIMIT >> 10} KiB for one member "
+                                    f"(or {_HEADERS_LIMIT >> 20} MiB in all), at byte {meter.position:,} of "
+                                    f"the tar stream; nothing was unpacked (a pack archive's headers take a "
+                                    f"few hundred bytes a member)") from None
+        except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, ValueError, RecursionError,
+                UnicodeError) as error:
             raise _damaged(archive, error) from None
     if checker.top is None:
         raise CorruptStoreError(f"archive {archive} holds no files; pack a store with `python -m memmap_replay pack`")
@@ -449,8 +456,8 @@ class _MemberChecker:
         self.headers = 0  # bytes of headers so far
 
     def refuse(self, name: str, why: str) -> CorruptStoreError:
-        return CorruptStoreError(f"archive {self.archive} is refused: member {name[:200]!r} {why}; nothing was unpacked "
-                                 f"(a pack archive holds only a store's files, under one top folder)")
+        return CorruptStoreError(f"archive {self.archive} is refused: member {name[:200]!r} {why}; nothing was "
+                                 f"unpacked (a pack archive holds only a store's files, under one top folder)")
 
     def header_room(self) -> int:
         return max(min(_HEADER_LIMIT, _HEADERS_LIMIT - self.headers), 0)
@@ -532,7 +539,8 @@ class _MemberChecker:
                 os.mkdir(path)
             except FileExistsError:
                 if not os.path.isdir(path) or os.path.islink(path):
-                    raise self.refuse(name, f"needs {part!r} to be a folder, but another member made it a file") from None
+                    raise self.refuse(name,
+                                      f"needs {part!r} to be a folder, but another member made it a file") from None
             except OSError as error:
                 raise _library_error(error, "create", path, "nothing was unpacked") from None
 

@@ -13,10 +13,10 @@ keeping them costs a pass over the episode's rows already in RAM, never a reread
   reading the live episodes (``stats(fields=['image'])``), as are quantiles.
 - On disk: ``stats/running.npz`` (plain arrays, read with ``allow_pickle=False``): per field
   ``<field>.count|mean|m2|min|max``; ``covers``, the episode ids folded in (ids below it);
-  ``episodes``, how many episodes that is; ``store_id``, the store they belong to. It is derived data, saved atomically at most once a second and on close: whoever
-  reads it folds in the live episodes it does not cover yet, and a damaged or missing file starts afresh
-  from the live episodes. After a crash of a ring writer, episodes evicted before the file caught up are
-  missing from the running moments (``StoreStats.episodes_counted`` says how many are in).
+  ``episodes``, how many episodes that is; ``store_id``, the store they belong to. It is derived data, saved atomically
+  at most once a second and on close: whoever reads it folds in the live episodes it does not cover yet, and a damaged
+  or missing file starts afresh from the live episodes. After a crash of a ring writer, episodes evicted before the file
+  caught up are missing from the running moments (``StoreStats.episodes_counted`` says how many are in).
 
 Per channel (``FieldStats.channels``): an image field, uint8 of three axes that ``images.image_layout``
 reads as (C, H, W) or (H, W, C) (a last axis of 1, 3 or 4, else a first axis of 1 or 3), also gets
@@ -25,8 +25,8 @@ counts as many rows): arrays of shape (C,), ``count`` being rows x H x W. No qua
 Other fields (a float image, a frame stack (4, 84, 84), a 2-D grid) have ``channels`` None.
 
 LeRobot's ``meta/stats.json`` (``StoreStats.to_lerobot()``): one key per field, each with ``mean``, ``std``,
-``min``, ``max`` (nested lists) and ``count`` (the rows counted, as a list of one int); an image's values are per channel with
-the field's other axes kept as 1 ((C, 1, 1) or (1, 1, C): they broadcast against a stored row), a
+``min``, ``max`` (nested lists) and ``count`` (the rows counted, as a list of one int); an image's values are per
+channel with the field's other axes kept as 1 ((C, 1, 1) or (1, 1, C): they broadcast against a stored row), a
 scalar field's are lists of one value. Values are in the stored units (0-255 for uint8 images; LeRobot
 computes image statistics after scaling to [0, 1]: divide by 255 for that), NaN and inf as null.
 
@@ -153,7 +153,8 @@ class FieldStats:
         with np.errstate(invalid="ignore"):
             variance = (np.square(std) + np.square(mean - np.expand_dims(channel_mean, axes))).mean(axis=axes)
         return FieldStats(self.count * pixels, channel_mean, np.sqrt(np.maximum(variance, 0)),
-                          np.asarray(self.min, np.float64).min(axis=axes), np.asarray(self.max, np.float64).max(axis=axes))
+                          np.asarray(self.min, np.float64).min(axis=axes),
+                          np.asarray(self.max, np.float64).max(axis=axes))
 
     def to_lerobot(self) -> dict:
         """This field as an entry of LeRobot's ``meta/stats.json``: mean, std, min, max as nested lists (per

@@ -46,7 +46,8 @@ __all__ = ["VerifyReport", "verify"]
 
 _MAX_LISTED = 5  # findings listed per kind of episode-table damage; the rest are counted
 _STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR)
-_PRIORITY_NOTE = "; priorities are sampler state, not data: delete the file and a prioritized sampler starts them afresh"
+_PRIORITY_NOTE = ("; priorities are sampler state, not data: delete the file and a prioritized sampler starts them "
+                  "afresh")
 _END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
 _CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
                  "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file",
@@ -57,7 +58,8 @@ _RUNNING = f"{fmt.STATS_DIR}/{RUNNING_FILE}"
 _STATS_DEPTH = 4  # stats/ may hold folders this deep (checksums covers them)
 # the size caps of the files the library reads whole (folderio, stats)
 _CAPS = {fmt.META_FILE: (folderio.MAX_JSON_BYTES, "JSON files"), "card.json": (folderio.MAX_JSON_BYTES, "JSON files"),
-        MANIFEST: (folderio.MAX_MANIFEST_BYTES, "checksums.sha256"), _RUNNING: (_MAX_RUNNING_BYTES, "stats/running.npz")}
+        MANIFEST: (folderio.MAX_MANIFEST_BYTES, "checksums.sha256"),
+         _RUNNING: (_MAX_RUNNING_BYTES, "stats/running.npz")}
 
 
 @dataclass
@@ -259,8 +261,8 @@ class _StoreChecker:
                 self.problem("meta.json", f"capacity.max_episodes and capacity.max_timesteps must be >= 1 (found "
                                           f"{capacity.max_episodes} and {capacity.max_timesteps})")
             elif capacity.max_steps < capacity.max_timesteps + 1:
-                self.problem("meta.json", f"capacity.max_steps must be >= max_timesteps + 1 = {capacity.max_timesteps + 1}"
-                                          f" (found {capacity.max_steps})")
+                self.problem("meta.json", f"capacity.max_steps must be >= max_timesteps + 1 = "
+                                          f"{capacity.max_timesteps + 1} (found {capacity.max_steps})")
             if len(self.report.problems) > count:
                 self.capacity = capacity = None
         if state is None:
@@ -488,7 +490,8 @@ class _StoreChecker:
         if self.is_refused(rel):
             return None  # a link out of the folder, a FIFO, ...: reported, never opened
         if not path.is_file():
-            report(rel, f"{'missing' if not path.exists() else 'not a file'} (expected a .npy file of {expected}){note}")
+            report(rel,
+                   f"{'missing' if not path.exists() else 'not a file'} (expected a .npy file of {expected}){note}")
             return None
         try:
             with os.fdopen(folderio.open_read(self.folder, path, doing="verify"), "rb") as file:
@@ -496,7 +499,8 @@ class _StoreChecker:
                 found, found_shape, fortran = fmt.parse_npy_header(file)
                 offset = file.tell()
         except (ReplayError, OSError, ValueError) as error:
-            report(rel, f"not a readable .npy file (expected a standard .npy header of {expected}; {error}){note}", error)
+            report(rel, f"not a readable .npy file (expected a standard .npy header of {expected}; {error}){note}",
+                   error)
             return None
         self.report.checked["npy_files"] += 1
         if found.hasobject:
@@ -516,7 +520,8 @@ class _StoreChecker:
         if rows < least:
             report(rel, f"too short: its header declares {rows} rows (expected at least {least}, {why}){note}")
         elif exact and rows > need:
-            self.warn(rel, f"its header declares {rows} rows (expected {need}, {why}); the rows past {need} are ignored")
+            self.warn(rel,
+                      f"its header declares {rows} rows (expected {need}, {why}); the rows past {need} are ignored")
         if size < declared:
             whole = max(size - offset, 0) // row_bytes if row_bytes else rows
             report(rel, f"truncated: {size} bytes on disk (expected {declared} for the {rows} rows its header "
@@ -588,8 +593,9 @@ class _StoreChecker:
         live = (links > 0) & (before < len(ids))
         live[live] = ids[before[live]] == links[live] - 1
         cut = (end == 0) & (final > 0)
-        self.listed(where, live & ~cut[np.minimum(before, len(ids) - 1)], lambda i: f"{episode(i)} continues episode "
-                    f"{links[i] - 1}, which was not cut at max_timesteps (expected its end unspecified and a final row)")
+        self.listed(where, live & ~cut[np.minimum(before, len(ids) - 1)],
+                    lambda i: f"{episode(i)} continues episode {links[i] - 1}, which was not cut at max_timesteps "
+                              f"(expected its end unspecified and a final row)")
 
     def listed(self, where: str, mask: np.ndarray, describe: Callable[[int], str], *, warn: bool = False) -> None:
         add, hits = (self.warn if warn else self.problem), np.flatnonzero(mask)
@@ -641,7 +647,8 @@ class _StoreChecker:
                 if not self.is_refused(rel):
                     self.check_view_spec(path, rel)
             elif not name.endswith(".lock"):
-                self.warn(rel, "not a priorities file (expected <name>.npy, .owner.npy, .json, .lock); samplers ignore it")
+                self.warn(rel, "not a priorities file (expected <name>.npy, .owner.npy, .json, "
+                               ".lock); samplers ignore it")
 
     def check_view_spec(self, path: Path, rel: str) -> None:
         try:

@@ -46,7 +46,8 @@ def check_store(store: Any) -> EpisodeStore:
     """The store a view reads: an ``EpisodeStore``, else an error that says where to get one."""
     if not isinstance(store, EpisodeStore):
         fix = ("pass buffer.episode_store, or use buffer.dataset(...)" if hasattr(store, "episode_store")
-               else "open one with EpisodeStore.open(folder, 'r'), or use ReplayBuffer.from_folder(folder).dataset(...)")
+               else "open one with EpisodeStore.open(folder, 'r'), or use "
+                    "ReplayBuffer.from_folder(folder).dataset(...)")
         raise OptionError(f"a view reads an EpisodeStore (got {short(store)}); {fix}")
     return store
 

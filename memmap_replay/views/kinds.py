@@ -81,7 +81,8 @@ class TrajectoryView(StoreView):
         longest = int(length.max()) if len(length) else 0
         fill = {}
         if not self.slice_by_episode_len:  # 0.2.3's whole rows: max_timesteps steps, the default past the end
-            longest, fill = self.key_stride, {name: self.store.schema.fields[name].default_row() for name in self.fields}
+            longest, fill = self.key_stride, {name: self.store.schema.fields[name].default_row()
+                                              for name in self.fields}
         rows, inside = window_rows(self.table.start[episode], np.zeros_like(episode), longest, length)
         batch = {name: self.rows_of(name, rows, inside, fill.get(name, 0)) for name in self.fields}
         if self.return_episode_lens:
@@ -214,7 +215,8 @@ class NStepView(StoreView, _FrameStacking):
         super().__init__(store, **options)
         schema = store.schema
         self.n_steps = _steps(n_steps, "n_steps", store)
-        self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields, "field")
+        self.current_fields = self.fields if current_fields is None else check_names(current_fields, schema.fields,
+                                                                                     "field")
         self.next_fields = self.fields if next_fields is None else check_names(next_fields, schema.fields, "field")
         self.sequence_fields = check_names(() if sequence_fields is None else sequence_fields, schema.fields, "field")
         self.gamma = None if gamma is None else number(gamma, "gamma", low=0, high=1)
@@ -256,7 +258,8 @@ class NStepView(StoreView, _FrameStacking):
 
     def build(self) -> None:
         self.targets = NStepTargets(self.table, self.n_steps, self.gamma)
-        self.positions = _filtered(self.store, self.table, Positions.from_counts(self.targets.reach), self.filter_fields)
+        self.positions = _filtered(self.store, self.table, Positions.from_counts(self.targets.reach),
+                                   self.filter_fields)
 
     def output_names(self) -> list[str]:
         names = list(self.current_fields) + [f"next_{name}" for name in self.next_fields]

@@ -34,7 +34,8 @@ from .transforms import loader_transform
 from ..samplers.base import ReplaySampler
 from ..samplers.factory import sampler_class, sampler_options
 from .batches import BatchIndexSampler, _LazyPermutation  # noqa: F401 - re-exported (BatchIndexSampler is public)
-from .transport import PROCESS_OPTIONS, WORKER_KINDS, WORKER_TRANSPORTS, SlotPacker, SlotReader, slot_release_option, threaded
+from .transport import (PROCESS_OPTIONS, WORKER_KINDS, WORKER_TRANSPORTS, SlotPacker, SlotReader, slot_release_option,
+                        threaded)
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
            "sampler_dataloader"]
@@ -97,7 +98,8 @@ class ReplayDataLoader(DataLoader):
         # only processes have asks for processes
         self.workers = "processes" if workers == "processes" or (workers == "auto" and process_only) else "threads"
         collate = _pass_through
-        if self.workers == "processes" and self.worker_transport == "slots" and loader_options.get("num_workers", 0) > 0:
+        if (self.workers == "processes" and self.worker_transport == "slots"
+                and loader_options.get("num_workers", 0) > 0):
             # a worker's batches in flight, the two the main process may still hold, the one being gathered
             collate = SlotPacker((loader_options.get("prefetch_factor") or 2) + 3)
         self._slot_reader: SlotReader | None = None

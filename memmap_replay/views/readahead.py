@@ -274,7 +274,8 @@ def _pieces(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.nda
     if (counts <= 1).all():
         return starts, lengths
     first = np.repeat(starts, counts)
-    offset = (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.uint64) * np.uint64(PIECE)
+    offset = (np.arange(int(counts.sum()))
+              - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.uint64) * np.uint64(PIECE)
     ends = np.repeat(starts + lengths, counts)
     piece_starts = first + offset
     return piece_starts, np.minimum(ends - piece_starts, np.uint64(PIECE))

@@ -47,7 +47,8 @@ from .gather import serial_gathers
 from .pool import numpy_dtype, set_output_target
 from .slotmemory import SlotMemory
 
-__all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader", "SlotBatch", "batch_number", "threaded"]
+__all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader",
+           "SlotBatch", "batch_number", "threaded"]
 
 SLOT_RELEASES = ("unused", "next")
 WORKER_TRANSPORTS = ("slots", "torch")

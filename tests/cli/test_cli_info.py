@@ -102,7 +102,8 @@ def test_info_text_shows_the_figures(known, capsys):
     lengths = np.array(LENGTHS)
     returns = np.array([data["reward"].astype(np.float64).sum() for data in episodes])
     assert re.search(r"^capacity +8 episodes of up to 32 steps in 264 rows; not circular", out, re.M)
-    assert re.search(rf"^length +min 1  mean {_figure(lengths.mean())}  max 30  std {_figure(lengths.std())}$", out, re.M)
+    assert re.search(rf"^length +min 1  mean {_figure(lengths.mean())}  max 30  std {_figure(lengths.std())}$", out,
+                     re.M)
     assert re.search(rf"^return +min {re.escape(_figure(returns.min()))}  mean {re.escape(_figure(returns.mean()))}  "
                      rf"max {re.escape(_figure(returns.max()))}  std {re.escape(_figure(returns.std()))}  "
                      rf"\(sum of reward\)$", out, re.M)
@@ -118,7 +119,8 @@ def test_info_json_matches_the_folder(known, capsys):
     code, out, _ = run(capsys, "info", folder, "--json")
     report = json.loads(out)
     assert code == 0 and report["ok"] and report["is_store"]
-    assert (report["name"], report["description"], report["version"]) == ("test/known-v0", "Five known episodes.", "1.1")
+    assert (report["name"], report["description"], report["version"]) == ("test/known-v0", "Five known episodes.",
+                                                                          "1.1")
     assert report["schema"]["fields"]["image"] == {"dtype": "uint8", "shape": [8, 40, 40], "default": None}
     assert report["schema"]["meta_fields"] == {"task": {"dtype": "int32", "shape": [], "default": None}}
     assert report["capacity"] == {"max_episodes": 8, "max_timesteps": 32, "max_steps": 264, "circular": False}
@@ -242,7 +244,8 @@ def test_stats_recompute_counts_only_the_live_episodes(tmp_path, capsys):
 def test_stats_of_an_rgb_image_per_channel_and_a_lerobot_stats_json(tmp_path, capsys):
     rng = np.random.default_rng(11)
     rgb = [rng.integers(0, 256, (n, 3, 6, 5), dtype=np.uint8) for n in (4, 9)]
-    with ReplayBuffer(tmp_path / "rgb", 4, 16, dict(rgb=("uint8", (3, 6, 5)), obs=("float", 2), reward="float")) as buffer:
+    with ReplayBuffer(tmp_path / "rgb", 4, 16,
+                      dict(rgb=("uint8", (3, 6, 5)), obs=("float", 2), reward="float")) as buffer:
         for pixels in rgb:
             buffer.store_episode(rgb=pixels, obs=rng.random((len(pixels), 2)), reward=rng.random(len(pixels)))
     rows = np.concatenate(rgb).astype(np.float64)
@@ -311,13 +314,15 @@ def test_stats_of_an_unknown_or_meta_field_exits_2(known, capsys, field, message
 def test_a_path_that_is_not_a_store_exits_2(tmp_path, capsys, command):
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("x")
-    for path, message in ((tmp_path / "nowhere", "the folder does not exist"), (tmp_path / "empty", "holds no meta.json"),
+    for path, message in ((tmp_path / "nowhere", "the folder does not exist"),
+                          (tmp_path / "empty", "holds no meta.json"),
                           (tmp_path / "file", "must be a folder (got a file)")):
         code, out, err = run(capsys, command, path)
         assert (code, out) == (2, "") and err.startswith(f"memmap-replay {command}: error: ") and message in err
         assert "mode 'a'" not in err  # an internal API: the user is told what to run instead
     code, _, err = run(capsys, command, tmp_path / "nowhere")
-    assert "check the path, or create a store there with ReplayBuffer(folder, max_episodes, max_timesteps, fields)" in err
+    assert ("check the path, or create a store there with ReplayBuffer(folder, max_episodes, max_timesteps, "
+            "fields)") in err
     code, out, _ = run(capsys, command, tmp_path / "empty", "--json")
     assert code == 2 and json.loads(out)["is_store"] is False
 
@@ -374,6 +379,7 @@ def test_help_teaches_with_examples(capsys, command, example):
 def test_text_helpers():
     assert [_human_bytes(n) for n in (0, 1023, 1536, 10 << 20, 1000 << 20, 5 << 40)] == \
         ["0 B", "1023 B", "1.5 KiB", "10 MiB", "1000 MiB", "5 TiB"]
-    assert [_figure(x) for x in (None, math.nan, 12345, 0.000123456789, 2.5)] == ["-", "-", "12,345", "0.000123457", "2.5"]
+    assert [_figure(x) for x in (None, math.nan, 12345, 0.000123456789, 2.5)] == ["-", "-", "12,345", "0.000123457",
+                                                                                  "2.5"]
     assert _columns([["a", "1"], ["a note that is long"], ["bbb", "22"]], right={1}) == \
         ["a     1", "a note that is long", "bbb  22"]

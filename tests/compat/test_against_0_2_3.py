@@ -75,6 +75,7 @@ def test_the_same_program_leaves_the_same_arrays(tmp_path_factory, program):
         for name in FIELDS:
             np.testing.assert_array_equal(np.asarray(ours.data[name])[stepped], np.asarray(theirs.data[name])[stepped],
                                           err_msg=name)
-        np.testing.assert_array_equal(np.asarray(ours.meta_data["task"])[live], np.asarray(theirs.meta_data["task"])[live])
+        np.testing.assert_array_equal(np.asarray(ours.meta_data["task"])[live],
+                                      np.asarray(theirs.meta_data["task"])[live])
     finally:
         ours.close()

@@ -60,8 +60,8 @@ def test_reads_equal_the_dense_array(ring, key):
 
 
 @settings(max_examples=40, deadline=None)
-@given(slot=st.integers(-4, 3), start=st.one_of(st.none(), st.integers(-6, 6)), stop=st.one_of(st.none(), st.integers(-6, 6)),
-       step=st.sampled_from([None, 1, 2, -1, -2]))
+@given(slot=st.integers(-4, 3), start=st.one_of(st.none(), st.integers(-6, 6)),
+       stop=st.one_of(st.none(), st.integers(-6, 6)), step=st.sampled_from([None, 1, 2, -1, -2]))
 def test_any_slot_and_step_slice_equals_the_dense_array(ring, slot, start, stop, step):
     key = (slot, slice(start, stop, step))
     np.testing.assert_array_equal(ring.data["state"][key], dense(ring, "state")[key])
@@ -111,7 +111,8 @@ def test_writes_are_refused_and_point_to_update(ring, where):
 
 
 def test_unknown_names_and_bad_indices(ring):
-    with pytest.raises(KeyError, match=r"'stat' is not a step field of the store; its fields are \['action', 'state'\]"):
+    with pytest.raises(KeyError,
+                       match=r"'stat' is not a step field of the store; its fields are \['action', 'state'\]"):
         ring.data["stat"]
     with pytest.raises(KeyError, match=r"'state' is not a meta field"):
         ring.meta_data["state"]

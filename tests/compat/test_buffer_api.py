@@ -105,7 +105,8 @@ def test_a_flat_episode_with_steps_must_be_advanced_before_another_kind_of_write
 
 
 @pytest.mark.parametrize("open_flat, width", [(lambda b: b.store(reward=3.0), 1),
-                                               (lambda b: b.store_batch(reward=np.ones(2)), 2)], ids=["store", "store_batch"])
+                                               (lambda b: b.store_batch(reward=np.ones(2)), 2)],
+                         ids=["store", "store_batch"])
 def test_update_of_stored_episodes_while_the_flat_loop_has_one_open(buf, open_flat, width):
     buf.store_episode(reward=np.arange(3.0))
     open_flat(buf)
@@ -127,7 +128,8 @@ def test_end_episode_commits_a_flat_episode_too(buf):
 @pytest.mark.parametrize("batch_size", [2, 5])
 def test_advance_episode_of_a_store_episode_takes_batch_size_one(buf, batch_size):
     buf.store(reward=1.0)
-    with pytest.raises(OptionError, match=rf"batch_size must be 1 for the episode store\(\) wrote \(got {batch_size}\)"):
+    with pytest.raises(OptionError,
+                       match=rf"batch_size must be 1 for the episode store\(\) wrote \(got {batch_size}\)"):
         buf.advance_episode(batch_size)
     assert buf.advance_episode(1) == 0
 
@@ -232,7 +234,8 @@ def test_timestep_index_set_before_store_batch(buf):
      r"same batch size: field 'action' has 2, the ones before 3"),
     (lambda b: b.store_batch(bogus=np.ones(3)), InvalidDataError, r"unknown field \['bogus'\]"),
     (lambda b: b.store_meta_batch(bogus=np.ones(3)), InvalidDataError, r"unknown meta field \['bogus'\]"),
-    (lambda b: b.store_batch(reward=1.0), InvalidDataError, r"field 'reward' in store_batch must have a leading batch axis"),
+    (lambda b: b.store_batch(reward=1.0), InvalidDataError, r"field 'reward' in store_batch must have "
+                                                            r"a leading batch axis"),
     (lambda b: b.store_batch(state=np.ones((2, 3))), InvalidDataError, r"field 'state' must have shape"),
 ])
 def test_bad_store_batch_is_refused_and_leaves_no_batch_open(buf, call, error, match):
@@ -276,7 +279,8 @@ def test_store_batch_past_max_timesteps_is_refused(buf):
 
 def test_store_while_a_batch_is_open_is_refused(buf):
     buf.store_batch(reward=np.zeros(2))
-    with pytest.raises(EpisodeStateError, match=r"store\(\) cannot start an episode while store_batch's episodes are open"):
+    with pytest.raises(EpisodeStateError, match=r"store\(\) cannot start an episode while "
+                                                r"store_batch's episodes are open"):
         buf.store(reward=1.0)
 
 
@@ -354,10 +358,12 @@ def test_store_datapoint_into_a_flat_batch(buf):
     (lambda b: b.store_datapoint(3, 0, "reward", 1.0), OptionError, r"slot 3 holds no episode"),
     (lambda b: b.store_datapoint(0, 3, "reward", 1.0), OptionError, r"below the episode's 3 steps at slot 0 \(got 3\)"),
     (lambda b: b.store_datapoint(5, 0, "reward", 1.0), OptionError, r"episode_index must be at most 4 \(got 5\)"),
-    (lambda b: b.store_datapoint(0, 0, "rewrd", 1.0), InvalidDataError, r"unknown field 'rewrd'.*did you mean 'reward'"),
+    (lambda b: b.store_datapoint(0, 0, "rewrd", 1.0), InvalidDataError,
+     r"unknown field 'rewrd'.*did you mean 'reward'"),
     (lambda b: b.store_meta_datapoint(0, "reward", 1.0), InvalidDataError, r"unknown meta field 'reward'"),
     (lambda b: b.store_datapoint(0, 0, "state", np.ones(3)), InvalidDataError, r"field 'state' must have shape"),
-    (lambda b: b.store_batch_datapoint([0, 0], 0, "reward", [1.0]), InvalidDataError, r"one value per episode index \(2\)"),
+    (lambda b: b.store_batch_datapoint([0, 0], 0, "reward", [1.0]), InvalidDataError,
+     r"one value per episode index \(2\)"),
 ])
 def test_bad_single_values_are_refused_and_change_nothing(buf, call, error, match):
     buf.store_episode(reward=np.arange(3.0))
@@ -426,7 +432,8 @@ def test_reopening_with_the_0_2_3_default_keeps_the_data(tmp_path):
 
 def test_reopening_with_another_config_names_it(tmp_path):
     ReplayBuffer(tmp_path / "s", 5, 6, FIELDS).close()
-    with pytest.raises(SchemaMismatchError, match=r"created with a different config:\n  max_episodes: stored 5, asked for 9"):
+    with pytest.raises(SchemaMismatchError, match=r"created with a different config:\n  max_episodes: "
+                                                  r"stored 5, asked for 9"):
         ReplayBuffer(tmp_path / "s", 9, 6, FIELDS)
 
 
@@ -458,7 +465,8 @@ def images(tmp_path):
 def test_image_fields_in_declaration_order(images, buf):
     assert images.image_fields() == ["frame", "depth"]
     assert buf.image_fields() == []
-    with pytest.raises(OptionError, match=r"field must be given: the store has several image-like fields .*: \['frame', 'depth'\]"):
+    with pytest.raises(OptionError, match=r"field must be given: the store has several image-like fields .*: "
+                                          r"\['frame', 'depth'\]"):
         images.default_image_field()
     with pytest.raises(OptionError, match=r"field must be given: the store has no image-like fields"):
         buf.default_image_field()
@@ -502,7 +510,8 @@ def test_a_folder_0_2_3_wrote_is_neither_opened_nor_built_over(tmp_path, open_it
     folder.mkdir()
     (folder / "metadata.pkl").write_bytes(b"never read")
     (folder / "state.data.npy").write_bytes(b"its arrays")
-    with pytest.raises((StoreNotFoundError, NotAFolderError), match=r"memmap-replay-buffer 0\.2\.x .*`memmap-replay import"):
+    with pytest.raises((StoreNotFoundError, NotAFolderError), match=r"memmap-replay-buffer 0\.2\.x "
+                                                                    r".*`memmap-replay import"):
         open_it(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["metadata.pkl", "state.data.npy"]
 

@@ -59,7 +59,8 @@ def test_any_timestep_index(buf, value):
 @given(slot=garbage, t=garbage, name=garbage, value=garbage)
 def test_any_store_datapoint(buf, slot, t, name, value):
     before = snapshot(buf)
-    for call in (lambda: buf.store_datapoint(slot, t, name, value), lambda: buf.store_meta_datapoint(slot, name, value)):
+    for call in (lambda: buf.store_datapoint(slot, t, name, value),
+                 lambda: buf.store_meta_datapoint(slot, name, value)):
         try:
             call()
         except ReplayError:

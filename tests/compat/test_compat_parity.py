@@ -20,7 +20,8 @@ def fill(buffer) -> None:
     rng = np.random.default_rng(11)
     for number, length in enumerate(LENGTHS):
         buffer.store_episode(obs=rng.standard_normal((length, 2)).astype(np.float32),
-                             reward=rng.standard_normal(length).astype(np.float32), done=np.arange(length) == length - 1,
+                             reward=rng.standard_normal(length).astype(np.float32),
+                             done=np.arange(length) == length - 1,
                              action=rng.integers(0, 5, length).astype(np.int32), task=number,
                              expert=bool(number % 2))
 

@@ -19,13 +19,20 @@ from catalogue import (ERRORS_FIELDS as FIELDS, ERRORS_META as META, make_errors
 # ---- reopening with a different schema or capacity ---------------------------------------------------
 
 MISMATCHES = [
-    pytest.param(dict(fields={**FIELDS, "obs": ("float", (4,))}), r"field 'obs': stored float32 \(3,\) default None, asked for float32 \(4,\)", id="field-shape"),
-    pytest.param(dict(fields={**FIELDS, "count": "int32"}), r"field 'count': stored int64 .*asked for int32", id="field-dtype"),
-    pytest.param(dict(fields={**FIELDS, "obs": ("float", (3,), 1.0)}), r"field 'obs': .*default None, asked for .*default 1\.0", id="field-default"),
-    pytest.param(dict(fields={**FIELDS, "extra": "float"}), r"field 'extra': stored absent, asked for float32", id="extra-field"),
-    pytest.param(dict(fields={k: v for k, v in FIELDS.items() if k != "done"}), r"field 'done': stored bool \(\) default None, asked for absent", id="missing-field"),
-    pytest.param(dict(meta_fields=None), r"meta field 'task': stored int32 .*asked for absent", id="missing-meta-fields"),
-    pytest.param(dict(meta_fields={**META, "task": "int64"}), r"meta field 'task': stored int32 .*asked for int64", id="meta-dtype"),
+    pytest.param(dict(fields={**FIELDS, "obs": ("float", (4,))}), r"field 'obs': stored float32 \(3,\) default None, "
+                                                                  r"asked for float32 \(4,\)", id="field-shape"),
+    pytest.param(dict(fields={**FIELDS, "count": "int32"}), r"field 'count': stored int64 .*asked for int32",
+                 id="field-dtype"),
+    pytest.param(dict(fields={**FIELDS, "obs": ("float", (3,), 1.0)}), r"field 'obs': .*default None, "
+                                                                       r"asked for .*default 1\.0", id="field-default"),
+    pytest.param(dict(fields={**FIELDS, "extra": "float"}), r"field 'extra': stored absent, asked for float32",
+                 id="extra-field"),
+    pytest.param(dict(fields={k: v for k, v in FIELDS.items() if k != "done"}),
+                 r"field 'done': stored bool \(\) default None, asked for absent", id="missing-field"),
+    pytest.param(dict(meta_fields=None), r"meta field 'task': stored int32 .*asked for absent",
+                 id="missing-meta-fields"),
+    pytest.param(dict(meta_fields={**META, "task": "int64"}), r"meta field 'task': stored int32 .*asked for int64",
+                 id="meta-dtype"),
     pytest.param(dict(max_episodes=7), r"max_episodes: stored 6, asked for 7", id="max_episodes"),
     pytest.param(dict(max_timesteps=11), r"max_timesteps: stored 10, asked for 11", id="max_timesteps"),
     pytest.param(dict(max_steps=500), r"max_steps: stored 66, asked for 500", id="max_steps"),
@@ -49,7 +56,8 @@ def test_reopen_with_different_schema_or_capacity_is_refused(folder, changes, ma
         assert_unchanged(buf, committed(buf))
 
 def test_reopen_lists_every_difference(folder):
-    with raises(SchemaMismatchError, match=r"(?s)field 'obs'.*max_episodes: stored 6, asked for 7.*circular: stored False, asked for True"):
+    with raises(SchemaMismatchError, match=r"(?s)field 'obs'.*max_episodes: stored 6, asked for 7.*circular: stored "
+                                           r"False, asked for True"):
         make(folder, fields={**FIELDS, "obs": ("float", (4,))}, max_episodes=7, circular=True)
 
 

@@ -52,7 +52,8 @@ PATH_CASES = [
     pytest.param(lambda base: str(base) + "/a\x00b", id="NUL-byte"),
     pytest.param(lambda base: "", id="empty-path"),
     pytest.param(lambda base: base / ("x" * 300), id="component-too-long"),
-    pytest.param(lambda base: "/proc/memmap_replay_nowhere/store", id="uncreatable-parent", marks=[pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")]),
+    pytest.param(lambda base: "/proc/memmap_replay_nowhere/store", id="uncreatable-parent",
+                 marks=[pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")]),
 ]
 
 

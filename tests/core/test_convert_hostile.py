@@ -98,7 +98,8 @@ def test_any_array_is_stored_exactly_or_refused(scratch, name, value):
 ])
 def test_integers_a_wide_float_cannot_hold_are_refused(tmp_path, field, value):
     with ReplayBuffer(tmp_path / "wide", 2, 2, dict(f64="float64", c128="complex128")) as buf:
-        with unchanged(buf), raises(InvalidDataError, match=rf"field '{field}' has dtype \w+ and cannot hold \d+ exactly"):
+        with unchanged(buf), raises(InvalidDataError, match=rf"field '{field}' has dtype \w+ and "
+                                                            rf"cannot hold \d+ exactly"):
             buf.store_episode(**{field: value})
 
 

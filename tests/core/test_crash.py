@@ -496,7 +496,8 @@ LINEAR_COMMIT_TRAPS = [
 ]
 
 
-@pytest.mark.parametrize("target, k, when", LINEAR_COMMIT_TRAPS, ids=[f"{t}-{k}-{w}" for t, k, w in LINEAR_COMMIT_TRAPS])
+@pytest.mark.parametrize("target, k, when", LINEAR_COMMIT_TRAPS,
+                         ids=[f"{t}-{k}-{w}" for t, k, w in LINEAR_COMMIT_TRAPS])
 def test_kill_during_a_commit(tmp_path, target, k, when):
     folder, history = prepare(tmp_path, LINEAR)
     trap = dict(target=target, k=k, when=when, arm_after=5)

@@ -128,7 +128,8 @@ def test_sample_episodes_is_seeded(make_buffer):
     many = buffer.sample_episodes(20, seed=2, replacement=True)
     assert len(many) == 20 and set(episode.id for episode in many) <= set(range(8))
     for episode in many:
-        np.testing.assert_array_equal(episode["reward"], episode_arrays(episode.meta["task_id"], len(episode))["reward"])
+        np.testing.assert_array_equal(episode["reward"],
+                                      episode_arrays(episode.meta["task_id"], len(episode))["reward"])
     with pytest.raises(OptionError, match=r"cannot draw 9 episodes without replacement from 8; ask for at most 8"):
         buffer.sample_episodes(9, seed=0)
     with pytest.raises(OptionError, match=r"seed must be an int >= 0 or None \(got -1\)"):
@@ -156,8 +157,8 @@ def test_ring_eviction_of_episodes_held(make_buffer, tmp_path, reader):
         episodes = source.episodes()
         oldest = episodes[0]  # read before the eviction: a copy, intact whatever happens to its rows
         buffer.store_episode(**episode_arrays(7, 5), task_id=7, end="truncated")  # evicts episode 0
-        with pytest.raises(SampleExpiredError, match=r"episode 0 is no longer in the buffer \(the oldest live episode is "
-                                                     r"now 1: the ring evicted it.*read the list again"):
+        with pytest.raises(SampleExpiredError, match=r"episode 0 is no longer in the buffer \(the oldest live episode "
+                                                     r"is now 1: the ring evicted it.*read the list again"):
             episodes[0]
         with pytest.raises(SampleExpiredError, match="episode 0 is no longer in the buffer"):
             list(episodes)

@@ -49,7 +49,8 @@ def test_spec_layout_lists_every_file_a_store_has(make_buffer):
     buffer.flush()  # the running statistics are saved at most once a second, and on flush and close
     documented = set(re.findall(r"^    (\S+\.(?:npy|npz|json|lock))", fmt.__doc__, re.M)) - {"card.json"}  # optional
     on_disk = {str(p.relative_to(buffer.folder)) for p in buffer.folder.rglob("*") if p.is_file()}
-    generic = {re.sub(r"/(obs|action|reward)\.npy$", "/<field>.npy", re.sub(r"^meta/task_id", "meta/<field>", p)) for p in on_disk}
+    generic = {re.sub(r"/(obs|action|reward)\.npy$", "/<field>.npy", re.sub(r"^meta/task_id", "meta/<field>", p))
+               for p in on_disk}
     assert generic == documented
 
 

@@ -168,10 +168,13 @@ def test_no_grow_inside_an_episode_or_read_only(make_buffer):
 def test_reopening_with_a_larger_capacity_says_how_to_grow(make_buffer):
     buffer = make_buffer(max_episodes=3, max_timesteps=6)
     buffer.close()
-    with pytest.raises(SchemaMismatchError, match=r"max_episodes: stored 3, asked for 9(.|\n)*\.grow\(max_episodes=9, "
-                                                   r"max_steps=63\)(.|\n)*memmap-replay grow .* --max-episodes 9 --max-steps 63`$"):
+    with pytest.raises(SchemaMismatchError, match=r"max_episodes: stored 3, asked for "
+                                                  r"9(.|\n)*\.grow\(max_episodes=9, "
+                                                  r"max_steps=63\)(.|\n)*memmap-replay grow .* "
+                                                  r"--max-episodes 9 --max-steps 63`$"):
         ReplayBuffer(buffer.folder, 9, 6, SMALL_FIELDS, SMALL_META)
-    with pytest.raises(SchemaMismatchError, match=r"stored 3, asked for 2\nopen it with ReplayBuffer.from_folder\(folder\), "
+    with pytest.raises(SchemaMismatchError,
+                       match=r"stored 3, asked for 2\nopen it with ReplayBuffer.from_folder\(folder\), "
                                                    r"or pass overwrite=True to replace it$"):
         ReplayBuffer(buffer.folder, 2, 6, SMALL_FIELDS, SMALL_META, max_steps=21)
 
@@ -241,7 +244,8 @@ print(calls[0])
 
 
 def run_child(folder: Path, kill_at: int, options: dict) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-c", CHILD, str(folder), str(kill_at), repr(options)], capture_output=True,
                           text=True, env=env, timeout=120)
 

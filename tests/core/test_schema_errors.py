@@ -32,51 +32,74 @@ SCHEMA_ERRORS = [
     pytest.param(one_field(object), r"field 'x' must have a numeric", id="dtype-object-type"),
     pytest.param(one_field(("object", 3)), r"field 'x' must have a numeric", id="dtype-object-with-shape"),
     # shapes
-    *[pytest.param(one_field(("float", shape)), r"field 'x' must have a shape that is an int or a tuple of ints", id=f"shape-{shape!r}")
+    *[pytest.param(one_field(("float", shape)), r"field 'x' must have a shape that is an int or a tuple of ints",
+                   id=f"shape-{shape!r}")
       for shape in [2.5, (2.0, 3), "3", (3, None), (True,), [[3]], None]],
     *[pytest.param(one_field(("float", shape)), r"field 'x' must have a shape of positive sizes", id=f"shape-{shape!r}")
       for shape in [0, (3, 0), (-1,), (4, -2)]],
-    pytest.param(one_field(("uint8", (2**16, 2**16))), r"field 'x' must take at most 2147483648 bytes per row", id="row-too-large"),
+    pytest.param(one_field(("uint8", (2**16, 2**16))), r"field 'x' must take at most 2147483648 bytes per row",
+                 id="row-too-large"),
     # spec forms
-    *[pytest.param(one_field(spec), r"field 'x' must be a dtype name, \(dtype, shape\) or \(dtype, shape, default\)", id=f"spec-{spec!r}")
+    *[pytest.param(one_field(spec), r"field 'x' must be a dtype name, \(dtype, shape\) or \(dtype, shape, default\)",
+                   id=f"spec-{spec!r}")
       for spec in [3, None, (), ("float", 3, 0.0, "extra")]],
-    pytest.param(one_field({"shape": [3]}), r"field 'x' as a dict must have the key 'dtype'", id="spec-dict-without-dtype"),
+    pytest.param(one_field({"shape": [3]}), r"field 'x' as a dict must have the key 'dtype'",
+                 id="spec-dict-without-dtype"),
     # names
-    *[pytest.param(one_field("float", name), rf"field name must be a letter .*\(got {re.escape(repr(name))}\)", id=f"name-{name!r}")
+    *[pytest.param(one_field("float", name), rf"field name must be a letter .*\(got {re.escape(repr(name))}\)",
+                   id=f"name-{name!r}")
       for name in ["../x", "a/b", "", "has space", "1abc", "_x", "a.b", "a-b", "x" * 65, "é"]],
     pytest.param(dict(fields={3: "float"}), r"field name must be a letter .*\(got 3\)", id="name-int"),
-    pytest.param(one_field("float", "obs\n"), r"field name must be a letter .*\(got 'obs\\n'\)", id="name-trailing-newline"),
+    pytest.param(one_field("float", "obs\n"), r"field name must be a letter .*\(got 'obs\\n'\)",
+                 id="name-trailing-newline"),
     *[pytest.param(one_field("float", name), rf"field name '{name}' is reserved", id=f"reserved-{name}")
       for name in ["end", "final", "episode_lens", "class", "lambda", "None", "True"]],
-    pytest.param(dict(fields=dict(obs="float"), meta_fields={"../m": "int"}), r"meta field name must be a letter", id="meta-name-path"),
-    pytest.param(dict(fields=dict(obs="float"), meta_fields={"end": "int"}), r"meta field name 'end' is reserved", id="meta-name-reserved"),
+    pytest.param(dict(fields=dict(obs="float"), meta_fields={"../m": "int"}), r"meta field name must be a letter",
+                 id="meta-name-path"),
+    pytest.param(dict(fields=dict(obs="float"), meta_fields={"end": "int"}), r"meta field name 'end' is reserved",
+                 id="meta-name-reserved"),
     # defaults
-    pytest.param(one_field(("uint8", (), 300)), r"field 'x' of dtype uint8 cannot hold its default 300 \(it would become 44\)", id="default-300-uint8"),
-    pytest.param(one_field(("uint8", (), -1)), r"field 'x' of dtype uint8 cannot hold its default -1", id="default--1-uint8"),
-    pytest.param(one_field(("int", (), 0.5)), r"field 'x' of dtype int32 cannot hold its default 0\.5", id="default-0.5-int"),
-    pytest.param(one_field(("int", (), 2**40)), r"field 'x' of dtype int32 cannot hold its default 1099511627776", id="default-2**40-int32"),
+    pytest.param(one_field(("uint8", (), 300)), r"field 'x' of dtype uint8 cannot hold its default 300 "
+                                                r"\(it would become 44\)", id="default-300-uint8"),
+    pytest.param(one_field(("uint8", (), -1)), r"field 'x' of dtype uint8 cannot hold its default -1",
+                 id="default--1-uint8"),
+    pytest.param(one_field(("int", (), 0.5)), r"field 'x' of dtype int32 cannot hold its default 0\.5",
+                 id="default-0.5-int"),
+    pytest.param(one_field(("int", (), 2**40)), r"field 'x' of dtype int32 cannot hold its default 1099511627776",
+                 id="default-2**40-int32"),
     pytest.param(one_field(("bool", (), 2)), r"field 'x' of dtype bool cannot hold its default 2", id="default-2-bool"),
-    pytest.param(one_field(("float", (), float("nan"))), r"field 'x' must have a finite default \(got nan\)", id="default-nan"),
-    pytest.param(one_field(("float", (), float("-inf"))), r"field 'x' must have a finite default \(got -inf\)", id="default-inf"),
-    pytest.param(one_field(("float", (), "zero")), r"field 'x' must have a scalar default or None \(got 'zero'\)", id="default-str"),
+    pytest.param(one_field(("float", (), float("nan"))), r"field 'x' must have a finite default \(got nan\)",
+                 id="default-nan"),
+    pytest.param(one_field(("float", (), float("-inf"))), r"field 'x' must have a finite default \(got -inf\)",
+                 id="default-inf"),
+    pytest.param(one_field(("float", (), "zero")), r"field 'x' must have a scalar default or None \(got 'zero'\)",
+                 id="default-str"),
     pytest.param(one_field(("float", (), [0.0])), r"field 'x' must have a scalar default or None", id="default-list"),
-    pytest.param(one_field(("int", (), 1j)), r"field 'x' of dtype int32 cannot have a complex default", id="default-complex-for-int"),
-    pytest.param(one_field(("float", (), 1e39)), r"field 'x' of dtype float32 cannot hold its default 1e\+39", id="default-1e39-float32"),
-    pytest.param(one_field(("int64", (), 2**70)), r"field 'x' of dtype int64 cannot hold its default", id="default-2**70-int64"),
-    pytest.param(one_field(("uint64", (), 2**64)), r"field 'x' of dtype uint64 cannot hold its default", id="default-2**64-uint64"),
+    pytest.param(one_field(("int", (), 1j)), r"field 'x' of dtype int32 cannot have a complex default",
+                 id="default-complex-for-int"),
+    pytest.param(one_field(("float", (), 1e39)), r"field 'x' of dtype float32 cannot hold its default 1e\+39",
+                 id="default-1e39-float32"),
+    pytest.param(one_field(("int64", (), 2**70)), r"field 'x' of dtype int64 cannot hold its default",
+                 id="default-2**70-int64"),
+    pytest.param(one_field(("uint64", (), 2**64)), r"field 'x' of dtype uint64 cannot hold its default",
+                 id="default-2**64-uint64"),
     # the schema as a whole
     pytest.param(dict(fields={}), r"fields must be a non-empty dict", id="fields-empty"),
     pytest.param(dict(fields=["obs"]), r"fields must be a non-empty dict", id="fields-list"),
     pytest.param(dict(fields=None), r"fields are required to create a store", id="fields-None"),
-    pytest.param(dict(fields=dict(obs="float"), meta_fields=["task"]), r"meta_fields must be a dict", id="meta_fields-list"),
+    pytest.param(dict(fields=dict(obs="float"), meta_fields=["task"]), r"meta_fields must be a dict",
+                 id="meta_fields-list"),
     pytest.param(dict(fields=dict(obs="float", task="int"), meta_fields=dict(task="int")),
                  r"fields and meta_fields must have distinct names \(both have \['task'\]\)", id="overlapping-names"),
     # capacity
-    *[pytest.param(dict(fields=FIELDS, **{key: value}), rf"{key} must be a positive int \(got {re.escape(repr(value))}\)", id=f"{key}-{value!r}")
+    *[pytest.param(dict(fields=FIELDS, **{key: value}), rf"{key} must be a positive int \(got "
+                                                        rf"{re.escape(repr(value))}\)", id=f"{key}-{value!r}")
       for key in ["max_episodes", "max_timesteps"] for value in [0, -1, 1.5, "10", True, None]],
     pytest.param(dict(fields=FIELDS, max_steps=0), r"max_steps must be a positive int \(got 0\)", id="max_steps-0"),
-    pytest.param(dict(fields=FIELDS, max_steps=10), r"max_steps must be at least max_timesteps \+ 1 = 11 \(got 10\)", id="max_steps-too-small"),
-    pytest.param(dict(fields=FIELDS, circular="yes"), r"circular must be True or False \(got 'yes'\)", id="circular-str"),
+    pytest.param(dict(fields=FIELDS, max_steps=10), r"max_steps must be at least max_timesteps \+ 1 = 11 \(got 10\)",
+                 id="max_steps-too-small"),
+    pytest.param(dict(fields=FIELDS, circular="yes"), r"circular must be True or False \(got 'yes'\)",
+                 id="circular-str"),
     pytest.param(dict(fields=FIELDS, circular=1), r"circular must be True or False \(got 1\)", id="circular-int"),
 ]
 

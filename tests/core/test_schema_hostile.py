@@ -246,7 +246,8 @@ def test_any_shape_spec_is_a_positive_int_tuple_or_refused(new_folder, shape):
 
 
 defaults = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -2**63 - 1, 255, 256, -129]),
+    st.none(), st.booleans(), st.integers(-2**70, 2**70),
+    st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -2**63 - 1, 255, 256, -129]),
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([65504.0, 65520.0, 3.5e38, 3.5e39, -0.0, 0.5]),
     st.complex_numbers(allow_nan=True, allow_infinity=True), st.text(max_size=3), st.lists(st.floats(), max_size=3),
     st.sampled_from([np.float32(np.nan), np.int64(5), np.uint64(2**64 - 1), np.array(1.0), torch.tensor(1.0),
@@ -317,7 +318,8 @@ def test_list_default_in_a_dict_spec_is_refused_as_a_list(new_folder):
 @given(fields=garbage, meta_fields=garbage)
 def test_fields_and_meta_fields_must_be_dicts(new_folder, fields, meta_fields):
     from collections.abc import Mapping
-    assume(not (isinstance(fields, Mapping) and fields) or not (meta_fields is None or isinstance(meta_fields, Mapping)))
+    assume(not (isinstance(fields, Mapping) and fields)
+           or not (meta_fields is None or isinstance(meta_fields, Mapping)))
     folder = new_folder()
     if fields is None:
         match = r"^fields are required to create a store"

@@ -14,7 +14,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from memmap_replay import BufferFullError, InvalidDataError, OptionError, ReplayBuffer, TransitionView, WindowView, verify
+from memmap_replay import (BufferFullError, InvalidDataError, OptionError, ReplayBuffer, TransitionView, WindowView,
+                           verify)
 from memmap_replay.core import format as fmt
 
 FIELDS = dict(obs="float", reward="float")
@@ -84,7 +85,8 @@ def test_store_episode_splits_in_one_commit(tmp_path):
     whole = buffer.episode(-1, join_segments=True)
     np.testing.assert_array_equal(whole.observations("obs"), [*range(9), 99.0])
     assert whole.end == "truncated" and whole.truncated and whole.meta["task"] == 3
-    with pytest.raises(InvalidDataError, match=r"between 1 and max_timesteps=4 steps \(got 5\); grow .*long_episodes=.split."):
+    with pytest.raises(InvalidDataError, match=r"between 1 and max_timesteps=4 steps \(got 5\); grow "
+                                               r".*long_episodes=.split."):
         ReplayBuffer(tmp_path / "plain", 5, 4, FIELDS).store_episode(obs=np.arange(5.0))
 
 

@@ -120,7 +120,8 @@ def test_episodes_are_contiguous_and_final_row_follows(make_buffer):
 @given(
     max_episodes=st.integers(1, 6),
     extra_rows=st.integers(0, 40),
-    batches=st.lists(st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=3), min_size=1, max_size=25),
+    batches=st.lists(st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=3),
+                     min_size=1, max_size=25),
 )
 def test_ring_property_never_exposes_overwritten_data(tmp_path_factory, max_episodes, extra_rows, batches):
     """Random episode lengths, final rows and multi-episode commits: live episodes are always the newest

@@ -104,7 +104,8 @@ FULL_WRITES = {"store_episode": lambda b: b.store_episode(**good_episode(9, 2)),
 def test_full_buffer_refuses_and_says_how_to_fix(buffer, write):
     fill(buffer)
     before = committed(buffer)
-    with raises(BufferFullError, match=r"the buffer is full: all 6 episode slots are used and it is not circular") as info:
+    with raises(BufferFullError,
+                match=r"the buffer is full: all 6 episode slots are used and it is not circular") as info:
         write(buffer)
     message = str(info.value)
     kept = write is advance_write  # 0.2.3's flat loop keeps the open episode for a grow; reset_() drops it
@@ -129,7 +130,8 @@ def test_full_rows_refuse(tmp_path):
         buf.store_episode(**good_episode(0, 5))
         buf.store_episode(**good_episode(1, 5))
         before = committed(buf)
-        with raises(BufferFullError, match=r"the buffer is full: .*rows.*circular=True.*max_episodes/max_steps.*clear\(\)"):
+        with raises(BufferFullError,
+                    match=r"the buffer is full: .*rows.*circular=True.*max_episodes/max_steps.*clear\(\)"):
             buf.store_episode(**good_episode(2, 5))
         assert_same(before, committed(buf))
         buf.store_episode(**good_episode(2, 1))  # what still fits is accepted

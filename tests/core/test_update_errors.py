@@ -20,7 +20,8 @@ from catalogue import raises, good_step, committed, assert_unchanged
 
 def test_update_unknown_name_lists_fields_and_meta_fields(buffer):
     before = committed(buffer)
-    with raises(InvalidDataError, match=r"unknown field 'bogus': the store's fields are \[.*'obs'.*\] and meta fields \['task', 'weight'\]"):
+    with raises(InvalidDataError, match=r"unknown field 'bogus': the store's fields are \[.*'obs'.*\] and meta fields "
+                                        r"\['task', 'weight'\]"):
         buffer.update(0, bogus=1)
     assert_unchanged(buffer, before)
 
@@ -34,7 +35,8 @@ def test_update_unknown_name_lists_fields_and_meta_fields(buffer):
     pytest.param(0.5, r"episode indices must be an int or a 1-d array of ints \(got float64", id="float"),
     pytest.param("0", r"episode indices must be an int or a 1-d array of ints", id="str"),
     pytest.param(True, r"episode indices must be an int or a 1-d array of ints \(got bool", id="bool"),
-    pytest.param([[0]], r"episode indices must be an int or a 1-d array of ints \(got int64 of shape \(1, 1\)\)", id="2-d"),
+    pytest.param([[0]], r"episode indices must be an int or a 1-d array of ints \(got int64 of shape \(1, 1\)\)",
+                 id="2-d"),
 ])
 def test_update_bad_indices(buffer, indices, match):
     before = committed(buffer)
@@ -44,12 +46,18 @@ def test_update_bad_indices(buffer, indices, match):
 
 
 @pytest.mark.parametrize("indices, data, match", [
-    pytest.param([0], dict(reward=np.zeros((1, 4))), r"field 'reward' in update has T=4 steps but a selected episode is shorter \(shortest: 3 steps\)", id="too-many-steps"),
-    pytest.param([0, 1], dict(obs=np.zeros((2, 4, 3))), r"field 'obs' in update has T=4 steps .*\(shortest: 3 steps\)", id="too-many-steps-for-shortest"),
-    pytest.param(0, dict(reward=np.zeros(11)), r"field 'reward' in update has T=11 steps, more than max_timesteps=10$", id="past-max_timesteps"),
-    pytest.param([0, 1], dict(reward=np.zeros((3, 2))), r"field 'reward' in update must have shape \(2, T, \*\(\)\) \(got \(3, 2\)\)", id="wrong-count"),
-    pytest.param([0, 1], dict(reward=np.zeros((2, 2, 2, 2))), r"field 'reward' in update must have shape \(2, T", id="too-many-axes"),
-    pytest.param([0, 1], dict(task=[1, 2, 3]), r"meta field 'task' must have shape \(2,\) \(got \(3,\)\)", id="meta-wrong-count"),
+    pytest.param([0], dict(reward=np.zeros((1, 4))), r"field 'reward' in update has T=4 steps but a selected episode "
+                                                     r"is shorter \(shortest: 3 steps\)", id="too-many-steps"),
+    pytest.param([0, 1], dict(obs=np.zeros((2, 4, 3))), r"field 'obs' in update has T=4 steps .*\(shortest: 3 steps\)",
+                 id="too-many-steps-for-shortest"),
+    pytest.param(0, dict(reward=np.zeros(11)), r"field 'reward' in update has T=11 steps, more than max_timesteps=10$",
+                 id="past-max_timesteps"),
+    pytest.param([0, 1], dict(reward=np.zeros((3, 2))), r"field 'reward' in update must have shape \(2, T, "
+                                                        r"\*\(\)\) \(got \(3, 2\)\)", id="wrong-count"),
+    pytest.param([0, 1], dict(reward=np.zeros((2, 2, 2, 2))), r"field 'reward' in update must have shape \(2, T",
+                 id="too-many-axes"),
+    pytest.param([0, 1], dict(task=[1, 2, 3]), r"meta field 'task' must have shape \(2,\) \(got \(3,\)\)",
+                 id="meta-wrong-count"),
     pytest.param([0], dict(), r"update needs at least one field to write", id="no-data"),
 ])
 def test_update_bad_data(buffer, indices, data, match):
@@ -72,7 +80,8 @@ def test_failed_update_writes_nothing(buffer, data):
     assert_unchanged(buffer, before)
 
 def test_update_with_tensors_that_require_grad(buffer):
-    buffer.update([0, 1], obs=torch.full((2, 3, 3), 4.0, requires_grad=True), weight=torch.tensor(2.0, requires_grad=True))
+    buffer.update([0, 1], obs=torch.full((2, 3, 3), 4.0, requires_grad=True),
+                  weight=torch.tensor(2.0, requires_grad=True))
     episodes, _ = committed(buffer)
     for episode in episodes:
         np.testing.assert_array_equal(episode["obs"][:3], np.full((3, 3), 4.0, np.float32))

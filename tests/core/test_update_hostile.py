@@ -29,10 +29,12 @@ from catalogue import fast, unchanged, raises
 # ==== kinds 42-45: update ===================================================================================
 
 update_indices = st.one_of(
-    st.integers(-2**70, 2**70), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3), st.complex_numbers(max_magnitude=9),
+    st.integers(-2**70, 2**70), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3),
+    st.complex_numbers(max_magnitude=9),
     st.lists(st.integers(-3, 12), min_size=1, max_size=4), st.lists(st.floats(-1, 9), min_size=1, max_size=3),
     st.lists(st.booleans(), min_size=1, max_size=3), st.sampled_from([None, [None], [[0]], [[0, 1]], np.array([[1]]),
-                                                                      object(), {0}, {0: 1}, [1, "a"], np.array([0.0]), torch.tensor([0.5])]),
+                                                                      object(), {0}, {0: 1}, [1, "a"], np.array([0.0]),
+                                                                      torch.tensor([0.5])]),
     st.integers(2**63, 2**70).map(lambda n: [n]),
 )
 
@@ -55,9 +57,10 @@ def legal_indices(indices, live) -> bool:
 def test_update_indices_of_every_kind(store, indices):
     live = set(store.live_episodes.tolist())
     assume(not legal_indices(indices, live))
-    assume(not (isinstance(indices, list) and indices and type(indices[0]) is int and indices[0] >= 2**63))  # a case below
-    with unchanged(store), raises(OptionError, match=r"^episode (indices must be (an int or a 1-d array of ints|in \[0, 8\))"
-                                                          r"|slot \d+ holds no live episode)"):
+    assume(not (isinstance(indices, list) and indices and type(indices[0]) is int
+                and indices[0] >= 2**63))  # a case below
+    with unchanged(store), raises(OptionError, match=r"^episode (indices must be (an int or a 1-d array of ints|in "
+                                                     r"\[0, 8\))|slot \d+ holds no live episode)"):
         store.update(indices, reward=99.0)
 
 
@@ -78,7 +81,8 @@ def test_update_indices_the_library_mishandles(store, indices, match):
 
 
 @fast(50)
-@given(shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6), name=st.sampled_from(["reward", "obs", "task", "weight"]))
+@given(shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6),
+       name=st.sampled_from(["reward", "obs", "task", "weight"]))
 def test_update_values_of_any_shape(store, shape, name):
     indices = [0, 1]  # slots 0 (3 steps) and 1 (5 steps)
     spec = store.schema.fields.get(name) or store.schema.meta_fields[name]
@@ -88,5 +92,6 @@ def test_update_values_of_any_shape(store, shape, name):
     else:  # one value for all, or one per episode
         legal = shape in ((), (2,))
     assume(not legal)
-    with unchanged(store), raises(InvalidDataError, match=rf"^(meta )?field '{name}'.* (must have shape|has T=\d+ steps)"):
+    with unchanged(store), raises(InvalidDataError, match=rf"^(meta )?field '{name}'.* (must have "
+                                                          rf"shape|has T=\d+ steps)"):
         store.update(indices, **{name: np.zeros(shape)})

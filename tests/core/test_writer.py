@@ -176,7 +176,8 @@ def test_vector_writer_gymnasium_autoreset_forms(make_buffer):
     writer.store(reward=[1.75, 99.0], active=[True, False])  # env 1 resets: nothing stored for it
     writer.store(reward=[1.875, 3.0], terminated=[True, False])
     episodes = stored_episodes(buffer)
-    assert [(e[0], e[1]["reward"].tolist(), e[2]) for e in episodes] == [(2, [2.0, 2.5], 2), (1, [1.0, 1.5, 1.75, 1.875], 1)]
+    assert [(e[0], e[1]["reward"].tolist(), e[2]) for e in episodes] == [(2, [2.0, 2.5], 2),
+                                                                         (1, [1.0, 1.5, 1.75, 1.875], 1)]
     np.testing.assert_array_equal(episodes[0][3], [-7, -7, -7])
     assert writer.lengths.tolist() == [0, 1]
     writer.commit_all(envs=[1])

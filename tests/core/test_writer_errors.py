@@ -78,7 +78,8 @@ UNKNOWN_META_WRITES = {
 @pytest.mark.parametrize("write", UNKNOWN_META_WRITES.values(), ids=UNKNOWN_META_WRITES.keys())
 def test_unknown_meta_field_is_refused_and_named(buffer, write):
     before = committed(buffer)
-    with raises(InvalidDataError, match=r"unknown (meta )?field \['bogus'\]: the store's .*meta fields (are )?\['task', 'weight'\]"):
+    with raises(InvalidDataError, match=r"unknown (meta )?field \['bogus'\]: the store's .*meta fields (are "
+                                        r")?\['task', 'weight'\]"):
         write(buffer)
     # no episode was left open by the failed call
     assert_no_open_episode(buffer)
@@ -196,7 +197,8 @@ def test_step_beyond_max_timesteps_is_refused_and_the_episode_keeps_its_steps(bu
     with buffer.one_episode():
         for t in range(MAX_TIMESTEPS):
             buffer.store(**good_step(5, t))
-        with raises(InvalidDataError, match=r"the episode must have at most max_timesteps=10 steps \(got one more\).*larger max_timesteps"):
+        with raises(InvalidDataError, match=r"the episode must have at most max_timesteps=10 steps \(got one "
+                                            r"more\).*larger max_timesteps"):
             buffer.store(**good_step(5, MAX_TIMESTEPS))
     episodes, _ = committed(buffer)
     assert_same((episodes[:2], b""), (before[0], b""))
@@ -215,9 +217,11 @@ def test_store_episode_length_out_of_bounds(buffer, length):
 
 
 @pytest.mark.parametrize("arrays, match", [
-    pytest.param(dict(obs=np.zeros(3)), r"field 'obs' in store_episode must have shape \(T, \*\(3,\)\) with a time axis \(got \(3,\)\)", id="no-time-axis"),
+    pytest.param(dict(obs=np.zeros(3)), r"field 'obs' in store_episode must have shape \(T, \*\(3,\)\) with a "
+                                        r"time axis \(got \(3,\)\)", id="no-time-axis"),
     pytest.param(dict(obs=1.0), r"field 'obs' in store_episode must have shape \(T, \*\(3,\)\)", id="scalar"),
-    pytest.param({**good_steps(5, range(3)), "reward": np.zeros(2)}, r"field 'reward' must have shape \(3,\) \(got \(2,\)\)", id="lengths-differ"),
+    pytest.param({**good_steps(5, range(3)), "reward": np.zeros(2)}, r"field 'reward' must have shape "
+                                                                     r"\(3,\) \(got \(2,\)\)", id="lengths-differ"),
     pytest.param(dict(task=1), r"store_episode needs at least one step field", id="meta-only"),
 ])
 def test_store_episode_with_inconsistent_arrays(buffer, arrays, match):
@@ -234,7 +238,8 @@ def test_batch_step_beyond_max_timesteps(buffer, writer):
     def steps(store):
         for t in range(MAX_TIMESTEPS):
             store(**good_batch([5, 6], t))
-        with raises(InvalidDataError, match=r"env 0's episode must have at most max_timesteps=10 steps \(got one more\)"):
+        with raises(InvalidDataError,
+                    match=r"env 0's episode must have at most max_timesteps=10 steps \(got one more\)"):
             store(**good_batch([5, 6], MAX_TIMESTEPS), truncated=[True, True])
 
     if writer == "batched_episode":
@@ -262,7 +267,8 @@ def test_vector_writer_bad_num_envs(buffer, num_envs):
 @pytest.mark.parametrize("flags, match", [
     pytest.param(dict(terminated=[2, 0]), r"flag 'terminated' has dtype bool and holds only 0/1", id="flag-2"),
     pytest.param(dict(truncated=True), r"flag 'truncated' must have shape \(2,\) \(got \(\)\)", id="flag-scalar"),
-    pytest.param(dict(terminated=[True, False, True]), r"flag 'terminated' must have shape \(2,\) \(got \(3,\)\)", id="flag-too-many"),
+    pytest.param(dict(terminated=[True, False, True]), r"flag 'terminated' must have shape \(2,\) \(got \(3,\)\)",
+                 id="flag-too-many"),
 ])
 def test_vector_writer_bad_flags(buffer, flags, match):
     before = committed(buffer)

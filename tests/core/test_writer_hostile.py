@@ -158,7 +158,8 @@ END_CASES = [
 
 @pytest.mark.parametrize("call", END_CASES)
 def test_end_and_final_of_the_wrong_type(store, call):
-    with unchanged(store), raises((OptionError, InvalidDataError), match=r"^(end must be|final must be a dict)") as info:
+    with unchanged(store), raises((OptionError, InvalidDataError),
+                                  match=r"^(end must be|final must be a dict)") as info:
         call(store)
     # end= is an option (OptionError); final= holds the data written (InvalidDataError)
     assert isinstance(info.value, OptionError) == str(info.value).startswith("end must be")
@@ -197,7 +198,8 @@ def test_final_rows_of_the_wrong_shape(store, row, name):
 
 
 @fast(40)
-@given(value=garbage, name=st.sampled_from(["task", "weight"]), how=st.sampled_from(["one_episode", "begin_episode", "batched_episode"]))
+@given(value=garbage, name=st.sampled_from(["task", "weight"]),
+       how=st.sampled_from(["one_episode", "begin_episode", "batched_episode"]))
 def test_meta_values_of_any_type(store, value, name, how):
     try:
         array = np.asarray(value)
@@ -218,7 +220,8 @@ def test_meta_values_of_any_type(store, value, name, how):
 # ==== kinds 25, 36-41: batched writers ======================================================================
 
 flag_arrays = st.one_of(
-    hnp.arrays(dtype=st.one_of(hnp.boolean_dtypes(), hnp.integer_dtypes(), hnp.floating_dtypes(), hnp.complex_number_dtypes()),
+    hnp.arrays(dtype=st.one_of(hnp.boolean_dtypes(), hnp.integer_dtypes(), hnp.floating_dtypes(),
+                               hnp.complex_number_dtypes()),
                shape=st.sampled_from([(), (1,), (2,), (3,), (2, 1), (1, 2), (2, 2), (0,)])),
     st.sampled_from([["True", "False"], [None, None], {0: True}, "yes", [True, None], torch.tensor([2, 0]), object()]),
 )
@@ -247,9 +250,12 @@ def test_vector_writer_flags_of_any_dtype_shape_and_value(store, flag, value):
 
 
 batch_values = st.one_of(
-    hnp.arrays(dtype=st.one_of(hnp.integer_dtypes(), hnp.floating_dtypes(), hnp.boolean_dtypes(), hnp.complex_number_dtypes()),
-               shape=st.one_of(st.sampled_from([(), (2,), (1,), (3,), (2, 1), (2, 3), (2, 2), (3, 3), (1, 2), (2, 2, 4, 4),
-                                                (2, 4, 4), (2, 2, 4, 4, 1)]), hnp.array_shapes(max_dims=4, max_side=4))),
+    hnp.arrays(dtype=st.one_of(hnp.integer_dtypes(), hnp.floating_dtypes(), hnp.boolean_dtypes(),
+                               hnp.complex_number_dtypes()),
+               shape=st.one_of(st.sampled_from([(), (2,), (1,), (3,), (2, 1), (2, 3), (2, 2), (3, 3), (1, 2),
+                                                (2, 2, 4, 4),
+                                                (2, 4, 4), (2, 2, 4, 4, 1)]),
+                               hnp.array_shapes(max_dims=4, max_side=4))),
     st.sampled_from(NON_NUMERIC),
 )
 
@@ -260,7 +266,8 @@ def test_batched_step_values_of_any_dtype_and_shape(store, name, value, how):
     spec = store.schema.fields[name]
     legal = value.shape == (2, *spec.shape) or (spec.shape == () and value.shape == (2, 1)) \
         or (spec.shape == (1,) and value.shape == (2,))
-    fits = value.dtype.kind in "biufc" and legal and all(element_fits(spec.dtype, value.dtype, x) for x in value.reshape(-1))
+    fits = value.dtype.kind in "biufc" and legal and all(element_fits(spec.dtype, value.dtype, x)
+                                                         for x in value.reshape(-1))
     assume(not fits)
     steps = {**batch_step([6, 7], 1), name: value}
     with unchanged(store):
@@ -280,16 +287,21 @@ def test_batched_step_values_of_any_dtype_and_shape(store, name, value, how):
 
 
 BAD_FINALS = [
-    pytest.param(dict(obs=[None]), r"final 'obs' must have one entry per env \(2\) \(got 1\)", id="one-entry-for-two-envs"),
+    pytest.param(dict(obs=[None]), r"final 'obs' must have one entry per env \(2\) \(got 1\)",
+                 id="one-entry-for-two-envs"),
     pytest.param(dict(obs=[None, None, None]), r"final 'obs' must have one entry per env \(2\) \(got 3\)",
                  id="three-entries-for-two-envs"),
     pytest.param(dict(obs=[None, "x"]), r"field 'obs' must hold numbers", id="str-entry"),
-    pytest.param(dict(obs=[None, np.zeros(4)]), r"field 'obs' must have shape \(3,\) \(got \(4,\)\)", id="entry-too-long"),
+    pytest.param(dict(obs=[None, np.zeros(4)]), r"field 'obs' must have shape \(3,\) \(got \(4,\)\)",
+                 id="entry-too-long"),
     pytest.param(dict(obs=np.array([None, np.zeros((3, 1))], dtype=object)), r"field 'obs' must have shape \(3,\)",
                  id="object-array-entry-2d"),
-    pytest.param(dict(obs=np.zeros((3, 3))), r"field 'obs' must have shape \(2, 3\) \(got \(3, 3\)\)", id="rows-for-three-envs"),
-    pytest.param(dict(action=[None, [0.5, 1.0]]), r"field 'action' has dtype int32 and cannot hold 0\.5", id="fraction-into-int"),
-    pytest.param(dict(action=[[np.nan, 1.0], None]), r"field 'action' has dtype int32 and cannot hold nan", id="nan-into-int"),
+    pytest.param(dict(obs=np.zeros((3, 3))), r"field 'obs' must have shape \(2, 3\) \(got \(3, 3\)\)",
+                 id="rows-for-three-envs"),
+    pytest.param(dict(action=[None, [0.5, 1.0]]), r"field 'action' has dtype int32 and cannot hold 0\.5",
+                 id="fraction-into-int"),
+    pytest.param(dict(action=[[np.nan, 1.0], None]), r"field 'action' has dtype int32 and cannot hold nan",
+                 id="nan-into-int"),
     pytest.param(dict(task=[1, 2]), r"unknown field \['task'\]", id="meta-field"),
     pytest.param("obs", r"final must be a dict of field -> values per env \(got str\)", id="str"),
     pytest.param([None, None], r"final must be a dict of field -> values per env \(got list\)", id="list"),
@@ -344,7 +356,8 @@ def test_commit_all_and_discard_envs_of_any_value(store, envs):
     writer = store.vector_writer(2)
     writer.store(**batch_step([6, 7], 0))
     for call in (writer.commit_all, writer.discard):
-        with unchanged(store), raises(OptionError, match=r"^envs must (be an int or a 1-d array of ints|be in \[0, 2\))"):
+        with unchanged(store), raises(OptionError,
+                                      match=r"^envs must (be an int or a 1-d array of ints|be in \[0, 2\))"):
             call(envs=envs)
         assert writer.lengths.tolist() == [1, 1]
     writer.discard()

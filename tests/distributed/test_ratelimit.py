@@ -387,7 +387,8 @@ def test_a_wrapped_sampler_waits_counts_and_gives_back_a_failed_draw(make_buffer
 
 
 def test_importing_the_limiter_imports_no_torch():
-    code = "import sys, memmap_replay.distributed.ratelimit; assert 'torch' not in sys.modules and 'ray' not in sys.modules"
+    code = ("import sys, memmap_replay.distributed.ratelimit; "
+            "assert 'torch' not in sys.modules and 'ray' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -86,7 +86,8 @@ def reference(tmp_path_factory):
     rows = table.start[keys // STRIDE] + keys % STRIDE  # episode ids are the table's positions here
     probability = sampler.tree.leaves[rows] / sampler.tree.total
     weights = (sampler.tree.min / sampler.tree.leaves[rows]) ** BETA  # what the store's own draws weigh
-    yield dict(probability=probability, weights=weights, index={sharded_key(*where): i for i, where in enumerate(every)})
+    yield dict(probability=probability, weights=weights,
+               index={sharded_key(*where): i for i, where in enumerate(every)})
     buffer.close()
 
 
@@ -452,7 +453,8 @@ def test_a_deadline_passing_on_a_call_sent_again_after_a_refusal_is_a_rate_limit
     actor = RefusesThenStalls.remote(1.5)  # answers the call sent again at 1.5 s: after the first deadline
     assert ray.get(actor.count.remote()) == 0  # started (a start slower than the timeout is "no answer")
     call = ShardCall(actor, "add_episode", timeout=1.0)
-    with pytest.raises(RateLimitedError, match=r"did not allow add_episode\(\) within timeout=1 s: .*learners are behind"):
+    with pytest.raises(RateLimitedError, match=r"did not allow add_episode\(\) within timeout=1 s: "
+                                               r".*learners are behind"):
         call.result()  # alive and refusing, not "its actor died"
     # the next result() waits for the call in flight (a deadline of its own: 2 s), it sends no third one
     assert call.result() == "inserted" and ray.get(actor.count.remote()) == 2
@@ -540,7 +542,8 @@ def test_rate_limiter_options_and_counts_in_one_process(tmp_path):
     pair = [ShardServer(tmp_path / name, 10, STRIDE, FIELDS, rate_limiter=common) for name in "ab"]
     for server in pair:
         server.add_episode(dict(obs=np.zeros(8), reward=np.zeros(8)))
-    assert [server.info()["rate_limiter"]["counts"]["inserts"] for server in pair] == [16, 16] == [common.counts.inserts] * 2
+    assert [server.info()["rate_limiter"]["counts"]["inserts"]
+            for server in pair] == [16, 16] == [common.counts.inserts] * 2
     for server in pair:
         server.close()
     common.close()

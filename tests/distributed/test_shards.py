@@ -232,5 +232,6 @@ def test_a_resumed_sharded_sampler_serves_its_draws_ahead(three_shards, kind):
         assert torch.equal(a["_key"], b["_key"]) and torch.equal(a["obs"], b["obs"])
     broken = json.loads(json.dumps(sampler.state_dict()))
     broken["ahead"][0][1][0][1] = [-1]
-    with pytest.raises(InvalidDataError, match="a damaged sampler state_dict .*'ahead' keys must be a list of ints >= 0"):
+    with pytest.raises(InvalidDataError,
+                       match="a damaged sampler state_dict .*'ahead' keys must be a list of ints >= 0"):
         resumed.load_state_dict(broken)

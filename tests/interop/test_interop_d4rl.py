@@ -19,7 +19,8 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from memmap_replay import BufferFullError, InvalidDataError, NotAFolderError, OptionError, ReplayBuffer, SchemaError, StoreNotFoundError, UnsupportedFormatError  # noqa: E402
+from memmap_replay import (BufferFullError, InvalidDataError, NotAFolderError, OptionError, ReplayBuffer,  # noqa: E402
+                           SchemaError, StoreNotFoundError, UnsupportedFormatError)
 from memmap_replay.cli import main  # noqa: E402
 from memmap_replay.interop import TargetExistsError, export_d4rl, import_d4rl  # noqa: E402
 
@@ -208,7 +209,8 @@ def test_store_file_store_round_trip_is_exact(tmp_path):
     """A store of our own (unspecified ends mid-way, final rows on every episode, meta fields) survives a file."""
     rng = np.random.default_rng(3)
     with ReplayBuffer(tmp_path / "store", 8, 20, fields=dict(observation=("float64", (2,)), action="int64",
-                      reward="float", image=("uint8", (4, 4))), meta_fields=dict(task_id="int", score="float64")) as buffer:
+                      reward="float", image=("uint8", (4, 4))),
+                      meta_fields=dict(task_id="int", score="float64")) as buffer:
         for number, end in enumerate(["terminated", None, "truncated", None, "terminated"]):
             length = int(rng.integers(1, 20))
             buffer.store_episode(observation=rng.standard_normal((length, 2)), action=rng.integers(0, 9, length),
@@ -364,7 +366,8 @@ def test_targets_that_are_folders_links_or_inside_a_store_are_refused(tmp_path):
         import_d4rl(source, tmp_path / "store" / "nested")
     (tmp_path / "empty").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "empty")
-    with pytest.raises(NotAFolderError, match=r"the target .*link must not be a symbolic link \(it points to .*empty\)"):
+    with pytest.raises(NotAFolderError,
+                       match=r"the target .*link must not be a symbolic link \(it points to .*empty\)"):
         import_d4rl(source, tmp_path / "link")  # was a bare NotADirectoryError
     assert sorted(path.name for path in (tmp_path / "store").iterdir()) == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data.npz", "dir.npz", "empty", "link", "store"]
@@ -383,7 +386,8 @@ def test_one_field_cannot_take_two_roles(tmp_path):
 def test_export_needs_one_observation_field(tmp_path, capsys):
     with ReplayBuffer(tmp_path / "store", 2, 5, fields=dict(observation__a="float", observation__b="float",
                                                            action="float", reward="float")) as buffer:
-        buffer.store_episode(observation__a=np.zeros(3), observation__b=np.ones(3), action=np.zeros(3), reward=np.zeros(3))
+        buffer.store_episode(observation__a=np.zeros(3), observation__b=np.ones(3), action=np.zeros(3),
+                             reward=np.zeros(3))
     with pytest.raises(SchemaError, match=r"one array of observations.*pass observation=NAME"):
         export_d4rl(tmp_path / "store", tmp_path / "out.hdf5")
     # the command line speaks its own flags
@@ -404,7 +408,8 @@ def test_export_needs_one_observation_field(tmp_path, capsys):
     with pytest.raises(SchemaError, match=r"no field 'reward_x' for the rewards"):
         export_d4rl(tmp_path / "store", tmp_path / "out2.hdf5", observation="observation__a", reward="reward_x")
     with pytest.raises(SchemaError, match=r"next_observations cannot be written"):
-        export_d4rl(tmp_path / "store", tmp_path / "out3.hdf5", observation="observation__a", next_observations="require")
+        export_d4rl(tmp_path / "store", tmp_path / "out3.hdf5", observation="observation__a",
+                    next_observations="require")
 
 
 # ---- the commands ------------------------------------------------------------------------------------------------
@@ -498,7 +503,8 @@ def test_an_imported_store_grows_for_online_episodes(tmp_path):
     import_d4rl(source, tmp_path / "store", infos=False)
     offline = store_contents(tmp_path / "store")
     with ReplayBuffer.from_folder(tmp_path / "store") as buffer:
-        with pytest.raises(BufferFullError, match=r"the buffer is full: an episode of 4 rows does not fit in the 0 rows left of max_steps=57(.|\n)*grow it in place"):
+        with pytest.raises(BufferFullError, match=r"the buffer is full: an episode of 4 rows does not fit in the 0 "
+                                                  r"rows left of max_steps=57(.|\n)*grow it in place"):
             buffer.store_episode(**online_episode(rng, 4))
         buffer.grow(max_episodes=20)
         for _ in range(14):

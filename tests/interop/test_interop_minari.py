@@ -104,7 +104,8 @@ def shapes_dataset(dataset_id: str = "shapes/random-v0", jpeg: bool = False):
     env = ShapesEnv()
     with warnings.catch_warnings():
         # minari warns that an environment without a registered spec has no env_spec / eval_env: expected here
-        warnings.filterwarnings("ignore", message=r".*(env_spec is None|`eval_env` is set to None)", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r".*(env_spec is None|`eval_env` is set to None)",
+                                category=UserWarning)
         return minari.create_dataset_from_buffers(
             dataset_id, rollouts(env, 4, 7, max_steps=12, infos=True), observation_space=env.observation_space,
             action_space=env.action_space, algorithm_name="random", author={"A", "B"}, author_email="ab@example.org",
@@ -153,7 +154,8 @@ def assert_same_datasets(a, b) -> None:
         for key in ("observations", "actions", "rewards", "terminations", "truncations", "infos"):
             assert_same_tree(getattr(x, key) or {} if key == "infos" else getattr(x, key),
                              getattr(y, key) or {} if key == "infos" else getattr(y, key), f"episode {x.id} {key}")
-    for x, y in zip(a.storage.get_episode_metadata(a.episode_indices), b.storage.get_episode_metadata(b.episode_indices)):
+    for x, y in zip(a.storage.get_episode_metadata(a.episode_indices),
+                    b.storage.get_episode_metadata(b.episode_indices)):
         assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x), (x, y)
 
 
@@ -206,7 +208,8 @@ def test_data_collector_dataset(root, tmp_path):
     pytest.importorskip("jax")  # minari's DataCollector needs jax (minari[create])
     with warnings.catch_warnings():
         # DataCollector leaves its TemporaryDirectory objects to the garbage collector, which warns; collected here
-        warnings.filterwarnings("ignore", message="Implicitly cleaning up <TemporaryDirectory", category=ResourceWarning)
+        warnings.filterwarnings("ignore", message="Implicitly cleaning up <TemporaryDirectory",
+                                category=ResourceWarning)
         env = minari.DataCollector(gym.make("CartPole-v1"), record_infos=True)
         for seed in range(3):
             env.reset(seed=seed)

@@ -21,9 +21,9 @@ import pytest
 mrb = pytest.importorskip("memmap_replay_buffer", reason="memmap-replay-buffer 0.2.3 (in the test extra) writes the "
                           "folders these tests convert: pip install 'memmap-replay[test]'")
 
-from memmap_replay import (BufferFullError, CorruptStoreError, MissingFileError, NotAFolderError, OptionError,  # noqa: E402
-                           ReplayBuffer, ReplayError, read_card, SchemaError, StoreNotFoundError, UnsafeEntryError, export_memmap_replay_buffer,
-                           import_memmap_replay_buffer)
+from memmap_replay import (BufferFullError, CorruptStoreError, MissingFileError, NotAFolderError,  # noqa: E402
+                           OptionError, ReplayBuffer, ReplayError, read_card, SchemaError, StoreNotFoundError,
+                           UnsafeEntryError, export_memmap_replay_buffer, import_memmap_replay_buffer)
 from memmap_replay.cli import main  # noqa: E402
 from memmap_replay.interop import TargetExistsError, guess_format  # noqa: E402
 
@@ -43,8 +43,8 @@ def make_episode(rng, number: int, length: int) -> dict:
 STEP = ("obs", "action", "image", "done")
 
 
-def write_buffer(folder: Path, lengths: list[int], *, max_episodes: int = 8, circular: bool = False, open_steps: int = 0,
-                 h5: bool = False, seed: int = 0, **extra) -> list[dict]:
+def write_buffer(folder: Path, lengths: list[int], *, max_episodes: int = 8, circular: bool = False,
+                 open_steps: int = 0, h5: bool = False, seed: int = 0, **extra) -> list[dict]:
     """A 0.2.3 buffer holding episodes of ``lengths`` (every third one through store_episode, the others
     through one_episode), then ``open_steps`` steps of the flat loop with no advance_episode. Returns the
     committed episodes in commit order and, last, the open one (if any)."""
@@ -88,7 +88,8 @@ def assert_store_holds(folder: Path, expected: list[dict], *, meta: bool = True)
             if meta:
                 for name in ("task", "score"):
                     value = np.asarray(episode.meta[name])
-                    assert value.dtype == np.asarray(want[name]).dtype and value.tobytes() == np.asarray(want[name]).tobytes()
+                    assert value.dtype == np.asarray(want[name]).dtype
+                    assert value.tobytes() == np.asarray(want[name]).tobytes()
     finally:
         buffer.close()
 
@@ -133,7 +134,8 @@ def test_batched_episodes_convert_in_slot_order(tmp_path):
     episodes = []
     for batch in range(3):  # 3 batches of 2 in a ring of 5: the oldest goes
         pair = [make_episode(rng, 2 * batch + number, 4) for number in range(2)]
-        with buffer.batched_episode(2, task=np.array([e["task"] for e in pair]), score=np.stack([e["score"] for e in pair])):
+        with buffer.batched_episode(2, task=np.array([e["task"] for e in pair]),
+                                    score=np.stack([e["score"] for e in pair])):
             for t in range(4):
                 buffer.store_batch(**{name: np.stack([e[name][t] for e in pair]) for name in STEP})
         episodes += pair
@@ -434,7 +436,8 @@ def test_an_h5_dataset_that_leads_to_another_file_is_refused(tmp_path):
         import_memmap_replay_buffer(tmp_path / "alone" / "data.h5", tmp_path / "new")
     with h5py.File(tmp_path / "old" / "data.h5", "r+") as file:
         del file["data_obs"]
-        file.create_dataset("data_obs", shape=(8, 6, 3), dtype=np.float32, external=[(str(tmp_path / "raw"), 0, 1 << 20)])
+        file.create_dataset("data_obs", shape=(8, 6, 3), dtype=np.float32,
+                            external=[(str(tmp_path / "raw"), 0, 1 << 20)])
     with pytest.raises(UnsafeEntryError, match="external raw files"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
 
@@ -446,9 +449,11 @@ def _sparse_folder(folder: Path, episodes: int, steps: int, length: int) -> None
     (folder / "metadata.pkl").write_bytes(pickle.dumps(dict(max_episodes=episodes, max_timesteps=steps,
                                                             fields=dict(x="float"), meta_fields={})))
     for name, dtype, shape in (("episode_lens.data.meta.npy", "int32", (episodes,)),
-                               ("_initted.data.meta.npy", "bool", (episodes,)), ("x.data.npy", "float32", (episodes, steps))):
+                               ("_initted.data.meta.npy", "bool", (episodes,)),
+                               ("x.data.npy", "float32", (episodes, steps))):
         with open(folder / name, "wb") as file:
-            np.lib.format.write_array_header_1_0(file, dict(descr=np.dtype(dtype).str, fortran_order=False, shape=shape))
+            np.lib.format.write_array_header_1_0(file,
+                                                 dict(descr=np.dtype(dtype).str, fortran_order=False, shape=shape))
             offset = file.tell()
             if name.startswith("episode_lens"):
                 file.write(np.int32(length).tobytes())
@@ -484,8 +489,8 @@ def test_rows_the_file_never_held_are_refused_before_they_are_allocated(tmp_path
         file.attrs.update(num_episodes=1, episode_index=0, timestep_index=0)
     (tmp_path / "h5" / "metadata.pkl").write_bytes(pickle.dumps(dict(max_episodes=1, max_timesteps=1 << 30,
                                                                      fields=dict(x="float"), meta_fields={})))
-    with pytest.raises(CorruptStoreError, match=r"data\.h5 \(/data_x\): the episode table claims 4294967296 bytes of 'x'.* its "
-                       r"dataset holds only 0 bytes on disk"):
+    with pytest.raises(CorruptStoreError, match=r"data\.h5 \(/data_x\): the episode table claims 4294967296 bytes of "
+                                                r"'x'.* its dataset holds only 0 bytes on disk"):
         import_memmap_replay_buffer(tmp_path / "h5", tmp_path / "new")
     assert not (tmp_path / "new").exists()
 
@@ -502,9 +507,11 @@ def test_a_field_name_that_is_no_file_name_is_refused_before_any_file_opens(tmp_
 
     opened = []
     real_open = folderio.open_read
-    monkeypatch.setattr(folderio, "open_read", lambda folder, path, **kw: opened.append(path) or real_open(folder, path, **kw))
+    monkeypatch.setattr(folderio, "open_read", lambda folder, path, **kw: opened.append(path)
+                        or real_open(folder, path, **kw))
     kind = "field" if group == "fields" else "meta field"
-    with pytest.raises(SchemaError, match=rf"metadata\.pkl: the {kind} {re.escape(repr(name)[:80])} cannot be imported: "
+    with pytest.raises(SchemaError,
+                       match=rf"metadata\.pkl: the {kind} {re.escape(repr(name)[:80])} cannot be imported: "
                        r"a store's field names are a letter then up to 63 .*, then import that one"):
         import_memmap_replay_buffer(tmp_path / "old", tmp_path / "new")
     assert [path.name for path in opened] == ["metadata.pkl"] and not (tmp_path / "new").exists()

@@ -111,7 +111,8 @@ def test_a_torch_size_of_anything_but_ints_is_a_clear_error(data, match):
 
 def test_a_refused_object_is_named_with_how_to_fix(tmp_path):
     np = pytest.importorskip("numpy")
-    with pytest.raises(UnsafeEntryError, match=r"m\.pkl asks to run STACK_GLOBAL 'numpy.*'\.'scalar' \(byte \d+\), which "
+    with pytest.raises(UnsafeEntryError,
+                       match=r"m\.pkl asks to run STACK_GLOBAL 'numpy.*'\.'scalar' \(byte \d+\), which "
                        r"memmap_replay never does.*Either the file was altered, or the buffer was created with other "
                        r"objects in its config.*replace those values by plain ones.*save it again"):
         load_plain(pickle.dumps({"fields": {"x": ("float", (np.int64(3),))}}, protocol=4), tmp_path / "m.pkl")

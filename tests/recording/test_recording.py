@@ -15,8 +15,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from memmap_replay import ReplayBuffer  # noqa: E402
 from memmap_replay.sharing.card import read_card, space_to_json  # noqa: E402
-from memmap_replay.errors import (EpisodeStateError, InvalidDataError, OptionError, ReadOnlyError, SchemaError,  # noqa: E402
-                                  SchemaMismatchError)
+from memmap_replay.errors import (EpisodeStateError, InvalidDataError, OptionError, ReadOnlyError,  # noqa: E402
+                                  SchemaError, SchemaMismatchError)
 from memmap_replay.core.format import END_NAMES  # noqa: E402
 from memmap_replay.recording import RecordEpisodes, RecordVectorEpisodes, gymnasium_fields  # noqa: E402
 
@@ -200,8 +200,9 @@ def test_terminated_episode_does_not_bootstrap(tmp_path):
 def test_dict_observations_tuple_actions_and_info_fields(tmp_path):
     info_fields = {"dist": "float64", "bonus": ("float32", (), -1.0)}
     recorder = RecordEpisodes(DictEnv(), tmp_path / "data", max_timesteps=12, info_fields=info_fields)
-    assert set(recorder.buffer.fieldnames) == {"observation__pos", "observation__goal_id", "observation__sensors__flags",
-                                               "action__0", "action__1", "reward", "info__dist", "info__bonus"}
+    assert set(recorder.buffer.fieldnames) == {"observation__pos", "observation__goal_id",
+                                               "observation__sensors__flags", "action__0", "action__1", "reward",
+                                               "info__dist", "info__bonus"}
     recorded, actions = play(recorder, [1, 2, 3], to_fields=dict_env_fields)
     recorder.close()
     replayed, _ = play(DictEnv(), [1, 2, 3], actions, to_fields=dict_env_fields)
@@ -320,7 +321,8 @@ def test_appending_to_an_existing_store_of_another_env_is_refused(tmp_path):
 def test_field_mapping_of_every_supported_space():
     observation = spaces.Dict({"image": spaces.Box(0, 255, (3, 4), np.uint8), "level": spaces.Discrete(5, start=2),
                                "keys_held": spaces.MultiBinary((2, 3)), "dials": spaces.MultiDiscrete([3, 4]),
-                               "arm": spaces.Tuple((spaces.Box(-1, 1, (2,)), spaces.Dict({"grip": spaces.Discrete(2)})))})
+                               "arm": spaces.Tuple((spaces.Box(-1, 1, (2,)),
+                                                    spaces.Dict({"grip": spaces.Discrete(2)})))})
     fields, meta_fields = gymnasium_fields(observation, spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1))),
                                            info_fields={"x_pos": ("float32", 2)}, fields={"reward": "float32"})
     assert fields == {"observation__arm__0": ("float32", (2,)), "observation__arm__1__grip": ("int64", ()),
@@ -352,11 +354,13 @@ def test_field_names_are_interops_and_give_the_space_back():
     (spaces.Text(5), r"observation space must be a Box.*got Text"),
     (spaces.Graph(spaces.Box(0, 1, (2,)), None), r"observation space must be a Box.*got Graph"),
     (spaces.Sequence(spaces.Discrete(2)), r"observation space must be a Box.*got Sequence"),
-    (spaces.Tuple((spaces.Discrete(2), spaces.Dict({"a": spaces.Text(3)}))), r"observation space\[1\]\[a\] must be a Box"),
+    (spaces.Tuple((spaces.Discrete(2), spaces.Dict({"a": spaces.Text(3)}))),
+     r"observation space\[1\]\[a\] must be a Box"),
     (spaces.Dict({}), "must have at least one Box"),
     (spaces.Dict({"a-b": spaces.Discrete(2)}), r"space\['a-b'\] cannot become the field 'observation__a-b'.*rename"),
     (spaces.Dict({"a__b": spaces.Discrete(2)}), r"observation\[a__b\] would not come back from their names"),
-    (spaces.Dict({"a__b": spaces.Discrete(2), "a": spaces.Dict({"b": spaces.Discrete(2)})}), "two entries that would both be stored as field .observation__a__b."),
+    (spaces.Dict({"a__b": spaces.Discrete(2), "a": spaces.Dict({"b": spaces.Discrete(2)})}),
+     "two entries that would both be stored as field .observation__a__b."),
     (spaces.Dict({"k" * 70: spaces.Discrete(2)}), "up to 63 letters"),
 ])
 def test_unsupported_spaces_are_refused(space, match):

@@ -62,7 +62,8 @@ def samplers(store):
 @given(kind=st.one_of(st.text(max_size=12), garbage))
 def test_sampler_kind_of_any_value(store, kind):
     assume(kind not in ("uniform", "prioritized", "sequence") if isinstance(kind, str) else True)
-    with unchanged(store), raises(OptionError, match=r"^kind must be one of \['prioritized', 'sequence', 'uniform'\] \(got "):
+    with unchanged(store), raises(OptionError, match=r"^kind must be one of \['prioritized', "
+                                                     r"'sequence', 'uniform'\] \(got "):
         store.sampler(kind)
 
 
@@ -72,11 +73,14 @@ SAMPLER_OPTIONS = {
     "replacement": ("uniform", {}, is_bool, r"replacement must be True or False"),
     "follow": ("uniform", {}, lambda v: is_bool(v) or (isinstance(v, str) and v == "disk"), r"follow must be"),
     "rank": ("uniform", dict(world_size=2), lambda v: v is None or (is_int(v) and 0 <= v < 2), r"rank must be"),
-    "world_size": ("uniform", {}, lambda v: v is None or (is_int(v) and v >= 1), r"(world_size must be|rank must be below)"),
+    "world_size": ("uniform", {}, lambda v: v is None or (is_int(v) and v >= 1),
+                   r"(world_size must be|rank must be below)"),
     "alpha": ("prioritized", dict(persist=False), valid_unit(high=None), r"alpha must be a finite number >= 0\.0"),
     "beta": ("prioritized", dict(persist=False), valid_unit(), r"beta must be a finite number in \[0\.0, 1\.0\]"),
-    "beta_final": ("prioritized", dict(persist=False), valid_unit(), r"beta_final must be a finite number in \[0\.0, 1\.0\]"),
-    "beta_steps": ("prioritized", dict(persist=False), lambda v: is_int(v) and v >= 0, r"beta_steps must be an int >= 0"),
+    "beta_final": ("prioritized", dict(persist=False), valid_unit(), r"beta_final must be a finite "
+                                                                     r"number in \[0\.0, 1\.0\]"),
+    "beta_steps": ("prioritized", dict(persist=False), lambda v: is_int(v) and v >= 0,
+                   r"beta_steps must be an int >= 0"),
     "persist": ("prioritized", {}, lambda v: v is None or is_bool(v), r"persist must be True or False"),
     "eta": ("sequence", dict(window=2, persist=False), valid_unit(), r"eta must be a finite number in \[0\.0, 1\.0\]"),
 }
@@ -103,7 +107,8 @@ def valid_priorities_name(name) -> bool:
 
 
 @fast(50)
-@given(name=st.one_of(st.sampled_from([n for n in PATH_TRICKS if n.isascii()] + ["-", "--", "_", "a-b", "A_1", "x" * 64]),
+@given(name=st.one_of(st.sampled_from([n for n in PATH_TRICKS if n.isascii()]
+                                      + ["-", "--", "_", "a-b", "A_1", "x" * 64]),
                       st.text(alphabet=st.characters(codec="ascii"), max_size=70), st.integers(), st.none()))
 def test_priorities_name_of_any_ascii_text_stays_inside_priorities(store, name):
     if not valid_priorities_name(name):
@@ -118,7 +123,8 @@ def test_priorities_name_of_any_ascii_text_stays_inside_priorities(store, name):
         assert after[0] == meta_bytes and after[2] == contents
         added = set(after[1]) - set(paths)
         stem = sampler.name
-        assert added <= {"priorities", *(f"priorities/{stem}{suffix}" for suffix in (".npy", ".owner.npy", ".json", ".lock"))}
+        assert added <= {"priorities",
+                         *(f"priorities/{stem}{suffix}" for suffix in (".npy", ".owner.npy", ".json", ".lock"))}
     finally:
         sampler.close()
 
@@ -139,7 +145,8 @@ def test_sampler_batch_sizes_of_any_value(store, samplers, which, call, size):
     action = {"sample": lambda: sampler.sample(size), "batch": lambda: sampler.batch(size),
               "batches": lambda: sampler.batches(size), "dataloader": lambda: sampler.dataloader(size),
               "buffer.sample": lambda: store.sample(size, sampler=sampler)}[call]
-    with unchanged(store), raises(OptionError, match=rf"^batch_size must be a positive int \(got {re.escape(repr(size))}\)"):
+    with unchanged(store), raises(OptionError, match=rf"^batch_size must be a positive int \(got "
+                                                     rf"{re.escape(repr(size))}\)"):
         action()
     assert sampler.state_dict() == before
 
@@ -152,7 +159,8 @@ def test_sampler_batches_counts_and_flags(store, samplers, which, num_batches, d
     assume(not num_ok or not is_bool(drop_last))
     for call in (lambda: samplers[which].batches(2, num_batches, drop_last=drop_last),
                  lambda: samplers[which].dataloader(2, num_batches, drop_last=drop_last)):
-        with unchanged(store), raises(OptionError, match=r"^(num_batches must be an int >= 0 or None|drop_last must be True or False)"):
+        with unchanged(store), raises(OptionError, match=r"^(num_batches must be an int >= 0 or None|drop_last "
+                                                         r"must be True or False)"):
             call()
 
 
@@ -191,8 +199,8 @@ def assert_same_tree(before, after):
 
 
 priority_values = st.one_of(
-    hnp.arrays(dtype=st.one_of(hnp.floating_dtypes(sizes=(16, 32, 64)), hnp.integer_dtypes(), hnp.complex_number_dtypes(),
-                               st.just(np.dtype("U2")), st.just(np.dtype("M8[s]"))),
+    hnp.arrays(dtype=st.one_of(hnp.floating_dtypes(sizes=(16, 32, 64)), hnp.integer_dtypes(),
+                               hnp.complex_number_dtypes(), st.just(np.dtype("U2")), st.just(np.dtype("M8[s]"))),
                shape=st.sampled_from([(4,), (3,), (5,), (), (4, 1), (1, 4), (0,)])),
     st.sampled_from([None, "abc", [None] * 4, [1, "a", 2, 3], {"a": 1}, object()]),
 )
@@ -217,7 +225,8 @@ def test_update_priorities_refuses_bad_priorities_and_changes_nothing(store, sam
 
 
 key_values = st.one_of(
-    hnp.arrays(dtype=st.one_of(hnp.floating_dtypes(), hnp.boolean_dtypes(), st.just(np.dtype("U2"))), shape=st.just((4,))),
+    hnp.arrays(dtype=st.one_of(hnp.floating_dtypes(), hnp.boolean_dtypes(), st.just(np.dtype("U2"))),
+               shape=st.just((4,))),
     hnp.arrays(np.int64, st.sampled_from([(1, 4), (4, 1), ()]), elements=st.integers(0, 10)),
     hnp.arrays(np.int64, (4,), elements=st.integers(-2**62, -1)),
     st.sampled_from([None, "abcd", [None] * 4, [0.5] * 4, object()]),
@@ -235,7 +244,8 @@ def test_update_priorities_refuses_bad_keys_and_changes_nothing(store, samplers,
 
 
 @fast(40)
-@given(shape=st.sampled_from([(4, 3), (4, 1), (3, 2), (2, 4), (4, 2, 1)]), mask_shape=st.sampled_from([None, (4, 2), (2, 4), (4, 3)]),
+@given(shape=st.sampled_from([(4, 3), (4, 1), (3, 2), (2, 4), (4, 2, 1)]),
+       mask_shape=st.sampled_from([None, (4, 2), (2, 4), (4, 3)]),
        mask_dtype=st.sampled_from([bool, np.int8, np.float32]), first=st.booleans())
 def test_sequence_step_priorities_and_masks_of_the_wrong_shape(store, samplers, shape, mask_shape, mask_dtype, first):
     sampler = samplers["sequence"]
@@ -248,14 +258,16 @@ def test_sequence_step_priorities_and_masks_of_the_wrong_shape(store, samplers, 
     legal_mask = mask is None or (mask.shape == (4, 2) and mask.dtype == bool and first)
     assume(not (legal_priorities and legal_mask))
     before = tree_state(sampler)
-    with unchanged(store), raises(InvalidDataError, match=r"^(step priorities must be|mask must be the batch's '_mask'|"
-                                                          r"priorities must be \d+ numbers|mask= goes with step priorities)"):
+    with unchanged(store), raises(InvalidDataError, match=r"^(step priorities must be|mask must be the batch's "
+                                                          r"'_mask'|priorities must be \d+ numbers|mask= goes "
+                                                          r"with step priorities)"):
         sampler.update_priorities(keys, np.ones(shape), mask=mask)
     assert_same_tree(before, tree_state(sampler))
 
 
 PRIORITY_CASES = [
-    pytest.param(lambda keys: (keys + 10**6, np.ones(4)), r"keys must come from this sampler's batches", id="never-existed"),
+    pytest.param(lambda keys: (keys + 10**6, np.ones(4)), r"keys must come from this sampler's batches",
+                 id="never-existed"),
     pytest.param(lambda keys: (np.full(4, 2**63, np.uint64), np.ones(4)), r"keys must", id="uint64-keys"),
     pytest.param(lambda keys: (keys, np.full(4, 1e308)), r"priorities must be", id="huge-finite-priorities"),
 ]
@@ -280,8 +292,8 @@ STATE_KEYS = {"uniform": ["type", "seed", "rank", "rng", "draws"],
 
 
 @fast(120)
-@given(which=st.sampled_from(sorted(STATE_KEYS)), damage=st.sampled_from(["replace-all", "type", "rng", "drop-key", "rng-key"]),
-       value=json_values, data=st.data())
+@given(which=st.sampled_from(sorted(STATE_KEYS)),
+       damage=st.sampled_from(["replace-all", "type", "rng", "drop-key", "rng-key"]), value=json_values, data=st.data())
 def test_load_state_dict_with_damaged_states(store, samplers, which, damage, value, data):
     sampler = samplers[which]
     good = sampler.state_dict()

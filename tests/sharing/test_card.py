@@ -14,9 +14,11 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from memmap_replay import CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreNotFoundError, __version__
+from memmap_replay import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer,
+                           StoreNotFoundError, __version__)
 from memmap_replay.sharing import card as card_module
-from memmap_replay.sharing.card import (DatasetCard, add_provenance, read_card, space_from_json, space_to_json, update_card,
+from memmap_replay.sharing.card import (DatasetCard, add_provenance, read_card, space_from_json, space_to_json,
+                                        update_card,
                                 write_card)
 from memmap_replay.sharing.checksums import check_manifest, write_manifest
 from memmap_replay.cli import main
@@ -25,7 +27,8 @@ from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 
 FULL = dict(name="mujoco/hopper-expert-v0", description="Expert | runs.\n\nSecond paragraph.", author=["Ada", "Bo"],
             author_email="ada@example.org", license="CC-BY-4.0", code_url="https://example.org/code", algorithm="SAC",
-            env_spec={"id": "Hopper-v5", "max_episode_steps": 1000}, observation_space={"type": "Box", "dtype": "float64",
+            env_spec={"id": "Hopper-v5", "max_episode_steps": 1000},
+            observation_space={"type": "Box", "dtype": "float64",
             "shape": [11], "low": "-inf", "high": "inf"}, action_space={"type": "Discrete", "n": 3, "start": 0},
             ref_min_score=-20.5, ref_max_score=3234, num_episodes_average_score=100,
             provenance=[{"kind": "minari", "source": "mujoco/hopper/expert-v0", "time": "2024-01-01T00:00:00Z",
@@ -73,7 +76,8 @@ def test_readme_has_hub_front_matter_counts_returns_and_how_to_load(tmp_path):
     write_card(folder, DatasetCard(**FULL))
     readme = (folder / "README.md").read_text(encoding="utf-8")
     assert front_matter(readme) == {
-        "license": "cc-by-4.0", "pretty_name": "mujoco/hopper-expert-v0", "tags": ["reinforcement-learning", "memmap-replay"],
+        "license": "cc-by-4.0", "pretty_name": "mujoco/hopper-expert-v0",
+        "tags": ["reinforcement-learning", "memmap-replay"],
         "task_categories": ["reinforcement-learning"], "size_categories": ["n<1K"]}
     returns = np.array([r.astype(np.float32).sum(dtype=np.float64) for r in rewards])
     assert "| Episodes | 3 |" in readme and "| Steps | 17 |" in readme
@@ -84,7 +88,8 @@ def test_readme_has_hub_front_matter_counts_returns_and_how_to_load(tmp_path):
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
     assert "ReplayBuffer.from_folder(" in snippet and "buffer.dataloader(" in snippet
     namespace = {}  # the snippet runs as written, on this folder
-    exec(snippet.replace("path/to/this/folder", str(folder)).replace("    ...", "    namespace_batch = batch"), namespace)
+    exec(snippet.replace("path/to/this/folder", str(folder)).replace("    ...", "    namespace_batch = batch"),
+         namespace)
     assert set(namespace["namespace_batch"]) >= {"obs", "action", "reward"}
     namespace["buffer"].close()
 
@@ -164,15 +169,20 @@ RECORD = {"kind": "minari", "source": "x", "time": "2024-01-01T00:00:00Z", "tool
     pytest.param(dict(name=3), r"'name' must be a string or null \(got a number", id="name-number"),
     pytest.param(dict(author=["a", 3]), r"'author' must be a string or a list of strings", id="author-list-of-number"),
     pytest.param(dict(license=["MIT"]), r"'license' must be a string or null \(got a JSON array", id="license-list"),
-    pytest.param(dict(env_spec="CartPole-v1"), r"'env_spec' must be a JSON object or null .*spec\.to_json", id="env-spec-str"),
-    pytest.param(dict(observation_space={"n": 3}), r"'observation_space' must describe a space with a 'type'", id="space-no-type"),
+    pytest.param(dict(env_spec="CartPole-v1"), r"'env_spec' must be a JSON object or null .*spec\.to_json",
+                 id="env-spec-str"),
+    pytest.param(dict(observation_space={"n": 3}), r"'observation_space' must describe a space with a 'type'",
+                 id="space-no-type"),
     pytest.param(dict(ref_min_score="low"), r"'ref_min_score' must be a finite number or null", id="score-string"),
     pytest.param(dict(ref_max_score=float("nan")), r"'ref_max_score' must be a finite number", id="score-nan"),
     pytest.param(dict(ref_max_score=True), r"'ref_max_score' must be a finite number", id="score-bool"),
-    pytest.param(dict(num_episodes_average_score=-1), r"'num_episodes_average_score' must be an integer >= 0", id="count-negative"),
-    pytest.param(dict(provenance={"kind": "x"}), r"'provenance' must be a JSON array of records", id="provenance-object"),
+    pytest.param(dict(num_episodes_average_score=-1), r"'num_episodes_average_score' must be an integer >= 0",
+                 id="count-negative"),
+    pytest.param(dict(provenance={"kind": "x"}), r"'provenance' must be a JSON array of records",
+                 id="provenance-object"),
     pytest.param(dict(provenance=["x"]), r"provenance record 0 must be a JSON object", id="provenance-string"),
-    pytest.param(dict(provenance=[{"kind": "x", "source": "y"}]), r"record 0 must have 'time' as a string", id="provenance-no-time"),
+    pytest.param(dict(provenance=[{"kind": "x", "source": "y"}]), r"record 0 must have 'time' as a string",
+                 id="provenance-no-time"),
     pytest.param(dict(extra=[1]), r"'extra' must be a JSON object \(got a JSON array\)", id="extra-list"),
     pytest.param(dict(seeds={1, 2}), r"must hold plain JSON values", id="seeds-a-set"),
     pytest.param(dict(extra={"x": float("inf")}), r"must hold plain JSON values \(no NaN", id="extra-inf"),
@@ -190,7 +200,8 @@ RECORD = {"kind": "minari", "source": "x", "time": "2024-01-01T00:00:00Z", "tool
                  id="extra-numpy-int"),
     pytest.param(dict(provenance=[{**RECORD, "rows": float("nan")}]), r"card key provenance\[0\]\['rows'\] holds nan",
                  id="provenance-detail-nan"),
-    pytest.param(dict(provenance=[{**RECORD, "who": object()}]), r"provenance\[0\]\['who'\] holds a value of type object",
+    pytest.param(dict(provenance=[{**RECORD, "who": object()}]), r"provenance\[0\]\['who'\] holds a "
+                                                                 r"value of type object",
                  id="provenance-detail-object"),
 ])
 def test_invalid_values_are_refused_and_change_nothing(store, values, match):
@@ -232,7 +243,8 @@ def test_refusals_of_the_api(store, tmp_path):
     pytest.param(b"{oops", r"card\.json is not valid JSON", id="garbage"),
     pytest.param(b"", r"card\.json is not valid JSON", id="empty"),
     pytest.param(b"\xff\xfe", r"card\.json cannot be read as UTF-8 text", id="binary"),
-    pytest.param(b'{"name": "no version"}', r"card\.json is not a valid dataset card: card key 'name' must look like", id="bad-name"),
+    pytest.param(b'{"name": "no version"}', r"card\.json is not a valid dataset card: card key 'name' must look like",
+                 id="bad-name"),
 ])
 def test_a_damaged_card_json_is_refused_naming_the_file(store, content, match):
     (store / "card.json").write_bytes(content)
@@ -302,7 +314,8 @@ def test_concurrent_card_edits_lose_nothing(store):
     sources = [record["source"] for record in read_card(store).provenance]
     assert sorted(sources) == sorted(f"w{w}-{i}" for w in range(4) for i in range(15))
     for worker in range(4):  # each worker's records in its own order
-        assert [source for source in sources if source.startswith(f"w{worker}-")] == [f"w{worker}-{i}" for i in range(15)]
+        assert [source for source in sources if source.startswith(f"w{worker}-")] == [f"w{worker}-{i}"
+                                                                                      for i in range(15)]
 
 
 # ---- spaces ------------------------------------------------------------------------------------------
@@ -372,7 +385,8 @@ def test_update_card_takes_gymnasium_objects(store):
 
 
 def test_render_escapes_table_cells():
-    text = DatasetCard(author="a | b\nc", provenance=[{"kind": "k", "source": "s|t", "time": "T", "tool": "x"}]).render()
+    text = DatasetCard(author="a | b\nc",
+                       provenance=[{"kind": "k", "source": "s|t", "time": "T", "tool": "x"}]).render()
     assert "| Author | a \\| b c |" in text and "`s\\|t`" in text
     assert card_module._cell(["x", "y"]) == "x, y"
 
@@ -394,12 +408,17 @@ def cli_cases(store, tmp_path) -> dict:
     (other / "meta.json").write_bytes((store / "meta.json").read_bytes())
     (other / "card.json").write_text("[1]")
     return {
-        "bad-name": (["card", store, "--set", "name=cartpole"], 2, r"card key 'name' must look like 'namespace/name-vN'"),
-        "bad-json-value": (["card", store, "--set", "ref_min_score=low"], 2, r"--set ref_min_score: the value must be JSON"),
-        "unknown-key": (["card", store, "--set", "colour=blue"], 2, r"--set colour: unknown card key .*use extra\.colour=VALUE"),
+        "bad-name": (["card", store, "--set", "name=cartpole"], 2,
+                     r"card key 'name' must look like 'namespace/name-vN'"),
+        "bad-json-value": (["card", store, "--set", "ref_min_score=low"], 2,
+                           r"--set ref_min_score: the value must be JSON"),
+        "unknown-key": (["card", store, "--set", "colour=blue"], 2, r"--set colour: unknown card key "
+                                                                    r".*use extra\.colour=VALUE"),
         "no-equals": (["card", store, "--set", "license"], 2, r"--set takes KEY=VALUE \(got 'license'\)"),
-        "list-file": (["card", store, "--from-json", tmp_path / "list.json"], 2, r"must hold a JSON object of card keys"),
-        "missing-file": (["card", store, "--from-json", tmp_path / "nope.json"], 2, r"--from-json .*nope\.json cannot be read"),
+        "list-file": (["card", store, "--from-json", tmp_path / "list.json"], 2,
+                      r"must hold a JSON object of card keys"),
+        "missing-file": (["card", store, "--from-json", tmp_path / "nope.json"], 2,
+                         r"--from-json .*nope\.json cannot be read"),
         "not-a-store": (["card", tmp_path / "empty"], 2, r"no store at .*empty: it holds no meta\.json"),
         "no-folder": (["card", tmp_path / "nowhere", "--json"], 2, r"no store at .*nowhere: the folder does not exist"),
         "damaged": (["card", other], 1, r"other/card\.json must hold a JSON object \(got a JSON array\)"),
@@ -428,7 +447,8 @@ def test_cli_card(store, tmp_path):
     # every refusal: two as a user runs them, all of them through main() (a process each costs seconds)
     cases = cli_cases(store, tmp_path)
     with ThreadPoolExecutor(2) as pool:
-        runs = dict(zip(("damaged", "bad-name"), pool.map(lambda name: run_cli(*cases[name][0]), ("damaged", "bad-name"))))
+        runs = dict(zip(("damaged", "bad-name"),
+                        pool.map(lambda name: run_cli(*cases[name][0]), ("damaged", "bad-name"))))
     for name, done in runs.items():
         assert done.returncode == cases[name][1] and re.search(cases[name][2], done.stderr), (name, done.stderr)
         assert done.stderr.startswith("python -m memmap_replay card: error: ")

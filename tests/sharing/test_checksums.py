@@ -17,12 +17,14 @@ import pytest
 
 from memmap_replay import CorruptStoreError, ReplayBuffer, StoreLockedError, StoreNotFoundError
 from memmap_replay.sharing.card import update_card
-from memmap_replay.sharing.checksums import MANIFEST, check_manifest, is_store_path, read_manifest, store_files, write_manifest
+from memmap_replay.sharing.checksums import (MANIFEST, check_manifest, is_store_path, read_manifest, store_files,
+                                             write_manifest)
 from memmap_replay.cli import main
 
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 
-STORE_FILES = ["README.md", "card.json", "episodes/continues.npy", "episodes/end.npy", "episodes/final.npy", "episodes/id.npy",
+STORE_FILES = ["README.md", "card.json", "episodes/continues.npy", "episodes/end.npy", "episodes/final.npy",
+               "episodes/id.npy",
                "episodes/length.npy", "episodes/start.npy", "meta.json", "meta/task_id.npy", "priorities/steps.json",
                "priorities/steps.npy", "priorities/steps.owner.npy", "stats/obs/mean.npy", "stats/running.npz",
                "steps/action.npy",
@@ -76,12 +78,14 @@ def test_gnu_sha256sum_accepts_it(store):
 
 
 def test_large_files_are_hashed_in_chunks(tmp_path):
-    with ReplayBuffer(tmp_path / "big", max_episodes=2, max_timesteps=300_000, fields=dict(x=("float", (4,)))) as buffer:
+    with ReplayBuffer(tmp_path / "big", max_episodes=2, max_timesteps=300_000,
+                      fields=dict(x=("float", (4,)))) as buffer:
         buffer.store_episode(x=np.random.default_rng(0).random((300_000, 4), np.float32))
     assert (tmp_path / "big/steps/x.npy").stat().st_size > 3 * (1 << 20)
     write_manifest(tmp_path / "big", progress=True)
     entries, problems = read_manifest(tmp_path / "big")
-    assert problems == [] and entries["steps/x.npy"] == hashlib.sha256((tmp_path / "big/steps/x.npy").read_bytes()).hexdigest()
+    assert problems == [] and entries["steps/x.npy"] == hashlib.sha256((
+        tmp_path / "big/steps/x.npy").read_bytes()).hexdigest()
 
 
 def flip_byte(path, offset=-1):
@@ -103,7 +107,8 @@ def test_changed_missing_and_unlisted_files(store):
     problems = check_manifest(store)
     assert [(p.path, p.kind) for p in problems] == [("meta/task_id.npy", "missing"), ("steps/obs.npy", "changed"),
                                                     ("priorities/other.npy", "unlisted")]
-    assert re.fullmatch(r"steps/obs\.npy: its sha256 is [0-9a-f]{12}… \(expected [0-9a-f]{12}…, from checksums\.sha256\)",
+    assert re.fullmatch(r"steps/obs\.npy: its sha256 is [0-9a-f]{12}… \(expected "
+                        r"[0-9a-f]{12}…, from checksums\.sha256\)",
                         str(problems[1]))
     assert str(problems[0]).startswith("meta/task_id.npy: missing (checksums.sha256 lists it")
 

@@ -105,7 +105,8 @@ def test_layout_is_guessed_from_the_shape(shape, layout):
 
 @pytest.mark.parametrize("shape", [(), (6,), (2, 5, 5, 5), (1, 2, 3, 4, 5), (0, 8), (3, 0, 8)])
 def test_shapes_that_are_no_image_are_refused(shape):
-    with pytest.raises(InvalidDataError, match=rf"field 'obs' has shape {re.escape(str(shape))}, which is not an image"):
+    with pytest.raises(InvalidDataError,
+                       match=rf"field 'obs' has shape {re.escape(str(shape))}, which is not an image"):
         image_layout(shape, field="obs")
 
 
@@ -206,7 +207,8 @@ def final_folder(tmp_path_factory):
 def test_sheet_of_an_episode_shows_its_last_step_and_final_observation(final_folder, monkeypatch):
     labels = []
     label_strip = frames_module._label_strip
-    monkeypatch.setattr(frames_module, "_label_strip", lambda text, width: labels.append(text) or label_strip(text, width))
+    monkeypatch.setattr(frames_module, "_label_strip", lambda text, width: labels.append(text)
+                        or label_strip(text, width))
     written = contact_sheet(final_folder, "obs", scale=1)
     per_episode = {e: written.tiles[written.tiles[:, 0] == e] for e in range(3)}
     assert per_episode[0][:, 1].tolist() == [0, 3, 6, 9, 11, 14, 17, 18], "8 frames, as the help says"
@@ -359,7 +361,8 @@ def test_mp4_holds_each_step_and_pads_odd_sizes(folder, tmp_path, monkeypatch):
 def test_a_long_episode_is_encoded_in_bounded_memory(tmp_path, monkeypatch, rng):
     pytest.importorskip("imageio_ffmpeg")
     steps, scale = 400, 16
-    with ReplayBuffer(tmp_path / "long", max_episodes=1, max_timesteps=steps, fields=dict(obs=("float32", (H, W, 3)))) as buffer:
+    with ReplayBuffer(tmp_path / "long", max_episodes=1, max_timesteps=steps,
+                      fields=dict(obs=("float32", (H, W, 3)))) as buffer:
         buffer.store_episode(obs=rng.random((steps, H, W, 3), dtype=np.float32))
     monkeypatch.setattr(frames_module, "_CHUNK_BYTES", 1 << 20)
     tracemalloc.start()
@@ -384,17 +387,21 @@ def test_a_video_replaces_the_output_only_when_complete(folder, tmp_path):
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda f, o: contact_sheet(f, "action", out=o), InvalidDataError, r"field 'action' has shape \(2,\), which is not an image"),
+    (lambda f, o: contact_sheet(f, "action", out=o), InvalidDataError, r"field 'action' has shape \(2,\), "
+                                                                       r"which is not an image"),
     (lambda f, o: contact_sheet(f, "nope", out=o), InvalidDataError, r"step field .* \['action', .*\] \(got 'nope'\)"),
     (lambda f, o: contact_sheet(f, "goal", out=o), InvalidDataError, r"it is a per-episode meta field"),
-    (lambda f, o: contact_sheet(f, "hwc", episodes=3, out=o), InvalidDataError, r"episode 3 is out of range: .* 3 episodes"),
+    (lambda f, o: contact_sheet(f, "hwc", episodes=3, out=o), InvalidDataError,
+     r"episode 3 is out of range: .* 3 episodes"),
     (lambda f, o: contact_sheet(f, "hwc", episodes=[-4], out=o), InvalidDataError, r"episode -4 is out of range"),
     (lambda f, o: contact_sheet(f, "hwc", episodes="0", out=o), InvalidDataError, r"an episode must be an int"),
     (lambda f, o: contact_sheet(f, "hwc", episodes=slice(5, 9), out=o), InvalidDataError, r"selects no episode"),
     (lambda f, o: contact_sheet(f, "hwc", every=0, out=o), InvalidDataError, r"every must be a positive int"),
-    (lambda f, o: contact_sheet(f, "hwc", columns=0, out=o), InvalidDataError, r"columns must be an int in \[1, 1000\]"),
+    (lambda f, o: contact_sheet(f, "hwc", columns=0, out=o), InvalidDataError,
+     r"columns must be an int in \[1, 1000\]"),
     (lambda f, o: contact_sheet(f, "hwc", scale=0, out=o), InvalidDataError, r"scale must be an int in \[1, 16\]"),
-    (lambda f, o: contact_sheet(f, "hwc", stack="first", out=o), InvalidDataError, r"stack must be one of 'last', 'tile'"),
+    (lambda f, o: contact_sheet(f, "hwc", stack="first", out=o), InvalidDataError,
+     r"stack must be one of 'last', 'tile'"),
     (lambda f, o: contact_sheet(f, "hwc", layout="CHW", out=o), InvalidDataError, r"layout 'CHW' does not fit"),
     (lambda f, o: contact_sheet(f, "hwc", value_range=(1, 1), out=o), InvalidDataError, r"high > low"),
     (lambda f, o: contact_sheet(f, "hwc", value_range=5, out=o), InvalidDataError, r"value_range must be a pair"),
@@ -404,8 +411,10 @@ def test_a_video_replaces_the_output_only_when_complete(folder, tmp_path):
     (lambda f, o: contact_sheet(f / "meta.json", "hwc", out=o), NotAFolderError, r"must be a folder \(got a file\)"),
     (lambda f, o: contact_sheet(f.parent / "absent", "hwc", out=o), StoreNotFoundError, r"no store at"),
     (lambda f, o: write_video(f, "hwc", o.with_suffix(".avi")), InvalidDataError, r"ending in \.mp4, \.gif"),
-    (lambda f, o: write_video(f, "hwc", o.with_suffix(".gif"), fps=0), InvalidDataError, r"fps must be a finite number in \(0, 1000\]"),
-    (lambda f, o: write_video(f, "hwc", o.with_suffix(".gif"), episode=7), InvalidDataError, r"episode 7 is out of range"),
+    (lambda f, o: write_video(f, "hwc", o.with_suffix(".gif"), fps=0), InvalidDataError,
+     r"fps must be a finite number in \(0, 1000\]"),
+    (lambda f, o: write_video(f, "hwc", o.with_suffix(".gif"), episode=7), InvalidDataError,
+     r"episode 7 is out of range"),
     (lambda f, o: write_video(f, "action", o.with_suffix(".mp4")), InvalidDataError, r"'action' has shape \(2,\)"),
 ])
 def test_refusals(folder, tmp_path, call, error, match):
@@ -416,7 +425,8 @@ def test_refusals(folder, tmp_path, call, error, match):
 
 def test_output_paths_that_cannot_be_written_are_refused(folder, tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(InvalidDataError, match=r"cannot write a video to .*: the path is in .*file, which is not a folder"):
+    with pytest.raises(InvalidDataError, match=r"cannot write a video to .*: the path is in .*file, "
+                                               r"which is not a folder"):
         write_video(folder, "hwc", tmp_path / "file" / "v.gif")
     (tmp_path / "folder.png").mkdir()
     with pytest.raises(InvalidDataError, match=r"cannot write a contact sheet to .*folder.png: the path is a folder"):
@@ -449,7 +459,8 @@ def test_a_missing_package_names_the_extra(folder, tmp_path, monkeypatch, module
     for name in [name for name in sys.modules if name == module or name.startswith(module + ".")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed
-    with pytest.raises(MissingExtraError, match=rf"{match}, which is not installed: pip install 'memmap-replay\[video\]'"):
+    with pytest.raises(MissingExtraError, match=rf"{match}, which is not installed: pip install "
+                                                rf"'memmap-replay\[video\]'"):
         call(folder, tmp_path / "s.png")
     assert isinstance(MissingExtraError("x"), ImportError)
 

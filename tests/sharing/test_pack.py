@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer, StoreLockedError,
-                           StoreNotFoundError, UnsupportedFormatError, verify)
+from memmap_replay import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer,
+                           StoreLockedError, StoreNotFoundError, UnsupportedFormatError, verify)
 from memmap_replay.sharing.card import read_card
 from memmap_replay.sharing.checksums import MANIFEST, write_manifest
 from memmap_replay.cli import main
@@ -39,7 +39,8 @@ def archive(store, tmp_path):
 
 
 def same_data(first: Path, second: Path) -> None:
-    with ReplayBuffer.from_folder(first, read_only=True) as one, ReplayBuffer.from_folder(second, read_only=True) as two:
+    with ReplayBuffer.from_folder(first, read_only=True) as one, ReplayBuffer.from_folder(second,
+                                                                                          read_only=True) as two:
         a, b = one.get_all_data(), two.get_all_data()
         assert a.keys() == b.keys() and one.num_episodes == two.num_episodes == 3
         for key in a:
@@ -93,7 +94,8 @@ def test_sparse_files_stay_sparse(tmp_path):
 
 
 def same_data_images(first: Path, second: Path) -> None:
-    with ReplayBuffer.from_folder(first, read_only=True) as one, ReplayBuffer.from_folder(second, read_only=True) as two:
+    with ReplayBuffer.from_folder(first, read_only=True) as one, ReplayBuffer.from_folder(second,
+                                                                                          read_only=True) as two:
         a, b = one.get_all_data(), two.get_all_data()
         for key in a:
             np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
@@ -160,8 +162,8 @@ def test_a_failed_pack_leaves_no_archive(store, tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tarfile.TarFile, "addfile", broken)
-    with pytest.raises(DiskFullError, match=r"no space left on the device \(or quota\) to write the archive .*data\.tar\.gz "
-                                            r"\(No space left on device\); no archive was written"):
+    with pytest.raises(DiskFullError, match=r"no space left on the device \(or quota\) to write the archive "
+                                            r".*data\.tar\.gz \(No space left on device\); no archive was written"):
         pack(store, tmp_path / "data.tar.gz")
     assert not (tmp_path / "data.tar.gz").exists() and leftovers(tmp_path) == []
 
@@ -234,16 +236,19 @@ HOSTILE = {
                  r"is a hard link"),
     "device": (dict(extra=[member("store/steps/dev.npy", tarfile.CHRTYPE)]), r"is a device or fifo"),
     "fifo": (dict(extra=[member("store/steps/fifo.npy", tarfile.FIFOTYPE)]), r"is a device or fifo"),
-    "outside-layout": (dict(extra=[member("store/notes.txt", data=b"x")]), r"'store/notes\.txt' is not one of a store's files"),
+    "outside-layout": (dict(extra=[member("store/notes.txt", data=b"x")]), r"'store/notes\.txt' is not "
+                                                                           r"one of a store's files"),
     "script-in-steps": (dict(extra=[member("store/steps/run.sh", data=b"rm -rf /")]), r"is not one of a store's files"),
-    "second-top-folder": (dict(extra=[member("other/meta.json", data=b"{}")]), r"outside the archive's top folder 'store'"),
-    "top-is-a-file": (dict(change=lambda info, data: [], extra=[member("store", data=b"x")]), r"'store' is not one of a store's"),
+    "second-top-folder": (dict(extra=[member("other/meta.json", data=b"{}")]),
+                          r"outside the archive's top folder 'store'"),
+    "top-is-a-file": (dict(change=lambda info, data: [], extra=[member("store", data=b"x")]),
+                      r"'store' is not one of a store's"),
     "duplicate": (dict(extra=[member("store/meta.json", data=b"{}")]), r"'store/meta\.json' appears twice"),
     "backslash": (dict(extra=[member("store\\..\\evil", data=b"x")]), r"has an absolute or non-posix path"),
     "too-large-for-meta": (dict(change=tamper("steps/obs.npy", lambda data: data + bytes(200_000))),
                            r"'store/steps/obs\.npy' declares \d+ bytes \(expected at most \d+ for this file\)"),
-    "tampered-data": (dict(change=tamper("steps/obs.npy", flipped)), r"does not match its own checksums, so nothing was "
-                                                                      r"unpacked: steps/obs\.npy: its sha256 is"),
+    "tampered-data": (dict(change=tamper("steps/obs.npy", flipped)), r"does not match its own checksums, so nothing "
+                                                                      r"was unpacked: steps/obs\.npy: its sha256 is"),
     "tampered-priorities": (dict(change=tamper("priorities/steps.npy", flipped)), r"priorities/steps\.npy: its sha256"),
     "no-manifest": (dict(change=drop(MANIFEST)), r"checksums\.sha256: missing"),
     "missing-file": (dict(change=drop("steps/reward.npy")), r"steps/reward\.npy: missing"),
@@ -273,7 +278,8 @@ def test_hostile_archives_are_refused_and_leave_nothing(store, archive, tmp_path
 
 def test_a_damaged_store_with_matching_checksums_is_refused(store, archive, tmp_path):
     bad = rebuild(archive, tmp_path / "bad.tar.gz", change=damaged_meta(store), mode="w:gz")
-    with pytest.raises(CorruptStoreError, match=r"holds a damaged store, so nothing was unpacked: steps/obs\.npy: too short"):
+    with pytest.raises(CorruptStoreError, match=r"holds a damaged store, so nothing was unpacked: "
+                                                r"steps/obs\.npy: too short"):
         unpack(bad, tmp_path / "out")
     assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
 
@@ -299,8 +305,8 @@ def test_not_an_archive_and_size_limits(store, archive, tmp_path):
     (tmp_path / "noise.tar.gz").write_bytes(np.random.default_rng(0).bytes(5000))
     with pytest.raises(CorruptStoreError, match=r"noise\.tar\.gz is truncated or damaged \(ReadError"):
         unpack(tmp_path / "noise.tar.gz", tmp_path / "out")
-    with pytest.raises(CorruptStoreError, match=r"brings the unpacked size to \d+ bytes, more than max_bytes = 2000; pass "
-                                                r"a larger max_bytes"):
+    with pytest.raises(CorruptStoreError, match=r"brings the unpacked size to \d+ bytes, more than max_bytes = 2000; "
+                                                r"pass a larger max_bytes"):
         unpack(archive, tmp_path / "out", max_bytes=2000)
     with pytest.raises(InvalidDataError, match=r"max_bytes must be a positive integer \(got 0\)"):
         unpack(archive, tmp_path / "out", max_bytes=0)
@@ -383,11 +389,13 @@ def test_cli_pack_and_unpack(store, tmp_path):
     pytest.param(["pack", "{damaged}", "{tmp}/x.tar"], 1, r"fails verify, so it is not packed", id="pack-damaged"),
     pytest.param(["pack", "{store}"], 2, r"the following arguments are required: ARCHIVE", id="pack-no-archive"),
     pytest.param(["unpack", "{tmp}/nope.tar", "{tmp}/out"], 2, r"no archive at .*nope\.tar", id="unpack-no-archive"),
-    pytest.param(["unpack", "{archive}", "{store}"], 2, r"is not empty; unpack into a new or empty folder", id="unpack-not-empty"),
+    pytest.param(["unpack", "{archive}", "{store}"], 2, r"is not empty; unpack into a new or empty folder",
+                 id="unpack-not-empty"),
     pytest.param(["unpack", "{bad}", "{tmp}/out"], 1, r"does not match its own checksums", id="unpack-tampered"),
-    pytest.param(["unpack", "{archive}", "{tmp}/out", "--max-size", "lots"], 2, r"--max-size: must be a size such as 500M",
-                 id="unpack-bad-size"),
-    pytest.param(["unpack", "{archive}", "{tmp}/out", "--max-size", "1K"], 1, r"more than max_bytes = 1024", id="unpack-too-big"),
+    pytest.param(["unpack", "{archive}", "{tmp}/out", "--max-size", "lots"], 2,
+                 r"--max-size: must be a size such as 500M", id="unpack-bad-size"),
+    pytest.param(["unpack", "{archive}", "{tmp}/out", "--max-size", "1K"], 1, r"more than max_bytes = 1024",
+                 id="unpack-too-big"),
     pytest.param(["unpack", "{archive}"], 2, r"the following arguments are required: FOLDER", id="unpack-no-folder"),
 ])
 def test_cli_refusals(store, archive, tmp_path, capsys, args, code, match):
@@ -406,7 +414,8 @@ def test_cli_refusals(store, archive, tmp_path, capsys, args, code, match):
 
 
 def test_cli_help_teaches(capsys):
-    for command, words in (("pack", ("checksums.sha256 first", ".tar.gz", "left out", "memmap-replay pack replay_data")),
+    for command, words in (("pack",
+                            ("checksums.sha256 first", ".tar.gz", "left out", "memmap-replay pack replay_data")),
                            ("unpack", ("no '..', no links", "beside FOLDER", "--overwrite", "--max-size", "Sparse"))):
         with pytest.raises(SystemExit, match="0"):
             main([command, "--help"], prog="memmap-replay")
@@ -552,9 +561,11 @@ def bomb_archive(kind: str, good: list, tmp_path: Path) -> Path:
         "data-before-meta": lambda: with_member(good, [(regular(steps, 2 * GIB), (b"", 2 * GIB))]),
         "gnu-sparse-before-meta": lambda: with_member(good, [(gnu_sparse(steps, 64 * GIB, 512), b"x" * 512)]),
         "pax-sparse-1.0-before-meta": lambda: with_member(good, [pax_sparse(steps, 64 * GIB, "1.0")]),
-        "meta-too-large": lambda: [(regular("store/meta.json", 8 << 20), (b"{", 8 << 20)) if info.name == "store/meta.json"
+        "meta-too-large": lambda: [(regular("store/meta.json", 8 << 20), (b"{", 8 << 20))
+                                   if info.name == "store/meta.json"
                                    else (info, data) for info, data in good],
-        "gnu-sparse-after-meta": lambda: with_member(good, [(gnu_sparse("store/stats/s.npy", 64 * GIB, 512), b"x" * 512)],
+        "gnu-sparse-after-meta": lambda: with_member(good,
+                                                     [(gnu_sparse("store/stats/s.npy", 64 * GIB, 512), b"x" * 512)],
                                                      after="store/meta.json"),
         "pax-sparse-0.0-after-meta": lambda: with_member(good, [pax_sparse("store/stats/s.npy", 64 * GIB, "0.0")],
                                                          after="store/meta.json"),
@@ -563,7 +574,8 @@ def bomb_archive(kind: str, good: list, tmp_path: Path) -> Path:
         "pax-sparse-1.0-after-meta": lambda: with_member(good, [pax_sparse("store/stats/s.npy", 64 * GIB, "1.0")],
                                                          after="store/meta.json"),
         "sparse-stores-more-than-it-declares": lambda: with_member(
-            good, [(gnu_sparse("store/stats/s.npy", 1000, 256 << 20), (b"x" * 512, 256 << 20))], after="store/meta.json"),
+            good, [(gnu_sparse("store/stats/s.npy", 1000, 256 << 20), (b"x" * 512, 256 << 20))],
+            after="store/meta.json"),
         "stats-bomb-after-meta": lambda: with_member(good, [(regular("store/stats/big.npy", GIB), (b"", GIB))],
                                                      after="store/meta.json"),
         "field-bomb-after-meta": lambda: with_member(good, [(regular("store/steps/other.npy", GIB), (b"", GIB))],

@@ -344,7 +344,8 @@ def test_lerobot_stats_json_has_a_key_per_field_per_channel_for_images(images, t
 
 
 def test_lerobot_stats_of_an_empty_store_are_null(tmp_path):
-    with ReplayBuffer(tmp_path / "e", max_episodes=2, max_timesteps=3, fields=dict(image=("uint8", (3, 2, 2)))) as buffer:
+    with ReplayBuffer(tmp_path / "e", max_episodes=2, max_timesteps=3,
+                      fields=dict(image=("uint8", (3, 2, 2)))) as buffer:
         data = buffer.stats(["image"]).to_lerobot()
     assert data["image"]["count"] == [0] and np.ravel(data["image"]["mean"]).tolist() == [None] * 3
 

@@ -362,7 +362,8 @@ def test_a_damaged_card_is_said_and_the_rest_shown(folder, server):
 
 
 def test_the_viewer_imports_no_torch():
-    code = "import sys, memmap_replay; memmap_replay.view; import memmap_replay.sharing.viewer; print('torch' in sys.modules)"
+    code = ("import sys, memmap_replay; memmap_replay.view; import memmap_replay.sharing.viewer; "
+            "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
 

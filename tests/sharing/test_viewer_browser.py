@@ -242,7 +242,8 @@ def test_a_card_with_markup_renders_as_text(chromium, tmp_path, bypass_csp):
         page = Page(chromium, server, tmp_path, bypass_csp=bypass_csp).open()
         tab = page.tab
         assert tab.text_content("#card-description") == description
-        assert "<i>MIT</i>" in tab.text_content("#card") and "<script>window.__xss = 3</script>" in tab.text_content("#card")
+        assert "<i>MIT</i>" in tab.text_content("#card")
+        assert "<script>window.__xss = 3</script>" in tab.text_content("#card")
         assert tab.evaluate("() => window.__xss") is None
         assert tab.locator("#card img, #card script, #card b, #card i").count() == 0
         page.shot(f"xss-card-{bypass_csp}")
@@ -262,7 +263,8 @@ def test_an_empty_store_without_images_or_rewards(chromium, tmp_path):
         with view(buffer.folder, block=False) as server:
             page = Page(chromium, server, tmp_path).open()
             tab = page.tab
-            assert tab.text_content("#count-episodes") == "0" and "no episode matches" in tab.text_content("#episodes-table")
+            assert tab.text_content("#count-episodes") == "0"
+            assert "no episode matches" in tab.text_content("#episodes-table")
             buffer.store_episode(state=np.ones((3, 3)))  # the first one appears, and has no frames to show
             tab.wait_for_function("() => document.getElementById('count-episodes').textContent === '1'", timeout=15_000)
             tab.click("a.episode-link")
@@ -310,7 +312,8 @@ def test_a_recorded_pixel_env_plays_with_synced_plots(chromium, tmp_path):
         page.wait_step(step)
         np.testing.assert_array_equal(page.frame("observation"), episode.observations("observation")[step])
         for field in ("reward", "action"):
-            assert tab.get_attribute(f"svg[data-field='{field}'] line.cursor", "data-step") == str(min(step, len(episode) - 1))
+            assert tab.get_attribute(f"svg[data-field='{field}'] line.cursor",
+                                     "data-step") == str(min(step, len(episode) - 1))
         page.shot("recorded-env")
         tab.close()
     assert not page.errors, page.errors
@@ -327,7 +330,8 @@ def test_values_a_few_ulps_apart_are_plotted(chromium, tmp_path):
     """A per-step value ranging over a few ulps (0.3 and 0.1 + 0.2): the ticks' loop (v += step) never
     advanced and the page hung."""
     folder = tmp_path / "ulps"
-    with ReplayBuffer(folder, max_episodes=4, max_timesteps=10, fields=dict(reward="float64", value="float64")) as buffer:
+    with ReplayBuffer(folder, max_episodes=4, max_timesteps=10,
+                      fields=dict(reward="float64", value="float64")) as buffer:
         buffer.store_episode(reward=np.full(10, 0.1), value=np.array([0.3, 0.1 + 0.2] * 5), end="terminated")
         buffer.store_episode(reward=np.array([0.7] + [0.1] * 3 + [0.0] * 6), value=np.ones(10), end="terminated")
     with view(folder, block=False) as server:
@@ -338,7 +342,8 @@ def test_values_a_few_ulps_apart_are_plotted(chromium, tmp_path):
             assert opened.tab.locator("#overview-view svg.plot").count() >= 2
             opened.tab.evaluate("location.hash = '#/episode/0'")
             opened.tab.wait_for_selector("#episode-view svg.plot[aria-label]")
-            paths = opened.tab.eval_on_selector_all("#episode-view svg.plot path.line", "(p) => p.map((x) => x.getAttribute('d'))")
+            paths = opened.tab.eval_on_selector_all("#episode-view svg.plot path.line",
+                                                    "(p) => p.map((x) => x.getAttribute('d'))")
             assert len(paths) >= 2 and all(path.count("L") == 9 for path in paths), paths
             assert opened.tab.evaluate("1 + 1") == 2
         finally:

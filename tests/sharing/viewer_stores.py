@@ -162,7 +162,8 @@ def browser():
         pytest.skip(f"the browser tests need Chromium at {CHROMIUM}: apt-get install chromium "
                     f"(or set MEMMAP_REPLAY_CHROMIUM to its path)")
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--force-color-profile=srgb"])
+        launched = playwright.chromium.launch(executable_path=CHROMIUM,
+                                              args=["--no-sandbox", "--force-color-profile=srgb"])
         try:
             yield launched
         finally:

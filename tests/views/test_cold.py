@@ -74,7 +74,8 @@ def batches_of(loader) -> list[dict]:
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
-    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+                                    for x, y in zip(a, b))
 
 
 @linux
@@ -255,7 +256,8 @@ def test_a_block_shuffled_loader_advises_each_block_whole_once_an_epoch(folder, 
     view = loader.dataset
     advised = []
     original = view.advise
-    monkeypatch.setattr(view, "advise", lambda episode, t, **options: advised.append((episode, t)) or original(episode, t))
+    monkeypatch.setattr(view, "advise", lambda episode, t, **options: advised.append((episode, t))
+                        or original(episode, t))
     for _ in range(2):  # two epochs: each block advised once in each
         advised.clear()
         assert list(loader)
@@ -360,7 +362,8 @@ def test_a_hindsight_view_advises_the_achieved_goals_to_each_episode_end(tmp_pat
     calls = []
     original = view.readahead.batch
     monkeypatch.setattr(view.readahead, "batch",
-                        lambda maps, lo, hi, **options: calls.append((len(maps), lo, hi)) or original(maps, lo, hi, **options))
+                        lambda maps, lo, hi, **options: calls.append((len(maps), lo, hi))
+                        or original(maps, lo, hi, **options))
     expected = view.__getitems__(np.array([0, 25]))
     episode, t = view.positions.locate(np.array([0, 25]))
     end = view.table.start[episode] + view.table.length[episode]

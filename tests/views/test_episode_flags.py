@@ -108,5 +108,6 @@ def test_flags_agree_with_the_episodes_read_back(make_buffer):
         inside = sampled["_mask"][i]
         for name in FLAGS:
             expected = batch[name][row, t:t + 3]
-            assert sampled[name][i, :len(expected)][inside[:len(expected)]].tolist() == expected[inside[:len(expected)]].tolist()
+            within = inside[:len(expected)]
+            assert sampled[name][i, :len(expected)][within].tolist() == expected[within].tolist()
             assert not sampled[name][i][~inside].any()

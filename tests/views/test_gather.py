@@ -72,7 +72,8 @@ def test_set_parallel_gathers_returns_the_previous_setting(monkeypatch):
         assert memmap_replay.get_parallel_gathers() is expected
     monkeypatch.setattr(gather._SETTINGS, "enabled", None)
     monkeypatch.setenv(gather.ENVIRONMENT, "2")
-    with pytest.raises(OptionError, match=r"MEMMAP_REPLAY_PARALLEL_GATHERS must be one of 1, on, .* \(got '2'\); set it"):
+    with pytest.raises(OptionError,
+                       match=r"MEMMAP_REPLAY_PARALLEL_GATHERS must be one of 1, on, .* \(got '2'\); set it"):
         memmap_replay.get_parallel_gathers()
     assert memmap_replay.set_parallel_gathers(False) is False  # code decides over a bad variable
     assert memmap_replay.get_parallel_gathers() is False

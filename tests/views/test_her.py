@@ -25,7 +25,8 @@ def goals(tmp_path):
     buffer = ReplayBuffer(tmp_path / "her", 10, 10, fields=FIELDS)
     for number, length, end, final in ((1, 6, "truncated", True), (2, 4, "terminated", False)):
         extra = dict(final=dict(achieved=achieved_at(number, length))) if final else {}
-        buffer.store_episode(obs=np.zeros((length, 2)), goal=np.full((length, 2), DESIRED), reward=np.full(length, -1.0),
+        buffer.store_episode(obs=np.zeros((length, 2)), goal=np.full((length, 2), DESIRED),
+                             reward=np.full(length, -1.0),
                              achieved=achieved_at(number, np.arange(length)), end=end, **extra)
     yield buffer
     buffer.close()
@@ -126,4 +127,5 @@ def test_a_reward_function_of_the_wrong_shape(goals):
     with pytest.raises(InvalidDataError, match="reward_fn must return"):
         view.__getitems__(np.arange(len(view)))
     with pytest.raises(InvalidDataError, match="drop timestep_level and window"):
-        goals.dataset(timestep_level=True, hindsight=dict(goal_field="goal", achieved_field="achieved", reward_fn=reached))
+        goals.dataset(timestep_level=True,
+                      hindsight=dict(goal_field="goal", achieved_field="achieved", reward_fn=reached))

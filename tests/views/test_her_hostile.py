@@ -81,7 +81,8 @@ RETURN_SHAPES = ["k", "k-1", "k+1", "()", "(k,1)", "(1,k)", "(k,2)", "(0,)"]
 
 
 @fast(50)
-@given(dtype=st.sampled_from(RETURN_DTYPES), shape=st.sampled_from(RETURN_SHAPES), how=st.sampled_from(["getitems", "sampler"]))
+@given(dtype=st.sampled_from(RETURN_DTYPES), shape=st.sampled_from(RETURN_SHAPES),
+       how=st.sampled_from(["getitems", "sampler"]))
 def test_reward_fn_returning_garbage(store, dtype, shape, how):
     dtype = np.dtype(dtype)
     assume(not (shape == "k" and dtype.kind in "biuf"))
@@ -93,8 +94,8 @@ def test_reward_fn_returning_garbage(store, dtype, shape, how):
         return np.zeros(size, dtype=dtype)
 
     hindsight = {**HER, "reward_fn": garbage_reward, "relabel_ratio": 1.0}
-    with unchanged(store), raises(InvalidDataError, match=r"^reward_fn must return \d+ numbers, one per row, for a batch "
-                                                          r"of \d+ goals \(got "):
+    with unchanged(store), raises(InvalidDataError, match=r"^reward_fn must return \d+ numbers, one per row, for a "
+                                                          r"batch of \d+ goals \(got "):
         if how == "getitems":
             store.dataset(hindsight=hindsight).__getitems__(np.arange(6))
         else:

@@ -112,14 +112,19 @@ def test_bad_keywords_are_errors(filled, kwargs, match):
 @pytest.mark.parametrize("call, match", [
     (lambda b: b.dataloader(2, shufle=True),
      r"unknown keyword \['shufle'\] for a dataloader over a TrajectoryView; it takes .*; did you mean 'shuffle'\?$"),
-    (lambda b: b.dataset(timestep_level=True, fram_stack=2), r"unknown keyword \['fram_stack'\].*did you mean 'frame_stack'\?$"),
+    (lambda b: b.dataset(timestep_level=True, fram_stack=2), r"unknown keyword \['fram_stack'\].*did "
+                                                             r"you mean 'frame_stack'\?$"),
     (lambda b: b.sampler("prioritized", alhpa=0.5),
      r"unknown keyword \['alhpa'\] for a 'prioritized' sampler over a TimestepView.*did you mean 'alpha'\?$"),
-    (lambda b: b.sampler("uniform").dataloader(2, pin_memroy=True), r"unknown keyword \['pin_memroy'\].*did you mean 'pin_memory'\?$"),
-    (lambda b: b.dataset(fields=("rewrd",)), r"unknown field \['rewrd'\]: the store's fields are .*; did you mean 'reward'\?$"),
-    (lambda b: b.dataset(filter_meta=dict(taskid=1)), r"filter_meta has unknown meta field \['taskid'\].*did you mean 'task_id'\?$"),
+    (lambda b: b.sampler("uniform").dataloader(2, pin_memroy=True), r"unknown keyword \['pin_memroy'\].*did "
+                                                                    r"you mean 'pin_memory'\?$"),
+    (lambda b: b.dataset(fields=("rewrd",)), r"unknown field \['rewrd'\]: the store's fields are .*; "
+                                             r"did you mean 'reward'\?$"),
+    (lambda b: b.dataset(filter_meta=dict(taskid=1)), r"filter_meta has unknown meta field \['taskid'\].*did "
+                                                      r"you mean 'task_id'\?$"),
     (lambda b: b.get_all_data(fields=("ob",)), r"unknown field 'ob': .*; did you mean 'obs'\?$"),
-    (lambda b: b.store_episode(obs=np.zeros((2, 3)), rewrd=np.zeros(2)), r"unknown field \['rewrd'\].*did you mean 'reward'\?$"),
+    (lambda b: b.store_episode(obs=np.zeros((2, 3)), rewrd=np.zeros(2)),
+     r"unknown field \['rewrd'\].*did you mean 'reward'\?$"),
     (lambda b: b.update(0, rewrd=1.0), r"unknown field 'rewrd'.*did you mean 'reward'\?$"),
     (lambda b: b.dataset(fields=("ob", "zzz", "rewrd")), r"did you mean 'obs' for 'ob', 'reward' for 'rewrd'\?$"),
 ])

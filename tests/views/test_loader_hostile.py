@@ -50,12 +50,14 @@ def valid_named_tuple(value) -> bool:
 
 LOADER_OPTIONS = {
     "batch_size": (lambda v: is_int(v) and v >= 1, r"batch_size must be a positive int"),
-    "shuffle": (lambda v: is_bool(v) or (isinstance(v, str) and v == "blocks"), r"shuffle must be True, False or 'blocks'"),
+    "shuffle": (lambda v: is_bool(v) or (isinstance(v, str) and v == "blocks"),
+                r"shuffle must be True, False or 'blocks'"),
     "drop_last": (is_bool, r"drop_last must be True or False"),
     "seed": (lambda v: v is None or is_int(v), r"seed must be an int or None"),
     "num_workers": (lambda v: is_int(v) and v >= 0, r"num_workers must be an int >= 0"),
     "to_named_tuple": (lambda v: valid_named_tuple(v),
-                       r"to_named_tuple (must be a tuple of output names, e.g. \(.obs., .action.\)|names must be distinct identifiers|names \[.*\] are not in the batch)"),
+                       r"to_named_tuple (must be a tuple of output names, e.g. \(.obs., .action.\)|names must be "
+                       r"distinct identifiers|names \[.*\] are not in the batch)"),
     "dataset_kwargs": (lambda v: v is None or v == {}, r"(dataset_kwargs must be a dict|unknown keyword)"),
 }
 
@@ -97,7 +99,8 @@ def test_dataloader_options_the_library_mishandles(store, kwargs, match):
     (dict(timeout=-1), r"timeout option should be non-negative"),
     (dict(prefetch_factor=2), r"prefetch_factor option could only be specified in multiprocessing"),
     (dict(persistent_workers=True), r"persistent_workers option needs num_workers > 0"),
-    (dict(num_workers=1, multiprocessing_context="nope"), r"multiprocessing_context option should specify a valid start method"),
+    (dict(num_workers=1, multiprocessing_context="nope"), r"multiprocessing_context option should "
+                                                          r"specify a valid start method"),
 ])
 def test_torch_dataloader_options_get_torchs_own_errors(store, kwargs, match):
     """README: DataLoader's own options are passed through: torch checks them (ValueError naming the option)."""

@@ -12,7 +12,8 @@ from memmap_replay.errors import OptionError
 from memmap_replay.views import readahead as ra
 from memmap_replay.views.readahead import Readahead, readahead_mode
 
-linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-cache residency is read with Linux's mincore")
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-cache residency is read "
+                                                                        "with Linux's mincore")
 ROW = (3, 64, 64)  # 12 KiB rows, not page-aligned in the file (the .npy header comes first)
 
 

@@ -116,7 +116,8 @@ def test_to_float_normalizes_per_channel_and_in_any_leading_shape():
     assert out.dtype == torch.float64
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
     last = ToFloat("image", mean=mean, channel_dim=-1)({"image": torch.from_numpy(raw.transpose(0, 1, 3, 4, 2))})
-    np.testing.assert_allclose(last["image"].numpy(), (raw / 255 - np.array(mean)[:, None, None]).transpose(0, 1, 3, 4, 2),
+    np.testing.assert_allclose(last["image"].numpy(),
+                               (raw / 255 - np.array(mean)[:, None, None]).transpose(0, 1, 3, 4, 2),
                                rtol=1e-6, atol=1e-6)
 
 
@@ -370,7 +371,8 @@ def test_call_errors_name_the_field_and_shape():
 
 
 def test_from_stats_refuses_a_constant_channel(tmp_path):
-    with ReplayBuffer(tmp_path / "flat", max_episodes=2, max_timesteps=4, fields=dict(image=("uint8", (2, 2, 2)))) as buffer:
+    with ReplayBuffer(tmp_path / "flat", max_episodes=2, max_timesteps=4,
+                      fields=dict(image=("uint8", (2, 2, 2)))) as buffer:
         buffer.store_episode(image=np.full((3, 2, 2, 2), 7, dtype=np.uint8))
         with pytest.raises(OptionError, match="constant in some channel"):
             ToFloat.from_stats(buffer.stats(["image"]), "image")

@@ -48,7 +48,8 @@ def inline(buffer, kind, batch):
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_slot_batches_equal_the_main_process_batches(filled, kind):
     batch = 4 if kind == "trajectory" else 16
-    loader = filled.dataloader(batch, shuffle=True, seed=5, num_workers=2, multiprocessing_context="fork", **KINDS[kind])
+    loader = filled.dataloader(batch, shuffle=True, seed=5, num_workers=2, multiprocessing_context="fork",
+                               **KINDS[kind])
     got = [{k: v.clone() for k, v in b.items()} for b in loader]  # copies: the slots go back
     expected = inline(filled, kind, batch)
     assert len(got) == len(expected) and all(same(a, b) for a, b in zip(got, expected))
@@ -231,7 +232,8 @@ def test_numbers_survive_every_dtype_through_slots(tmp_path):
 def test_workers_auto_is_threads_unless_a_process_option_asks(filled):
     assert filled.dataloader(4, timestep_level=True, num_workers=2).workers == "threads"
     assert filled.dataloader(4, timestep_level=True, num_workers=2, persistent_workers=True).workers == "processes"
-    assert filled.dataloader(4, timestep_level=True, num_workers=2, multiprocessing_context="spawn").workers == "processes"
+    assert filled.dataloader(4, timestep_level=True, num_workers=2,
+                             multiprocessing_context="spawn").workers == "processes"
     assert filled.dataloader(4, timestep_level=True, num_workers=2, workers="processes").workers == "processes"
     # more threads than cores: torch's warning about worker processes does not apply (warnings are errors here)
     loader = filled.dataloader(4, timestep_level=True, num_workers=8)
@@ -429,7 +431,8 @@ def wait_for_victim(tmp_path) -> int:
     return int((tmp_path / "victim").read_text())
 
 
-@pytest.mark.skipif(sys.platform != "linux" or platform.machine() not in _SECCOMP, reason="seccomp on Linux x86_64/aarch64")
+@pytest.mark.skipif(sys.platform != "linux" or platform.machine() not in _SECCOMP,
+                    reason="seccomp on Linux x86_64/aarch64")
 def test_a_worker_killed_while_it_allocates_a_slot_leaks_nothing(filled, tmp_path, monkeypatch):
     """A worker dies in the middle of allocating its first slot (the kernel kills it at the allocation's
     ftruncate): no shared-memory name of it is left behind, and the loader reports it."""

@@ -80,15 +80,20 @@ DATASET_OPTIONS = {
     "stack_fields": (dict(timestep_level=True, frame_stack=2), lambda v: v is None or valid_names_of(FIELDS)(v),
                      r"(fields must be a name or a tuple of names|unknown field|frame_stack needs stack_fields)"),
     "fields": ({}, lambda v: v is None or valid_names_of(FIELDS)(v), r"(fields must be a name|unknown field)"),
-    "meta_fields": ({}, lambda v: v is None or valid_names_of(META)(v), r"(meta fields must be a name|unknown meta field)"),
-    "current_fields": (dict(n_steps=2), lambda v: v is None or valid_names_of(FIELDS)(v), r"(fields must be a name|unknown field)"),
-    "next_fields": (dict(n_steps=2), lambda v: v is None or valid_names_of(FIELDS)(v), r"(fields must be a name|unknown field)"),
+    "meta_fields": ({}, lambda v: v is None or valid_names_of(META)(v),
+                    r"(meta fields must be a name|unknown meta field)"),
+    "current_fields": (dict(n_steps=2), lambda v: v is None or valid_names_of(FIELDS)(v),
+                       r"(fields must be a name|unknown field)"),
+    "next_fields": (dict(n_steps=2), lambda v: v is None or valid_names_of(FIELDS)(v),
+                    r"(fields must be a name|unknown field)"),
     "reward_field": (dict(n_steps=2, gamma=0.9), lambda v: isinstance(v, str) and v in ("reward", "done", "count"),
                      r"gamma needs a scalar reward field"),
     "fieldname_map": ({}, lambda v: v is None or v == {}, r"(fieldname_map (must|renames)|would output \[.*\] twice)"),
     "filter_fields": (dict(timestep_level=True), lambda v: v is None or v == {},
-                      r"(filter_fields must be a dict|filter_fields takes scalar|filter_fields value|unknown field|has no items)"),
-    "filter_meta": ({}, lambda v: v is None or v == {}, r"(filter_meta must be a dict|filter_meta value|unknown meta field|has no items)"),
+                      r"(filter_fields must be a dict|filter_fields takes scalar|filter_fields "
+                      r"value|unknown field|has no items)"),
+    "filter_meta": ({}, lambda v: v is None or v == {}, r"(filter_meta must be a dict|filter_meta "
+                                                        r"value|unknown meta field|has no items)"),
 }
 
 option_values = st.one_of(garbage, st.integers(-3, 9), st.sampled_from(
@@ -132,7 +137,8 @@ FILTER_CASES = [
     pytest.param(dict(filter_meta=np.array([1, 2])), id="filter_meta-array"),
     pytest.param(dict(filter_meta=0), id="filter_meta-0"),
     pytest.param(dict(timestep_level=True, filter_fields=""), id="filter_fields-empty-str"),
-    pytest.param(dict(timestep_level=True, frame_stack=2, stack_pad=np.array(["repeat", "zero"])), id="stack_pad-array"),
+    pytest.param(dict(timestep_level=True, frame_stack=2, stack_pad=np.array(["repeat", "zero"])),
+                 id="stack_pad-array"),
 ]
 
 
@@ -201,8 +207,8 @@ GETITEMS_CASES = [
 
 @pytest.mark.parametrize("items", GETITEMS_CASES)
 def test_view_getitems_refuses_indices_that_are_not_ints(store, views, items):
-    with unchanged(store), pytest.raises((IndexError, TypeError), match=r"^item ind(ex|ices) must be .*(int|\[0, \d+\)).*"
-                                                                        r"\(got (?!-)"):
+    with unchanged(store), pytest.raises((IndexError, TypeError), match=r"^item ind(ex|ices) must be "
+                                                                        r".*(int|\[0, \d+\)).*\(got (?!-)"):
         views["timestep"].__getitems__(items)
 
 
@@ -211,7 +217,8 @@ def test_view_getitems_refuses_indices_that_are_not_ints(store, views, items):
     st.floats(), st.text(max_size=2), st.none(), st.lists(st.integers(0, 2), max_size=2), st.sampled_from(
         [slice(0, 1), np.float64(0), torch.tensor(0), np.array([0]), (0,), {0: 1}, 1j, b"0"])))
 def test_view_getitem_takes_only_an_int(store, views, kind, item):
-    with unchanged(store), pytest.raises(TypeError, match=rf"^a view is indexed by an int \(got {re.escape(type(item).__name__)}\)"):
+    with unchanged(store), pytest.raises(TypeError, match=rf"^a view is indexed by an int \(got "
+                                                          rf"{re.escape(type(item).__name__)}\)"):
         views[kind][item]
 
 
@@ -241,7 +248,8 @@ SAMPLE_CASES = [
     pytest.param(Sample(np.array([0], np.uint64)), r"keys must be", id="uint64-keys"),
     pytest.param(Sample(np.array([0, 1]), np.ones(3, np.float32)), r"weights", id="weights-too-many"),
     pytest.param(Sample(np.array([0]), "x"), r"weights", id="weights-str"),
-    pytest.param(Sample(np.array([10**9])), r"^(?!.*filter_meta).*(never|not in the buffer|does not hold)", id="never-existed"),
+    pytest.param(Sample(np.array([10**9])), r"^(?!.*filter_meta).*(never|not in the buffer|does not hold)",
+                 id="never-existed"),
     pytest.param(Sample(np.array([[0]])), r"keys must be", id="2-d-keys"),
     pytest.param(Sample(np.array([True])), r"keys must be", id="bool-keys"),
 ]
@@ -262,6 +270,7 @@ def test_view_refuses_hostile_sample_objects(store, views, sample, match):
 ])
 def test_view_classes_given_something_else_than_a_store(store, cls, given_store):
     thing = {"buffer": store, "path": str(store.folder), "None": None}[given_store]
-    options = dict(goal_field="goal", achieved_field="achieved", reward_fn=reward_of_achievement) if cls == "HindsightView" else {}
+    options = dict(goal_field="goal", achieved_field="achieved",
+                   reward_fn=reward_of_achievement) if cls == "HindsightView" else {}
     with unchanged(store), raises(OptionError, match=r"(EpisodeStore|store|dataset)"):
         getattr(memmap_replay, cls)(thing, **options)

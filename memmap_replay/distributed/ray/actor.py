@@ -34,8 +34,8 @@ ShardActor.__doc__ = "ShardServer as a Ray actor (restarted from its folder with
 def create_shard(folder: str | Path, *args: Any, node_id: str | None = None, max_restarts: int = -1,
                  num_cpus: float = 0, actor_name: str | None = None, **options: Any):
     """Start a ``ShardActor`` over ``folder`` (``ShardServer``'s arguments: ``ReplayBuffer``'s, ``view``,
-    ``alpha``, ``name``, ``kinds``, ``rate_limiter``) on the node ``node_id`` (default: this process's node), restarted up
-    to ``max_restarts`` times (-1: always) from its folder. ``num_cpus``: what the actor reserves (0: it
+    ``alpha``, ``name``, ``kinds``, ``rate_limiter``) on the node ``node_id`` (default: this process's node), restarted
+    up to ``max_restarts`` times (-1: always) from its folder. ``num_cpus``: what the actor reserves (0: it
     waits on its learners and writers, it does not compute much). ``actor_name``: a Ray actor name, to find
     it with ``ray.get_actor``. Returns the actor handle."""
     limiter_option(options.get("rate_limiter"))  # a bad one is an error here, not a shard that cannot start

@@ -217,8 +217,8 @@ class StoreApi:
         images = image_fields(store.schema)
         frames = len(episode) + (final is not None)
         return {
-            "store": store.meta.store_id, "id": episode.id, "position": position, "previous": neighbours[0], "next": neighbours[1],
-            "length": len(episode), "end": episode.end,
+            "store": store.meta.store_id, "id": episode.id, "position": position, "previous": neighbours[0],
+            "next": neighbours[1], "length": len(episode), "end": episode.end,
             "final": final is not None, "continues": episode.continues, "continued_by": episode.continued_by,
             "meta": {name: _json(value) for name, value in episode.meta.items()},
             "images": [{**info, "frames": frames} for info in images.values()],

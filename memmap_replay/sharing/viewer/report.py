@@ -113,7 +113,8 @@ def _page(data: dict) -> bytes:
 </style>
 </head>
 <body class="report">
-<header class="top"><span>memmap-replay report</span> <span id="store-title"></span> <span id="live" class="live"></span></header>
+<header class="top"><span>memmap-replay report</span> <span id="store-title"></span>
+<span id="live" class="live"></span></header>
 <div id="error" class="banner" hidden></div>
 <main id="overview-view">
   <section id="card" class="card"></section>
