@@ -1,5 +1,5 @@
-"""Every ```python block of README.md (and of docs/*.md) runs as a reader would paste it, and "Two commands"
-matches CI.
+"""Every ```python block of README.md and of every page under docs/ runs as a reader would paste it, and
+"Two commands" matches CI.
 
 The rules, for whoever edits the README:
 
@@ -14,12 +14,18 @@ The rules, for whoever edits the README:
   that block (and after whatever that one continues). Prefer self-contained blocks.
 - Shell blocks (```bash, ```sh, or a bare fence) are not run; only "Two commands" is checked: its test
   command is the one `.ci/run` runs.
-- The "Contents" list near the top links every ## section, in order; every #anchor link lands on a heading.
-- The pages under docs/ follow the same rules for their blocks (the sections are theirs: a block continues
-  only a block of its own page). Every relative link of the README and of docs/*.md names a file that
-  exists, and a link to a heading (``docs/performance.md#reading``, ``../README.md#on-disk``) lands on one.
+- The README's "Documentation" section links every page of the site (each file `nav:` of mkdocs.yml names),
+  and the nav names every page under docs/; every #anchor link of the README lands on a heading.
+- The pages under docs/ (every folder) follow the same rules for their blocks (the sections are theirs: a
+  block continues only a block of its own page). Every relative link of the README and of the docs names a
+  file that exists, and a link to a heading (``docs/performance.md#reading``, ``../guides/reading.md#transforms``)
+  lands on one; a page of the docs links only inside docs/ (the site has nothing else), and may link the
+  pages docs/hooks.py generates at build time.
+- Blocks of one page do not share a folder or file name (``"cartpole_data"``, ``"./replay_data"``) unless one
+  continues the other: a reader who pastes two of them into one directory gets no clash and no silent append.
 """
 
+import ast
 import re
 import subprocess
 import sys
@@ -30,7 +36,10 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))  # pages the README sends readers to; their blocks run too
+DOCS = sorted((ROOT / "docs").rglob("*.md"))  # the site's pages (mkdocs.yml); their blocks run too
+# pages docs/hooks.py writes at build time (not in the tree): docs pages may link them
+GENERATED = {ROOT / "docs" / name for name in
+             re.findall(r'^[A-Z_]+ = "([\w/.-]+\.md)"$', (ROOT / "docs" / "hooks.py").read_text(), flags=re.M)}
 TIMEOUT = 120  # seconds per block; the slowest (Ray's start) takes about 15 s
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
@@ -126,17 +135,21 @@ def test_readme_block_runs(block, tmp_path):
 
 def test_readme_has_python_blocks():
     ids = [block.id for block in PYTHON]
-    assert len([b for b in PYTHON if b.page == "README.md"]) >= 15 and len(set(ids)) == len(ids), ids
+    assert [b.section for b in PYTHON if b.page == "README.md"] == ["Quick start"], "the README's one block"
+    assert len([b for b in PYTHON if b.page != "README.md"]) >= 35 and len(set(ids)) == len(ids), ids
     assert not [b for b in BLOCKS + DOC_BLOCKS
                 if b.lang in ("py", "python3", "pycon")], "tag python blocks as ```python"
 
 
-def test_two_commands_names_the_ci_command():
-    """The README's "Two commands" test command is, verbatim, the command `.ci/run` runs."""
-    shell = [block.code.strip() for block in BLOCKS if block.section == "Two commands" and block.lang == "bash"]
+@pytest.mark.parametrize("page, section", [("README.md", "Two commands"), ("docs/getting-started.md", "Install")])
+def test_two_commands_names_the_ci_command(page, section):
+    """The README's "Two commands" test command (and getting started's copy) is, verbatim, the command
+    `.ci/run` runs."""
+    shell = [block.code.strip() for block in BLOCKS + DOC_BLOCKS
+             if block.page == page and block.section == section and block.lang == "bash"]
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line]
     assert len(ci) == 1, ci
-    assert ci[0].strip() in shell, f".ci/run runs {ci[0]!r}; the README's Two commands show {shell!r}"
+    assert ci[0].strip() in shell, f".ci/run runs {ci[0]!r}; {page}'s {section} show {shell!r}"
 
 
 def github_anchor(heading: str) -> str:
@@ -144,13 +157,27 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_contents_links_every_section_and_every_link_lands():
-    """The table of contents near the top lists every ## section in order, and every #anchor link of the
-    README names a heading (as GitHub spells anchors)."""
+def nav_pages() -> list:
+    """The pages mkdocs.yml's nav names, in order (paths under docs/)."""
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1]
+    paths = re.findall(r"^\s+- (?:[^\n]*?: )?\"?([\w/.-]+\.md)\"?\s*$", text, flags=re.M)
+    return [ROOT / "docs" / path for path in paths]
+
+
+def test_documentation_links_every_page_and_every_link_lands():
+    """The README's "Documentation" section links every page of the site's nav (the generated ones aside),
+    the nav names every page under docs/, and every #anchor link of the README names a heading (as GitHub
+    spells anchors)."""
     text = re.sub(r"^ *```.*?^ *```$", "", README.read_text(encoding="utf-8"), flags=re.M | re.S)  # no code
-    sections = [h for h in re.findall(r"^## (.+)$", text, flags=re.M) if h != "Contents"]
-    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
-    assert re.findall(r"^- \[(.+?)\]\(#(.+?)\)$", contents, flags=re.M) == [(h, github_anchor(h)) for h in sections]
+    documentation = text.split("## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    linked = {(ROOT / link).resolve() for link in re.findall(r"\]\((docs/[^)#\s]+)\)", documentation)}
+    nav = nav_pages()
+    assert len(nav) == len(set(nav)), "mkdocs.yml's nav names a page twice"
+    missing = [page.relative_to(ROOT).as_posix() for page in nav if page not in GENERATED and page not in linked]
+    assert not missing, f"the README's Documentation section does not link {missing}"
+    orphans = [page.relative_to(ROOT).as_posix() for page in DOCS if page not in nav]
+    assert not orphans, f"pages under docs/ that mkdocs.yml's nav does not name: {orphans}"
+    assert set(GENERATED) <= set(nav), "a generated page is missing from the nav"
     anchors = {github_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
     broken = [link for link in re.findall(r"\]\(#([^)]+)\)", text) if link not in anchors]
     assert not broken, f"README links to missing headings: {broken}"
@@ -164,8 +191,9 @@ def headings(path: Path) -> set:
 
 @pytest.mark.parametrize("page", [README, *DOCS], ids=lambda page: page.relative_to(ROOT).as_posix())
 def test_relative_links_land(page):
-    """Every relative link of the README and of docs/*.md names a file of the project, and a #anchor after a
-    Markdown file's name names one of its headings (what moved to docs/ stays reachable)."""
+    """Every relative link of the README and of the docs names a file of the project, and a #anchor after a
+    Markdown file's name names one of its headings (what moved to docs/ stays reachable); a docs page links
+    only inside docs/, where the site's generated pages count too."""
     text = re.sub(r"^ *```.*?^ *```$", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
     broken = []
     for link in re.findall(r"\]\(([^)\s]+)\)", text):
@@ -173,8 +201,62 @@ def test_relative_links_land(page):
             continue
         target, _, anchor = link.partition("#")
         path = (page.parent / target).resolve() if target else page
-        if not path.exists():
+        if page != README and not path.is_relative_to(ROOT / "docs"):
+            broken.append(f"{link} (outside docs/: the site has no such page)")
+        elif page != README and path in GENERATED:
+            continue
+        elif not path.exists():
             broken.append(f"{link} (no file {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path})")
         elif anchor and path.suffix == ".md" and anchor not in headings(path):
             broken.append(f"{link} (no heading #{anchor} in {path.relative_to(ROOT)})")
     assert not broken, f"{page.relative_to(ROOT)} links to: {broken}"
+
+
+# calls whose string arguments name a folder or file the snippet writes or reads in its working directory
+PATH_CALLS = frozenset({
+    "ReplayBuffer", "from_folder", "RecordEpisodes", "RecordVectorEpisodes", "pack", "unpack", "update_card",
+    "add_provenance", "read_card", "view", "report", "verify", "contact_sheet", "write_video", "shard_folder",
+    "create_shard", "RateLimiter", "join", "ShardSet", "import_minari", "export_minari", "import_d4rl",
+    "export_d4rl", "import_memmap_replay_buffer", "export_memmap_replay_buffer", "write_lerobot", "abspath",
+    "Path", "ReplayBufferH5PY", "trajectory_to_video", "frames_to_sheet",
+})
+
+
+def written_names(code: str) -> set:
+    """The first part of every relative path a block passes to a call that names a folder or file."""
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        if name not in PATH_CALLS:
+            continue
+        for arg in [*node.args, *(keyword.value for keyword in node.keywords)]:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and re.fullmatch(r"[\w./-]+", arg.value) \
+                    and not arg.value.startswith("/"):
+                first = re.sub(r"^(\./)+", "", arg.value).split("/")[0]
+                if first not in ("", ".", ".."):
+                    names.add(first)
+    return names
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda page: page.relative_to(ROOT).as_posix())
+def test_blocks_of_a_page_share_no_folder_name(page):
+    """Two blocks of one page name different folders and files, unless one continues the other: pasted
+    into one directory, neither finds the other's store (an error, or episodes silently appended)."""
+    name = page.relative_to(ROOT).as_posix()
+    blocks = [b for b in PYTHON if b.page == name]
+    def chain(block):  # the block and every block it continues
+        found = [block]
+        while found[0].continues:
+            found.insert(0, next(b for b in blocks
+                                 if b.section == found[0].section and b.number == found[0].number - 1))
+        return found
+    seen = {}  # folder name -> the block that names it first
+    clashes = []
+    for block in blocks:
+        for folder in sorted(written_names(block.code)):
+            first = seen.setdefault(folder, block)
+            if first is not block and first not in chain(block):
+                clashes.append(f"{folder!r}: line {first.line} and line {block.line}")
+    assert not clashes, f"{name}: blocks that do not continue each other name the same folder: {clashes}"
