@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyE
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
 
+if TYPE_CHECKING:
+    from .store import EpisodeStore
+
 __all__ = ["MODES", "MRB_CONFIG", "refuse_mrb_folder", "locate", "make_folder", "check_replaceable", "check_live_ids",
            "holds_episodes", "check_matches"]
 
@@ -26,7 +29,7 @@ MODES = ("r", "r+", "a", "w", "w-")
 _LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (_check_claim)
 # the names a store's subfolders may hold (anything else belongs to someone else, and is never deleted)
 _FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
-_OWN_FILES = {
+_OWN_FILES: dict[str, Callable[[str], object]] = {  # folder -> whether an entry's name is one of its files
     fmt.STEPS_DIR: _FIELD_FILE.fullmatch,
     fmt.META_DIR: _FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
@@ -120,6 +123,7 @@ def check_replaceable(folder: Path) -> None:
         path = folder / name
         if not (path.exists() or path.is_symlink()):
             continue
+        foreign: Path | None
         if path.is_symlink() or not path.is_dir():
             foreign = path
         else:
@@ -146,7 +150,7 @@ def _declared_format(path: Path) -> str:
     return data["format"] if data["format"] == fmt.FORMAT_NAME else repr(data["format"])[:80]
 
 
-def check_live_ids(store) -> None:
+def check_live_ids(store: EpisodeStore) -> None:
     """The live slots of an ``EpisodeStore``'s episode table agree with its meta.json: O(episodes), no step
     data read."""
     state, max_timesteps = store.meta.state, store.meta.capacity.max_timesteps
@@ -165,7 +169,7 @@ def check_live_ids(store) -> None:
     table = store.live_table(catch_up=False)  # (of ``state``: a newer meta.json is the retry's business)
     if not len(table):  # a writer evicted them all since meta.json was read (the table leaves them out)
         return
-    def where(i, files):
+    def where(i: int, files: str) -> str:
         return f"{store.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"
     bad = (table.start < 0) | (table.start > state.rows) | (table.length < 1) | (table.length > max_timesteps)
     ends = table.start + table.length + table.final  # may wrap only where start or length is bad already
@@ -195,7 +199,7 @@ def check_live_ids(store) -> None:
                                 f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
 
 
-def _check_claim(store) -> None:
+def _check_claim(store: EpisodeStore) -> None:
     """A reader holds the live episodes' table in memory (about 50 bytes an episode): beyond ``_LARGE_TABLE``
     episodes, meta.json's count must be backed by ids actually written in ``episodes/id.npy``, so a stranger's
     folder of sparse files cannot make a reader allocate memory for billions of episodes it does not hold."""

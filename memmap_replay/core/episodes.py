@@ -13,7 +13,7 @@ Also here: ``end_names`` (the end codes of the episode table as names) and ``ste
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, KeysView, Mapping, cast, overload
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from ..errors import EpisodeStateError, IndexRangeError, IndexTypeError, OptionE
 from . import format as fmt
 from .index import EpisodeTable
 from .options import check_filter, check_names, count, flag, seed_option, short
+
+if TYPE_CHECKING:
+    from .store import EpisodeStore
 
 __all__ = ["Episode", "EpisodeList", "chains", "select_episodes", "end_names", "step_flags"]
 
@@ -37,7 +40,8 @@ def end_names(codes: np.ndarray) -> np.ndarray:
     return _END_NAMES[np.asarray(codes, dtype=np.uint8)]
 
 
-def step_flags(steps: np.ndarray, length: np.ndarray, end: np.ndarray, inside: np.ndarray):
+def step_flags(steps: np.ndarray, length: np.ndarray, end: np.ndarray, inside: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dreamer's per-step flags of (B, L) steps ``t`` of episodes of ``length`` (B,) and end codes (B,):
     ``is_first`` at t = 0, ``is_last`` at t = length - 1, ``is_terminal`` there only when the episode
     terminated; False wherever ``inside`` is False (padding)."""
@@ -70,10 +74,10 @@ def chains(ids: np.ndarray, continues: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return order, bounds
 
 
-def meta_mask(store, slots: np.ndarray, filter_meta: Mapping[str, Any] | None) -> np.ndarray | None:
+def meta_mask(store: EpisodeStore, slots: np.ndarray, filter_meta: Mapping[str, Any] | None) -> np.ndarray | None:
     """Which of the episodes in ``slots`` have meta values equal to every value of ``filter_meta`` (None: no
     filter)."""
-    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field"):
+    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field") or filter_meta is None:
         return None
     keep = np.ones(len(slots), dtype=bool)
     for name in filter_meta:
@@ -91,7 +95,7 @@ def meta_mask(store, slots: np.ndarray, filter_meta: Mapping[str, Any] | None) -
     return keep
 
 
-def select_episodes(store, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
+def select_episodes(store: EpisodeStore, filter_meta: Mapping[str, Any] | None) -> EpisodeTable:
     """The live episodes whose meta values equal every value of ``filter_meta`` (None: all of them)."""
     table = store.live_table(catch_up=True)
     keep = meta_mask(store, table.slots, filter_meta)
@@ -137,7 +141,7 @@ class Episode:
     def __contains__(self, name: object) -> bool:
         return name in self._rows
 
-    def keys(self):
+    def keys(self) -> KeysView[str]:
         return self._rows.keys()
 
     @property
@@ -219,7 +223,7 @@ class EpisodeList:
     sum, ``ends`` the last one's, and ``filter_meta`` compares the last one's meta values (each segment keeps
     the meta values it had when it was cut)."""
 
-    def __init__(self, store, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
+    def __init__(self, store: EpisodeStore, *, filter_meta: Mapping[str, Any] | None = None, fields: Any = None,
                  meta_fields: Any = None, join_segments: bool = False):
         schema = store.schema
         self._store = store
@@ -246,27 +250,34 @@ class EpisodeList:
         if self._chains is None:
             return slice(None)
         order, bounds = self._chains
-        return order[bounds[self._items]]
+        firsts: np.ndarray = order[bounds[self._items]]
+        return firsts
 
     def _segments_of(self, item: int) -> np.ndarray:
-        order, bounds = self._chains
+        order, bounds = cast("tuple[np.ndarray, np.ndarray]", self._chains)  # (a list that joins segments)
         k = self._items[item]
-        return order[bounds[k]: bounds[k + 1]]
+        segments: np.ndarray = order[bounds[k]: bounds[k + 1]]
+        return segments
 
     @property
     def ids(self) -> np.ndarray:
-        return self.table.ids[self._firsts()].copy()
+        ids: np.ndarray = self.table.ids[self._firsts()].copy()
+        return ids
 
     @property
     def slots(self) -> np.ndarray:
-        return self.table.slots[self._firsts()].copy()
+        slots: np.ndarray = self.table.slots[self._firsts()].copy()
+        return slots
 
     @property
     def lengths(self) -> np.ndarray:
         if self._chains is None:
-            return self.table.length.copy()
+            lengths: np.ndarray = self.table.length.copy()
+            return lengths
         order, bounds = self._chains
-        return np.add.reduceat(self.table.length[order], bounds[:-1])[self._items] if len(order) else order.copy()
+        lengths = (np.add.reduceat(self.table.length[order], bounds[:-1])[self._items] if len(order)
+                               else order.copy())
+        return lengths
 
     @property
     def ends(self) -> np.ndarray:
@@ -276,7 +287,13 @@ class EpisodeList:
         order, bounds = self._chains
         return end_names(self.table.end[order[bounds[self._items + 1] - 1]])
 
-    def __getitem__(self, item):
+    @overload
+    def __getitem__(self, item: slice) -> EpisodeList: ...
+
+    @overload
+    def __getitem__(self, item: int | np.integer) -> Episode: ...
+
+    def __getitem__(self, item: Any) -> EpisodeList | Episode:
         if isinstance(item, slice):
             part = EpisodeList.__new__(EpisodeList)
             part.__dict__.update(self.__dict__)
@@ -293,12 +310,12 @@ class EpisodeList:
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
             raise IndexTypeError(f"an episode is indexed by an int position among the live episodes, 0 the oldest "
                                  f"and -1 the newest (got {type(item).__name__}: {short(item)})")
-        size, item = len(self), int(item)
-        if not -size <= item < size:
+        size, at = len(self), int(item)
+        if not -size <= at < size:
             held = f"[{-size}, {size})" if size else "nothing: there are no episodes"
-            raise IndexRangeError(f"episode index must be in {held} for the {size} episodes (got {item}); "
+            raise IndexRangeError(f"episode index must be in {held} for the {size} episodes (got {at}); "
                                   f"0 is the oldest, -1 the newest")
-        return item + size if item < 0 else item
+        return at + size if at < 0 else at
 
     def __iter__(self) -> Iterator[Episode]:
         for position in range(len(self)):

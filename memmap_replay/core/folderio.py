@@ -19,10 +19,14 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, TypeAlias
 
 from ..errors import (CorruptStoreError, DiskFullError, MissingFileError, ReadOnlyError, ReplayError, StoreIOError,
                      UnsafeEntryError)
+
+if TYPE_CHECKING:
+    import numpy as np
+    from _typeshed import ReadableBuffer
 
 __all__ = ["MAX_JSON_BYTES", "MAX_MANIFEST_BYTES", "library_error", "inside", "open_read", "read_bounded",
            "read_json", "open_write", "write_atomic", "make_dir", "remove", "check_for_writing", "entry_problem"]
@@ -34,9 +38,10 @@ DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+StrPath: TypeAlias = "str | os.PathLike[str]"  # a folder or a file as callers give it
 
 
-def library_error(error: OSError, path, doing: str, *, after: str | None = None,
+def library_error(error: OSError, path: StrPath, doing: str, *, after: str | None = None,
                   denied_fix: str = "check the folder's permissions, or open it with read_only=True to read"
                   ) -> ReplayError:
     """The library's error for an ``OSError`` met while ``doing`` something with ``path``; ``after``, when
@@ -46,9 +51,10 @@ def library_error(error: OSError, path, doing: str, *, after: str | None = None,
     why = error.strerror or str(error) or type(error).__name__
     named = f"{path}" if not error.filename or str(error.filename) == str(path) else f"{path} ({error.filename})"
     then = f"; {after}: " if after else "; "
+    mapped: DiskFullError | ReadOnlyError | CorruptStoreError | StoreIOError  # OSErrors all: they carry errno
     if error.errno in DISK_FULL:
-        mapped: ReplayError = DiskFullError(f"no space left on the device (or quota) to {doing} {named} ({why})"
-                                            f"{then}free some space (or raise the quota) and try again")
+        mapped = DiskFullError(f"no space left on the device (or quota) to {doing} {named} ({why})"
+                               f"{then}free some space (or raise the quota) and try again")
     elif error.errno in DENIED:
         mapped = ReadOnlyError(f"no permission to {doing} {named} ({why}){then}{denied_fix}")
     elif error.errno == errno.ELOOP:
@@ -66,7 +72,7 @@ def library_error(error: OSError, path, doing: str, *, after: str | None = None,
 
 
 @contextmanager
-def errors_named(path, doing: str) -> Iterator[None]:
+def errors_named(path: StrPath, doing: str) -> Iterator[None]:
     """Turn any OSError inside the block into the library's error naming ``path``."""
     try:
         yield
@@ -77,7 +83,7 @@ def errors_named(path, doing: str) -> Iterator[None]:
 # ---- reading -------------------------------------------------------------------------------------------
 
 
-def inside(folder, path) -> Path:
+def inside(folder: StrPath, path: StrPath) -> Path:
     """``path`` with its links resolved, refused unless it stays inside ``folder``."""
     root, real = os.path.realpath(folder), os.path.realpath(path)
     if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
@@ -103,7 +109,7 @@ def entry_problem(info: os.stat_result, *, file: bool = True) -> str | None:
     return None
 
 
-def open_read(folder, path, *, doing: str = "read", links: bool = True) -> int:
+def open_read(folder: StrPath, path: StrPath, *, doing: str = "read", links: bool = True) -> int:
     """A read-only descriptor of a regular file inside ``folder`` (links followed only inside it; with
     ``links=False`` a link is refused, for folders of other formats that never hold links)."""
     real = inside(folder, path) if links else Path(path)
@@ -128,7 +134,7 @@ def open_read(folder, path, *, doing: str = "read", links: bool = True) -> int:
         raise
 
 
-def read_bounded(folder, path, limit: int, *, doing: str = "read", links: bool = True) -> bytes:
+def read_bounded(folder: StrPath, path: StrPath, limit: int, *, doing: str = "read", links: bool = True) -> bytes:
     """The whole of a regular file inside ``folder``, refused if it holds more than ``limit`` bytes."""
     fd = open_read(folder, path, doing=doing, links=links)
     try:
@@ -136,7 +142,8 @@ def read_bounded(folder, path, limit: int, *, doing: str = "read", links: bool =
             size = os.fstat(fd).st_size
             if size > limit:
                 raise _too_big(path, size, limit)
-            chunks, total = [], 0
+            chunks: list[bytes] = []
+            total = 0
             while total <= limit:
                 chunk = os.read(fd, min(1 << 20, limit + 1 - total))
                 if not chunk:
@@ -150,12 +157,12 @@ def read_bounded(folder, path, limit: int, *, doing: str = "read", links: bool =
         os.close(fd)
 
 
-def _too_big(path, size: int, limit: int) -> UnsafeEntryError:
+def _too_big(path: StrPath, size: int, limit: int) -> UnsafeEntryError:
     return UnsafeEntryError(f"{path} must hold at most {limit} bytes (got {size}); the library reads such files "
                             f"whole, so it refuses larger ones: the file is not one this library wrote")
 
 
-def read_json(folder, path, *, limit: int = MAX_JSON_BYTES, doing: str = "read"):
+def read_json(folder: StrPath, path: StrPath, *, limit: int = MAX_JSON_BYTES, doing: str = "read") -> Any:
     """A JSON file inside ``folder``, bounded; damage (bad UTF-8, bad JSON, absurd nesting) is CorruptStoreError."""
     data = read_bounded(folder, path, limit, doing=doing)
     try:
@@ -167,29 +174,29 @@ def read_json(folder, path, *, limit: int = MAX_JSON_BYTES, doing: str = "read")
 # ---- writing -------------------------------------------------------------------------------------------
 
 
-def _parts(folder, path) -> tuple[Path, list[str]]:
-    folder, path = Path(folder), Path(path)
+def _parts(folder: StrPath, path: StrPath) -> tuple[Path, list[str]]:
+    root, where = Path(folder), Path(path)
     try:
-        rel = path.relative_to(folder)
+        rel = where.relative_to(root)
     except ValueError:
-        rel = path
+        rel = where
     if rel.is_absolute() or not rel.parts or ".." in rel.parts:
-        raise UnsafeEntryError(f"{path} is not a path inside the store folder {folder}")
-    return folder, list(rel.parts)
+        raise UnsafeEntryError(f"{where} is not a path inside the store folder {root}")
+    return root, list(rel.parts)
 
 
 @contextmanager
-def _parent_fd(folder, path, *, doing: str) -> Iterator[tuple[int, str]]:
+def _parent_fd(folder: StrPath, path: StrPath, *, doing: str) -> Iterator[tuple[int, str]]:
     """(descriptor of the folder holding ``path``, its last name), walked from ``folder`` without links."""
-    folder, parts = _parts(folder, path)
-    with errors_named(folder, doing):
-        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    root, parts = _parts(folder, path)
+    with errors_named(root, doing):
+        fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
         for index, part in enumerate(parts[:-1]):
             try:
                 step = os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fd)
             except OSError as error:
-                where = folder.joinpath(*parts[:index + 1])
+                where = root.joinpath(*parts[:index + 1])
                 if error.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise UnsafeEntryError(f"cannot {doing} {path}: {where} is a link or not a folder; the library "
                                            f"writes only inside the store folder, never through links") from None
@@ -201,7 +208,8 @@ def _parent_fd(folder, path, *, doing: str) -> Iterator[tuple[int, str]]:
         os.close(fd)
 
 
-def open_write(folder, path, flags: int = os.O_RDWR, mode: int = 0o644, *, doing: str = "write") -> int:
+def open_write(folder: StrPath, path: StrPath, flags: int = os.O_RDWR, mode: int = 0o644, *,
+               doing: str = "write") -> int:
     """A descriptor for writing a regular file inside ``folder``: no link followed, no special or shared file."""
     with _parent_fd(folder, path, doing=doing) as (directory, name):
         with errors_named(path, doing):
@@ -217,10 +225,11 @@ def open_write(folder, path, flags: int = os.O_RDWR, mode: int = 0o644, *, doing
         raise
 
 
-def write_all(fd: int, data, position: int | None = None) -> None:
+def write_all(fd: int, data: ReadableBuffer | np.ndarray, position: int | None = None) -> None:
     """Write every byte (``os.write`` and ``os.pwrite`` may write fewer than asked). ``data``: bytes or a
     C-contiguous buffer of any shape, an empty one (shape (0, 2): memoryview cannot cast it) included."""
-    view, done = memoryview(data), 0
+    # an ndarray is a buffer; numpy's stubs declare its __buffer__ only from Python 3.12 (mypy checks 3.10)
+    view, done = memoryview(data), 0  # type: ignore[arg-type]
     if view.nbytes == 0:
         return
     view = view.cast("B")
@@ -231,7 +240,8 @@ def write_all(fd: int, data, position: int | None = None) -> None:
         done += written
 
 
-def write_atomic(folder, path, data: bytes | Callable, *, durable: bool = False, doing: str = "write") -> None:
+def write_atomic(folder: StrPath, path: StrPath, data: bytes | Callable[[IO[bytes]], object], *,
+                 durable: bool = False, doing: str = "write") -> None:
     """Replace ``path`` inside ``folder``: a fresh temp file (``O_EXCL``), fsync, rename over ``path``. ``data`` is
     bytes, or a function that writes into a binary file object. A failure leaves ``path`` as it was."""
     with _parent_fd(folder, path, doing=doing) as (directory, name):
@@ -263,7 +273,7 @@ def write_atomic(folder, path, data: bytes | Callable, *, durable: bool = False,
             raise
 
 
-def make_dir(folder, path, *, doing: str = "make the folder") -> None:
+def make_dir(folder: StrPath, path: StrPath, *, doing: str = "make the folder") -> None:
     """Make the folder ``path`` inside ``folder`` if absent; refuse a link or a file in its place."""
     with _parent_fd(folder, path, doing=doing) as (directory, name):
         with errors_named(path, doing):
@@ -276,7 +286,7 @@ def make_dir(folder, path, *, doing: str = "make the folder") -> None:
                                            f"own there: remove it (or open the store read_only=True)") from None
 
 
-def remove(folder, path, *, doing: str = "remove") -> None:
+def remove(folder: StrPath, path: StrPath, *, doing: str = "remove") -> None:
     """Remove a file (or a link itself, never its target) inside ``folder``; absent is fine."""
     with _parent_fd(folder, path, doing=doing) as (directory, name):
         with errors_named(path, doing):
@@ -291,7 +301,7 @@ def is_temp_of(entry: str, name: str) -> bool:
     return re.fullmatch(rf"{re.escape(name)}(\.\d+\.[0-9a-f]+)?\.tmp", entry) is not None
 
 
-def remove_temps(folder, name: str) -> None:
+def remove_temps(folder: StrPath, name: str) -> None:
     """Remove the temp files a writer killed while replacing ``name`` left behind (the caller holds the lock
     under which ``name`` is written, so no temp file of it is anyone else's)."""
     with errors_named(folder, "clean up"):
@@ -304,7 +314,7 @@ def remove_temps(folder, name: str) -> None:
                 remove(folder, Path(folder, entry))
 
 
-def check_for_writing(folder, entries: dict[str, bool]) -> None:
+def check_for_writing(folder: StrPath, entries: dict[str, bool]) -> None:
     """Refuse a folder, before anything is written, whose entries (relative path -> is a file) are links,
     special files or shared hard links. Absent entries are fine."""
     for rel, is_file in entries.items():

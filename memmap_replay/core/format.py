@@ -165,7 +165,7 @@ import os
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 import numpy as np
 
@@ -181,7 +181,7 @@ META_FILE = "meta.json"
 LOCK_FILE = "writer.lock"
 STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR = "steps", "meta", "episodes", "priorities"
 # the episode table: name -> dtype, one entry per slot
-TABLE = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtype("uint8"),
+TABLE: dict[str, np.dtype] = {"start": np.dtype("int64"), "length": np.dtype("int64"), "end": np.dtype("uint8"),
          "final": np.dtype("bool"), "id": np.dtype("int64"), "continues": np.dtype("int64")}
 # the table column a 1.0 store may lack (or hold stale): read as zeros there
 LINKS = "continues"
@@ -223,7 +223,7 @@ class StoreMeta:
     def new(cls, schema: Schema, capacity: Capacity) -> "StoreMeta":
         return cls(schema, capacity, State(), uuid.uuid4().hex)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -307,7 +307,8 @@ def _fsync_folder(folder: Path) -> None:
 # ---- .npy files ------------------------------------------------------------------------------------
 
 
-def layout(schema: Schema, capacity: Capacity, *, links: bool = True):
+def layout(schema: Schema, capacity: Capacity, *, links: bool = True
+           ) -> Iterator[tuple[str, FieldSpec, Path, int | None]]:
     """Every .npy file of a store: (group folder, spec, path in the store, rows; None = the step rows).
     ``links=False`` (a 1.0 store): without ``episodes/continues.npy``."""
     for spec in schema.fields.values():
@@ -351,7 +352,7 @@ def _create_npy(folder: Path, path: Path, spec: FieldSpec, rows: int) -> None:
         os.close(fd)
 
 
-def _open_npy(folder: Path | None, path: Path):
+def _open_npy(folder: Path | None, path: Path) -> io.BufferedReader:
     """A binary file object of a .npy inside ``folder`` (a regular file; links only inside the folder)."""
     try:
         fd = folderio.open_read(Path(path).parent if folder is None else folder, path)
@@ -360,7 +361,7 @@ def _open_npy(folder: Path | None, path: Path):
     return os.fdopen(fd, "rb")
 
 
-def parse_npy_header(file) -> tuple[np.dtype, tuple[int, ...], bool]:
+def parse_npy_header(file: IO[bytes]) -> tuple[np.dtype, tuple[int, ...], bool]:
     """(dtype, shape, fortran order) of the .npy header at ``file``'s position, leaving it after the header.
     Anything malformed is a ValueError: numpy's parser also raises SyntaxError, tokenize's TokenError, ...
     for headers a stranger wrote, and reads at most its header size limit."""
@@ -445,7 +446,7 @@ class NpyFile:
                         f"problems") from None
             if random:
                 try:
-                    mapped._mmap.madvise(mmap.MADV_RANDOM)
+                    mapped._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]  # numpy's private map
                 except (AttributeError, OSError):  # advice only (no MADV_RANDOM on this platform, ...)
                     pass
             # a plain ndarray over the map (it keeps the map alive): indexing skips np.memmap's wrapper

@@ -38,6 +38,7 @@ refuses and lets go of its files instead: make a new one).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,16 +47,19 @@ from . import format as fmt
 from .format import Capacity
 from .options import flag, positive_int
 
+if TYPE_CHECKING:
+    from .store import EpisodeStore
+
 __all__ = ["grown_capacity", "moves", "grow_layouts"]
 
 _SEARCH = 1 << 16  # intermediate capacities above the new one tried at once
 _BELOW = 64  # intermediate capacities between the old and the new one tried (each check reads every live id)
 
 
-def grown_capacity(capacity: Capacity, *, max_episodes=None, max_steps=None, max_timesteps=None,
-                   circular=None) -> Capacity:
+def grown_capacity(capacity: Capacity, *, max_episodes: Any = None, max_steps: Any = None,
+                   max_timesteps: Any = None, circular: Any = None) -> Capacity:
     """The capacity after a grow (None keeps a value), refusing what cannot be done in place."""
-    new = {}
+    new: dict[str, int] = {}
     for name, value in (("max_episodes", max_episodes), ("max_steps", max_steps), ("max_timesteps", max_timesteps)):
         old = getattr(capacity, name)
         if value is None:
@@ -86,7 +90,7 @@ def moves(ids: np.ndarray, old: int, new: int) -> np.ndarray | None:
     """Which live ``ids`` change slot from ``id % old`` to ``id % new`` (a bool mask), or None when one of
     their new slots is the old slot of another live episode (no single commit can move them)."""
     src, dst = ids % old, ids % new
-    moved = src != dst
+    moved: np.ndarray = src != dst
     if moved.any() and np.isin(dst[moved], src).any():
         return None
     return moved
@@ -116,7 +120,7 @@ def grow_layouts(ids: np.ndarray, old: int, new: int) -> list[int]:
     return [middle, new]
 
 
-def grow_store(store, capacity: Capacity) -> None:
+def grow_store(store: EpisodeStore, capacity: Capacity) -> None:
     """Grow ``store`` (an EpisodeStore that may write, holding the writer lock) to ``capacity``."""
     state = store.meta.state
     ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)

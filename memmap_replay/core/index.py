@@ -66,7 +66,8 @@ class EpisodeTable:
         """Per episode, how far transitions may look ahead: to ``length`` (the row after the last step)
         when the episode terminated or has a stored final observation, else to its last step."""
         open_end = (self.end == _TERMINATED) | self.final
-        return self.length - (~open_end).astype(np.int64)
+        reach: np.ndarray = self.length - (~open_end).astype(np.int64)
+        return reach
 
 
 @dataclass(frozen=True)
@@ -126,17 +127,17 @@ class Sample:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def __getstate__(self):
+    def __getstate__(self) -> tuple[np.ndarray, np.ndarray | None]:
         return self.keys, self.weights
 
-    def __setstate__(self, state) -> None:
+    def __setstate__(self, state: tuple[np.ndarray, np.ndarray | None]) -> None:
         self.keys, self.weights = state
         self.episode = self.t = self.table = self.source = None
 
     def positions_in(self, source: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """(episode positions, t) of the keys in ``source``'s table if they were drawn from that very
         source and snapshot, else None (look the keys up)."""
-        if source is self.source and source.table is self.table and self.episode is not None:
+        if source is self.source and source.table is self.table and self.episode is not None and self.t is not None:
             return self.episode, self.t
         return None
 
@@ -163,7 +164,7 @@ class PositionSource(Protocol):
     table: EpisodeTable
     positions: Any
     key_stride: int
-    state: tuple
+    state: tuple[int, int]
     folder: Any
     kind: str
 
@@ -171,15 +172,16 @@ class PositionSource(Protocol):
 
     def refresh(self, *, reread: bool = True) -> bool: ...
 
-    def position_spec(self) -> dict: ...
+    def position_spec(self) -> dict[str, Any]: ...
 
 
 def position_keys(source: PositionSource, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Keys of (episode position in the source's table, t)."""
-    return source.table.ids[episode] * source.key_stride + t
+    keys: np.ndarray = source.table.ids[episode] * source.key_stride + t
+    return keys
 
 
-def position_rows(positions, table: EpisodeTable, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def position_rows(positions: Any, table: EpisodeTable, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The store rows (``start + t``) of every position of the chosen episodes (a bool mask over the
     table), and the table position of each row's episode. ``positions`` counts positions per episode
     (``Positions``) or lists them (``episode``, ``t`` arrays, after a per-step filter)."""
@@ -230,7 +232,7 @@ class NStepTargets:
         self.short = self.actual < n
 
     def key(self, episode: np.ndarray, t: np.ndarray) -> np.ndarray:
-        key = np.minimum(self.reach[episode] - t, self.n + 1)
+        key: np.ndarray = np.minimum(self.reach[episode] - t, self.n + 1)
         key += self.key_base[episode]
         return key
 
@@ -244,7 +246,8 @@ def stack_rows(first_row: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndar
     return np.where(inside, wanted, first_row[:, None]), inside
 
 
-def window_rows(first_row: np.ndarray, t: np.ndarray, window: int, length: np.ndarray):
+def window_rows(first_row: np.ndarray, t: np.ndarray, window: int, length: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
     """(B, window) rows of windows starting at t, clipped at each episode's last step, and their mask."""
     steps = t[:, None] + np.arange(window, dtype=np.int64)[None, :]
     inside = steps < length[:, None]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import weakref
 from pathlib import Path
+from types import ModuleType
 
 from . import folderio
 from ..errors import StoreLockedError
 
+fcntl: ModuleType | None  # None where the OS has no flock
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows

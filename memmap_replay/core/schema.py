@@ -19,7 +19,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def _parse_dtype(name: str, dtype: Any) -> np.dtype:
     try:
         with warnings.catch_warnings():  # a deprecated alias (e.g. 'a') is refused, not let through
             warnings.simplefilter("error")
-            parsed = np.dtype(dtype)
+            parsed: np.dtype = np.dtype(dtype)
     except (TypeError, ValueError, SyntaxError, Warning) as error:  # numpy's parser raises all of these
         raise SchemaError(
             f"field {name!r} must have a numeric dtype such as 'float', 'int', 'bool', 'uint8' or "
@@ -86,10 +86,10 @@ def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
         isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) for dim in shape
     ):
         raise SchemaError(f"field {name!r} must have a shape that is an int or a tuple of ints (got {shape!r})")
-    shape = tuple(int(dim) for dim in shape)
-    if any(dim < 1 for dim in shape):
-        raise SchemaError(f"field {name!r} must have a shape of positive sizes (got {shape})")
-    return shape
+    dims = tuple(int(dim) for dim in shape)
+    if any(dim < 1 for dim in dims):
+        raise SchemaError(f"field {name!r} must have a shape of positive sizes (got {dims})")
+    return dims
 
 
 def _parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | float | complex | None:
@@ -99,6 +99,7 @@ def _parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | flo
         default = default.item()
     if not isinstance(default, (bool, int, float, complex)):
         raise SchemaError(f"field {name!r} must have a scalar default or None (got {default!r})")
+    scalar: bool | int | float | complex = default
     if isinstance(default, complex) and dtype.kind != "c":
         raise SchemaError(f"field {name!r} of dtype {dtype} cannot have a complex default (got {default!r})")
     if isinstance(default, float) and not math.isfinite(default):
@@ -117,7 +118,7 @@ def _parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | flo
             f"field {name!r} of dtype {dtype} cannot hold its default {default!r} "
             f"(it would become {cast!r}); pick a default the dtype can hold"
         )
-    return default
+    return scalar
 
 
 @dataclass(frozen=True)
@@ -136,14 +137,14 @@ class FieldSpec:
     def default_row(self) -> np.ndarray:
         return np.full(self.shape, 0 if self.default is None else self.default, dtype=self.dtype)
 
-    def to_json(self) -> dict:
-        default = self.default
+    def to_json(self) -> dict[str, Any]:
+        default: bool | int | float | complex | list[float] | None = self.default
         if isinstance(default, complex):
             default = [default.real, default.imag]
         return {"dtype": self.dtype.name, "shape": list(self.shape), "default": default}
 
 
-def _is_json_complex(value: Any) -> bool:
+def _is_json_complex(value: Any) -> TypeGuard[list[float]]:
     return (isinstance(value, list) and len(value) == 2
             and all(isinstance(part, (int, float)) and not isinstance(part, bool) for part in value))
 
@@ -204,7 +205,7 @@ class Schema:
             {name: parse_field(name, info, kind="meta field") for name, info in meta_fields.items()},
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "fields": {name: spec.to_json() for name, spec in self.fields.items()},
             "meta_fields": {name: spec.to_json() for name, spec in self.meta_fields.items()},
@@ -224,7 +225,7 @@ class Schema:
             for name in sorted(set(mine) | set(theirs)):
                 a, b = mine.get(name), theirs.get(name)
                 if a != b:
-                    def describe(s):
+                    def describe(s: FieldSpec | None) -> str:
                         return "absent" if s is None else f"{s.dtype.name} {s.shape} default {s.default!r}"
                     lines.append(f"{label} {name!r}: stored {describe(a)}, asked for {describe(b)}")
         return lines

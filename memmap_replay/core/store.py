@@ -14,7 +14,7 @@ import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, TypeVar, cast
 
 import numpy as np
 
@@ -57,9 +57,10 @@ class CommitObserver:
 
 # factories of the observers each writing store gets (None: none for this store); rooms register theirs
 _OBSERVERS: list[Callable[["EpisodeStore"], CommitObserver | None]] = []
+_Factory = TypeVar("_Factory", bound=Callable[["EpisodeStore"], "CommitObserver | None"])
 
 
-def observe_commits(factory: Callable[["EpisodeStore"], CommitObserver | None]):
+def observe_commits(factory: _Factory) -> _Factory:
     """Register a factory of commit observers for every store that writes (usable as a decorator)."""
     _OBSERVERS.append(factory)
     return factory
@@ -95,9 +96,9 @@ class EpisodeStore:
         self.folder = folder
         self.meta = meta
         # meta_stamp() taken before ``meta`` was read, when known (a refresh); None: not known
-        self.read_stamp: tuple | None = None
+        self.read_stamp: tuple[int, ...] | None = None
         # a stamp of meta.json at which every episode of ``meta`` was seen live (a writer appended since)
-        self._table_stamp: tuple | None = None
+        self._table_stamp: tuple[int, ...] | None = None
         self.writable = writable
         self.durable = durable
         self._lock = lock
@@ -113,8 +114,8 @@ class EpisodeStore:
     # ---- opening -----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, folder, mode: str = "r", *, schema: Schema | None = None, capacity: Capacity | None = None,
-             durable: bool = False) -> "EpisodeStore":
+    def open(cls, folder: folderio.StrPath, mode: str = "r", *, schema: Schema | None = None,
+             capacity: Capacity | None = None, durable: bool = False) -> "EpisodeStore":
         # a damaged folder gets the library's error naming the file, and where to get the full list
         hint = f"; `python -m memmap_replay verify {folder}` lists every problem of the folder"
         try:
@@ -125,7 +126,7 @@ class EpisodeStore:
             raise CorruptStoreError(f"{error.filename} is a folder where the store must have a file{hint}") from None
 
     @classmethod
-    def _open(cls, folder, mode: str, *, schema: Schema | None, capacity: Capacity | None,
+    def _open(cls, folder: folderio.StrPath, mode: str, *, schema: Schema | None, capacity: Capacity | None,
               durable: bool) -> "EpisodeStore":
         folder, exists = locate(folder, mode)
         if mode == "r":
@@ -245,7 +246,7 @@ class EpisodeStore:
             self._state_lock, self._state_pid = threading.RLock(), os.getpid()
         return self._state_lock
 
-    def meta_stamp(self) -> tuple:
+    def meta_stamp(self) -> tuple[int, ...]:
         """What changes whenever a writer replaces ``meta.json`` (a commit or an eviction). (Called per draw
         by samplers following the disk and per gather by every view: one ``stat`` of a path made once.)"""
         path = self._meta_path
@@ -314,7 +315,7 @@ class EpisodeStore:
         """The table of ``state``'s live episodes as the slots hold it now, and the ids the slots hold."""
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
         slots = ids % self.meta.capacity.max_episodes
-        def get(name):
+        def get(name: str) -> np.ndarray:
             return np.asarray(self.table[name].array()[slots])
         table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
         return table, (get("id") if not self.is_writer else ids)
@@ -351,7 +352,9 @@ class EpisodeStore:
             # the new files are opened first and swapped in whole: a view's gather threads share this store
             # and may look a file up meanwhile (the old maps stay valid while a gather holds them)
             old = self._files()
-            steps, metas, table = {}, {}, {}
+            steps: dict[str, NpyFile] = {}
+            metas: dict[str, NpyFile] = {}
+            table: dict[str, NpyFile] = {}
             groups = {fmt.STEPS_DIR: steps, fmt.META_DIR: metas, fmt.EPISODES_DIR: table}
             for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity, links=meta.links):
                 groups[group][spec.name] = NpyFile.open(self.folder, self.folder / path, spec,
@@ -434,12 +437,13 @@ class EpisodeStore:
             for name, value in episode.meta.items():
                 self.metas[name].write_rows(slot, value[None])
             prev = episode.continues
-            prev = prev.id if isinstance(prev, PendingEpisode) else prev  # a segment of this very commit
+            # a segment of this very commit: committed before this one, so it has its id
+            link = cast(int, prev.id) if isinstance(prev, PendingEpisode) else prev
             episode.id = episode_id
             entry = {"start": start, "length": episode.length, "end": fmt.END_CODES[episode.end],
-                     "final": episode.final, "continues": prev + 1, "id": episode_id}
-            for name, value in entry.items():
-                self.table[name].write_rows(slot, np.array([value], dtype=fmt.TABLE[name]))
+                     "final": episode.final, "continues": link + 1, "id": episode_id}
+            for name, number in entry.items():
+                self.table[name].write_rows(slot, np.array([number], dtype=fmt.TABLE[name]))
             slots.append(slot)
         last_start, last = plan[-1]
         if self.durable:

@@ -17,7 +17,7 @@ __all__ = ["plan_update"]
 _Write = tuple[Callable[[int, np.ndarray], None], int, np.ndarray]
 
 
-def plan_update(store: EpisodeStore, indices: Any, data: dict) -> list[_Write]:
+def plan_update(store: EpisodeStore, indices: Any, data: dict[str, Any]) -> list[_Write]:
     """The checked writes of ``update(indices, **data)``, as (store method, position, contiguous rows)."""
     schema = store.schema
     if not data:
@@ -42,7 +42,8 @@ def _with_episode_axis(store: EpisodeStore, name: str, value: Any) -> Any:
     return array[None] if spec is None or array.ndim > len(spec.shape) else array
 
 
-def _field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, starts) -> list[_Write]:
+def _field_writes(store: EpisodeStore, name: str, value: Any, slots: np.ndarray, lengths: np.ndarray,
+                  starts: np.ndarray) -> list[_Write]:
     n, schema = len(slots), store.schema
     if name not in schema.fields and name not in schema.meta_fields:
         raise InvalidDataError(f"unknown field {name!r}: the store's fields are {sorted(schema.fields)} "
@@ -55,10 +56,10 @@ def _field_writes(store: EpisodeStore, name: str, value: Any, slots, lengths, st
     if not is_step:
         rows = coerce(spec, array, (n,) if extra == 1 else (), kind="meta field")
         rows = np.ascontiguousarray(np.broadcast_to(rows, (n, *spec.shape)))
-        def write(slot, row):
+        def write_meta(slot: int, row: np.ndarray) -> None:
             return store.update_meta(name, slot, row)
-        return [(write, int(slot), row[None]) for slot, row in zip(slots, rows)]
-    def write(start, block):
+        return [(write_meta, int(slot), row[None]) for slot, row in zip(slots, rows)]
+    def write(start: int, block: np.ndarray) -> None:
         return store.update_rows(name, start, block)
     if extra <= 0:  # one value for every step of every selected episode
         row = coerce(spec, array)
@@ -88,8 +89,7 @@ def _resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.nd
         keep = named[table.slots]
         return table.slots[keep], table.length[keep], table.start[keep]
     empty = isinstance(indices, (list, tuple)) and not indices  # np.asarray([]) is float64: say what it is
-    slots = None if empty else validate_index(indices, max_episodes, "episode indices")
-    if empty or not slots.size:
+    if empty or not (slots := validate_index(indices, max_episodes, "episode indices")).size:
         raise OptionError(f"episode indices are empty (got {short(indices)}): update needs at least one "
                                f"episode; pass None to update every live episode")
     where = np.full(max_episodes, -1, dtype=np.int64)

@@ -3,7 +3,7 @@ as ``core/writer.py``'s writers are; each env's episode commits on its own end f
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from ..errors import InvalidDataError, OptionError
 from .convert import as_array, coerce
 from .options import check_end, integer, validate_index
 from .schema import FieldSpec
-from .store import EpisodeStore
+from .store import EpisodeStore, PendingEpisode
 from .writer import StagingBuffer, _check_staging_memory, _coerce_steps, _too_long, _unknown
 
 __all__ = ["VectorEpisodeWriter"]
@@ -48,7 +48,8 @@ class VectorEpisodeWriter:
     @property
     def lengths(self) -> np.ndarray:
         """Steps stored so far in each env's current episode."""
-        return self.staging.lengths.copy()
+        lengths: np.ndarray = self.staging.lengths.copy()
+        return lengths
 
     def set_meta(self, **meta: Any) -> None:
         """Meta values for each env's current and later episodes: one value for all, or one per env."""
@@ -120,10 +121,11 @@ class VectorEpisodeWriter:
             segments.append(self._pending(env, None, {name: value for name, value in values.items()}, None))
         slots = self.target.commit(segments)
         self.staging.lengths[envs] = 0
-        self._continues[envs] = [segment.id for segment in segments]
+        self._continues[envs] = cast("list[int]", [segment.id for segment in segments])  # (set by the commit)
         return slots
 
-    def _pending(self, env, end: str | None, finals: dict | None, given: np.ndarray | None):
+    def _pending(self, env: int | np.integer, end: str | None, finals: dict[str, np.ndarray] | None,
+                 given: np.ndarray | None) -> PendingEpisode:
         """Env ``env``'s staged episode, ready to commit: its end, its final row if one was given, its meta."""
         row = None if finals is None or not (given is None or given[env]) else {
             name: value[env] for name, value in finals.items()}
@@ -157,7 +159,8 @@ class VectorEpisodeWriter:
         if not nones:
             return out, np.ones(self.num_envs, dtype=bool)
         none = np.array([nones.get(name, np.zeros(self.num_envs, dtype=bool)) for name in out])  # (fields, envs)
-        mixed = done[(none.any(0) & ~none.all(0))[done]]
+        some, every = cast(np.ndarray, none.any(0)), cast(np.ndarray, none.all(0))  # per env (none is 2-d)
+        mixed = done[(some & ~every)[done]]
         if mixed.size:  # a partial final observation: refused, never completed with defaults
             env, names = int(mixed[0]), list(out)
             missing = [name for i, name in enumerate(names) if none[i, env]]
@@ -166,7 +169,7 @@ class VectorEpisodeWriter:
                 f"final {missing[0]!r} is None for env {env}, which ended, while final {present[0]!r} holds its "
                 f"final observation: give every field of final for an env that ended, or None in all of them "
                 f"(it then commits without a final observation)")
-        return out, ~none.all(0)
+        return out, ~every
 
     def commit_all(self, end: str | None = None, *, envs: Any = None,
                    final: Mapping[str, Any] | None = None) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 import numpy as np
 
@@ -26,10 +26,10 @@ from .store import EpisodeStore, PendingEpisode
 
 __all__ = ["EpisodeWriter", "StagingBuffer", "whole_episode", "segments", "coerce_meta"]
 
-def _unknown(names, known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
-    names = sorted(names)
-    return InvalidDataError(f"unknown {kind} {names}: the store's {kind}s are {sorted(known)}"
-                            f"{did_you_mean(names, known)}")
+def _unknown(names: Iterable[str], known: Mapping[str, FieldSpec], kind: str) -> InvalidDataError:
+    ordered = sorted(names)
+    return InvalidDataError(f"unknown {kind} {ordered}: the store's {kind}s are {sorted(known)}"
+                            f"{did_you_mean(ordered, known)}")
 
 
 def _check_final(final: Any) -> Mapping[str, Any] | None:
@@ -58,7 +58,7 @@ def _coerce_steps(schema: Schema, steps: Mapping[str, Any], lead: tuple[int, ...
     return {name: coerce(schema.fields[name], value, lead) for name, value in steps.items()}
 
 
-def _exact_scalar_check(spec: FieldSpec):
+def _exact_scalar_check(spec: FieldSpec) -> Callable[[Any], bool]:
     """A cheap test that a Python scalar fits a scalar field as it is (else the full ``coerce`` runs)."""
     if spec.shape != ():
         return lambda value: False
@@ -117,7 +117,7 @@ class StagingBuffer:
         self.rows = grown
         return True
 
-    def put(self, values: Mapping[str, np.ndarray], envs, rows) -> None:
+    def put(self, values: Mapping[str, np.ndarray], envs: int | np.ndarray, rows: int | np.ndarray) -> None:
         """Write one row per env (values already coerced); fields not given take their default."""
         self.ensure(int(np.max(rows, initial=-1)) + 1)
         for name, array in self.arrays.items():
@@ -223,7 +223,7 @@ class EpisodeWriter:
         segment = self.staging.pending(0, end=None, final=first, meta=meta)
         segment.continues = self._continues
         self.target.commit([segment])
-        self._continues, self._t = segment.id, 0
+        self._continues, self._t = cast(int, segment.id), 0  # (set by the commit)
 
     def commit(self) -> int | None:
         """Commit the episode; returns its slot, or None for an empty episode (nothing is stored)."""
