@@ -10,7 +10,7 @@ import typing as _typing
 
 from . import _forks  # noqa: F401 - marks forked children from here on (views.gather reads the mark)
 from . import errors
-from .buffer import EpisodeMeta, ReplayBuffer
+from .buffer import EpisodeMeta
 from .core.episodes import Episode, EpisodeList
 from .sharing.card import DatasetCard, add_provenance, read_card, update_card, write_card
 from .sharing.checksums import check_manifest, write_manifest
@@ -26,6 +26,7 @@ from .sharing.stats import FieldStats, StoreStats
 from .core.store import EpisodeStore
 from .sharing.verify import VerifyReport, verify
 from .core.vector import VectorEpisodeWriter
+from .compat import ReplayBuffer  # 0.2.3's drop-in: the native memmap_replay.buffer.ReplayBuffer + its methods
 from .compat.h5 import ReplayBufferH5PY
 from .compat.video import frames_to_sheet, to_uint8, trajectory_to_video
 

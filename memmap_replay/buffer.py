@@ -1,12 +1,14 @@
-"""ReplayBuffer: the seed-compatible front door over an EpisodeStore and its episode writers.
+"""ReplayBuffer: the native front door over an EpisodeStore and its episode writers.
 
-``from memmap_replay import ReplayBuffer`` replaces ``from memmap_replay_buffer import ReplayBuffer``.
-The rest of memmap-replay-buffer 0.2.3's surface (its flat loop, ``store_batch`` outside
-``batched_episode``, ``store_datapoint`` and siblings, ``data``/``meta_data``, the image helpers) is the
-``LegacyBufferAPI`` mixin (``memmap_replay.compat.buffer_api``). Differences from 0.2.3, on purpose: opening an
-existing folder never wipes it unless ``overwrite=True``; an exception inside ``one_episode`` discards that
-episode; an episode is stored when it commits (a crash or ``close()`` loses only the open one); ``store``
-returns nothing; ``len(buffer)`` and ``episode_lens`` count committed episodes only.
+This module's ``ReplayBuffer`` is the native facade: episodes are written inside ``one_episode`` /
+``begin_episode`` ... ``end_episode``, ``batched_episode`` or ``store_episode``. ``from memmap_replay import
+ReplayBuffer`` gives its subclass ``memmap_replay.compat.ReplayBuffer``, the drop-in for
+``from memmap_replay_buffer import ReplayBuffer``: the same buffer plus the rest of memmap-replay-buffer 0.2.3's
+surface (its flat loop, ``store_batch`` outside ``batched_episode``, ``store_datapoint`` and siblings,
+``data``/``meta_data``, the image helpers, its constructor's ``flush_every_store_step``). Differences from 0.2.3,
+on purpose: opening an existing folder never wipes it unless ``overwrite=True``; an exception inside
+``one_episode`` discards that episode; an episode is stored when it commits (a crash or ``close()`` loses only the
+open one); ``store`` returns nothing; ``len(buffer)`` and ``episode_lens`` count committed episodes only.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from .core.options import choice, flag, positive_int
 from .core.update import plan_update
 from .core.vector import VectorEpisodeWriter
 from .core.writer import EpisodeWriter, StagingBuffer, segments, whole_episode
-from .compat.buffer_api import LegacyBufferAPI
 
 LONG_EPISODES = ("error", "split")
 
@@ -45,12 +46,12 @@ class EpisodeMeta(dict):
         self._writer.set_end(end, final)
 
 
-class ReplayBuffer(LegacyBufferAPI):
-    """A folder of memory-mapped episodes. See the README for the full tour.
+class ReplayBuffer:
+    """A folder of memory-mapped episodes (the native facade; ``memmap_replay.ReplayBuffer`` adds 0.2.3's methods).
 
     ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
     overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True,
-    long_episodes='error', flush_every_store_step=1)``
+    long_episodes='error')``
 
     - ``fields``/``meta_fields``: name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``.
     - ``max_steps``: row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with
@@ -63,16 +64,13 @@ class ReplayBuffer(LegacyBufferAPI):
     - ``long_episodes``: what a step past ``max_timesteps`` does: ``'error'`` (the default: an
       ``InvalidDataError``), or ``'split'``: the episode goes on in a new segment linked to the one before
       (continuing tasks; ``Episode.continues``, ``buffer.episodes(join_segments=True)``).
-    - ``flush_every_store_step``: 0.2.3's, accepted; episodes are written when they commit.
     """
 
     def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
                  fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
                  circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
                  max_steps: int | None = None, durable: bool = False, track_stats: bool = True,
-                 long_episodes: str = "error", flush_every_store_step: int = 1, _store: EpisodeStore | None = None,
-                 **extra_config: Any):
-        self._legacy_options(flush_every_store_step, extra_config)
+                 long_episodes: str = "error", _store: EpisodeStore | None = None):
         for name, value in (("overwrite", overwrite), ("read_only", read_only), ("durable", durable),
                             ("track_stats", track_stats)):
             flag(value, name)
@@ -200,16 +198,14 @@ class ReplayBuffer(LegacyBufferAPI):
     def _split(self) -> bool:
         return self.long_episodes == "split"
 
-    def _check_idle(self, action: str, *, flat_ok: bool = False) -> None:
-        """Refuse ``action`` while an episode is open (``flat_ok``: unless it is 0.2.3's flat loop's)."""
+    def _check_idle(self, action: str, *, leaves_open: bool = False) -> None:
+        """Refuse ``action`` while an episode is open. ``leaves_open``: the action leaves an open episode as it is
+        (update, grow); refused here all the same, the 0.2.3 subclass allows it beside its flat loop's episode."""
         self._store.require_writable(action)
-        self._drop_pristine()
-        if flat_ok and self._vector is None and (self._implicit or self._episode is None):
-            return
-        if self._episode is not None or self._vector is not None or self._flat is not None:
+        if self._episode is not None or self._vector is not None:
             raise EpisodeStateError(
                 f"cannot {action} while an episode is open; finish the current one_episode/batched_episode "
-                f"block (or call advance_episode()) first"
+                f"block (or call end_episode()) first"
             )
 
     def _staging_for_one(self) -> StagingBuffer:
@@ -218,10 +214,9 @@ class ReplayBuffer(LegacyBufferAPI):
         return self._staging
 
     def begin_episode(self, **meta: Any) -> EpisodeMeta:
-        """Open an episode without a ``with`` block; ``advance_episode()`` commits it."""
+        """Open an episode without a ``with`` block; ``end_episode()`` commits it."""
         self._check_idle("begin an episode")
-        self._episode, self._implicit = EpisodeWriter(self._store, self._staging_for_one(), meta,
-                                                      split=self._split), False
+        self._episode = EpisodeWriter(self._store, self._staging_for_one(), meta, split=self._split)
         return EpisodeMeta(self._episode)
 
     @contextmanager
@@ -240,9 +235,16 @@ class ReplayBuffer(LegacyBufferAPI):
         writer.commit()
 
     def store(self, **step: Any) -> None:
-        """Append one timestep to the open episode; fields not given take their default. With none open, it
-        opens one (0.2.3's flat loop: ``advance_episode()`` commits it); ``one_episode`` is the safer way."""
-        (self._episode or self._open_implicit()).store(step)
+        """Append one timestep to the open episode (``one_episode`` or ``begin_episode``); fields not given take
+        their default."""
+        episode = self._episode
+        if episode is None:
+            raise EpisodeStateError(
+                "store() needs an open episode of its own, and batched episodes are open: inside batched_episode use "
+                "store_batch" if self._vector is not None else
+                "store() needs an open episode: `with buffer.one_episode(): buffer.store(...)`, or begin_episode() ... "
+                "end_episode() (memmap_replay.ReplayBuffer, 0.2.3's drop-in, opens one itself: its flat loop)")
+        episode.store(step)
 
     def set_episode_end(self, end: str | None, final: Mapping[str, Any] | None = None) -> None:
         """How the open episode ended: 'terminated' (no bootstrap) or 'truncated' (time limit), and
@@ -296,6 +298,20 @@ class ReplayBuffer(LegacyBufferAPI):
         writer, self._vector = self._vector, None
         writer.commit_all()
 
+    def store_batch(self, **steps: Any) -> None:
+        """One timestep for each episode of the open ``batched_episode`` block (values with a leading batch axis)."""
+        self._batch("store_batch").store(**steps)
+
+    def store_meta_batch(self, **meta: Any) -> None:
+        """Meta values, one per episode of the open ``batched_episode`` block."""
+        self._batch("store_meta_batch").set_meta(**meta)
+
+    def _batch(self, action: str) -> VectorEpisodeWriter:
+        if self._vector is None:
+            raise EpisodeStateError(f"{action}() needs an open batched_episode block: `with "
+                                    f"buffer.batched_episode(n): buffer.{action}(...)`")
+        return self._vector
+
     def update(self, indices: Any = None, **data: Any) -> None:
         """Overwrite stored data of committed episodes in place (not crash-atomic).
 
@@ -303,9 +319,9 @@ class ReplayBuffer(LegacyBufferAPI):
         take (len(indices), T, *shape) values (T up to the shortest selected episode's length), or one
         value (scalar or one row) for every step; meta fields take (len(indices), *shape) or one value.
         With one int index (the seed package's form) values come without the episode axis. Every value
-        is checked before anything is written. Refused inside one_episode/batched_episode; allowed while
-        0.2.3's flat loop has an episode open (which it leaves as it is)."""
-        self._check_idle("update", flat_ok=True)
+        is checked before anything is written. Refused while an episode is open (0.2.3's flat loop, in
+        ``memmap_replay.ReplayBuffer``, keeps its open episode as it is)."""
+        self._check_idle("update", leaves_open=True)
         for write, position, rows in plan_update(self._store, indices, data):
             write(position, rows)
 
@@ -315,10 +331,10 @@ class ReplayBuffer(LegacyBufferAPI):
         slots, more rows, longer episodes, or ``circular=True`` to turn it into a ring. Values never shrink,
         and a ring stays a ring. Crash-safe: killed at any point, the folder reopens with every committed
         episode, with the old capacity or the new one. Episode ids stay; slots (``live_episodes``) may move.
-        Samplers and datasets made before keep the old capacity: make new ones. Returns the buffer. The flat
-        loop's open episode (``store`` ... ``advance_episode``, or ``store_batch``'s) stays open, so that a full
-        buffer can grow and then take it; any other open episode must end first."""
-        self._check_idle("grow the store", flat_ok=True)
+        Samplers and datasets made before keep the old capacity: make new ones. Returns the buffer. An open
+        episode must end first (but 0.2.3's flat loop's, in ``memmap_replay.ReplayBuffer``: it stays open, so that
+        a full buffer can grow and then take it)."""
+        self._check_idle("grow the store", leaves_open=True)
         self._store.grow(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps,
                          circular=circular)
         self._staging = None  # sized by max_timesteps
@@ -337,7 +353,7 @@ class ReplayBuffer(LegacyBufferAPI):
 
     def close(self) -> None:
         """Release the files and the writer lock; an open episode is discarded."""
-        self._episode = self._vector = self._flat = None
+        self._episode = self._vector = None
         self._store.close()
 
     def __enter__(self) -> "ReplayBuffer":

@@ -152,3 +152,64 @@ def test_update_with_one_index_and_slices_seed_style(make_buffer):
     assert data["reward"][0].tolist() == [0] * 5 and data["reward"][2].tolist() == [0.5] * 5
     assert data["action"][1].tolist() == [[1, 1]] * 5
     assert data["task_id"].tolist() == [3, 3, 3]
+
+
+# ---- the native facade (memmap_replay.buffer.ReplayBuffer; memmap_replay.ReplayBuffer adds 0.2.3's methods) ----
+
+
+@pytest.fixture
+def native(tmp_path):
+    from memmap_replay.buffer import ReplayBuffer as Native
+
+    buffer = Native(tmp_path / "native", max_episodes=6, max_timesteps=5, fields=dict(obs="float", action="int"),
+                    meta_fields=dict(task="int"))
+    yield buffer
+    buffer.close()
+
+
+def test_the_native_buffer_writes_every_way_but_the_flat_loop(native):
+    with native.one_episode(task=1):
+        native.store(obs=1.0, action=1)
+    native.begin_episode(task=2)
+    native.store(obs=2.0, action=2)
+    native.end_episode("terminated")
+    with native.batched_episode(2, task=[3, 4]):
+        native.store_batch(obs=np.array([3.0, 4.0]), action=np.array([3, 4]))
+        native.store_meta_batch(task=np.array([5, 6]))
+    native.store_episode(obs=np.arange(2.0), action=np.arange(2), task=7)
+    native.update(0, obs=9.0)
+    assert native.grow(max_episodes=8) is native
+    episodes = native.episodes()
+    assert [float(episode["obs"][0]) for episode in episodes] == [9.0, 2.0, 3.0, 4.0, 0.0]
+    assert [int(episode.meta["task"]) for episode in episodes] == [1, 2, 5, 6, 7]
+    assert [episode.end for episode in episodes][:2] == [None, "terminated"]
+
+
+def test_the_native_buffer_refuses_the_flat_loop_and_writes_nothing(native):
+    from memmap_replay import EpisodeStateError
+
+    with pytest.raises(EpisodeStateError, match=r"store\(\) needs an open episode: `with buffer\.one_episode\(\)"):
+        native.store(obs=1.0)
+    with pytest.raises(EpisodeStateError, match=r"store_batch\(\) needs an open batched_episode block"):
+        native.store_batch(obs=np.zeros(2))
+    with pytest.raises(EpisodeStateError, match=r"store_meta_batch\(\) needs an open batched_episode block"):
+        native.store_meta_batch(task=np.zeros(2, dtype=int))
+    with native.batched_episode(2):
+        with pytest.raises(EpisodeStateError, match=r"store\(\) needs an open episode of its own.*store_batch"):
+            native.store(obs=1.0)
+        native.store_batch(obs=np.zeros(2), action=np.zeros(2, dtype=int))
+    native.begin_episode()
+    for action in (lambda: native.update(0, obs=1.0), lambda: native.grow(max_episodes=9), native.clear):
+        with pytest.raises(EpisodeStateError, match=r"while an episode is open.*or call end_episode\(\)\) first"):
+            action()
+    assert native.end_episode() is None  # (an episode of no step is not stored)
+    assert native.num_episodes == 2 and native.max_episodes == 6
+    assert not hasattr(native, "advance_episode") and not hasattr(native, "flush_every_store_step")
+
+
+def test_the_native_constructor_has_no_0_2_3_keywords(tmp_path):
+    from memmap_replay.buffer import ReplayBuffer as Native
+
+    with pytest.raises(TypeError, match="flush_every_store_step"):
+        Native(tmp_path / "s", 2, 3, dict(obs="float"), flush_every_store_step=1)
+    assert not (tmp_path / "s").exists()

@@ -1,8 +1,12 @@
-"""The rest of memmap-replay-buffer 0.2.3's ``ReplayBuffer``, mixed into ours (``LegacyBufferAPI``).
+"""memmap-replay-buffer 0.2.3's ``ReplayBuffer``: the native facade (``memmap_replay.buffer.ReplayBuffer``) plus
+the rest of 0.2.3's surface, as a subclass. ``from memmap_replay import ReplayBuffer`` (and
+``memmap_replay.compat.ReplayBuffer``) is this class, the drop-in for ``from memmap_replay_buffer import
+ReplayBuffer``; the native class knows nothing of it.
 
-What is here: its flat loop (``store`` with no episode open starts one, ``advance_episode()`` commits it;
-``store_batch`` / ``store_meta_batch`` outside ``batched_episode`` write one timestep of parallel
-episodes, ``advance_episode(batch_size)`` commits them), ``store_datapoint`` and its three siblings,
+What is here: its constructor's ``flush_every_store_step`` (and ``**extra_config``, refused by name); its flat
+loop (``store`` with no episode open starts one, ``advance_episode()`` commits it; ``store_batch`` /
+``store_meta_batch`` outside ``batched_episode`` write one timestep of parallel episodes,
+``advance_episode(batch_size)`` commits them), ``store_datapoint`` and its three siblings,
 ``timestep_index`` / ``is_new_episode``, ``reset_``, the per-field ``data`` / ``meta_data`` indexers
 (``compat.arrays``), its description attributes (``shapes``, ``dtypes``, ``defaults`` and their ``meta_``
 forms), its image helpers (``image_fields``, ``default_image_field``, ``episode_frames``, ``save_video``)
@@ -15,21 +19,24 @@ methods. The episode being written will take slot ``episode_index`` (the next on
 
 from __future__ import annotations
 
-import importlib
+import inspect
 from collections import namedtuple
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from ..buffer import EpisodeMeta
+from ..buffer import ReplayBuffer as NativeReplayBuffer
 from ..core.convert import as_array, coerce
 from ..core.options import check_end, did_you_mean, integer, short
+from ..core.store import EpisodeStore
 from ..core.writer import EpisodeWriter, coerce_meta, segments
 from ..errors import BufferFullError, EpisodeStateError, InvalidDataError, OptionError
 from .arrays import EpisodeArrays
 from .flat import FlatBatch
 
-__all__ = ["LegacyBufferAPI"]
+__all__ = ["ReplayBuffer"]
 
 _ADVANCE_FIRST = "commit them with advance_episode(batch_size) first"
 
@@ -41,11 +48,16 @@ def _per_field(meta: bool, what) -> property:
     return property(get)
 
 
-class LegacyBufferAPI:
-    """0.2.3's methods and attributes; ``ReplayBuffer`` provides ``_store``, ``_episode`` (one open episode),
-    ``_vector`` (a ``batched_episode`` block), ``schema``, ``episode_index`` and the episode methods."""
+class ReplayBuffer(NativeReplayBuffer):
+    """A folder of memory-mapped episodes, with memmap-replay-buffer 0.2.3's methods (this module's docstring).
 
-    _episode: EpisodeWriter | None
+    ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
+    overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True,
+    long_episodes='error', flush_every_store_step=1)``: the native ``memmap_replay.buffer.ReplayBuffer``'s
+    options (its docstring says what each does), and 0.2.3's ``flush_every_store_step``, accepted (steps are
+    staged in RAM and each episode is written when it commits). 0.2.3's other keywords (its
+    ``**extra_config``) are refused, each by name: this store keeps no free-form config."""
+
     _flat: FlatBatch | None = None   # store_batch's episodes outside batched_episode
     _implicit = False                # _episode was opened by store() or advance_episode(), not begin_episode
     _next_t = 0                      # timestep_index set while no episode was open
@@ -53,18 +65,54 @@ class LegacyBufferAPI:
     internal_meta_fieldnames = frozenset({"episode_lens"})  # the meta_data entry that is no meta field
     flush_every_store_step = 1
 
-    def _legacy_options(self, flush_every_store_step: Any, extra_config: Mapping[str, Any]) -> None:
-        """0.2.3's ``flush_every_store_step`` is accepted (steps are staged in RAM and each episode is written
-        when it commits); its ``**extra_config`` is refused: this store keeps no free-form config."""
+    def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
+                 fields: Mapping[str, Any] | None = None, meta_fields: Mapping[str, Any] | None = None,
+                 circular: bool = False, overwrite: bool = False, read_only: bool = False, *,
+                 max_steps: int | None = None, durable: bool = False, track_stats: bool = True,
+                 long_episodes: str = "error", flush_every_store_step: int = 1, _store: EpisodeStore | None = None,
+                 **extra_config: Any):
         self.flush_every_store_step = integer(flush_every_store_step, "flush_every_store_step", low=0)
         if extra_config:
-            known = ["max_episodes", "max_timesteps", "fields", "meta_fields", "circular", "overwrite", "read_only",
-                     "max_steps", "durable", "track_stats", "long_episodes", "flush_every_store_step"]
+            known = [name for name in inspect.signature(ReplayBuffer).parameters
+                     if name not in ("folder", "extra_config") and not name.startswith("_")]
             names = sorted(extra_config)
             raise OptionError(f"unknown keyword {names} for ReplayBuffer; it takes "
                               f"{known}{did_you_mean(names, known)}. memmap-replay-buffer 0.2.3 kept extra keywords in "
                               f"its pickled config: keep such values in the dataset card "
                               f"(memmap_replay.update_card(folder, ...)) or in meta fields")
+        super().__init__(folder, max_episodes, max_timesteps, fields, meta_fields, circular, overwrite, read_only,
+                         max_steps=max_steps, durable=durable, track_stats=track_stats, long_episodes=long_episodes,
+                         _store=_store)
+
+    # ---- the native episode methods, with the flat loop's open episodes ------------------------------------
+
+    def _check_idle(self, action: str, *, leaves_open: bool = False) -> None:
+        """Refuse ``action`` while an episode is open (``leaves_open``: unless it is the flat loop's)."""
+        self._store.require_writable(action)
+        self._drop_pristine()
+        if leaves_open and self._vector is None and (self._implicit or self._episode is None):
+            return
+        if self._episode is not None or self._vector is not None or self._flat is not None:
+            raise EpisodeStateError(
+                f"cannot {action} while an episode is open; finish the current one_episode/batched_episode "
+                f"block (or call advance_episode()) first"
+            )
+
+    def begin_episode(self, **meta: Any) -> EpisodeMeta:
+        """Open an episode without a ``with`` block; ``end_episode()`` (or ``advance_episode()``) commits it."""
+        handle = super().begin_episode(**meta)
+        self._implicit = False
+        return handle
+
+    def store(self, **step: Any) -> None:
+        """Append one timestep to the open episode; fields not given take their default. With none open, it
+        opens one (0.2.3's flat loop: ``advance_episode()`` commits it); ``one_episode`` is the safer way."""
+        (self._episode or self._open_implicit()).store(step)
+
+    def close(self) -> None:
+        """Release the files and the writer lock; open episodes (the flat loop's too) are discarded."""
+        self._flat = None
+        super().close()
 
     # ---- 0.2.3's description attributes ------------------------------------------------------------------
 
@@ -308,7 +356,7 @@ class LegacyBufferAPI:
         """Where ``store_datapoint``'s value goes: (open writer or None, env, row or start + t, coerced value)."""
         slot = integer(episode_index, "episode_index", low=0, high=self.max_episodes - 1)
         specs = self.schema.meta_fields if meta else self.schema.fields
-        if name not in specs:
+        if not isinstance(name, str) or name not in specs:
             raise InvalidDataError(f"unknown {'meta field' if meta else 'field'} {short(name)}: the store's "
                                    f"{'meta fields' if meta else 'fields'} are {sorted(specs)}"
                                    f"{did_you_mean([name], specs) if isinstance(name, str) else ''}")
@@ -430,11 +478,10 @@ class LegacyBufferAPI:
     def create_collector(self, num_groups: int, fieldnames: Any = None, meta_fieldnames: Any = None,
                          **collector_kwargs: Any):
         """0.2.3's ``EpisodeCollector`` over this buffer (collect a group-batched rollout, then store it)."""
-        package = importlib.import_module(__name__.split(".")[0])  # the collector is a layer above the buffer
-        collector = getattr(package, "EpisodeCollector", None)
-        if collector is None:
-            raise OptionError("create_collector needs memmap_replay.EpisodeCollector, which this build lacks")
-        return collector(self, num_groups, fieldnames=fieldnames, meta_fieldnames=meta_fieldnames, **collector_kwargs)
+        from .collector import EpisodeCollector  # (torch: imported on first use)
+
+        return EpisodeCollector(self, num_groups, fieldnames=fieldnames, meta_fieldnames=meta_fieldnames,
+                                **collector_kwargs)
 
     create_rollout_collector = create_collector
 

@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..buffer import ReplayBuffer
 from ..core.options import integer, short
 from ..core.writer import segments, whole_episode
 from ..errors import InvalidDataError, OptionError, UnsupportedFormatError
+from .buffer_api import ReplayBuffer
 
 __all__ = ["ReplayBufferH5PY"]
 

@@ -523,3 +523,51 @@ def test_read_only_on_a_missing_or_empty_folder_creates_nothing(tmp_path):
     with pytest.raises(StoreNotFoundError, match=r"no store at"):
         ReplayBuffer.from_folder(tmp_path / "empty", read_only=True)
     assert not (tmp_path / "missing").exists() and not any((tmp_path / "empty").iterdir())
+
+
+# ---- the layer: 0.2.3's ReplayBuffer is a subclass of the native one ----------------------------------------
+
+
+def test_the_0_2_3_buffer_is_the_native_one_plus_its_methods():
+    from memmap_replay.buffer import ReplayBuffer as Native
+
+    assert ReplayBuffer is memmap_replay.compat.ReplayBuffer and issubclass(ReplayBuffer, Native)
+    assert ReplayBuffer is not Native and memmap_replay.ReplayBufferH5PY.__mro__[1] is ReplayBuffer
+    legacy = ("advance_episode", "store_datapoint", "store_meta_datapoint", "store_batch_datapoint",
+              "store_batch_meta_datapoint", "timestep_index", "is_new_episode", "reset_", "data", "meta_data",
+              "episode_index", "shapes", "meta_defaults", "memory_namedtuple", "image_fields", "episode_frames",
+              "save_video", "create_collector", "flush_every_store_step")
+    assert [name for name in legacy if not hasattr(ReplayBuffer, name)] == []
+    assert [name for name in legacy if hasattr(Native, name)] == []
+
+
+def test_the_0_2_3_constructor_takes_the_native_options_and_flush_every_store_step():
+    import inspect
+
+    from memmap_replay.buffer import ReplayBuffer as Native
+
+    native = list(inspect.signature(Native).parameters.values())
+    ours = list(inspect.signature(ReplayBuffer).parameters.values())
+    assert ours[:-3] == native[:-1]  # every native option, in its place, with its default
+    assert [(p.name, p.default) for p in ours[-3:]] == [("flush_every_store_step", 1), ("_store", None),
+                                                          ("extra_config", inspect.Parameter.empty)]
+
+
+def test_from_folder_gives_the_class_it_is_called_on(buf):
+    from memmap_replay.buffer import ReplayBuffer as Native
+
+    buf.store_episode(reward=np.arange(3.0), task=1)
+    buf.close()
+    with ReplayBuffer.from_folder(buf.folder) as again:
+        assert type(again) is ReplayBuffer and again.data["reward"][0, :3].tolist() == [0.0, 1.0, 2.0]
+    with Native.from_folder(buf.folder, read_only=True) as native:
+        assert type(native) is Native and native.num_episodes == 1
+
+
+@pytest.mark.parametrize("name", [[], {}, None, 3])
+def test_store_datapoint_with_a_name_that_is_no_string_names_the_fields(buf, name):
+    buf.store_episode(reward=np.arange(3.0), task=1)
+    with pytest.raises(InvalidDataError, match=r"unknown field .*: the store's fields are \['action', 'reward', "):
+        buf.store_datapoint(0, 0, name, 1.0)
+    with pytest.raises(InvalidDataError, match=r"unknown meta field .*: the store's meta fields are "):
+        buf.store_meta_datapoint(0, name, 1.0)
