@@ -24,9 +24,9 @@ def sampler_class(kind: Any) -> type[ReplaySampler]:
     return cls
 
 
-def sampler_options(cls: type[ReplaySampler], options: dict) -> tuple[dict, set[str]]:
+def sampler_options(cls: type[ReplaySampler], options: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """The options ``cls`` takes, popped from ``options`` (what is left is the view's), and every keyword it takes."""
-    accepted = set()
+    accepted: set[str] = set()
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
         if issubclass(klass, ReplaySampler) and init is not None:

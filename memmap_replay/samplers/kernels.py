@@ -39,8 +39,7 @@ def compiled() -> SimpleNamespace | None:
 
 def name() -> str:
     """'numba' or 'numpy': which code runs the kernels (choosing them if nothing did yet)."""
-    compiled()
-    return _name
+    return select() if _name is None else _name
 
 
 def select(choice: str | None = None) -> str:

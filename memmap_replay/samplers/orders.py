@@ -16,10 +16,15 @@ and smaller blocks approach the uniform order; ``block_window=1`` with ``block_s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import numpy as np
 
 from ..core.options import choice, integer
 from ..errors import OptionError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["EPOCH_ORDERS", "BLOCK_SIZE", "BLOCK_WINDOW", "BlockShuffle", "epoch_order_options"]
 
@@ -44,7 +49,8 @@ class BlockShuffle:
     only the groups of blocks that slice touches, so an epoch over billions of items costs memory for
     one group (``block_size * block_window`` items) and an array of block numbers."""
 
-    def __init__(self, size: int, entropy, *, block_size: int = BLOCK_SIZE, block_window: int = BLOCK_WINDOW):
+    def __init__(self, size: int, entropy: Sequence[int], *, block_size: int = BLOCK_SIZE,
+                 block_window: int = BLOCK_WINDOW):
         self.size, self.entropy = size, entropy
         self.block_size, self.block_window = block_size, block_window
         blocks = -(-size // block_size)
@@ -80,6 +86,6 @@ class BlockShuffle:
             parts.append(self.group(g)[max(start - begin, 0): stop - begin])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         out = self[0:self.size]
         return out if dtype is None else out.astype(dtype)

@@ -18,6 +18,7 @@ costs several microseconds: one compiled pass instead of about ten of them is wh
 from __future__ import annotations
 
 import numba
+import numpy as np
 from numba import types
 
 from .sumtree_numba import cached_njit, draw_into, right_of, set_into, weights_into
@@ -31,7 +32,9 @@ _F64, _F32 = types.Array(types.float64, 1, "C"), types.Array(types.float32, 1, "
 
 
 @numba.njit(cache=False, inline="always")
-def _locate(rows, ascending, starts, by_start, start, counts, ids, stride, episode, t, keys):
+def _locate(rows: np.ndarray, ascending: bool, starts: np.ndarray, by_start: np.ndarray, start: np.ndarray,
+            counts: np.ndarray, ids: np.ndarray, stride: int, episode: np.ndarray, t: np.ndarray,
+            keys: np.ndarray) -> int:
     """For each drawn row: ``episode`` = the table position of the episode with the last first row at or
     before it (``by_start[searchsorted(starts, row, 'right') - 1]``, -1 wrapping as numpy's index does),
     ``t`` = row - its first row, ``keys`` = id * stride + t. Returns how many have ``t`` outside
@@ -56,7 +59,8 @@ def _locate(rows, ascending, starts, by_start, start, counts, ids, stride, episo
 
 
 @cached_njit(types.int64(_IN_I64, _IN_I64, _IN_I64, _IN_I64, _IN_I64, _IN_I64, types.int64, _I64, _I64, _I64))
-def locate_rows(rows, starts, by_start, start, counts, ids, stride, episode, t, keys):
+def locate_rows(rows: np.ndarray, starts: np.ndarray, by_start: np.ndarray, start: np.ndarray, counts: np.ndarray,
+                ids: np.ndarray, stride: int, episode: np.ndarray, t: np.ndarray, keys: np.ndarray) -> int:
     """``_locate``, for the drawn rows that a sampler moved in Python (rare)."""
     return _locate(rows, False, starts, by_start, start, counts, ids, stride, episode, t, keys)
 
@@ -64,8 +68,10 @@ def locate_rows(rows, starts, by_start, start, counts, ids, stride, episode, t, 
 @cached_njit(types.UniTuple(types.int64, 2)(_IN_F64, types.int64, types.int64, _IN_F64, types.float64, _IN_I64,
                                            _IN_I64, _IN_I64, _IN_I64, _IN_I64, types.int64, _I64, _F64, _I64, _I64,
                                            _I64, _F32))
-def draw_positions(nodes, top, levels, uniform, beta, starts, by_start, start, counts, ids, stride,
-                   rows, found, episode, t, keys, weights):
+def draw_positions(nodes: np.ndarray, top: int, levels: int, uniform: np.ndarray, beta: float, starts: np.ndarray,
+                   by_start: np.ndarray, start: np.ndarray, counts: np.ndarray, ids: np.ndarray, stride: int,
+                   rows: np.ndarray, found: np.ndarray, episode: np.ndarray, t: np.ndarray, keys: np.ndarray,
+                   weights: np.ndarray) -> tuple[int, int]:
     """A prioritized sampler's whole draw in one call: the sum tree's stratified draw (``draw_into``), its
     rows located (``_locate``) and the importance weights (``weights_into``). Returns (strays, bad): -1
     strays if every priority is 0; with strays or bad draws the caller finishes in Python (the rows and
@@ -80,7 +86,7 @@ def draw_positions(nodes, top, levels, uniform, beta, starts, by_start, start, c
 
 
 @cached_njit(types.Tuple((types.boolean, types.float64))(_IN_I64, _IN_F64, types.float64))
-def checked_priorities(keys, priorities, limit):
+def checked_priorities(keys: np.ndarray, priorities: np.ndarray, limit: float) -> tuple[bool, float]:
     """(whether every key is >= 0 and every priority finite, >= 0 and at most ``limit``; the largest
     priority), in one pass: numpy's checks of ``update_priorities`` when all is well."""
     fine, highest = True, 0.0
@@ -94,7 +100,9 @@ def checked_priorities(keys, priorities, limit):
 
 @cached_njit(types.boolean(_IN_I64, types.int64, _IN_I64, _IN_I64, _IN_I64, types.int64, _IN_F64, _F64,
                             types.int64, types.int64, types.int64, _I64))
-def update_rows(keys, stride, ids, start, counts, committed, leaves, nodes, size, levels, capacity, rows):
+def update_rows(keys: np.ndarray, stride: int, ids: np.ndarray, start: np.ndarray, counts: np.ndarray,
+                committed: int, leaves: np.ndarray, nodes: np.ndarray, size: int, levels: int, capacity: int,
+                rows: np.ndarray) -> bool:
     """The store row of each key (id * stride + t, >= 0) into ``rows`` (its episode's first row + t), then
     the sum tree's leaves at those rows set to ``leaves`` (``set_into``). True when done: every id
     committed (below ``committed``) and in the table (``ids``, ascending), every t below its episode's

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStoreError, InvalidDataError, ReadOnlyError, SampleExpiredError, SchemaMismatchError
+from ..core.format import Capacity
 from ..core.index import EpisodeTable, PositionSource, Sample, position_rows
 from ..core.options import INT64_MAX, flag, integer, number, priorities_name
 from . import kernels
@@ -66,15 +67,15 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         super().__init__(view, **options)
         self.alpha = number(alpha, "alpha", low=0.0)
         self._schedule_beta(beta, beta_final, beta_steps)
-        self._capacity = capacity = view.store.capacity
+        self._capacity = capacity = self.view.store.capacity
         self.max_steps = capacity.max_steps
         self.max_raw = self._largest_raw()
         self.tree = SumTree(min(capacity.max_steps, _MIN_TREE))  # grows with the rows in use
         self.max_priority = 1.0
         self.dropped = 0  # priority updates dropped because their episode had been evicted
         chosen = None if persist is None else flag(persist, "persist")  # None: the store decides
-        persist = view.store.writable if chosen is None else chosen
-        if persist and not view.store.writable:
+        persist = self.view.store.writable if chosen is None else chosen
+        if persist and not self.view.store.writable:
             raise ReadOnlyError(f"persist=True keeps priorities in {view.folder}/priorities, but the store is open "
                                 f"read-only and a reader never writes its folder: leave persist out to start from "
                                 f"the stored priorities and keep updates in memory (persist=False: start afresh), "
@@ -85,10 +86,10 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         spec = {"view": view.position_spec(), "key_stride": view.key_stride}
         self.files = PriorityFiles(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec) \
             if persist else None
-        stored = None
+        stored: tuple[np.ndarray, np.ndarray] | None = None
         if self.files is not None:
             stored = self.files.values, self.files.owner
-        elif not view.store.writable and chosen is None:  # a reader: the stored ones, copied into memory
+        elif not self.view.store.writable and chosen is None:  # a reader: the stored ones, copied into memory
             stored = read_stored_priorities(view.folder, name, capacity.max_steps + 1, capacity.max_episodes, spec)
         self._load(stored)
 
@@ -131,7 +132,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
         if self.files is not None:
             self.files.values[-1] = priority
 
-    def _changed(self, old_table: EpisodeTable, old_positions) -> None:
+    def _changed(self, old_table: EpisodeTable, old_positions: Any) -> None:
         """Leaves of episodes gone from the table go to 0, then new ones enter at the largest priority. An
         episode is kept only if its whole entry (id, slot, start, length, end, final) is unchanged: if its
         rows were different (a snapshot that held them wrong), the old rows go and the new ones come. Its
@@ -155,7 +156,7 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             self._set(rows, np.full(len(rows), self.max_priority), table.select(new))
         self._sort_starts()
 
-    def _follow_grow(self, capacity) -> None:
+    def _follow_grow(self, capacity: Capacity) -> None:
         """The store was grown while this sampler was open: its files remapped to the new capacity (owner
         entries to their new slots, the values longer), its tree allowed the new rows."""
         if self.files is not None:
@@ -291,7 +292,8 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
             if where is None:
                 raise SampleExpiredError("an episode of this draw was evicted before its priorities were read (the "
                                          "ring writer moved on since the draw); draw again")
-            return self.tree.leaves[table.start[where] + t]
+            priorities: np.ndarray = self.tree.leaves[table.start[where] + t]
+            return priorities
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of drawn positions (a batch's ``_key``, and e.g. ``|td_error| + eps``).
@@ -405,19 +407,19 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
 
     # ---- state ---------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(max_priority=self.max_priority, dropped=self.dropped)
         return state
 
-    def _checked_state(self, state: dict) -> dict:
+    def _checked_state(self, state: dict[str, Any]) -> dict[str, Any]:
         values = super()._checked_state(state)
         values["max_priority"] = _optional(state, "max_priority", self.max_priority, number, low=0.0, low_open=True,
                                           high=self.max_raw)
         values["dropped"] = _optional(state, "dropped", 0, integer, low=0)
         return values
 
-    def _apply_state(self, values: dict) -> None:
+    def _apply_state(self, values: dict[str, Any]) -> None:
         super()._apply_state(values)
         self._raise_max(values["max_priority"])
         self.dropped = values["dropped"]
@@ -439,7 +441,8 @@ def as_numpy(values: Any) -> np.ndarray:
     """A numpy array of a tensor (on any device) or of anything numpy takes."""
     if hasattr(values, "detach"):
         try:
-            return values.numpy()  # a CPU tensor without grad: its memory, one call
+            array: np.ndarray = values.numpy()  # a CPU tensor without grad: its memory, one call
+            return array
         except (RuntimeError, TypeError):  # with grad, or on a device
             return np.asarray(values.detach().cpu().numpy())
     return np.asarray(values)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -32,12 +33,16 @@ from ..errors import (CorruptStoreError, DiskFullError, MissingFileError, Option
 from ..core.format import PRIORITIES_DIR, npy_header, read_npy_header
 from ..core.lock import WriterLock
 
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
 __all__ = ["PriorityFiles", "read_stored_priorities", "same_view", "remapped_owner"]
 
 _CHUNK = 1 << 20  # values copied at a time when a file is remapped (memory stays small whatever max_steps)
+_Remap = Callable[[IO[bytes], np.ndarray, int], None]  # writes a file of ``length`` entries from ``old``
 
 
-def same_view(stored, spec: dict) -> bool:
+def same_view(stored: Any, spec: dict[str, Any]) -> bool:
     """``stored`` (a ``<name>.json``) names the view of ``spec``: equal, up to the key stride (a grown
     ``max_timesteps``); the values are per row, which the stride does not change."""
     if stored == spec:
@@ -59,7 +64,7 @@ def remapped_owner(old: np.ndarray, slots: int) -> np.ndarray:
     return owner
 
 
-def _write_values(file, old: np.ndarray, length: int) -> None:
+def _write_values(file: IO[bytes], old: np.ndarray, length: int) -> None:
     """A values file of ``length`` entries from ``old`` (shorter): its rows, zeros, its largest priority last."""
     header = npy_header(np.dtype(np.float64), (length,))
     file.write(header)
@@ -71,7 +76,7 @@ def _write_values(file, old: np.ndarray, length: int) -> None:
     file.write(np.asarray(old[-1:], dtype=np.float64).data)
 
 
-def _write_owner(file, old: np.ndarray, length: int) -> None:
+def _write_owner(file: IO[bytes], old: np.ndarray, length: int) -> None:
     """An owner file of ``length`` slots from ``old`` (of another slot count)."""
     file.write(npy_header(np.dtype(np.int64), (length,)))
     file.write(remapped_owner(old, length).data)
@@ -82,7 +87,7 @@ class PriorityFiles:
     a lock of their own (one sampler per name at a time). Opened under the folder rules of ``folderio``:
     never through a link, never a special or shared file."""
 
-    def __init__(self, folder: Path, name: str, rows: int, slots: int, spec: dict):
+    def __init__(self, folder: Path, name: str, rows: int, slots: int, spec: dict[str, Any]):
         self.folder = folder = Path(folder)
         directory = folder / PRIORITIES_DIR
         try:
@@ -109,7 +114,7 @@ class PriorityFiles:
             self.lock.release()
             raise
 
-    def _check_spec(self, path: Path, spec: dict, name: str) -> None:
+    def _check_spec(self, path: Path, spec: dict[str, Any], name: str) -> None:
         """The priorities under a name belong to one kind of view: refuse another's."""
         try:
             stored = folderio.read_json(self.folder, path)
@@ -133,7 +138,7 @@ class PriorityFiles:
             folderio.remove(self.folder, stale)  # no record of their view: start afresh
         folderio.write_atomic(self.folder, path, json.dumps(spec).encode())
 
-    def _open(self, path: Path, dtype, length: int, fill, remap) -> tuple[np.ndarray, bool]:
+    def _open(self, path: Path, dtype: DTypeLike, length: int, fill: float, remap: _Remap) -> tuple[np.memmap, bool]:
         """The file's map, and whether it was made afresh; a shorter file (of the store before a grow) is
         first remapped to ``length`` entries by ``remap(file, old, length)``."""
         try:
@@ -170,7 +175,7 @@ class PriorityFiles:
             array[:] = fill
         return array, True
 
-    def _remap(self, path: Path, dtype, offset: int, count: int, length: int, remap) -> bool:
+    def _remap(self, path: Path, dtype: DTypeLike, offset: int, count: int, length: int, remap: _Remap) -> bool:
         """Replace the file of ``count`` entries at ``path`` by one of ``length`` (a new file beside, then
         ``os.replace``); False if it turns out damaged (shrunk since its header was read)."""
         fd = folderio.open_write(self.folder, path, os.O_RDONLY, doing="read")  # no link, no special file
@@ -182,7 +187,7 @@ class PriorityFiles:
             del old
         return True
 
-    def _replace(self, path: Path, old: np.ndarray, length: int, remap) -> None:
+    def _replace(self, path: Path, old: np.ndarray, length: int, remap: _Remap) -> None:
         try:
             folderio.write_atomic(self.folder, path, lambda file: remap(file, old, length), doing="remap")
         except DiskFullError as error:
@@ -194,7 +199,7 @@ class PriorityFiles:
         self.values = self._resized(self.values_path, self.values, rows, _write_values)
         self.owner = self._resized(self.owner_path, self.owner, slots, _write_owner)
 
-    def _resized(self, path: Path, array: np.ndarray, length: int, remap) -> np.ndarray:
+    def _resized(self, path: Path, array: np.memmap, length: int, remap: _Remap) -> np.memmap:
         """``array`` (the map of ``path``), or the map of ``path`` remapped to ``length`` entries."""
         array.flush()
         if len(array) == length:
@@ -204,7 +209,7 @@ class PriorityFiles:
                          len(npy_header(array.dtype, (length,))))
 
     @staticmethod
-    def _map(path: Path, fd: int, dtype, length: int, offset: int) -> np.ndarray:
+    def _map(path: Path, fd: int, dtype: DTypeLike, length: int, offset: int) -> np.memmap:
         """A writable map of ``length`` items after ``offset`` of the file open at ``fd`` (closed here)."""
         with os.fdopen(fd, "r+b") as file, folderio.errors_named(path, "map"):
             return np.memmap(file, dtype=dtype, mode="r+", offset=offset, shape=(length,))
@@ -215,7 +220,7 @@ class PriorityFiles:
         self.lock.release()
 
 
-def read_stored_priorities(folder: Path, name: str, rows: int, slots: int, spec: dict
+def read_stored_priorities(folder: Path, name: str, rows: int, slots: int, spec: dict[str, Any]
                            ) -> tuple[np.ndarray, np.ndarray] | None:
     """A read-only reader's view of ``priorities/<name>.npy`` and ``.owner.npy`` (values, owner): read-only
     maps, taken without the lock and writing nothing (the caller gathers the live rows from them, so memory

@@ -23,11 +23,16 @@ do the same floating-point operations in the same order: the same seed draws the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..errors import InvalidDataError, OptionError
 from ..core.options import integer, short
 from . import kernels
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["SumTree"]
 
@@ -82,7 +87,7 @@ class SumTree:
     def leaves(self) -> np.ndarray:
         return self.sums[self.size: self.size + self.capacity]
 
-    def update(self, indices, priorities) -> None:
+    def update(self, indices: ArrayLike, priorities: ArrayLike) -> None:
         """Set the priorities of leaves ``indices`` (if an index repeats, its last value wins)."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         priorities = np.asarray(priorities, dtype=np.float64)
@@ -133,7 +138,7 @@ class SumTree:
             np.minimum(both[:, 1], both[:, 3], out=mins)
             pairs[node] = written
 
-    def find(self, values) -> np.ndarray:
+    def find(self, values: ArrayLike) -> np.ndarray:
         """Leaf index for each value in [0, total): the leaf whose prefix-sum interval holds it.
         Leaves of priority 0 are never returned."""
         values = np.array(values, dtype=np.float64, copy=True).reshape(-1)

@@ -18,6 +18,8 @@ numpy's: its SIMD ``pow`` beats a compiled loop of scalar ones.)
 
 from __future__ import annotations
 
+from typing import Any, Callable, TypeVar
+
 import numba
 import numpy as np
 from numba import types
@@ -27,12 +29,13 @@ __all__ = ["draw", "find", "set_leaves"]
 _F64, _I64 = types.Array(types.float64, 1, "C"), types.Array(types.int64, 1, "C")  # arrays the kernels write
 _IN_F64 = types.Array(types.float64, 1, "C", readonly=True)  # arrays they only read (writable ones pass too)
 _IN_I64 = types.Array(types.int64, 1, "C", readonly=True)
+_Kernel = TypeVar("_Kernel", bound=Callable[..., Any])
 
 
-def cached_njit(signature):
+def cached_njit(signature: Any) -> Callable[[_Kernel], Any]:
     """numba's ``njit`` with its on-disk cache; without the cache when no cache directory is writable
     (numba refuses ``cache=True`` then: the kernels are compiled again in each process)."""
-    def wrap(function):
+    def wrap(function: _Kernel) -> Any:
         try:
             return numba.njit(signature, cache=True)(function)
         except RuntimeError:  # "cannot cache function ...: no locator available"
@@ -41,7 +44,7 @@ def cached_njit(signature):
 
 
 @numba.njit(cache=False, inline="always")
-def _cumulative(nodes, top):
+def _cumulative(nodes: np.ndarray, top: int) -> np.ndarray:
     """``np.cumsum`` of the top level's sums (nodes top .. 2 * top - 1), in the same order."""
     cumulative = np.empty(top)
     total = 0.0
@@ -52,7 +55,7 @@ def _cumulative(nodes, top):
 
 
 @numba.njit(cache=False, inline="always")
-def right_of(sorted_values, value):
+def right_of(sorted_values: np.ndarray, value: float) -> int:
     """``searchsorted(sorted_values, value, side="right")`` (a NaN value sorts last, as in numpy)."""
     low, high = 0, len(sorted_values)
     while low < high:
@@ -65,14 +68,14 @@ def right_of(sorted_values, value):
 
 
 @numba.njit(cache=False, inline="always")
-def _search(cumulative, values, rows):
+def _search(cumulative: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
     """``searchsorted(cumulative, values, side="right")`` into ``rows``."""
     for i in range(len(values)):
         rows[i] = right_of(cumulative, values[i])
 
 
 @numba.njit(cache=False, inline="always")
-def _merge(cumulative, values, rows):
+def _merge(cumulative: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
     """``_search`` of sorted ``values`` (a stratified draw's), in one walk along ``cumulative``: no
     mispredicted branch per level of a binary search."""
     top, at = len(cumulative), 0
@@ -84,7 +87,8 @@ def _merge(cumulative, values, rows):
 
 
 @numba.njit(cache=False, inline="always")
-def _descend(nodes, levels, cumulative, values, rows, found):
+def _descend(nodes: np.ndarray, levels: int, cumulative: np.ndarray, values: np.ndarray, rows: np.ndarray,
+             found: np.ndarray) -> int:
     """From ``rows`` (top-level positions, ``searchsorted`` of ``values``) down to the leaves: their leaf
     into ``rows``, its priority into ``found`` (``values`` consumed). Returns how many found a leaf of
     priority 0 (rounding at an interval's edge: the caller moves them)."""
@@ -114,7 +118,8 @@ def _descend(nodes, levels, cumulative, values, rows, found):
 
 
 @numba.njit(cache=False, inline="always")
-def draw_into(nodes, top, levels, uniform, rows, found):
+def draw_into(nodes: np.ndarray, top: int, levels: int, uniform: np.ndarray, rows: np.ndarray,
+              found: np.ndarray) -> int:
     """Stratified draws, one per ``uniform`` value (in [0, 1)): value i is ``(i + uniform[i]) * total / n``,
     capped below the total. Returns -1 if the total is not > 0, else the strays (see ``_descend``)."""
     cumulative = _cumulative(nodes, top)
@@ -132,7 +137,7 @@ def draw_into(nodes, top, levels, uniform, rows, found):
 
 
 @numba.njit(cache=False, inline="always")
-def weights_into(nodes, top, found, beta, weights):
+def weights_into(nodes: np.ndarray, top: int, found: np.ndarray, beta: float, weights: np.ndarray) -> None:
     """Importance weights ``(min / found) ** beta`` as float32, min the top level's smallest (positive)
     minimum. numba's scalar ``pow`` may differ from numpy's SIMD one in the last bit of the float64, which
     the float32 rounding hides but for a value within that bit of a float32 rounding boundary: a weight is
@@ -150,13 +155,13 @@ def weights_into(nodes, top, found, beta, weights):
 
 
 @cached_njit(types.int64(_IN_F64, types.int64, types.int64, _IN_F64, _I64, _F64))
-def draw(nodes, top, levels, uniform, rows, found):
+def draw(nodes: np.ndarray, top: int, levels: int, uniform: np.ndarray, rows: np.ndarray, found: np.ndarray) -> int:
     """``draw_into``, for ``SumTree.sample``."""
     return draw_into(nodes, top, levels, uniform, rows, found)
 
 
 @cached_njit(types.int64(_IN_F64, types.int64, types.int64, _F64, _I64, _F64))
-def find(nodes, top, levels, values, rows, found):
+def find(nodes: np.ndarray, top: int, levels: int, values: np.ndarray, rows: np.ndarray, found: np.ndarray) -> int:
     """The leaf of each value (``values`` consumed); returns the strays (see ``_descend``)."""
     cumulative = _cumulative(nodes, top)
     _search(cumulative, values, rows)
@@ -164,7 +169,7 @@ def find(nodes, top, levels, values, rows, found):
 
 
 @numba.njit(cache=False, inline="always")
-def set_into(nodes, indices, priorities, size, levels):
+def set_into(nodes: np.ndarray, indices: np.ndarray, priorities: np.ndarray, size: int, levels: int) -> None:
     """Leaves ``indices`` set to ``priorities``, then their parents recomputed level by level (the
     children of node n: sums at 4n and 4n + 2, minimums at 4n + 1 and 4n + 3)."""
     count = len(indices)
@@ -185,7 +190,8 @@ def set_into(nodes, indices, priorities, size, levels):
 
 
 @cached_njit(types.int64(_F64, _IN_I64, _IN_F64, types.int64, types.int64, types.int64, types.boolean))
-def set_leaves(nodes, indices, priorities, size, levels, capacity, check):
+def set_leaves(nodes: np.ndarray, indices: np.ndarray, priorities: np.ndarray, size: int, levels: int,
+               capacity: int, check: bool) -> int:
     """Leaves ``indices`` set to ``priorities`` (the last of a repeated index wins), then their parents
     recomputed level by level up to the top level. ``check``: first refuse (changing nothing) an index
     outside [0, capacity) (returns 1) or a priority not finite and >= 0 (returns 2); 0 when done."""
