@@ -28,6 +28,7 @@ from .core.options import choice, flag, positive_int
 from .core.update import plan_update
 from .core.vector import VectorEpisodeWriter
 from .core.writer import EpisodeWriter, StagingBuffer, segments, whole_episode
+from .reading.entries import BufferReads
 
 LONG_EPISODES = ("error", "split")
 
@@ -46,24 +47,51 @@ class EpisodeMeta(dict):
         self._writer.set_end(end, final)
 
 
-class ReplayBuffer:
+class ReplayBuffer(BufferReads):
     """A folder of memory-mapped episodes (the native facade; ``memmap_replay.ReplayBuffer`` adds 0.2.3's methods).
 
-    ``ReplayBuffer(folder, max_episodes, max_timesteps, fields, meta_fields=None, circular=False,
-    overwrite=False, read_only=False, *, max_steps=None, durable=False, track_stats=True,
-    long_episodes='error')``
+    Parameters
+    ----------
+    folder : str | Path
+        The store's folder (created, or opened when it holds a store).
+    max_episodes, max_timesteps : int
+        Episode slots, and steps per episode.
+    fields, meta_fields : Mapping[str, Any]
+        Name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``; meta fields hold one
+        value per episode.
+    circular : bool, default False
+        Evict whole episodes, oldest first, when episode slots or rows run out.
+    overwrite : bool, default False
+        Replace a store already in the folder (only the store's own files are removed).
+    read_only : bool, default False
+        Open for reading only (never takes the writer lock).
+    max_steps : int, optional
+        Row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with the rows actually
+        stored, not with the capacity.
+    durable : bool, default False
+        Fsync data and folder on every commit (survives power loss, not only a crash).
+    track_stats : bool, default True
+        Keep running statistics of the small numeric fields as episodes commit (``stats()``); False leaves the
+        catch-up to whoever asks next.
+    long_episodes : str, default 'error'
+        What a step past ``max_timesteps`` does: ``'error'`` (an ``InvalidDataError``), or ``'split'``: the
+        episode goes on in a new segment linked to the one before (``Episode.continues``,
+        ``buffer.episodes(join_segments=True)``).
 
-    - ``fields``/``meta_fields``: name -> spec, e.g. ``dict(state=('float', (3, 16, 16), 0.), action=('int', 2))``.
-    - ``max_steps``: row capacity (default ``max_episodes * (max_timesteps + 1)``); disk use grows with
-      the rows actually stored, not with the capacity.
-    - ``circular``: evict whole episodes, oldest first, when episode slots or rows run out.
-    - ``overwrite``: replace a store already in the folder (only the store's own files are removed).
-    - ``durable``: fsync data and folder on every commit (survives power loss, not only a crash).
-    - ``track_stats``: keep running statistics of the small numeric fields as episodes commit
-      (``stats()``); False leaves the catch-up to whoever asks next.
-    - ``long_episodes``: what a step past ``max_timesteps`` does: ``'error'`` (the default: an
-      ``InvalidDataError``), or ``'split'``: the episode goes on in a new segment linked to the one before
-      (continuing tasks; ``Episode.continues``, ``buffer.episodes(join_segments=True)``).
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from memmap_replay import ReplayBuffer
+    >>> buffer = ReplayBuffer(tempfile.mkdtemp(), max_episodes=100, max_timesteps=50,
+    ...                       fields={"obs": ("float", 4), "action": "int", "reward": "float"},
+    ...                       meta_fields={"task": "int"})
+    >>> with buffer.one_episode(task=3):
+    ...     for t in range(10):
+    ...         buffer.store(obs=np.random.rand(4), action=t % 2, reward=1.0)
+    >>> buffer.num_episodes, buffer.num_steps
+    (1, 10)
+    >>> next(iter(buffer.dataloader(4, timestep_level=True)))["obs"].shape
+    torch.Size([4, 4])
     """
 
     def __init__(self, folder: str | Path, max_episodes: int | None = None, max_timesteps: int | None = None,
@@ -110,7 +138,20 @@ class ReplayBuffer:
     @classmethod
     def from_folder(cls, folder: str | Path, read_only: bool = False, *, durable: bool = False,
                     track_stats: bool = True, long_episodes: str = "error") -> "ReplayBuffer":
-        """Open an existing store; read-only opens never take the writer lock."""
+        """Open an existing store; read-only opens never take the writer lock.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile
+        >>> from memmap_replay import ReplayBuffer
+        >>> folder = tempfile.mkdtemp()
+        >>> with ReplayBuffer(folder, 10, 20, fields={"obs": ("float", 2)}) as writer:
+        ...     writer.store_episode(obs=np.zeros((5, 2)))
+        0
+        >>> reader = ReplayBuffer.from_folder(folder, read_only=True)  # in this or any other process
+        >>> reader.num_episodes, reader.num_steps
+        (1, 5)
+        """
         for name, value in (("read_only", read_only), ("durable", durable), ("track_stats", track_stats)):
             flag(value, name)
         return cls(folder, _store=EpisodeStore.open(folder, "r" if read_only else "r+", durable=durable),
@@ -223,7 +264,26 @@ class ReplayBuffer:
     def one_episode(self, **meta: Any) -> Iterator[EpisodeMeta]:
         """``with buffer.one_episode(task_id=1) as episode: buffer.store(...)``; commits on a clean exit,
         discards the episode if the block raises (with ``long_episodes='split'``, the segments it committed stay).
-        ``episode`` is a dict of meta values to fill in."""
+        ``episode`` is a dict of meta values to fill in.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from memmap_replay import ReplayBuffer
+        >>> buffer = ReplayBuffer(tempfile.mkdtemp(), 10, 20, fields={"obs": "float"}, meta_fields={"ret": "float"})
+        >>> with buffer.one_episode() as episode:
+        ...     for t in range(3):
+        ...         buffer.store(obs=t)
+        ...     episode["ret"] = 2.5  # known only at the end
+        >>> try:
+        ...     with buffer.one_episode():
+        ...         buffer.store(obs=0.0)
+        ...         raise RuntimeError("the env crashed")
+        ... except RuntimeError:
+        ...     pass
+        >>> buffer.num_episodes, float(buffer.episode(0).meta["ret"])
+        (1, 2.5)
+        """
         handle = self.begin_episode(**meta)
         try:
             yield handle
@@ -264,9 +324,22 @@ class ReplayBuffer:
         return writer.commit()
 
     def store_episode(self, *, end: str | None = None, final: Mapping[str, Any] | None = None, **arrays: Any) -> int:
-        """Store a whole episode at once: step fields as (T, ...) arrays, meta fields alongside.
+        """Store a whole episode at once: step fields as (T, ...) arrays, meta fields alongside; returns its id.
 
-        ``end`` is 'terminated', 'truncated' or None; ``final`` the observation after the last action."""
+        ``end`` is 'terminated', 'truncated' or None; ``final`` the observation after the last action.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile
+        >>> from memmap_replay import ReplayBuffer
+        >>> buffer = ReplayBuffer(tempfile.mkdtemp(), 10, 20, fields={"obs": ("float", 3), "reward": "float"},
+        ...                       meta_fields={"seed": "int"})
+        >>> buffer.store_episode(obs=np.zeros((6, 3)), reward=np.ones(6), seed=7, end="terminated",
+        ...                      final={"obs": np.ones(3)})
+        0
+        >>> buffer.dataset(transitions=True, gamma=0.99)[5]["discount"].item()  # the terminal step
+        0.0
+        """
         self._check_idle("store an episode")
         episode = whole_episode(self.schema, self.max_timesteps, arrays, end=end, final=final, split=self._split)
         parts = segments(episode, self.max_timesteps)
@@ -364,44 +437,24 @@ class ReplayBuffer:
 
     # ---- reading -----------------------------------------------------------------------------------------
 
-    def dataset(self, **options: Any):
-        """A torch Dataset (a view) over the live episodes; see ``memmap_replay.views`` and the README.
+    # dataset(), dataloader() and sampler(), typed, come from BufferReads (reading/entries.py, generated from the
+    # option table); they compose a plan and build it here
 
-        ``n_steps=`` -> n-step transitions, ``transitions=True`` -> one-step transitions (the fields at t,
-        ``next_<observation>``, ``terminated``, ``truncated``; ``discount`` with ``gamma=``; which fields are
-        observations: ``observation_fields=``), ``timestep_level=True`` -> single steps, ``window=`` ->
-        windows, else whole trajectories. ``transform=`` (``memmap_replay.views.transforms``) runs on each
-        gathered batch. ``episode_flags=True`` (trajectories, windows) adds Dreamer's ``_is_first``,
-        ``_is_last`` and ``_is_terminal`` per step. Reading never writes to the store."""
-        from .views.loader import make_dataset
+    def _read_dataset(self, plan: Any) -> Any:
+        from .reading.build import build_view
 
-        return make_dataset(self._store, **options)
+        return build_view(self._store, plan.view)
 
-    def dataloader(self, batch_size: int, **options: Any):
-        """A DataLoader over ``dataset(**options)`` that gathers each batch with one call per field.
+    def _read_dataloader(self, batch_size: int, plan: Any) -> Any:
+        from .reading.build import build_dataloader, build_view, loader_view
 
-        Also takes ``shuffle``, ``drop_last``, ``seed``, ``to_named_tuple``, ``output`` ('dict', or
-        'tensordict' with the ``[tensordict]`` extra), ``device``, ``non_blocking``, ``prefetch``,
-        ``dataset``, ``dataset_kwargs``, ``transform`` (a function of the whole batch dict, run where the
-        batch is gathered: in a worker when there are workers; ``collate_fn`` is taken as the same, since
-        the view gathers the batch itself: it receives the batch dict, not a list of samples; with
-        ``dataset=``, a shallow copy of that view carries it), ``workers`` ('processes' or 'threads'),
-        ``worker_transport``, ``slot_release`` and DataLoader's ``num_workers``, ``pin_memory``, ... ."""
-        from .views.loader import make_dataloader
+        view = loader_view(plan, lambda options: build_view(self._store, options, caller="a dataloader"))
+        return build_dataloader(view, batch_size, plan)
 
-        return make_dataloader(self._store, batch_size, **options)
+    def _read_sampler(self, kind: str, plan: Any) -> Any:
+        from .reading.build import build_sampler
 
-    def sampler(self, kind: str = "uniform", **options: Any):
-        """A sampler over a view: ``kind`` is 'uniform', 'prioritized' or 'sequence' (prioritized windows;
-        needs ``window=``). Sampler options (``seed``, ``replacement``, ``alpha``, ``beta``, ``beta_final``,
-        ``beta_steps``, ``name``, ``persist``, ``eta``, ``rank``, ``world_size``, ``follow``) go to the
-        sampler, the rest to ``dataset(...)`` (default: single timesteps; ``transitions=True``: one-step
-        transitions). On a read-only buffer a prioritized
-        sampler starts from the priorities stored in the folder under its ``name`` and keeps its updates in
-        memory (``persist=True`` is refused there: a reader never writes the folder)."""
-        from .views.loader import make_sampler
-
-        return make_sampler(self._store, kind, **options)
+        return build_sampler(self._store, kind, plan)
 
     def sample(self, batch_size: int, sampler: Any = None) -> dict:
         """A batch of ``batch_size`` draws from ``sampler`` (default: uniform single timesteps with

@@ -16,21 +16,21 @@ import torch
 from ..core.options import short
 from ..distributed.shards import ConcatView, ShardSet
 from ..errors import OptionError, ReadOnlyError
-from ..views.loader import LOADER_KEYWORDS, make_dataloader
+from ..reading.build import build_dataloader, check_kind, loader_view, view_kind
+from ..reading.entries import ConcatReads
+from ..reading.plan import ReadPlan
+from ..reading.table import DATASET
 from ..views.tensors import padded_episodes
 from .datasets import dataset_of
 
 __all__ = ["ConcatReplayBuffer"]
 
-# make_dataloader's own keywords: the rest of dataloader(...)'s go to the datasets
-_LOADER_OPTIONS = LOADER_KEYWORDS | {"shuffle", "drop_last", "seed", "to_named_tuple", "device", "non_blocking",
-                                     "prefetch", "output", "transform", "collate_fn", "block_size", "block_window"}
 _WRITES = ("clear", "reset_", "advance_episode", "store_batch", "store_meta_batch", "one_episode", "batched_episode",
            "store_datapoint", "store_meta_datapoint", "store_batch_datapoint", "store_batch_meta_datapoint", "store",
            "store_episode", "update", "begin_episode", "end_episode", "grow")
 
 
-class ConcatReplayBuffer:
+class ConcatReplayBuffer(ConcatReads):
     """The stores in ``folders`` (each a store folder, opened read-only) as one read-only buffer."""
 
     def __init__(self, folders: Any):
@@ -81,23 +81,22 @@ class ConcatReplayBuffer:
                               f"store episodes in them first")
         return stores
 
-    def dataset(self, **options: Any) -> ConcatView:
-        """0.2.3's ``buffer.dataset(**options)`` of every folder holding episodes, one after the other."""
+    # dataset() and dataloader(), typed, come from ConcatReads (reading/entries.py, generated from the option table)
+
+    def _read_dataset(self, plan: ReadPlan) -> ConcatView:
+        """memmap-replay-buffer's ``dataset(...)`` of every folder holding episodes, one after the other."""
+        options = dict(plan.view)
+        other = sorted(name for name in ("window", "transitions", "hindsight") if name in options)
+        if other:
+            raise OptionError(f"ConcatReplayBuffer.dataset makes memmap-replay-buffer's datasets: whole trajectories, "
+                              f"single timesteps (timestep_level=True) or n-step transitions (n_steps=), not {other}; "
+                              f"for those read the folders with ShardSet(folders=...).dataset(...)")
+        check_kind(options, view_kind(options), "ConcatReplayBuffer.dataset")
         return ConcatView([dataset_of(store, **options) for store in self._filled()])
 
-    def dataloader(self, batch_size: int, *, dataset: Any = None, dataset_kwargs: dict | None = None,
-                   **options: Any):
-        """A DataLoader over ``dataset(**options)`` (or the ``dataset`` given), with 0.2.3's loader options
-        (``shuffle``, ``to_named_tuple``, ``device``, ``return_mask``, torch's ``num_workers``, ...)."""
-        loader_options = {name: options.pop(name) for name in list(options) if name in _LOADER_OPTIONS}
-        if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
-            raise OptionError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
-        options.update(dataset_kwargs or {})
-        if dataset is None:
-            dataset = self.dataset(**options)
-        elif options:
-            raise OptionError(f"dataset options {sorted(options)} cannot be combined with dataset=")
-        return make_dataloader(self.stores[0], batch_size, dataset=dataset, **loader_options)
+    def _read_dataloader(self, batch_size: int, plan: ReadPlan):
+        view = loader_view(plan, lambda options: self._read_dataset(ReadPlan(DATASET, view=options)))
+        return build_dataloader(view, batch_size, plan)
 
     def get_all_data(self, fields: Any = None, meta_fields: Any = None, device: Any = None) -> dict:
         """Every episode of every folder as tensors, padded to the longest: with neither ``fields`` nor

@@ -18,11 +18,14 @@ this module is numpy-only.
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import keyword
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Callable, Literal, TypeVar, cast, overload
 
 import numpy as np
 
@@ -31,7 +34,8 @@ from ..errors import IndexTypeError, OptionError, ReplayError
 __all__ = ["flag", "integer", "positive", "count", "batch_size", "seed_option", "rank_option", "follow_option",
            "number", "choice", "names", "name", "index", "short", "INT64_MAX", "positive_int", "check_end",
            "validate_index", "slice_bounds", "timeout_option", "check_quantiles", "check_names", "check_filter",
-           "name_tuple", "named_tuple_option", "priorities_name", "limiter_name", "did_you_mean"]
+           "name_tuple", "named_tuple_option", "priorities_name", "limiter_name", "did_you_mean",
+           "is_default", "not_at_defaults", "renamed", "keyword_errors"]
 
 INT64_MAX = 2**63 - 1
 _ENDS = ("terminated", "truncated")  # an episode's end (``end=``), None aside
@@ -52,13 +56,13 @@ def integer(value: Any, name: str, *, low: int | None = 0, high: int | None = No
         raise error(f"{name} must be {what} (got {short(value)})")
     if low is not None and value < low:
         raise error(f"{name} must be {what} (got {short(value)})")
-    value = int(value)
+    checked = int(value)
     top = INT64_MAX if high is None else high
-    if value > top:
-        raise error(f"{name} must be at most {top} (got {value})")
-    if value < -INT64_MAX - 1:
-        raise error(f"{name} must be at least {-INT64_MAX - 1} (got {value})")
-    return value
+    if checked > top:
+        raise error(f"{name} must be at most {top} (got {checked})")
+    if checked < -INT64_MAX - 1:
+        raise error(f"{name} must be at least {-INT64_MAX - 1} (got {checked})")
+    return checked
 
 
 def positive(value: Any, name: str, *, most: int | None = None, most_is: str = "") -> int:
@@ -80,6 +84,14 @@ def count(value: Any, name: str) -> int:
 def batch_size(value: Any) -> int:
     """``batch_size``: a positive int."""
     return integer(value, "batch_size", low=1)
+
+
+@overload
+def seed_option(value: Any, name: str = ..., *, optional: Literal[False]) -> int: ...
+
+
+@overload
+def seed_option(value: Any, name: str = ..., *, optional: bool = ...) -> int | None: ...
 
 
 def seed_option(value: Any, name: str = "seed", *, optional: bool = True) -> int | None:
@@ -143,10 +155,10 @@ def index(item: Any, size: int) -> int:
     ends iteration over a view."""
     if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
         raise IndexTypeError(f"a view is indexed by an int (got {type(item).__name__}); use __getitems__ for a batch")
-    item = int(item)
-    if not -size <= item < size:  # in Python ints: 2**63 and beyond must not overflow numpy
-        raise IndexError(f"item indices must be in [0, {size}) (got {item})")
-    return item + size if item < 0 else item
+    at = int(item)
+    if not -size <= at < size:  # in Python ints: 2**63 and beyond must not overflow numpy
+        raise IndexError(f"item indices must be in [0, {size}) (got {at})")
+    return at + size if at < 0 else at
 
 
 def choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
@@ -172,22 +184,22 @@ def names(value: Any, what: str, known: Iterable[str] | None = None, *, one: boo
     if not isinstance(value, (tuple, list)) or not all(isinstance(item, str) for item in value):
         form = "a name or a tuple of names" if one else "a tuple or list of names"
         raise OptionError(f"{what} must be {form} (got {short(value)})")
-    value = tuple(value)
+    found: tuple[str, ...] = tuple(value)
     if known is not None:
         known = tuple(known)
-        unknown = [item for item in value if item not in known]
+        unknown = [item for item in found if item not in known]
         if unknown:
             raise OptionError(f"{what} has unknown names {unknown}: the known ones are {sorted(known)}"
                               f"{did_you_mean(unknown, known)}")
-    return value
+    return found
 
 
 def positive_int(value: Any, name: str) -> int:
     """A capacity count: a positive int below 2**40."""
-    value = positive(value, name)
-    if value >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
-        raise OptionError(f"{name} must be below 2**40 (got {value}); no machine holds that many")
-    return value
+    count = positive(value, name)
+    if count >= 2**40:  # rows and slots are int64 byte offsets; the format caps counters at 2**62
+        raise OptionError(f"{name} must be below 2**40 (got {count}); no machine holds that many")
+    return count
 
 
 def check_end(end: Any) -> str | None:
@@ -198,7 +210,7 @@ def check_end(end: Any) -> str | None:
     return str(end)
 
 
-def validate_index(value, size: int, what: str) -> np.ndarray:
+def validate_index(value: Any, size: int, what: str) -> np.ndarray:
     """Integer indices in [0, size) as an int64 array, else InvalidDataError."""
     try:
         array = np.asarray(value)
@@ -239,17 +251,17 @@ def check_quantiles(quantiles: Any) -> tuple[float, ...]:
     return tuple(number(q, "each quantile", low=0.0, high=1.0) for q in quantiles)
 
 
-def check_names(value: Any, known: Mapping, what: str) -> tuple[str, ...]:
+def check_names(value: Any, known: Mapping[str, Any], what: str) -> tuple[str, ...]:
     """A name or a tuple/list of names (``names``), each in ``known``."""
-    value = names(value, f"{what}s")
-    unknown = [item for item in value if item not in known]
+    checked = names(value, f"{what}s")
+    unknown = [item for item in checked if item not in known]
     if unknown:
         raise OptionError(f"unknown {what} {unknown}: the store's {what}s are {sorted(known)}"
                           f"{did_you_mean(unknown, known)}")
-    return value
+    return checked
 
 
-def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
+def check_filter(filters: Any, known: Mapping[str, Any], option: str, what: str) -> bool:
     """A ``filter_meta`` / ``filter_fields`` dict of known names (None: no filter); True if it filters."""
     if filters is None:
         return False
@@ -265,7 +277,7 @@ def check_filter(filters: Any, known: Mapping, option: str, what: str) -> bool:
     return bool(filters)
 
 
-def name_tuple(names: Any, known: dict, kind: str) -> tuple[str, ...]:
+def name_tuple(names: Any, known: Mapping[str, Any], kind: str) -> tuple[str, ...]:
     """One name (a str) or a tuple/list of names, each in ``known``."""
     if isinstance(names, str):
         names = (names,)
@@ -325,6 +337,64 @@ def did_you_mean(unknown: Iterable[Any], known: Iterable[Any]) -> str:
     if len(unknown) == 1:
         return f"; did you mean {pairs[0][1]!r}?"
     return "; did you mean " + ", ".join(f"{close!r} for {name!r}" for name, close in pairs) + "?"
+
+
+def is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is an option's ``default``: the same object, or an equal plain value of its type
+    (never an array's elementwise comparison)."""
+    if value is default:
+        return True
+    if default is None or not isinstance(default, (bool, int, float, str, tuple)):
+        return False
+    return type(value) is type(default) and value == default
+
+
+def not_at_defaults(options: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``options`` whose values are not their ``defaults`` (``is_default``)."""
+    return {name: value for name, value in options.items() if not is_default(value, defaults[name])}
+
+
+def renamed(old: str, value: Any, new: str, current: Any, default: Any, where: str) -> Any:
+    """The value of option ``new`` when the caller may have used its old spelling ``old`` (kept for one
+    release, with a ``DeprecationWarning`` that names the new one): ``value`` (``old``'s, None when not
+    given) or ``current`` (``new``'s, ``default`` when not given); both given is an error."""
+    if value is None:
+        return current
+    warnings.warn(f"{old}= of {where} is now spelled {new}= (the old spelling goes in the next release)",
+                  DeprecationWarning, stacklevel=3)
+    if not is_default(current, default):
+        raise OptionError(f"{old}= and {new}= of {where} are one option ({new}= is its new name); pass {new}= only "
+                          f"(got {old}={short(value)}, {new}={short(current)})")
+    return value
+
+
+_Entry = TypeVar("_Entry", bound=Callable[..., Any])
+
+
+def keyword_errors(where: str) -> Callable[[_Entry], _Entry]:
+    """A decorator for an entry point with a typed signature: an unknown keyword (or a missing or extra
+    argument) is an ``OptionError`` that names the closest option, not Python's bare ``TypeError``.
+    ``inspect.signature`` and editors still show the function's own signature."""
+
+    def decorate(function: _Entry) -> _Entry:
+        signature = inspect.signature(function)
+        known = [name for name in signature.parameters if name != "self"]
+
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as error:
+                unknown = sorted(name for name in kwargs if name not in signature.parameters)
+                if unknown:
+                    raise OptionError(f"unknown keyword {unknown} for {where} (help({where}) lists its options)"
+                                      f"{did_you_mean(unknown, known)}") from None
+                raise OptionError(f"{where}: {error}") from None
+            return function(*args, **kwargs)
+
+        return cast(_Entry, checked)  # (the function's own signature: functools.wraps)
+
+    return decorate
 
 
 def _bounds(low: int | None, high: int | None) -> str:

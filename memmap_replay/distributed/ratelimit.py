@@ -42,7 +42,8 @@ import time
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from types import ModuleType
+from typing import Any, Iterator, NamedTuple, cast
 
 import numpy as np
 
@@ -52,7 +53,9 @@ from ..errors import (OptionError, CorruptStoreError, InvalidDataError, MissingF
                      ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
 from ..core.format import RATELIMIT_DIR, read_npy_header
 from ..core.options import choice, integer, limiter_name, number, short
+from ..samplers.loader_entry import LimitedLoader
 
+fcntl: ModuleType | None  # None where the OS has no flock
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -123,8 +126,38 @@ def _folder_of(value: Any) -> Path:
 class RateLimiter:
     """A samples-per-insert rate limiter (the rules and the files: see the module docstring).
 
-    ``RateLimiter(samples_per_insert, error_buffer=..., min_size_to_sample=1, unit="steps", folder=None,
-    name="default", mode="block", timeout=None, poll=0.01)``."""
+    Parameters
+    ----------
+    samples_per_insert : float
+        Items sampled per step (or episode, ``unit="episodes"``) inserted.
+    error_buffer : float | tuple[float, float]
+        How far either side may run ahead: ``e`` sets the window ``spi * min_size_to_sample +- e``, a pair sets it.
+    min_size_to_sample : int, default 1
+        Inserts before the first sample.
+    unit : str, default 'steps'
+        What an insert counts: 'steps' or 'episodes'.
+    folder : path, optional
+        Share the counters across processes through this folder (``RateLimiter.join`` there).
+    name : str, default 'default'
+        The limiter's name in the folder.
+    mode : str, default 'block'
+        Wait ('block') or raise ``RateLimitedError`` at once ('raise').
+    timeout : float | None, default None
+        Seconds a wait may take before ``RateLimitedError``.
+    poll : float, default 0.01
+        Seconds between looks at another process's counters.
+
+    Examples
+    --------
+    >>> from memmap_replay import RateLimiter
+    >>> limiter = RateLimiter(2.0, min_size_to_sample=10, error_buffer=20, mode="raise")
+    >>> limiter.can_sample(1)
+    False
+    >>> limiter.await_insert(10)
+    >>> limiter.await_sample(16)
+    >>> limiter.counts
+    RateCounts(inserts=10, samples=16, deletes=0)
+    """
 
     def __init__(self, samples_per_insert: float, *, error_buffer: Any, min_size_to_sample: int = 1,
                  unit: str = "steps", folder: Any = None, name: str = "default", mode: str = "block",
@@ -147,8 +180,10 @@ class RateLimiter:
             _SHARED.add(self)
 
     @classmethod
-    def join(cls, folder: Any, name: str = "default", **options: Any) -> "RateLimiter":
-        """The shared limiter ``name`` of ``folder``, with the limits it was created with."""
+    def join(cls, folder: Any, name: str = "default", *, mode: str = "block", timeout: float | None = None,
+             poll: float = 0.01) -> "RateLimiter":
+        """The shared limiter ``name`` of ``folder``, with the limits it was created with; ``mode``, ``timeout``
+        and ``poll`` are this process's own (as ``RateLimiter`` takes them)."""
         root = _folder_of(folder)
         path = root / RATELIMIT_DIR / f"{limiter_name(name)}.json"
         try:  # bounded, a regular file inside the folder (folderio)
@@ -163,7 +198,7 @@ class RateLimiter:
         except (ValueError, KeyError, TypeError) as error:
             raise CorruptStoreError(
                 f"{path} is damaged ({error!r}); create the limiter again with its options") from None
-        return cls(**limits, folder=folder, name=name, **options)
+        return cls(**limits, folder=folder, name=name, mode=mode, timeout=timeout, poll=poll)
 
     @property
     def config(self) -> dict:
@@ -179,27 +214,30 @@ class RateLimiter:
     # ---- the shared files ------------------------------------------------------------------------------
 
     def _open(self) -> None:
-        directory = self.folder / RATELIMIT_DIR
+        folder = cast(Path, self.folder)  # (a limiter that keeps its counters in a folder)
+        directory = folder / RATELIMIT_DIR
         try:  # walked from the folder without following links (folderio): nothing is written outside it
-            folderio.make_dir(self.folder, directory, doing="make the rate limiter's folder")
+            folderio.make_dir(folder, directory, doing="make the rate limiter's folder")
             self._fd = self._lock_file(os.O_CREAT)
         except ReadOnlyError as error:
             raise ReadOnlyError(f"cannot keep rate limiter counters in {directory}: {error}; give folder= a folder "
                                 f"this process may write") from None
         with self._cond, self._flock():
             self._check_spec(directory / f"{self.name}.json")
-            self._counts = _counter_file(directory / f"{self.name}.npy", self.folder)
+            self._counts = _counter_file(directory / f"{self.name}.npy", folder)
 
     def _lock_file(self, flags: int = 0) -> int:
         """A descriptor of ``ratelimit/<name>.lock`` (opened without following links: folderio)."""
-        path = self.folder / RATELIMIT_DIR / f"{self.name}.lock"
-        return folderio.open_write(self.folder, path, os.O_RDWR | flags, doing="lock")
+        folder = cast(Path, self.folder)  # (a limiter that keeps its counters in a folder)
+        path = folder / RATELIMIT_DIR / f"{self.name}.lock"
+        return folderio.open_write(folder, path, os.O_RDWR | flags, doing="lock")
 
     def _check_spec(self, path: Path) -> None:
         spec = dict(format=_FORMAT_NAME, version=1, samples_per_insert=self.samples_per_insert, min_diff=self.min_diff,
                     max_diff=self.max_diff, min_size_to_sample=self.min_size_to_sample, unit=self.unit)
+        folder = cast(Path, self.folder)  # (a limiter that keeps its counters in a folder)
         try:
-            stored = folderio.read_json(self.folder, path, doing="read the rate limiter's limits")
+            stored = folderio.read_json(folder, path, doing="read the rate limiter's limits")
         except (MissingFileError, CorruptStoreError):
             stored = None  # none yet, or a creation cut short (or damaged): (re)write it
         if isinstance(stored, dict) and stored.get("format") == _FORMAT_NAME and stored != spec:
@@ -208,7 +246,7 @@ class RateLimiter:
                 f"{spec}: pass the same options (or RateLimiter.join), another name=, or delete "
                 f"{path.parent}/{self.name}.*")
         if stored != spec:
-            folderio.write_atomic(self.folder, path, json.dumps(spec).encode("utf-8"),
+            folderio.write_atomic(folder, path, json.dumps(spec).encode("utf-8"),
                                   doing="write the rate limiter's limits")
 
     @contextmanager
@@ -258,7 +296,7 @@ class RateLimiter:
 
     def __setstate__(self, state: dict) -> None:
         counts = state.pop("counts", None)
-        self.__init__(**state)
+        type(self).__init__(self, **state)
         if counts is not None:
             self._counts[:] = counts
 
@@ -390,8 +428,10 @@ class RateLimiter:
         if store is None and n is None:
             raise OptionError("inserting() needs n= (what the block inserts) or buffer= (to measure it)")
         reserved = 1 if n is None else integer(n, "n", low=1)
-        since = None if store is None else store.meta.state.next_episode
-        live_before = None if store is None else self._live(store, since)[0]
+        since = live_before = 0  # with a store: its next episode id and live episodes before the block
+        if store is not None:
+            since = store.meta.state.next_episode
+            live_before = self._live(store, since)[0]
         self._acquire(_INSERT, reserved, timeout)
         failed = False
         try:
@@ -440,7 +480,7 @@ def _map_counters(path: Path, folder: Path, offset: int) -> np.ndarray:
         return np.memmap(file, dtype=np.int64, mode="r+", offset=offset, shape=(3,))
 
 
-class LimitedSampler:
+class LimitedSampler(LimitedLoader):
     """A sampler (anything with ``sample(n)``, ``batch(n)``) behind a rate limiter: a draw of ``n`` first
     waits for ``limiter.await_sample(n)``; a draw that fails gives its count back. The rest (``view``,
     ``update_priorities``, ``state_dict``, ...) is the sampler's."""
@@ -472,12 +512,14 @@ class LimitedSampler:
         total = None if num_batches is None else integer(num_batches, "num_batches", low=0)
         return (self.sample(n) for _ in (iter(int, 1) if total is None else range(total)))
 
-    def dataloader(self, batch_size: int, num_batches: int | None = None, **loader_options: Any):
+    # dataloader(), typed, comes from LimitedLoader (reading/entries.py, generated from the option table)
+
+    def _sampler_dataloader(self, batch_size: int, num_batches: int | None, options: dict) -> Any:
         """A ``ReplayDataLoader`` over the sampler's view whose every batch waits for the limiter, as
-        ``batches()`` does (the wrapped sampler's own ``dataloader`` would not ask the limiter). It takes
-        no batch ahead (``prefetch=0`` unless given): a batch drawn early would ask the limiter early."""
-        loader_options.setdefault("prefetch", 0)
-        return self.sampler.view.sampler_dataloader(self.batches(batch_size, num_batches), **loader_options)
+        ``batches()`` does (the wrapped sampler's own ``dataloader`` would not ask the limiter). Every batch
+        is whole (``drop_last`` has nothing to drop)."""
+        options.pop("drop_last", None)
+        return self.sampler.view.sampler_dataloader(self.batches(batch_size, num_batches), **options)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("sampler", "limiter") or name.startswith("__"):  # unpickling, protocols: not the sampler's

@@ -30,9 +30,13 @@ from ..views.dataset import BatchDataset, flag
 from ..errors import InvalidDataError, OptionError, StoreNotFoundError
 from ..core.folderio import inside
 from ..core.format import META_FILE
-from ..views.loader import ReplayDataLoader, make_dataset, make_sampler
-from ..views.transforms import loader_transform, transform_option
-from ..core.options import integer, short
+from ..reading.build import build_dataloader, build_sampler, build_view, loader_view
+from ..reading.entries import ShardReads
+from ..reading.plan import ReadPlan, compose
+from ..reading.table import DATASET, SAMPLER
+from ..views.loader import ReplayDataLoader
+from ..views.transforms import transform_option
+from ..core.options import integer, renamed, short
 from ..samplers.prioritized import PrioritizedSampler, as_numpy
 from ..samplers.base import ReplaySampler, SamplerBase, batch_size_of, checked_ahead, damaged
 from ..core.store import EpisodeStore
@@ -72,8 +76,32 @@ def shard_folder(root: str | Path, index: int) -> Path:
     return Path(root) / f"shard-{index:06d}"
 
 
-class ShardSet:
-    """Several stores read as one: the shards under ``root`` (folders holding a meta.json), or ``folders``."""
+class ShardSet(ShardReads):
+    """Several stores read as one: the shards under ``root`` (folders holding a meta.json), or ``folders``.
+
+    Parameters
+    ----------
+    root : str | Path | None
+        A folder of shard folders (``shard_folder(root, k)``: one per writer process).
+    folders : list, optional
+        Store folders anywhere, instead of ``root``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from memmap_replay import ReplayBuffer, ShardSet, shard_folder
+    >>> root = tempfile.mkdtemp()
+    >>> for k in range(2):  # two writers, each its own folder (in practice, each its own process)
+    ...     with ReplayBuffer(shard_folder(root, k), 10, 20, fields={"obs": ("float", 3)}) as shard:
+    ...         shard.store_episode(obs=np.full((5, 3), k))
+    0
+    0
+    >>> shards = ShardSet(root)
+    >>> batch = shards.sampler("uniform", seed=0).batch(8)
+    >>> batch["obs"].shape, sorted(set(batch["obs"][:, 0].tolist())) == [0.0, 1.0]
+    (torch.Size([8, 3]), True)
+    >>> shards.close()
+    """
 
     def __init__(self, root: str | Path | None = None, *, folders: Any = None):
         if (root is None) == (folders is None):
@@ -137,28 +165,24 @@ class ShardSet:
         if not self.stores:
             raise InvalidDataError(f"no shards under {self.root}: no writer has committed an episode yet")
 
-    def dataset(self, *, transform: Any = None, **options: Any) -> "ConcatView":
-        """The shards' views (``buffer.dataset`` options) one after the other; ``transform`` applies to the
-        batches of the ConcatView (gathered across shards), not to each shard's part."""
-        transform = transform_option(transform)
+    # dataset(), dataloader() and sampler(), typed, come from ShardReads (reading/entries.py, generated from the
+    # option table)
+
+    def _read_dataset(self, plan: ReadPlan) -> "ConcatView":
+        """The shards' views one after the other; ``transform`` applies to the batches of the ConcatView
+        (gathered across shards), not to each shard's part."""
+        options = dict(plan.view)
+        transform = transform_option(options.pop("transform", None))
         self._require_shards()
-        return ConcatView([make_dataset(store, **options) for store in self.stores], transform=transform)
+        return ConcatView([build_view(store, options) for store in self.stores], transform=transform)
 
-    def dataloader(self, batch_size: int, **options: Any) -> ReplayDataLoader:
-        """A DataLoader over ``dataset(**options)``, with every option of ``buffer.dataloader`` (shuffle, seed,
-        device, output, prefetch, block_size, to_named_tuple, DataLoader's own); ``transform=``, or
-        ``collate_fn=`` under torch's name, goes to the ConcatView."""
-        from ..views.loader import _LOADER_OWN, LOADER_KEYWORDS, make_dataloader
+    def _read_dataloader(self, batch_size: int, plan: ReadPlan) -> ReplayDataLoader:
+        view = loader_view(plan, lambda options: self._read_dataset(ReadPlan(DATASET, view=options)))
+        return build_dataloader(view, batch_size, plan)
 
-        options["transform"] = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
-        own = (_LOADER_OWN | LOADER_KEYWORDS) - {"transform", "collate_fn", "dataset"}
-        loader_options = {name: options.pop(name) for name in list(options) if name in own}
-        return make_dataloader(None, batch_size, dataset=self.dataset(**options), **loader_options)
-
-    def sampler(self, kind: str = "uniform", **options: Any) -> "ShardedSampler":
-        """A sampler across the shards, as ``buffer.sampler`` takes (priorities stay in memory)."""
+    def _read_sampler(self, kind: str, plan: ReadPlan) -> "ShardedSampler":
         self._require_shards()
-        return ShardedSampler(self, kind, **options)
+        return ShardedSampler(self, kind, **plan.view, **plan.sampler)
 
     def close(self) -> None:
         for store in self.stores:
@@ -281,10 +305,11 @@ class ShardedSampler(SamplerBase):
     """A sampler over a ShardSet: per-shard samplers of one kind, drawn from as if they were one store."""
 
     def __init__(self, shards: ShardSet, kind: str = "uniform", *, seed: int | None = None, follow: bool = True,
-                 **options: Any):
+                 draw_ahead: int = 0, prefetch: int | None = None, **options: Any):
         if options.get("replacement") is False:
             raise OptionError("a sharded sampler draws with replacement; for epochs use ShardSet.dataloader")
-        self.prefetch = integer(options.pop("prefetch", 0), "prefetch", low=0)  # draws ahead: this sampler's
+        draw_ahead = renamed("prefetch", prefetch, "draw_ahead", draw_ahead, 0, "a ShardedSampler")
+        self.draw_ahead = integer(draw_ahead, "draw_ahead", low=0)  # this sampler's own
         self.transform = transform_option(options.pop("transform", None))  # the ConcatView's, not each shard's
         self.shards, self.kind, self.options = shards, kind, dict(options, follow=False, persist=False)
         if kind == "uniform":
@@ -300,8 +325,9 @@ class ShardedSampler(SamplerBase):
     def _open_new_shards(self) -> None:
         for index in range(len(self.samplers), len(self.shards.stores)):
             store = self.shards.stores[index]
-            self.samplers.append(make_sampler(store, self.kind, seed=self.seed + index, allow_empty=True,
-                                              **self.options))
+            plan = compose(SAMPLER, dict(self.options, seed=self.seed + index, allow_empty=True),
+                           where="ShardSet.sampler")
+            self.samplers.append(build_sampler(store, self.kind, plan))
             self._stamps.append(store.meta_stamp())
         self.view = ConcatView([sampler.view for sampler in self.samplers], transform=self.transform)
 
@@ -370,7 +396,7 @@ class ShardedSampler(SamplerBase):
     def state_dict(self) -> dict:
         state = {"type": "ShardedSampler", "seed": self.seed, "rng": self.rng.bit_generator.state, "draws": self.draws,
                  "shards": [sampler.state_dict() for sampler in self.samplers]}
-        if self._ahead:  # draws made ahead (prefetch=): they moved the generators, so a resume serves them first
+        if self._ahead:  # draws made ahead (draw_ahead=): they moved the generators, so a resume serves them first
             state["ahead"] = [[size,
                                [[shard, part.keys.tolist(), _listed(part.weights)] for shard, part in sample.parts],
                                _listed(sample.weights)] for size, sample in self._ahead]

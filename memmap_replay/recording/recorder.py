@@ -3,6 +3,7 @@ fields), the dataset card (env spec, spaces, provenance, reset seeds)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any, Mapping
 
@@ -14,7 +15,7 @@ from ..errors import OptionError, SchemaMismatchError, StoreNotFoundError
 from ..core.options import choice, flag, integer
 from .fields import FieldMap
 
-__all__ = ["Recorder", "field_copies"]
+__all__ = ["Recorder", "field_copies", "recorder_options", "RECORDER_OPTIONS"]
 
 
 def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: int | None) -> None:
@@ -39,6 +40,7 @@ def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: i
 def _open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timesteps: int | None,
                circular: bool, overwrite: bool) -> tuple[ReplayBuffer, bool, bool]:
     """The buffer to record into, whether the recorder owns it (opened it, so closes it) and created it."""
+    buffer: ReplayBuffer | None
     if isinstance(target, ReplayBuffer):
         if flag(overwrite, "overwrite"):
             raise OptionError("overwrite=True needs a folder, not a ReplayBuffer, which is open already")
@@ -123,7 +125,7 @@ class Recorder:
         if theirs and ours and theirs.get("id") != ours.get("id"):
             raise SchemaMismatchError(f"the store at {folder} holds episodes of {theirs.get('id')!r} (its card says "
                                       f"so), not of {ours.get('id')!r}; record into another folder")
-        afresh = dict(provenance=[], seeds=None) if created else {}
+        afresh: dict[str, Any] = dict(provenance=[], seeds=None) if created else {}
         update_card(folder, observation_space=observation_space, action_space=action_space,
                     **({} if theirs else {"env_spec": ours}), **afresh)
         add_provenance(folder, "gymnasium", spec.id if spec is not None else type(env.unwrapped).__name__,
@@ -157,3 +159,13 @@ class Recorder:
 def field_copies(values: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Copies: an env may hand out the same array again, changed in place, at its next step."""
     return {name: np.array(value, copy=True) for name, value in values.items()}
+
+
+# the recorder's options, which RecordEpisodes and RecordVectorEpisodes spell out in their own signatures
+RECORDER_OPTIONS = tuple(name for name, parameter in inspect.signature(Recorder.__init__).parameters.items()
+                         if parameter.kind is parameter.KEYWORD_ONLY)
+
+
+def recorder_options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The recorder's options among a wrapper's ``locals()`` (its signature repeats ``Recorder``'s)."""
+    return {name: arguments[name] for name in RECORDER_OPTIONS}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, cast
 
 import gymnasium
 import numpy as np
@@ -11,7 +11,7 @@ from ..buffer import ReplayBuffer
 from ..errors import EpisodeStateError
 from ..interop.common import REWARD
 from ..core.writer import EpisodeWriter, StagingBuffer
-from .recorder import Recorder, field_copies
+from .recorder import Recorder, field_copies, recorder_options
 
 __all__ = ["RecordEpisodes"]
 
@@ -19,14 +19,16 @@ __all__ = ["RecordEpisodes"]
 class RecordEpisodes(gymnasium.Wrapper):
     """Records every episode of one env into a store (see ``memmap_replay.recording``).
 
-    ``RecordEpisodes(env, buffer_or_folder, *, fields=None, info_fields=None, seed_field='seed',
-    partial='commit', max_episodes=10_000, max_timesteps=None, circular=False, overwrite=False, card=True)``;
-    the options are those of ``Recorder``. ``buffer`` is the ReplayBuffer recorded into."""
+    The options are ``Recorder``'s (``memmap_replay.recording.recorder``; its signature and this one are held
+    equal by tests/recording/test_recording.py). ``buffer`` is the ReplayBuffer recorded into."""
 
-    def __init__(self, env: gymnasium.Env, buffer_or_folder: Any, **options: Any):
+    def __init__(self, env: gymnasium.Env, buffer_or_folder: Any, *, fields: Any = None, info_fields: Any = None,
+                 seed_field: str | None = "seed", partial: str = "commit", max_episodes: int = 10_000,
+                 max_timesteps: int | None = None, circular: bool = False, overwrite: bool = False,
+                 card: bool = True):
         super().__init__(env)
         self.recorder = Recorder(env, buffer_or_folder, env.observation_space, env.action_space,
-                                 dict(recorder="RecordEpisodes"), **options)
+                                 dict(recorder="RecordEpisodes"), **recorder_options(locals()))
         self.buffer: ReplayBuffer = self.recorder.buffer
         self._staging = StagingBuffer(self.buffer.schema, 1, self.buffer.max_timesteps)
         self._episode: EpisodeWriter | None = None
@@ -57,7 +59,8 @@ class RecordEpisodes(gymnasium.Wrapper):
                                     f"call reset() first")
         try:
             obs, reward, terminated, truncated, info = result = self.env.step(action)
-            episode.store({**self._row, **self.recorder.fieldmap.actions(action), REWARD: reward})
+            row = cast("dict[str, np.ndarray]", self._row)  # (reset() made it with the episode)
+            episode.store({**row, **self.recorder.fieldmap.actions(action), REWARD: reward})
             self._row = self._at(obs, info)
             if terminated or truncated:
                 end = "terminated" if terminated else "truncated"
@@ -87,7 +90,7 @@ class RecordEpisodes(gymnasium.Wrapper):
                 finally:
                     super().close()
 
-    def __exit__(self, exc_type: Any, *rest: Any) -> bool:
+    def __exit__(self, exc_type: Any, *rest: Any) -> Literal[False]:
         if exc_type is not None:
             self._episode = None  # an exception in the block discards the episode in progress
         self.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, cast
 
 import gymnasium
 import numpy as np
@@ -13,7 +13,7 @@ from ..errors import EpisodeStateError, InvalidDataError, OptionError
 from ..interop.common import REWARD
 from ..core.options import short
 from ..core.vector import VectorEpisodeWriter
-from .recorder import Recorder, field_copies
+from .recorder import Recorder, field_copies, recorder_options
 
 __all__ = ["RecordVectorEpisodes"]
 
@@ -23,10 +23,13 @@ _NEXT_STEP, _SAME_STEP, _DISABLED = "NextStep", "SameStep", "Disabled"  # gymnas
 class RecordVectorEpisodes(VectorWrapper):
     """Records every episode of every sub-env of a ``gymnasium.vector.VectorEnv`` into a store.
 
-    ``RecordVectorEpisodes(envs, buffer_or_folder, **options)``, options as RecordEpisodes'. Each sub-env's
+    ``RecordVectorEpisodes(envs, buffer_or_folder, ...)``, options as RecordEpisodes'. Each sub-env's
     episode commits on its own when it ends; autoreset modes: see ``memmap_replay.recording``."""
 
-    def __init__(self, env: VectorEnv, buffer_or_folder: Any, **options: Any):
+    def __init__(self, env: VectorEnv, buffer_or_folder: Any, *, fields: Any = None, info_fields: Any = None,
+                 seed_field: str | None = "seed", partial: str = "commit", max_episodes: int = 10_000,
+                 max_timesteps: int | None = None, circular: bool = False, overwrite: bool = False,
+                 card: bool = True):
         super().__init__(env)
         mode = env.metadata.get("autoreset_mode", _NEXT_STEP)  # gymnasium 1.0 had no key: _NEXT_STEP only
         self.mode = getattr(mode, "value", mode)
@@ -38,7 +41,7 @@ class RecordVectorEpisodes(VectorWrapper):
         details = dict(recorder="RecordVectorEpisodes", num_envs=env.num_envs, autoreset_mode=self.mode,
                        vector_env=type(env.unwrapped).__name__)
         self.recorder = Recorder(env, buffer_or_folder, env.single_observation_space, env.single_action_space,
-                                 details, **options)
+                                 details, **recorder_options(locals()))
         self.buffer: ReplayBuffer = self.recorder.buffer
         self._writer: VectorEpisodeWriter = self.buffer.vector_writer(env.num_envs)
         # per field (num_envs, ...): the observation each env is at, and the info that came with it
@@ -93,12 +96,13 @@ class RecordVectorEpisodes(VectorWrapper):
         terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
         done = (terminated | truncated) & active
         new = self._at(obs, info)
-        steps = {**self._rows, **self.recorder.fieldmap.actions(actions), REWARD: rewards}
+        rows = cast("dict[str, np.ndarray]", self._rows)  # (step() checked that episodes are in progress)
+        steps = {**rows, **self.recorder.fieldmap.actions(actions), REWARD: rewards}
         self._writer.store(terminated=terminated & active, truncated=truncated & active, active=active,
                            final=self._finals(new, info) if done.any() else None, **steps)
         if self.mode == _DISABLED:  # an ended env stays where it ended until reset(options={'reset_mask': ...})
             for name, value in new.items():
-                self._rows[name][active] = value[active]
+                rows[name][active] = value[active]
             self._ended |= done
         else:
             self._rows = new
@@ -168,7 +172,7 @@ class RecordVectorEpisodes(VectorWrapper):
     def __enter__(self) -> "RecordVectorEpisodes":
         return self
 
-    def __exit__(self, exc_type: Any, *rest: Any) -> bool:
+    def __exit__(self, exc_type: Any, *rest: Any) -> Literal[False]:
         if exc_type is not None:
             self._fail()  # an exception in the block discards the episodes in progress
         self.close()

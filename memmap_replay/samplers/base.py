@@ -5,7 +5,7 @@ Every sampler follows one protocol:
 - ``sample(batch_size) -> Sample``: keys (episode id * ``view.key_stride`` + t, stable while the episode is
   live) and, for prioritized draws, importance weights;
 - ``batch(batch_size) -> dict``: ``view.__getitems__(sample(batch_size))``, with ``_key`` (and ``_weight``);
-  with ``prefetch=k`` the next k draws are made as a batch is returned and handed to ``view.prefetch``
+  with ``draw_ahead=k`` the next k draws are made as a batch is returned and handed to ``view.prefetch``
   (their rows are read from disk meanwhile); they are kept in ``state_dict()``;
 - ``batches(batch_size, num_batches=None)``: a batch sampler for a torch DataLoader (endless for draws
   with replacement, one epoch without); ``dataloader(batch_size, ...)``: the view wraps it in a
@@ -30,15 +30,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections import deque
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from ..errors import InvalidDataError, OptionError, ReplayError, SampleExpiredError
 from ..core.index import EpisodeTable, PositionSource, Positions, Sample, position_keys
+from .loader_entry import SamplerLoader
 from .orders import BlockShuffle, epoch_order_options
-from ..core.options import (batch_size as batch_size_of, flag, follow_option, integer, number, rank_option, seed_option,
-                            short)
+from ..core.options import (batch_size as batch_size_of, flag, follow_option, integer, number, rank_option, renamed,
+                            seed_option, short)
 
 __all__ = ["Sampler", "SamplerBase", "BetaSchedule", "ReplaySampler", "UniformSampler", "SampleBatches",
            "distributed_rank"]
@@ -81,7 +82,7 @@ def checked_ahead(entries: Any) -> list[tuple[int, Sample]]:
     return ahead
 
 
-def _optional(state: dict, key: str, default: Any, check, **options: Any) -> Any:
+def _optional(state: dict[str, Any], key: str, default: Any, check: Callable[..., Any], **options: Any) -> Any:
     """``check(state[key], key, **options)``, or ``default`` when the state has no such key."""
     return check(state[key], key, **options) if key in state else default
 
@@ -98,7 +99,7 @@ class Sampler(Protocol):
 
     def sample(self, batch_size: int) -> Any: ...
 
-    def batch(self, batch_size: int) -> dict: ...
+    def batch(self, batch_size: int) -> dict[str, Any]: ...
 
     def batches(self, batch_size: int, num_batches: int | None = None) -> Any: ...
 
@@ -106,23 +107,34 @@ class Sampler(Protocol):
 
     def refresh(self) -> bool: ...
 
-    def state_dict(self) -> dict: ...
+    def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class SamplerBase:
+class SamplerBase(SamplerLoader):
     """What every sampler shares: a seeded stream per rank, ``batch()`` with its redraws, ``batches()`` and
     ``dataloader()``. Subclasses implement ``sample(n)`` and ``refresh()`` and set ``view`` (what gathers)."""
 
     endless = True  # draws with replacement: batches() never ends unless told how many
+    # set by subclasses: what gathers (a view; the PositionSource a ReplaySampler draws from), duck-typed
+    view: Any
+    seed: int
+    rank: int
+    world_size: int
+    rng: np.random.Generator
+    draws: int
+    # samplers without replacement (``endless`` False) read epochs: SampleBatches calls these
+    epoch: Callable[[int, int | None, bool], Iterator[Sample]]
+    remaining: Callable[[], int]
 
     def _seed_stream(self, seed: Any, rank: int | None, world_size: int | None, *salt: int) -> None:
         """``seed``, ``rank``, ``world_size`` and ``rng``: each rank its own stream, the seed sequence
         (seed, *salt, rank)."""
         seed = seed_option(seed)
         self.rank, self.world_size = distributed_rank(rank, world_size)
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
+        # (a SeedSequence made without entropy draws an int: numpy's stubs allow a sequence)
+        self.seed = int(cast(int, np.random.SeedSequence().entropy)) if seed is None else seed
         self.rng = np.random.default_rng([self.seed, *salt, self.rank])
 
     def sample(self, batch_size: int) -> Any:
@@ -131,16 +143,17 @@ class SamplerBase:
     def refresh(self) -> bool:
         raise NotImplementedError
 
-    def _gather(self, sample: Any) -> dict:
-        return self.view.__getitems__(sample)
+    def _gather(self, sample: Any) -> dict[str, Any]:
+        batch: dict[str, Any] = self.view.__getitems__(sample)
+        return batch
 
-    prefetch = 0  # batches batch() draws ahead (ReplaySampler's prefetch=)
-    _ahead: deque | None = None  # those draws: (batch_size, Sample), oldest first
+    draw_ahead = 0  # batches batch() draws ahead (ReplaySampler's draw_ahead=)
+    _ahead: deque[tuple[int, Sample]] | None = None  # those draws: (batch_size, Sample), oldest first
 
-    def batch(self, batch_size: int) -> dict:
+    def batch(self, batch_size: int) -> dict[str, Any]:
         """A batch of ``batch_size`` draws, gathered by the view (with ``_key``, and ``_weight`` if weighted).
         A draw whose episode a ring writer evicts before or while it is read is drawn again. With
-        ``prefetch=k``, the next k batches are drawn as this one is returned and their rows advised to the
+        ``draw_ahead=k``, the next k batches are drawn as this one is returned and their rows advised to the
         kernel (``view.prefetch``), so their disk reads overlap the work on this one."""
         for attempt in range(REDRAWS + 1):
             sample = self._drawn_ahead(batch_size)
@@ -152,7 +165,7 @@ class SamplerBase:
                     raise
                 self._drop_ahead()  # drawn before the eviction: stale too
                 self.refresh()
-        if self.prefetch:
+        if self.draw_ahead:
             self._draw_ahead(batch_size)
         return batch
 
@@ -180,7 +193,7 @@ class SamplerBase:
         if self._ahead is None:
             self._ahead = deque()
         prefetch = getattr(self.view, "prefetch", None)
-        while len(self._ahead) < self.prefetch:
+        while len(self._ahead) < self.draw_ahead:
             try:
                 sample = self.sample(batch_size)
             except ReplayError:  # nothing to draw now (say, a ring emptied): batch() will draw and say so
@@ -194,17 +207,20 @@ class SamplerBase:
         with replacement; one epoch of this rank's share without replacement)."""
         return SampleBatches(self, batch_size_of(batch_size), num_batches, flag(drop_last, "drop_last"))
 
-    def dataloader(self, batch_size: int, num_batches: int | None = None, *, drop_last: bool = False,
-                   **loader_options: Any):
+    # dataloader(), typed, comes from SamplerLoader (samplers/loader_entry.py, generated from the option table)
+
+    def _sampler_dataloader(self, batch_size: int, num_batches: int | None, options: dict[str, Any]) -> Any:
         """A ``ReplayDataLoader`` over the view whose batches this sampler draws (in the main process;
         DataLoader workers only gather). The view builds it (the views room, where torch lives)."""
-        return self.view.sampler_dataloader(self.batches(batch_size, num_batches, drop_last=drop_last),
-                                            **loader_options)
+        drop_last = options.pop("drop_last", False)
+        return self.view.sampler_dataloader(self.batches(batch_size, num_batches, drop_last=drop_last), **options)
 
 
 class BetaSchedule:
     """The importance-weight exponent of prioritized draws: ``beta``, annealed linearly to ``beta_final``
     over ``beta_steps`` draws (0: kept fixed)."""
+
+    draws: int  # the draws so far (the sampler this is mixed into counts them)
 
     def _schedule_beta(self, beta: float, beta_final: float, beta_steps: int) -> None:
         self.beta0 = number(beta, "beta", low=0.0, high=1.0)
@@ -224,14 +240,16 @@ class ReplaySampler(SamplerBase):
     ``PositionSource`` drawn from (a view)."""
 
     def __init__(self, view: PositionSource, *, seed: int | None = None, rank: int | None = None,
-                 world_size: int | None = None, follow: bool = True, prefetch: int = 0):
+                 world_size: int | None = None, follow: bool | str = True, draw_ahead: int = 0,
+                 prefetch: int | None = None):
         if not isinstance(view, PositionSource):
             raise OptionError(f"a sampler draws from a view (buffer.dataset(...)); got {type(view).__name__}")
         self.view = view
-        self.prefetch = integer(prefetch, "prefetch", low=0)
+        draw_ahead = renamed("prefetch", prefetch, "draw_ahead", draw_ahead, 0, f"a {type(self).__name__}")
+        self.draw_ahead = integer(draw_ahead, "draw_ahead", low=0)
         self._seed_stream(seed, rank, world_size)
         self.follow = follow_option(follow)
-        self._stamp = view.store.meta_stamp() if follow == "disk" else None
+        self._stamp = self.view.store.meta_stamp() if follow == "disk" else None
         self.draws = 0
         self._seen = (view.table, view.positions)  # the snapshot this sampler's own state matches
 
@@ -306,16 +324,16 @@ class ReplaySampler(SamplerBase):
 
     # ---- state -----------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The sampler's own state (JSON-able): its generator, draws so far and subclass counters."""
-        state = {"type": type(self).__name__, "seed": self.seed, "rank": self.rank,
+        state: dict[str, Any] = {"type": type(self).__name__, "seed": self.seed, "rank": self.rank,
                  "rng": self.rng.bit_generator.state, "draws": self.draws}
         if self._ahead:  # draws made ahead by batch(): a resumed sampler serves them first
             state["ahead"] = [[size, sample.keys.tolist(), None if sample.weights is None else sample.weights.tolist()]
                               for size, sample in self._ahead]
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a ``state_dict()``: every value is checked first, so a refused state changes nothing."""
         if not isinstance(state, dict) or state.get("type") != type(self).__name__:
             found = state.get("type") if isinstance(state, dict) else type(state).__name__
@@ -326,14 +344,14 @@ class ReplaySampler(SamplerBase):
             raise damaged(error) from None
         self._apply_state(values)
 
-    def _checked_state(self, state: dict) -> dict:
+    def _checked_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The values of ``state`` to load, checked (raises KeyError, ..., InvalidDataError); subclasses add theirs."""
         generator = type(self.rng.bit_generator)()  # a scratch generator: the state must load into one
         generator.state = state["rng"]
         return {"rng": generator.state, "draws": integer(state["draws"], "draws", low=0),
                 "seed": seed_option(state["seed"], optional=False), "ahead": checked_ahead(state.get("ahead", []))}
 
-    def _apply_state(self, values: dict) -> None:
+    def _apply_state(self, values: dict[str, Any]) -> None:
         """Load checked values (cannot fail)."""
         self.rng.bit_generator.state = values["rng"]
         self.draws, self.seed = values["draws"], values["seed"]
@@ -386,9 +404,9 @@ class UniformSampler(ReplaySampler):
                  block_size: int | None = None, block_window: int | None = None, **options: Any):
         super().__init__(view, **options)
         self.replacement = flag(replacement, "replacement")
-        if self.prefetch and not self.replacement:
-            raise OptionError(f"prefetch={self.prefetch} draws batches ahead, which an epoch without replacement "
-                              f"would lose when the batch size changes; drop prefetch, or read the epoch through "
+        if self.draw_ahead and not self.replacement:
+            raise OptionError(f"draw_ahead={self.draw_ahead} draws batches ahead, which an epoch without replacement "
+                              f"would lose when the batch size changes; drop draw_ahead, or read the epoch through "
                               f"sampler.dataloader(...), which looks ahead by itself")
         self.order, self.block_size, self.block_window = epoch_order_options(order, block_size, block_window)
         if self.order != "random" and self.replacement:
@@ -398,7 +416,7 @@ class UniformSampler(ReplaySampler):
         self.epochs = 0
         self._order: np.ndarray | None = None  # this rank's share of the current epoch (keys)
         self._cursor = 0
-        self._epoch_table = None  # the table the epoch's keys were made from
+        self._epoch_table: EpisodeTable | None = None  # the table the epoch's keys were made from
         self._epoch_ids = (0, 0)  # the first and next episode id of that table
 
     def _draw(self, batch_size: int) -> Sample:
@@ -417,7 +435,7 @@ class UniformSampler(ReplaySampler):
     def _take(self, count: int) -> np.ndarray:
         """The next ``count`` keys of the epoch (a copy), evicted ones replaced by live ones."""
         begin = self._cursor
-        keys = self._order[begin: begin + count].copy()
+        keys: np.ndarray = cast(np.ndarray, self._order)[begin: begin + count].copy()  # (an epoch in progress)
         self._cursor += len(keys)
         table = self.view.table
         if table is not self._epoch_table:
@@ -463,9 +481,10 @@ class UniformSampler(ReplaySampler):
             if self._order is None or self._cursor >= len(self._order):
                 self._start_epoch()
         count = 0
-        while self._cursor < len(self._order) and (num_batches is None or count < num_batches):
-            if drop_last and len(self._order) - self._cursor < batch_size:
-                self._cursor = len(self._order)
+        while (self._cursor < len(order := cast(np.ndarray, self._order))  # (an epoch in progress)
+               and (num_batches is None or count < num_batches)):
+            if drop_last and len(order) - self._cursor < batch_size:
+                self._cursor = len(order)
                 break
             with self._view_lock():  # the view's snapshot stays while the keys are taken from it
                 if self.follow:
@@ -475,14 +494,14 @@ class UniformSampler(ReplaySampler):
             count += 1
             yield Sample(keys)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(replacement=self.replacement, epochs=self.epochs, cursor=self._cursor,
                      in_epoch=self._order is not None and self._cursor < len(self._order),
                      epoch_ids=list(self._epoch_ids))
         return state
 
-    def _checked_state(self, state: dict) -> dict:
+    def _checked_state(self, state: dict[str, Any]) -> dict[str, Any]:
         values = super()._checked_state(state)
         values["epochs"] = _optional(state, "epochs", 0, integer, low=0)
         values["cursor"] = _optional(state, "cursor", 0, integer, low=0)
@@ -493,7 +512,7 @@ class UniformSampler(ReplaySampler):
         values["epoch_ids"] = tuple(integer(value, "epoch_ids", low=0) for value in epoch_ids)
         return values
 
-    def _apply_state(self, values: dict) -> None:
+    def _apply_state(self, values: dict[str, Any]) -> None:
         super()._apply_state(values)
         self.epochs = values["epochs"]
         self._order, self._cursor = None, 0

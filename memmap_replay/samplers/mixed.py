@@ -69,10 +69,10 @@ class MixedSampler:
     @staticmethod
     def _sampler_of(source: Any, seed: np.random.SeedSequence | None, name: str) -> Any:
         if hasattr(source, "batch") and hasattr(source, "sample"):
-            if getattr(source, "prefetch", 0):
-                raise OptionError(f"source {name!r} draws ahead (prefetch={source.prefetch}), but a mixed batch asks "
-                                  f"each source for a count that changes from batch to batch, so its draws ahead "
-                                  f"would be dropped every time; make that sampler with prefetch=0")
+            if getattr(source, "draw_ahead", 0):
+                raise OptionError(f"source {name!r} draws ahead (draw_ahead={source.draw_ahead}), but a mixed batch "
+                                  f"asks each source for a count that changes from batch to batch, so its draws ahead "
+                                  f"would be dropped every time; make that sampler with draw_ahead=0")
             return source
         make = getattr(source, "sampler", None)
         if callable(make):
@@ -86,7 +86,7 @@ class MixedSampler:
         """The rows each source gets in the next batch of ``batch_size`` (they sum to it exactly)."""
         batch_size = batch_size_of(batch_size)
         exact = self.ratios * batch_size
-        base = np.floor(exact + 1e-9).astype(np.int64)  # (1/3 * 3 is 0.999...: it is 1)
+        base: np.ndarray = np.floor(exact + 1e-9).astype(np.int64)  # (1/3 * 3 is 0.999...: it is 1)
         left = batch_size - int(base.sum())
         if left > 0:
             n = len(base)
@@ -100,7 +100,7 @@ class MixedSampler:
 
     # ---- drawing ----------------------------------------------------------------------------------------------
 
-    def batch_by_source(self, batch_size: int) -> dict[str, dict]:
+    def batch_by_source(self, batch_size: int) -> dict[str, dict[str, Any]]:
         """``{name: that source's batch}`` with the counts of ``counts(batch_size)`` (a source with no row this
         time is left out)."""
         counts = self.counts(batch_size)
@@ -109,7 +109,7 @@ class MixedSampler:
         self.drawn += 1
         return out
 
-    def batch(self, batch_size: int) -> dict:
+    def batch(self, batch_size: int) -> dict[str, Any]:
         """One batch: the sources' batches concatenated in source order, with ``_source`` (each row's source)."""
         parts = self.batch_by_source(batch_size)
         weighted = [part["_weight"] for part in parts.values() if "_weight" in part]
@@ -138,10 +138,10 @@ class MixedSampler:
 
     # ---- state ------------------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"drawn": self.drawn, "sources": [sampler.state_dict() for sampler in self.samplers]}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or set(state) != {"drawn", "sources"}:
             raise InvalidDataError(f"a MixedSampler state_dict must hold 'drawn' and 'sources' (got {short(state)})")
         drawn = integer(state["drawn"], "'drawn'", error=InvalidDataError)
@@ -154,7 +154,7 @@ class MixedSampler:
         self.drawn = drawn
 
 
-def _concatenate(values: list, key: str, names: list[str]) -> Any:
+def _concatenate(values: list[Any], key: str, names: list[str]) -> Any:
     first = values[0]
     torch = sys.modules.get("torch") if type(first).__module__.startswith("torch") else None
     for name, value in zip(names, values):

@@ -6,10 +6,10 @@ NumpyTransform)."""
 from .dataset import Sample, StoreView
 from .hindsight import HindsightView
 from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
-from .loader import BatchIndexSampler, ReplayDataLoader, make_dataloader, make_dataset, make_sampler
+from .loader import BatchIndexSampler, ReplayDataLoader
 from .transitions import TransitionView
 from .transforms import Compose, NumpyTransform, RandomShift, Rearrange, ToFloat
 
 __all__ = ["Sample", "StoreView", "HindsightView", "NStepView", "TimestepView", "TrajectoryView", "WindowView",
-           "TransitionView", "BatchIndexSampler", "ReplayDataLoader", "make_dataloader", "make_dataset",
-           "make_sampler", "Compose", "NumpyTransform", "RandomShift", "Rearrange", "ToFloat"]
+           "TransitionView", "BatchIndexSampler", "ReplayDataLoader", "Compose", "NumpyTransform", "RandomShift",
+           "Rearrange", "ToFloat"]

@@ -111,7 +111,13 @@ class StoreView(SnapshotChecks, BatchDataset):
         self.state = (state.first_episode, state.next_episode)
         self._capacity = store.capacity
 
-    kind = "trajectories"  # names a sampler's priorities by default
+    @property
+    def kind(self) -> str:
+        """Names a sampler's priorities by default (each kind of view its own)."""
+        return "trajectories"
+
+    # options of a parent class this view refuses with its own message (reading/build.py leaves them to it)
+    refused_options: tuple[str, ...] = ()
     # reads scattered rows: with readahead on, its maps are marked MADV_RANDOM (a page fault outside the
     # advised ranges reads one page, not the disk's readahead window of up to MiBs around it)
     scattered_reads = True

@@ -17,11 +17,12 @@ The relabelled goal replaces ``<goal_field>`` (and ``next_<goal_field>`` when it
 is ``reward_fn(next_<achieved_field>, new goal)``. A transition whose next state was never stored (the
 last step of an episode that terminated without a final observation) is not relabelled. ``_relabeled``
 marks the rows that were. Which rows are relabelled, and with which step, follows a generator seeded by
-``seed`` and the batch's own (episode, t) pairs, so the same batch relabels the same way in any process.
+``relabel_seed`` and the batch's own (episode, t) pairs, so the same batch relabels the same way in any process.
 """
 
 from __future__ import annotations
 
+import typing
 import zlib
 from typing import Any, Callable
 
@@ -30,7 +31,7 @@ import torch
 
 from ..core.convert import as_array, cast, is_tensor
 from ..errors import InvalidDataError, OptionError
-from ..core.options import choice, number, seed_option, short
+from ..core.options import choice, number, renamed, seed_option, short
 from .kinds import NStepView
 
 __all__ = ["HindsightView", "STRATEGIES"]
@@ -45,7 +46,8 @@ class HindsightView(NStepView):
 
     def __init__(self, store, *, goal_field: str | None = None, achieved_field: str | None = None,
                  reward_fn: Callable[[np.ndarray, np.ndarray], Any] | None = None, strategy: str = "future",
-                 relabel_ratio: float = 0.8, seed: int = 0, n_steps: int = 1, **options: Any):
+                 relabel_ratio: float = 0.8, relabel_seed: int = 0, n_steps: int = 1, seed: int | None = None,
+                 **options: Any):
         if isinstance(n_steps, (bool, np.bool_)) or not isinstance(n_steps, (int, np.integer)) or n_steps != 1:
             raise OptionError(f"hindsight relabelling works on one-step transitions: n_steps must be 1 "
                                    f"(got {short(n_steps)})")
@@ -54,7 +56,8 @@ class HindsightView(NStepView):
                                    f"(got {short(reward_fn)}){_NEEDED if reward_fn is None else ''}")
         strategy = choice(strategy, "strategy", STRATEGIES)
         relabel_ratio = number(relabel_ratio, "relabel_ratio", low=0, high=1)
-        seed = seed_option(seed, optional=False)
+        relabel_seed = renamed("seed", seed, "relabel_seed", relabel_seed, 0, "a HindsightView")
+        relabel_seed = seed_option(relabel_seed, "relabel_seed", optional=False)
         super().__init__(store, 1, **options)
         fields = store.schema.fields
         for name, value in (("goal_field", goal_field), ("achieved_field", achieved_field)):
@@ -70,8 +73,10 @@ class HindsightView(NStepView):
         if missing:
             raise OptionError(f"hindsight relabelling needs the {', '.join(missing)} in the batch; add it to "
                                    f"current_fields / next_fields (or leave them unset: all fields)")
-        self.goal_field, self.achieved_field, self.reward_fn = goal_field, achieved_field, reward_fn
-        self.strategy, self.relabel_ratio, self.seed = strategy, relabel_ratio, seed
+        # (both checked above: step fields' names)
+        self.goal_field, self.achieved_field = typing.cast(str, goal_field), typing.cast(str, achieved_field)
+        self.reward_fn = reward_fn
+        self.strategy, self.relabel_ratio, self.relabel_seed = strategy, relabel_ratio, relabel_seed
         self.check_outputs()
 
     def output_names(self) -> list[str]:
@@ -91,7 +96,7 @@ class HindsightView(NStepView):
         batch = super().gather(episode, t)
         table = self.table
         ids = table.ids[episode]
-        rng = np.random.default_rng([self.seed, zlib.crc32(ids.tobytes() + t.tobytes())])
+        rng = np.random.default_rng([self.relabel_seed, zlib.crc32(ids.tobytes() + t.tobytes())])
         length, final = table.length[episode], table.final[episode]
         relabel = (rng.random(len(t)) < self.relabel_ratio) & ((t + 1 < length) | final)
         chosen = np.flatnonzero(relabel)

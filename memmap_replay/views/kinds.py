@@ -26,7 +26,7 @@ zeros (``stack_pad='zero'``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
@@ -98,6 +98,10 @@ class TrajectoryView(StoreView):
 
 class _FrameStacking:
     """``frame_stack=k`` for ``stack_fields`` (default: every field of 2 or more dimensions)."""
+
+    if TYPE_CHECKING:  # the view's (StoreView.rows_of)
+        def rows_of(self, name: str, rows: np.ndarray, keep: np.ndarray | None = None,
+                    fill: Any = 0) -> torch.Tensor: ...
 
     def setup_stacking(self, store: EpisodeStore, frame_stack: int, stack_fields: Any, stack_pad: str) -> None:
         self.frame_stack = _steps(frame_stack, "frame_stack", store)
@@ -206,6 +210,8 @@ class NStepView(StoreView, _FrameStacking):
     """n-step transitions. Unlike the seed package, the last step of an episode that terminated (or that
     has a stored final observation) is a transition too, so a terminal reward reaches the learner."""
 
+    refused_options: tuple[str, ...] = ("fields",)  # StoreView's; this view says what it takes instead
+
     def __init__(self, store: EpisodeStore, n_steps: int, *, current_fields: Any = None, next_fields: Any = None,
                  sequence_fields: Any = (), gamma: float | None = None, reward_field: str = "reward",
                  filter_fields: Mapping[str, Any] | None = None, frame_stack: int = 1, stack_fields: Any = None,
@@ -236,7 +242,7 @@ class NStepView(StoreView, _FrameStacking):
         self.fused = frozenset(name for name in self.current_fields if name in self.next_fields
                                and (self.frame_stack == 1 or name not in self.stack_fields))
         self.chunk_steps = np.arange(self.n_steps, dtype=np.int64)[None, :]
-        self.discounts = ((1.0 if gamma is None else self.gamma) ** np.arange(self.n_steps)).astype(np.float32)
+        self.discounts = ((1.0 if self.gamma is None else self.gamma) ** np.arange(self.n_steps)).astype(np.float32)
         self.check_outputs()
 
     @property
@@ -331,7 +337,7 @@ def _per_step(view: StoreView) -> tuple[str, ...]:
 
 def _filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):
     """Keep only the positions whose scalar step fields equal ``filter_fields`` (reads those fields)."""
-    if not check_filter(filter_fields, store.schema.fields, "filter_fields", "field"):
+    if not check_filter(filter_fields, store.schema.fields, "filter_fields", "field") or filter_fields is None:
         return positions
     for name in filter_fields:
         shape = store.schema.fields[name].shape

@@ -1,4 +1,4 @@
-"""DataLoaders: batch samplers that yield index arrays, and the seed-compatible dataset()/dataloader().
+"""DataLoaders over a view: batches of item numbers in, whole batches out (built by ``reading/build.py``).
 
 The sampler yields a numpy array of item numbers per batch; the DataLoader hands it to the view's
 ``__getitems__``, which gathers the batch with one indexing call per field; the collate function only
@@ -10,7 +10,6 @@ tuples and the move to a device happen in the main process, so workers work unde
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import os
 from collections import deque, namedtuple
@@ -20,30 +19,17 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..errors import InvalidDataError, OptionError
-from ..core.store import EpisodeStore
-from .dataset import StoreView, flag
-from .hindsight import HindsightView
-from ..core.options import choice, did_you_mean, integer, named_tuple_option, short
+from ..errors import OptionError
+from ..core.options import choice, flag, integer, named_tuple_option, short
 from ._options import device_option, generator_option
 from .device import DevicePrefetcher, can_pin, pinned
 from .output import output_option, to_tensordict
-from .kinds import NStepView, TimestepView, TrajectoryView, WindowView
-from .transitions import TransitionView
 from .transforms import loader_transform
-from ..samplers.base import ReplaySampler
-from ..samplers.factory import sampler_class, sampler_options
 from .batches import BatchIndexSampler, _LazyPermutation  # noqa: F401 - re-exported (BatchIndexSampler is public)
 from .transport import (PROCESS_OPTIONS, WORKER_KINDS, WORKER_TRANSPORTS, SlotPacker, SlotReader, slot_release_option,
                         threaded)
 
-__all__ = ["BatchIndexSampler", "ReplayDataLoader", "make_dataset", "make_dataloader", "make_sampler",
-           "sampler_dataloader"]
-
-# DataLoader keywords passed through as they are
-LOADER_KEYWORDS = {"workers", "worker_transport", "slot_release", "num_workers", "pin_memory", "timeout",
-                   "worker_init_fn", "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
-                   "pin_memory_device", "in_order"}
+__all__ = ["BatchIndexSampler", "ReplayDataLoader", "sampler_dataloader", "with_loader_transform"]
 
 
 def _pinned(make, items) -> dict:
@@ -84,6 +70,7 @@ class ReplayDataLoader(DataLoader):
                  **loader_options: Any):
         device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
         self.prefetch = integer(prefetch, "prefetch", low=0)
+        integer(loader_options.get("num_workers", 0), "num_workers", low=0)  # (torch's own error otherwise)
         to_named_tuple = named_tuple_option(to_named_tuple)
         self.output = output_option(output, to_named_tuple)
         generator_option(loader_options.get("generator"))
@@ -218,7 +205,7 @@ def _prefetched(batches: Iterable, prefetch: Any, depth: int, cancel: Any = None
             cancel(len(ahead))
 
 
-def _block_prefetch(view: StoreView, size: int, block_size: int):
+def _block_prefetch(view: Any, size: int, block_size: int):
     """``view.prefetch`` for one block-shuffled epoch: a batch that enters blocks has them advised whole,
     each once (the next batches read the rest of them, so the disk reads in large runs); the batches
     whose blocks were advised are only counted."""
@@ -251,167 +238,11 @@ def with_loader_transform(view: Any, transform: Any) -> Any:
     return view.with_transform(transform)
 
 
-def _keywords(cls) -> set[str]:
-    """The keyword-only parameters of the class's own ``__init__``."""
-    init = vars(cls).get("__init__")
-    if init is None:
-        return set()
-    return {name for name, p in inspect.signature(init).parameters.items() if p.kind is p.KEYWORD_ONLY}
-
-
-_SWITCHES = {"n_steps", "timestep_level", "window", "transitions"}  # make_dataset's choice of view
-
-
-def make_dataset(store: EpisodeStore, *, n_steps: int | None = None, timestep_level: bool = False,
-                 window: int | None = None, transitions: bool = False, allow_empty: bool = False,
-                 _caller: tuple[str, set] | None = None, **options: Any):
-    """The view for the seed's switches: ``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
-    ``window`` -> WindowView, ``transitions=True`` -> TransitionView, else TrajectoryView. Unknown keywords
-    are errors (with the closest known one); ``_caller``: (what, its own keywords) of a dataloader or
-    sampler building the view, for that error."""
-    timestep_level = flag(timestep_level, "timestep_level")
-    transitions = flag(transitions, "transitions")
-    chosen = [name for name, on in (("n_steps", n_steps is not None), ("timestep_level", timestep_level),
-                                    ("window", window is not None), ("transitions", transitions)) if on]
-    if len(chosen) > 1:
-        raise OptionError(f"choose one of n_steps, timestep_level, window and transitions (got {chosen})")
-    if "include_metadata" in options:  # the seed's switch for meta fields
-        if not flag(options.pop("include_metadata"), "include_metadata"):
-            if options.get("meta_fields"):
-                raise OptionError("include_metadata=False and meta_fields contradict each other; pass one of them")
-            options["meta_fields"] = ()
-    if "return_mask" in options:
-        flag(options["return_mask"], "return_mask")
-    if options.get("return_mask") and (n_steps is not None or timestep_level or transitions):
-        raise OptionError("return_mask applies to trajectories (and windows with allow_partial): "
-                               "single steps and n-step transitions have nothing to mask")
-    view, args = TrajectoryView, ()
-    hindsight = options.pop("hindsight", None)
-    if hindsight is not None:
-        if not isinstance(hindsight, dict):
-            raise OptionError(f"hindsight must be a dict of HindsightView options, e.g. dict(goal_field='goal', "
-                                   f"achieved_field='achieved', reward_fn=f) (got {hindsight!r})")
-        if timestep_level or window is not None or transitions:
-            raise OptionError(f"hindsight relabels one-step transitions: drop timestep_level and window, and "
-                              f"transitions (a hindsight view is made of one-step transitions) (got {chosen})")
-        clash = sorted(set(hindsight) & set(options))
-        if clash:
-            raise OptionError(f"{clash} given both in hindsight= and as keywords; pass them once")
-        options.update(hindsight)
-        if n_steps is not None:
-            options["n_steps"] = n_steps
-        view = HindsightView
-    elif n_steps is not None:
-        view, args = NStepView, (n_steps,)
-    elif timestep_level:
-        view = TimestepView
-    elif transitions:
-        view = TransitionView
-    elif window is not None:
-        view, args = WindowView, (window,)
-        options.pop("return_mask", None)  # partial windows always carry their mask
-    accepted = set().union(*(_keywords(cls) for cls in view.__mro__ if issubclass(cls, StoreView)))
-    refused = set(getattr(view, "refused_options", ()))  # a parent's options this view sets itself: it says so
-    accepted -= refused
-    unknown = sorted(set(options) - accepted - refused)
-    if unknown:
-        what, own = _caller if _caller is not None else ("", set())
-        where = f"{what} over a {view.__name__}" if what else f"a {view.__name__}"
-        also = f" ({what} itself takes {sorted(own - accepted)})" if own else ""
-        raise OptionError(f"unknown keyword {unknown} for {where}; it takes {sorted(accepted)}{also}"
-                          f"{did_you_mean(unknown, accepted | own | _SWITCHES)}")
-    dataset = view(store, *args, **options)
-    if len(dataset) == 0 and not allow_empty:
-        raise OptionError(f"the {view.__name__} has no items: " + _why_empty(dataset, store, n_steps, window))
-    return dataset
-
-
-def _why_empty(dataset: StoreView, store: EpisodeStore, n_steps: Any, window: Any) -> str:
-    """Why a view has no items, and what to do: a filter that matched nothing, or too little data."""
-    held = f"the buffer holds {store.num_episodes} episodes"
-    how = "check its names and values, or pass allow_empty=True to accept an empty view"
-    filter_meta = getattr(dataset, "filter_meta", None)
-    if filter_meta and store.num_episodes and not len(dataset.table):
-        return f"no episode matched the filter filter_meta={short(filter_meta)} ({held}); {how}"
-    filter_fields = getattr(dataset, "filter_fields", None)
-    if filter_fields and len(dataset.table):
-        return (f"no step of the {len(dataset.table)} episodes it keeps matched the filter "
-                f"filter_fields={short(filter_fields)}; {how}")
-    item = "transition" if isinstance(dataset, NStepView) else "window" if window else "step"
-    return f"{held} and none give a {item} with these options; store more data"
-
-
-# make_dataloader's own keywords, besides torch's (LOADER_KEYWORDS)
-_LOADER_OWN = {"shuffle", "drop_last", "seed", "to_named_tuple", "device", "non_blocking", "dataset", "dataset_kwargs",
-               "prefetch", "block_size", "block_window", "output", "transform", "collate_fn"}
-
-
-def make_dataloader(store: EpisodeStore, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
-                    seed: int | None = None, to_named_tuple: Any = None, device: Any = None,
-                    non_blocking: bool = True, dataset: Any = None, dataset_kwargs: dict | None = None,
-                    prefetch: int = 1, block_size: int | None = None, block_window: int | None = None,
-                    output: str = "dict", **options: Any) -> ReplayDataLoader:
-    """A DataLoader over a view (built from ``options`` unless ``dataset`` is given). ``transform`` (or
-    ``collate_fn``, torch's name: here it receives the gathered batch dict, not a list of samples) goes to
-    the view built, or to a shallow copy of ``dataset`` (which is left unchanged)."""
-    loader_options = {name: options.pop(name) for name in list(options) if name in LOADER_KEYWORDS}
-    # the loader's own options first: a refused call builds no view
-    to_named_tuple = named_tuple_option(to_named_tuple)
-    output_option(output, to_named_tuple)
-    device, non_blocking = device_option(device), flag(non_blocking, "non_blocking")
-    integer(loader_options.get("num_workers", 0), "num_workers", low=0)
-    prefetch = integer(prefetch, "prefetch", low=0)
-    if dataset_kwargs is not None and not isinstance(dataset_kwargs, dict):
-        raise OptionError(f"dataset_kwargs must be a dict (got {short(dataset_kwargs)})")
-    options.update(dataset_kwargs or {})
-    transform = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
-    if dataset is None:
-        own = _LOADER_OWN | LOADER_KEYWORDS
-        dataset = make_dataset(store, transform=transform, _caller=("a dataloader", own), **options)
-    elif options:
-        raise OptionError(f"view options {sorted(options)} cannot be combined with dataset=")
-    elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
-        raise OptionError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
-                               f"__getitems__) (got {short(dataset)})")
-    else:
-        dataset = with_loader_transform(dataset, transform)
-    sampler = BatchIndexSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                                generator=loader_options.get("generator"), block_size=block_size,
-                                block_window=block_window)
-    return ReplayDataLoader(dataset, sampler, to_named_tuple=to_named_tuple, device=device, non_blocking=non_blocking,
-                            prefetch=prefetch, output=output, **loader_options)
-
-
-def sampler_dataloader(view: Dataset, batches: Any, **loader_options: Any) -> ReplayDataLoader:
+def sampler_dataloader(view: Dataset, batches: Any, *, transform: Any = None, collate_fn: Any = None,
+                       **loader_options: Any) -> ReplayDataLoader:
     """``sampler.dataloader(...)``: a ``ReplayDataLoader`` over ``view`` whose batches a sampler draws
     (``batches``: its ``batches(...)``), in the main process; DataLoader workers only gather (and run
-    ``transform``/``collate_fn``, which go to a shallow copy of ``view``: the sampler's own is unchanged)."""
-    view = with_loader_transform(view, loader_transform(loader_options.pop("transform", None),
-                                                        loader_options.pop("collate_fn", None)))
-    own = {"device", "non_blocking", "prefetch", "output"}
-    unknown = sorted(set(loader_options) - LOADER_KEYWORDS - own)
-    if unknown:
-        raise InvalidDataError(f"unknown keyword {unknown} for a sampler's dataloader; it takes "
-                               f"{sorted(LOADER_KEYWORDS | own)}{did_you_mean(unknown, LOADER_KEYWORDS | own)}")
-    if "num_workers" in loader_options:  # as buffer.dataloader checks it (torch's own error otherwise)
-        loader_options["num_workers"] = integer(loader_options["num_workers"], "num_workers", low=0)
+    ``transform``/``collate_fn``, which go to a shallow copy of ``view``: the sampler's own is unchanged).
+    ``loader_options``: the loader options a sampler's ``dataloader`` signature names (reading/table.py)."""
+    view = with_loader_transform(view, loader_transform(transform, collate_fn))
     return ReplayDataLoader(view, batches, **loader_options)
-
-
-def make_sampler(store: EpisodeStore, kind: str = "uniform", *, view: StoreView | None = None,
-                 allow_empty: bool = False, **options: Any) -> ReplaySampler:
-    """``buffer.sampler(kind, **options)``: a ``kind`` sampler over ``view``, else over
-    ``make_dataset(store, **view options)`` (single timesteps by default; a 'sequence' sampler needs ``window=``)."""
-    cls = sampler_class(kind)
-    chosen, accepted = sampler_options(cls, options)
-    if view is None:
-        if kind == "sequence" and "window" not in options:
-            raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")
-        kinds = {"n_steps", "window", "timestep_level", "hindsight"}
-        if not kinds & set(options) and not options.get("transitions"):
-            options["timestep_level"] = True
-        view = make_dataset(store, allow_empty=allow_empty, _caller=(f"a {kind!r} sampler", accepted), **options)
-    elif options:
-        raise InvalidDataError(f"view options {sorted(options)} cannot be combined with view= (sampler options: "
-                               f"{sorted(accepted)})")
-    return cls(view, **chosen)

@@ -74,7 +74,7 @@ class TransitionView(NStepView):
     ``discount``; see the module docstring."""
 
     kind = "transitions"
-    refused_options = _NSTEP_ONLY  # NStepView's, which make_dataset does not offer for this view
+    refused_options = _NSTEP_ONLY  # NStepView's, which a transitions view sets itself
 
     def __init__(self, store, *, fields: Any = None, observation_fields: Any = None, gamma: float | None = None,
                  filter_fields: Mapping[str, Any] | None = None, frame_stack: int = 1, stack_fields: Any = None,

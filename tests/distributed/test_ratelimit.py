@@ -456,3 +456,14 @@ def test_shared_counters_belong_to_the_store_overwrite_removes_them_and_verify_a
     assert report.ok and not report.warnings, report
     ReplayBuffer(folder, max_episodes=4, max_timesteps=5, fields=dict(x="float"), overwrite=True).close()
     assert not (folder / RATELIMIT_DIR).exists()
+
+
+def test_join_spells_out_the_options_a_joining_process_sets_itself():
+    import inspect
+
+    joined = inspect.signature(RateLimiter.join).parameters
+    own = inspect.signature(RateLimiter.__init__).parameters
+    assert not [p for p in joined.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    keywords = [name for name, p in joined.items() if p.kind is p.KEYWORD_ONLY]
+    assert keywords == ["mode", "timeout", "poll"]
+    assert all(joined[name].default == own[name].default for name in keywords)

@@ -219,12 +219,12 @@ def test_errors(tmp_path):
 def test_a_resumed_sharded_sampler_serves_its_draws_ahead(three_shards, kind):
     """With prefetch=k the draws ahead have moved the generators: the state_dict carries them, so a sampler
     resumed from it serves the very batches the original goes on to serve."""
-    sampler = three_shards.sampler(kind, seed=3, prefetch=2)
+    sampler = three_shards.sampler(kind, seed=3, draw_ahead=2)
     for _ in range(3):
         sampler.batch(16)
     state = json.loads(json.dumps(sampler.state_dict()))
     assert len(state["ahead"]) == 2
-    resumed = three_shards.sampler(kind, seed=99, prefetch=2)
+    resumed = three_shards.sampler(kind, seed=99, draw_ahead=2)
     resumed.batch(16)  # draws of its own ahead: the load drops them
     resumed.load_state_dict(state)
     for _ in range(4):

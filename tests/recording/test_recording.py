@@ -696,3 +696,17 @@ def test_a_buffer_that_splits_records_episodes_longer_than_its_max_timesteps(tmp
     np.testing.assert_array_equal(whole.observations("observation"), observations)  # with the final observation
     np.testing.assert_array_equal(whole["reward"], played[0]["rewards"])
     assert buffer.num_episodes == -(-len(whole) // 8) and buffer.episode(1).continues == 0
+
+
+def test_both_recorders_spell_out_the_recorders_options():
+    import inspect
+
+    from memmap_replay.recording.recorder import RECORDER_OPTIONS, Recorder
+
+    own = {name: p for name, p in inspect.signature(Recorder.__init__).parameters.items() if name in RECORDER_OPTIONS}
+    for wrapper in (RecordEpisodes, RecordVectorEpisodes):
+        parameters = inspect.signature(wrapper.__init__).parameters
+        assert not [p for p in parameters.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)], wrapper
+        spelled = {name: p for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+        assert [(p.name, p.default, p.annotation) for p in spelled.values()] == \
+            [(p.name, p.default, p.annotation) for p in own.values()], wrapper

@@ -170,5 +170,6 @@ def test_a_source_drawing_ahead_is_refused(make_buffer):
 
     buffer = make_buffer()
     buffer.store_episode(**episode_arrays(0, 5))
-    with pytest.raises(OptionError, match=r"source 'a' draws ahead \(prefetch=2\).*make that sampler with prefetch=0"):
-        MixedSampler({buffer.sampler("uniform", seed=0, prefetch=2): 1.0}, names=["a"], seed=0)
+    with pytest.raises(OptionError, match=r"source 'a' draws ahead \(draw_ahead=2\).*make that sampler with "
+                                          r"draw_ahead=0"):
+        MixedSampler({buffer.sampler("uniform", seed=0, draw_ahead=2): 1.0}, names=["a"], seed=0)

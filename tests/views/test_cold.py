@@ -136,12 +136,12 @@ def test_prefetch_advises_the_next_batch_and_its_gather_skips_the_look(folder):
 def test_sampler_prefetch_draws_the_same_batches_and_resumes_exactly(folder):
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
     plain = buffer.sampler("uniform", seed=9)
-    ahead = buffer.sampler("uniform", seed=9, prefetch=2)
+    ahead = buffer.sampler("uniform", seed=9, draw_ahead=2)
     for _ in range(3):
         assert torch.equal(plain.batch(8)["_key"], ahead.batch(8)["_key"])
     state = ahead.state_dict()
     assert len(state["ahead"]) == 2  # the two draws made ahead travel with the state
-    resumed = buffer.sampler("uniform", seed=0, prefetch=2)
+    resumed = buffer.sampler("uniform", seed=0, draw_ahead=2)
     resumed.load_state_dict(state)
     for _ in range(4):
         expected = plain.batch(8)["_key"]
@@ -154,7 +154,7 @@ def test_prioritized_prefetch_is_seeded_and_updates_reach_later_draws(folder):
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
 
     def run():
-        sampler = buffer.sampler("prioritized", seed=4, prefetch=1, persist=False)
+        sampler = buffer.sampler("prioritized", seed=4, draw_ahead=1, persist=False)
         keys = []
         for _ in range(6):
             batch = sampler.batch(8)
@@ -172,8 +172,8 @@ def test_prefetch_must_be_a_count(folder):
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
     with pytest.raises(OptionError, match="prefetch must be an int >= 0"):
         buffer.dataloader(4, timestep_level=True, prefetch=-1)
-    with pytest.raises(OptionError, match="prefetch must be an int >= 0"):
-        buffer.sampler("uniform", prefetch=1.5)
+    with pytest.raises(OptionError, match="draw_ahead must be an int >= 0"):
+        buffer.sampler("uniform", draw_ahead=1.5)
     with pytest.raises(OptionError, match="readahead must be one of"):
         buffer.dataloader(4, timestep_level=True, readahead="yes")
 
@@ -268,13 +268,13 @@ def test_a_block_shuffled_loader_advises_each_block_whole_once_an_epoch(folder, 
 
 def test_prefetch_is_refused_where_draws_ahead_would_be_lost(folder):
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
-    with pytest.raises(OptionError, match="prefetch=1 draws batches ahead, which an epoch without replacement"):
-        buffer.sampler("uniform", replacement=False, prefetch=1)
+    with pytest.raises(OptionError, match="draw_ahead=1 draws batches ahead, which an epoch without replacement"):
+        buffer.sampler("uniform", replacement=False, draw_ahead=1)
 
 
 def test_draws_dropped_ahead_are_given_back_to_the_view(folder):
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
-    sampler = buffer.sampler("uniform", seed=1, prefetch=2, readahead="always")
+    sampler = buffer.sampler("uniform", seed=1, draw_ahead=2, readahead="always")
     sampler.batch(4)
     assert sampler.view._ahead == 2
     sampler.batch(8)  # another batch size: the two draws ahead are dropped, two new ones made
@@ -317,7 +317,7 @@ def test_sharded_samplers_draw_ahead_and_their_shards_views_advise(tmp_path):
         folders.append(path)
     shards = ShardSet(folders=folders)
     plain = shards.sampler("uniform", seed=3)
-    ahead = shards.sampler("uniform", seed=3, prefetch=1, readahead="always")
+    ahead = shards.sampler("uniform", seed=3, draw_ahead=1, readahead="always")
     for _ in range(3):
         assert torch.equal(plain.batch(6)["_key"], ahead.batch(6)["_key"])
     assert len(ahead._ahead) == 1 and sum(view.readahead.advised for view in ahead.view.views) > 0
@@ -338,7 +338,7 @@ def test_a_state_dict_with_damaged_draws_ahead_is_refused_and_changes_nothing(fo
     from memmap_replay import InvalidDataError
 
     buffer = ReplayBuffer.from_folder(folder, read_only=True)
-    sampler = buffer.sampler("uniform", seed=2, prefetch=1)
+    sampler = buffer.sampler("uniform", seed=2, draw_ahead=1)
     sampler.batch(2)
     state = sampler.state_dict()
     with pytest.raises(InvalidDataError, match=match):

@@ -61,9 +61,9 @@ def test_flag_option_errors(three):
         three.dataset(episode_flags="yes")
     with pytest.raises(OptionError, match=r"episode_flags must be True or False \(got 1\)"):
         WindowView(three.episode_store, 2, episode_flags=1)
-    with pytest.raises(OptionError, match=r"unknown keyword \['episode_flags'\] for a TimestepView"):
+    with pytest.raises(OptionError, match=r"\['episode_flags'\] do not apply to a TimestepView"):
         three.dataset(timestep_level=True, episode_flags=True)
-    with pytest.raises(OptionError, match=r"unknown keyword \['episode_flags'\] for a NStepView"):
+    with pytest.raises(OptionError, match=r"\['episode_flags'\] do not apply to a NStepView"):
         three.dataset(n_steps=2, episode_flags=True)
 
 

@@ -47,7 +47,7 @@ def goal_steps(view, items):
 
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
 def test_each_strategy_draws_goals_from_the_right_steps(goals, strategy):
-    view = relabel_all(goals, strategy, seed=3)
+    view = relabel_all(goals, strategy, relabel_seed=3)
     items = np.tile(np.arange(len(view)), 40)
     batch, number, t, step = goal_steps(view, items)
     last = np.where(number == 1, 6, 3)  # episode 1's final row is t = 6; episode 2 ends at its last step
@@ -66,7 +66,7 @@ def test_each_strategy_draws_goals_from_the_right_steps(goals, strategy):
 
 
 def test_rewards_are_recomputed_and_the_store_is_unchanged(goals):
-    view = relabel_all(goals, "future", seed=1, sequence_fields=("reward",), gamma=0.9)
+    view = relabel_all(goals, "future", relabel_seed=1, sequence_fields=("reward",), gamma=0.9)
     stored = np.array(goals.episode_store.step_array("goal"))
     batch = view.__getitems__(np.arange(len(view)))
     relabeled = batch["_relabeled"].numpy()
@@ -82,7 +82,7 @@ def test_rewards_are_recomputed_and_the_store_is_unchanged(goals):
 
 def test_ratio_and_determinism(goals):
     view = HindsightView(goals.episode_store, goal_field="goal", achieved_field="achieved", reward_fn=reached,
-                         relabel_ratio=0.25, seed=7)
+                         relabel_ratio=0.25, relabel_seed=7)
     items = np.random.default_rng(0).integers(0, len(view), 4000)
     first = view.__getitems__(items)
     share = first["_relabeled"].numpy().mean()
@@ -91,7 +91,7 @@ def test_ratio_and_determinism(goals):
     again = view.__getitems__(items)
     assert all(np.array_equal(first[name].numpy(), again[name].numpy()) for name in first)
     other = HindsightView(goals.episode_store, goal_field="goal", achieved_field="achieved", reward_fn=reached,
-                          relabel_ratio=0.25, seed=8).__getitems__(items)
+                          relabel_ratio=0.25, relabel_seed=8).__getitems__(items)
     assert not np.array_equal(first["_relabeled"].numpy(), other["_relabeled"].numpy())
 
 
@@ -113,7 +113,7 @@ def test_through_the_buffer_and_a_sampler(goals):
     (dict(reward_fn="reached"), "reward_fn must be a function"),
     (dict(n_steps=3), "n_steps must be 1"),
     (dict(next_fields=("obs",)), "needs the next field 'achieved'"),
-    (dict(seed=-1), "seed must be an int >= 0"),
+    (dict(relabel_seed=-1), "relabel_seed must be an int >= 0"),
 ])
 def test_bad_options(goals, options, message):
     arguments = {**dict(goal_field="goal", achieved_field="achieved", reward_fn=reached), **options}
@@ -129,3 +129,17 @@ def test_a_reward_function_of_the_wrong_shape(goals):
     with pytest.raises(InvalidDataError, match="drop timestep_level and window"):
         goals.dataset(timestep_level=True,
                       hindsight=dict(goal_field="goal", achieved_field="achieved", reward_fn=reached))
+
+
+def test_the_old_seed_spelling_still_relabels_the_same_and_says_its_new_name(goals):
+    items = np.arange(8)
+    with pytest.warns(DeprecationWarning, match=r"seed= of a HindsightView is now spelled relabel_seed="):
+        old = relabel_all(goals, "future", seed=5).__getitems__(items)
+    new = relabel_all(goals, "future", relabel_seed=5).__getitems__(items)
+    assert all(np.array_equal(old[name].numpy(), new[name].numpy()) for name in new)
+    her = dict(goal_field="goal", achieved_field="achieved", reward_fn=reached, relabel_ratio=1.0)
+    with pytest.warns(DeprecationWarning, match=r"seed= of hindsight= is now spelled relabel_seed="):
+        goals.dataset(hindsight={**her, "seed": 5})
+    with pytest.raises(InvalidDataError, match=r"hindsight= has both 'seed' and 'relabel_seed', one option"), \
+            pytest.warns(DeprecationWarning):
+        goals.dataset(hindsight={**her, "seed": 5, "relabel_seed": 5})

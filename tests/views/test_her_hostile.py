@@ -33,7 +33,7 @@ from catalogue import fast, unchanged, raises, is_int, hashable, garbage, valid_
 HINDSIGHT_OPTIONS = {
     "strategy": (lambda v: isinstance(v, str) and v in ("future", "final", "episode"), r"strategy must be one of"),
     "relabel_ratio": (valid_unit(), r"relabel_ratio must be a finite number in \[0, 1\]"),
-    "seed": (lambda v: is_int(v) and v >= 0, r"seed must be an int >= 0"),
+    "relabel_seed": (lambda v: is_int(v) and v >= 0, r"relabel_seed must be an int >= 0"),
     "reward_fn": (callable, r"reward_fn must be a function"),
     "goal_field": (lambda v: v in ("goal", "achieved") if isinstance(v, str) else False,
                    r"(goal_field=.* is not a step field|must have the same shape)"),

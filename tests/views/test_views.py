@@ -252,7 +252,7 @@ VIEW_KINDS = {
     "stacked-transitions": dict(transitions=True, frame_stack=2, stack_fields=["obs"], stack_pad="zero"),
     "concat": dict(timestep_level=True),
     "hindsight": dict(hindsight=dict(goal_field="goal", achieved_field="obs", strategy="future", relabel_ratio=0.5,
-                                     seed=5)),
+                                     relabel_seed=5)),
 }
 HINDSIGHT_FIELDS = dict(obs=("float", (3,)), goal=("float", (3,)), action=("int", 2), reward="float")
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import ray
@@ -48,7 +48,7 @@ import torch
 
 from ...core.index import Sample
 from ...errors import InvalidDataError, OptionError, RateLimitedError, SampleExpiredError
-from ...views.loader import make_dataset
+from ...reading.build import build_view
 from ...core.options import batch_size as batch_size_of, choice, flag, integer, seed_option, short, timeout_option
 from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, damaged, distributed_rank
 from ..shards import SHARD_STRIDE, ShardSample, global_weights, _merge, shard_counts
@@ -99,7 +99,8 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         self.actors = list(actors)
         self.kind = choice(kind, "kind", KINDS)
         seed = seed_option(seed)
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else seed
+        # (a SeedSequence made without entropy draws an int: numpy's stubs allow a sequence)
+        self.seed = int(cast(int, np.random.SeedSequence().entropy)) if seed is None else seed
         # several learners (ranks of one job) with one seed: each its own stream, as ShardedSampler's
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self.rng = np.random.default_rng([self.seed, 1 << 20, self.rank])
@@ -162,7 +163,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         if store.meta.store_id != info["store_id"]:
             store.close()
             raise OptionError(f"{info['folder']} on this node holds another store than {self._what(shard)}'s")
-        return make_dataset(store, allow_empty=True, **info["view"])
+        return build_view(store, dict(info["view"], allow_empty=True))
 
     def _learn(self, totals: list[dict]) -> None:
         """The shards' positions, masses and smallest leaves, as they last reported them."""
@@ -258,7 +259,7 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         episodes live in them then. Always False."""
         return False
 
-    def dataloader(self, batch_size: int, num_batches: int | None = None, **options: Any):
+    def _sampler_dataloader(self, batch_size: int, num_batches: int | None, options: dict) -> Any:
         """Not available: there is no local view to build a DataLoader over (the batches come from the shards)."""
         raise OptionError("RayShardedSampler has no dataloader(): its batches come from the shard actors; call "
                           "sampler.batch(batch_size) in the training loop (or wrap it in a torch IterableDataset)")

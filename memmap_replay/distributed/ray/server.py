@@ -78,8 +78,9 @@ class ShardServer:
                  circular: bool = False, *, max_steps: int | None = None, durable: bool = False,
                  view: Mapping[str, Any] | None = None, alpha: float = 0.6, name: str | None = None,
                  kinds: Any = KINDS, lock_timeout: float = 30.0, rate_limiter: Any = None):
-        from ...views.loader import make_dataset
-        from ...views.loader import make_sampler
+        from ...reading.build import build_sampler, build_view
+        from ...reading.plan import compose
+        from ...reading.table import SAMPLER
 
         if isinstance(kinds, str):
             kinds = (kinds,)
@@ -100,12 +101,13 @@ class ShardServer:
         try:
             store = buffer.episode_store
             self._locked(lambda: store.require_writable("write"), lock_timeout)  # the writer lock, now
-            self.view = make_dataset(store, allow_empty=True, **self.view_options)
+            self.view = build_view(store, dict(self.view_options, allow_empty=True))
             self.samplers = {}
             for kind in self.kinds:
                 options = dict(alpha=alpha, name=name) if kind == "prioritized" else {}
-                self.samplers[kind] = self._locked(lambda: make_sampler(store, kind, view=self.view, seed=0,
-                                                                        **options), lock_timeout)
+                plan = compose(SAMPLER, dict(options, seed=0), where="a shard actor's sampler")
+                self.samplers[kind] = self._locked(lambda: build_sampler(store, kind, plan, view=self.view),
+                                                   lock_timeout)
             self.limiter = shard_limiter(rate_limiter, store)
         except BaseException:
             self.close()
@@ -262,8 +264,9 @@ class ShardServer:
             if hasattr(sampler, "close"):
                 sampler.close()
         self.samplers = {}
-        if getattr(self, "limiter", None) is not None:
-            self.limiter.close()
+        limiter = getattr(self, "limiter", None)
+        if limiter is not None:
+            limiter.close()
         self.buffer.close()
 
 
