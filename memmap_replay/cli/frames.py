@@ -63,7 +63,7 @@ examples:
 
 def _episode_list(text: str) -> list:
     """'0,5,-1' or '0:8' or '::10,-1': indices and Python slices (stop excluded)."""
-    items = []
+    items: list[int | slice] = []
     try:
         for part in text.split(","):
             if ":" in part:

@@ -13,6 +13,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from collections.abc import Set
 from typing import Any, Iterator
 
 import numpy as np
@@ -109,7 +110,7 @@ def _human_bytes(count: int) -> str:
     return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}" if size < 1000 else f"{size:.0f} {unit}"
 
 
-def _columns(rows: list[list[str]], right: set[int] = frozenset(), indent: str = "") -> list[str]:
+def _columns(rows: list[list[str]], right: Set[int] = frozenset(), indent: str = "") -> list[str]:
     """Rows of cells as aligned lines (columns in ``right`` are right-aligned); a row of one cell is a note
     that spans the columns (it does not widen the first)."""
     table = [row for row in rows if len(row) > 1] or [[""]]

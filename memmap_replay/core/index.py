@@ -166,7 +166,9 @@ class PositionSource(Protocol):
     key_stride: int
     state: tuple[int, int]
     folder: Any
-    kind: str
+
+    @property
+    def kind(self) -> str: ...
 
     def __len__(self) -> int: ...
 

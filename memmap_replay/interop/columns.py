@@ -57,7 +57,8 @@ class _H5Columns:
         except OSError as error:
             raise UnsupportedFormatError(
                 f"{path} is not a readable HDF5 file ({error}); is it a D4RL .hdf5 file?") from None
-        self.path, self.keys, self.h5py = path, {}, h5py
+        self.keys: dict[str, tuple[Any, tuple[int, ...]]] = {}  # key -> (dtype or _STRING, shape)
+        self.path, self.h5py = path, h5py
         self.file.visititems(self._add)
 
     def _add(self, name: str, item: Any) -> None:
@@ -80,7 +81,10 @@ class _H5Columns:
 
 class _NpzColumns:
     def __init__(self, path: Path):
-        self.path, self.keys, self.streams, self.whole = path, {}, {}, {}
+        self.path = path
+        self.keys: dict[str, tuple[Any, tuple[int, ...]]] = {}  # key -> (dtype or _STRING, shape)
+        self.streams: dict[str, tuple[Any, int]] = {}  # key -> (open stream, its position)
+        self.whole: dict[str, np.ndarray | None] = {}  # key -> all its values (None until read)
         try:
             self.zip = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as error:
@@ -110,11 +114,12 @@ class _NpzColumns:
     def rows(self, key: str, start: int, stop: int) -> np.ndarray:
         dtype, shape = self.keys[key]
         if key in self.whole:
-            if self.whole[key] is None:
-                self.whole[key] = self.value(key)
-            return self.whole[key][start:stop]
+            whole = self.whole[key]
+            if whole is None:
+                whole = self.whole[key] = self.value(key)
+            return whole[start:stop]
         row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-        stream, position = self.streams.get(key, (None, None))
+        stream, position = self.streams.get(key, (None, 0))
         if stream is None or start < position:
             if stream is not None:
                 stream.close()

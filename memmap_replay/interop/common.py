@@ -371,7 +371,7 @@ def stored_episodes(store: EpisodeStore, fields: tuple[str, ...] | None = None,
 
 def _read_rows(descriptor: int, file: fmt.NpyFile, start: int, count: int) -> np.ndarray:
     out = np.empty((count, *file.spec.shape), file.spec.dtype)
-    view, position, done = memoryview(out).cast("B"), file.offset + start * file.spec.row_nbytes, 0
+    view, position, done = out.data.cast("B"), file.offset + start * file.spec.row_nbytes, 0
     while done < len(view):
         with folderio.errors_named(file.path, "read"):
             got = os.preadv(descriptor, [view[done:]], position + done)

@@ -143,7 +143,8 @@ class _Layout:
     """Which keys of the file are step data, checked: present, numeric, one row per step."""
 
     def __init__(self, source, mode: str, infos: bool):
-        self.source, self.notes, self.keys = source, [], {}
+        self.source, self.notes = source, []
+        self.keys: dict[str, str | None] = {}  # D4RL key -> the field it becomes (None: read, no field of its own)
         keys = source.keys
         missing = [key for key in (*_STEP_KEYS, "terminals") if key not in keys]
         if missing:
@@ -203,7 +204,8 @@ class _Layout:
         return out
 
     def extra(self, source) -> dict:
-        metadata, skipped = {}, []
+        metadata: dict[str, Any] = {}
+        skipped: list[str] = []
         for key in source.keys:
             if key.startswith("metadata/") and not key.startswith(_OURS):
                 value = encode_value(source.value(key))
@@ -228,10 +230,10 @@ class _Episodes:
             ends.append(where + low)
             terminal.append(t[where])
             timeout.append(u[where])
-        ends, t, u = (np.concatenate(parts) if parts else np.empty(0, dtype) for parts, dtype in
-                      ((ends, np.int64), (terminal, bool), (timeout, bool)))
-        self.stops = ends + 1
-        self.partial = bool(length) and (not len(ends) or int(self.stops[-1]) < length)
+        flat_ends, t, u = (np.concatenate(parts) if parts else np.empty(0, dtype) for parts, dtype in
+                           ((ends, np.int64), (terminal, bool), (timeout, bool)))
+        self.stops = flat_ends + 1
+        self.partial = bool(length) and (not len(flat_ends) or int(self.stops[-1]) < length)
         if self.partial:
             self.stops = np.append(self.stops, length)
             t, u = np.append(t, False), np.append(u, False)

@@ -186,20 +186,21 @@ def _episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
         fields.update(seed=(dtype, ()), seeded=("bool", ()))
     columns = {}
     for key in sorted({key for attr in flat for key in attr} - _ATTRS_KNOWN):
-        values = [np.asarray(attr.get(key)) for attr in flat]
+        per_episode = [np.asarray(attr.get(key)) for attr in flat]
         name = key.replace("/", SEP)
-        kinds = {(value.dtype, value.shape) for value in values}
+        kinds = {(value.dtype, value.shape) for value in per_episode}
         try:
             _field_name(name, f"episode attribute {key!r}")
-            ok = len(kinds) == 1 and values[0].dtype.kind in "biufc" and name not in fields and 0 not in values[0].shape
+            ok = (len(kinds) == 1 and per_episode[0].dtype.kind in "biufc" and name not in fields
+                  and 0 not in per_episode[0].shape)
         except InvalidDataError:
             ok = False
         if not ok:
             notes.append(f"episode attribute {key!r} was left out (not numeric with one dtype and "
                          f"shape in every episode)")
             continue
-        fields[name] = (values[0].dtype.name, values[0].shape)
-        columns[name] = values
+        fields[name] = (per_episode[0].dtype.name, per_episode[0].shape)
+        columns[name] = per_episode
 
     def values(number: int) -> dict[str, Any]:
         out = {"episode_id": np.int64(attrs[number].get("id", indices[number]))}

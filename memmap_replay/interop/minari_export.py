@@ -146,7 +146,7 @@ class _ExportPlan:
         from ..sharing.card import DatasetCard
 
         card = DatasetCard.from_json(self.card.to_json()) if self.card else DatasetCard()
-        out = {"dataset_id": dataset_id, "minari_version": version}
+        out: dict[str, Any] = {"dataset_id": dataset_id, "minari_version": version}
         out.update({key: getattr(card, ours) for key, ours in _CARD_KEYS.items() if getattr(card, ours) is not None})
         for key in ("author", "author_email"):
             value = getattr(card, key)
@@ -170,7 +170,7 @@ class _ExportPlan:
             final = {name: (value[-1] if missing_final == "repeat" else np.zeros_like(value[-1]))
                      for name, value in episode.steps.items()}
         observations = {name: np.concatenate([episode.steps[name], final[name][None]]) for name in self.obs_names}
-        infos = {}
+        infos: dict[str, Any] = {}
         for path, name in self.info_paths.items():
             value = episode.steps[name] if episode.final is None else np.concatenate([episode.steps[name],
                                                                                       episode.final[name][None]])

@@ -59,7 +59,8 @@ def import_memmap_replay_buffer(source: str | os.PathLike, folder: str | os.Path
     ``max_episodes``/``max_steps``/``max_timesteps``/``circular``: the new store's room (None: as the source)."""
     if open_episode not in OPEN_EPISODE:
         raise OptionError(f"open_episode must be one of {OPEN_EPISODE} (got {open_episode!r})")
-    room = dict(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps, circular=circular)
+    room: dict[str, Any] = dict(max_episodes=max_episodes, max_steps=max_steps, max_timesteps=max_timesteps,
+                                circular=circular)
     check_room(room, episodes=0, max_timesteps=0, rows=0)  # the types, before reading anything
     reader = open_source(source)
     try:

@@ -110,6 +110,7 @@ def _field(name: Any, info: Any, path: Any, kind: str) -> tuple[FieldSpec, Any]:
                           f"then up to 63 letters, digits or underscores (they become file names), and not "
                           f"{sorted(RESERVED_NAMES)} or a Python keyword; in memmap-replay-buffer, copy the buffer "
                           f"into one whose fields have such names, then import that one")
+    shape: Any  # the config's spelling, checked below
     if isinstance(info, str):
         kind_name, shape, default = info, (), None
     elif isinstance(info, (tuple, list)) and len(info) in (2, 3):
@@ -347,7 +348,7 @@ class H5Source:
         sets = {name: self._dataset(name, None, None) for name in names}  # checked before anything is read
         episodes = sets["meta_episode_lens"].shape[0] if sets["meta_episode_lens"].ndim else 0
         steps = [data.shape[1] for name, data in sets.items() if name.startswith("data_") and data.ndim >= 2]
-        value = {"max_episodes": episodes, "max_timesteps": max(steps, default=1), "circular": False,
+        value: dict[str, Any] = {"max_episodes": episodes, "max_timesteps": max(steps, default=1), "circular": False,
                  "fields": {}, "meta_fields": {}}
         for name, data in sets.items():
             kind = next((key for key, dtype in KINDS.items() if dtype == data.dtype), repr(data.dtype))

@@ -11,7 +11,7 @@ other node a Dict, and each leaf a Box over the whole range of its dtype (``-inf
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Hashable, Iterable, Mapping, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from .common import SEP
 __all__ = ["leaf_paths", "space_for", "nest"]
 
 _Path = tuple[str, ...]
+_Key = TypeVar("_Key", bound=Hashable)  # what names a leaf's array (a field name, or the path itself)
 
 
 def leaf_paths(names: Iterable[str], prefix: str) -> dict[_Path, str]:
@@ -106,7 +107,7 @@ def space_for(names: list[str], prefix: str, specs: dict[str, FieldSpec], card_s
     return _inferred_space(paths, specs), paths
 
 
-def nest(space: Any, paths: dict[_Path, str], arrays: dict[str, np.ndarray], path: _Path = ()) -> Any:
+def nest(space: Any, paths: Mapping[_Path, _Key], arrays: Mapping[_Key, np.ndarray], path: _Path = ()) -> Any:
     """The episode's arrays nested as the space's value: dicts for Dict, tuples for Tuple."""
     from gymnasium import spaces
 

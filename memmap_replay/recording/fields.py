@@ -8,7 +8,7 @@ no field-name arguments, and the card's spaces fit its fields
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -29,7 +29,7 @@ def _leaf_zero(space: Any, where: str) -> np.ndarray:
     if isinstance(space, spaces.Discrete):
         return np.zeros((), np.int64)
     if isinstance(space, _LEAVES):
-        return np.zeros(space.shape, space.dtype)
+        return np.zeros(cast("tuple[int, ...]", space.shape), space.dtype)  # (a leaf space has its shape)
     raise SchemaError(f"{where} must be a Box, Discrete, MultiDiscrete or MultiBinary space, or a Dict or Tuple of "
                       f"them, nested or not (got {short(space)}); turn it into one with an ObservationWrapper or "
                       f"ActionWrapper (e.g. gymnasium.wrappers.FlattenObservation)")

@@ -20,7 +20,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from types import ModuleType
+from typing import Callable, Iterator
 
 from ..core import folderio
 from ..core import format as fmt
@@ -30,6 +31,7 @@ from ..core.lock import WriterLock
 from ..core.schema import NAME_PATTERN
 from ..core.store import CommitObserver, observe_commits
 
+fcntl: ModuleType | None  # None where the OS has no flock
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: card edits are not serialized
@@ -43,7 +45,7 @@ _CHUNK = 1 << 20
 _TOP_FILES = frozenset({fmt.META_FILE, "card.json", "README.md"})
 _STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, "stats")
 _FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
-_DIR_FILES = {
+_DIR_FILES: dict[str, Callable[[str], object]] = {  # folder -> whether an entry's name is one of its files
     fmt.STEPS_DIR: _FIELD_FILE.fullmatch,
     fmt.META_DIR: _FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
@@ -75,7 +77,8 @@ def _is_store_dir(rel: str) -> bool:
 
 def store_files(folder: Path) -> tuple[list[str], list[str]]:
     """(the store's files, sorted; the store paths that are links to outside the folder)."""
-    found, escaping = [], []
+    found: list[str] = []
+    escaping: list[str] = []
     _walk(folder, folder.resolve(), "", found, escaping)
     return sorted(found), escaping
 
@@ -208,7 +211,8 @@ def read_manifest(folder: Path) -> tuple[dict[str, str] | None, list[ManifestPro
     except UnicodeDecodeError as error:
         return {}, [ManifestProblem(MANIFEST, "malformed", f"cannot be read as text ({error}); write it again with "
                                                           f"`python -m memmap_replay checksum {folder}`")]
-    entries, problems = {}, []
+    entries: dict[str, str] = {}
+    problems: list[ManifestProblem] = []
     for number, line in enumerate(text.splitlines(), 1):
         match = _LINE.fullmatch(line)
         rel = match.group(2) if match else ""
@@ -217,7 +221,7 @@ def read_manifest(folder: Path) -> tuple[dict[str, str] | None, list[ManifestPro
         if why:
             kind = "malformed" if not match or rel in entries else "unsafe"
             problems.append(ManifestProblem(MANIFEST, kind, f"line {number}: {why} (found {line[:120]!r})"))
-        else:
+        elif match is not None:  # (always, when there is no problem)
             entries[rel] = match.group(1).lower()
     return entries, problems
 
@@ -277,7 +281,8 @@ def _judge(problems: list[ManifestProblem], folder: Path) -> list[tuple[str, boo
     """verify's reading of ``check_manifest``'s findings: (line, is a warning). A changed, missing or
     unlisted priorities file is sampler state, and an unlisted card, README or stats file is not data: warnings.
     The rest are problems; the first _MAX_LISTED of each kind are listed and the others counted."""
-    lines, seen = [], {}
+    lines: list[tuple[str, bool]] = []
+    seen: dict[tuple[str, bool], int] = {}
     for problem in problems:
         text, sampler = str(problem), problem.path.startswith(fmt.PRIORITIES_DIR + "/")
         warn = sampler or (problem.kind == "unlisted" and not _is_data_path(problem.path))

@@ -110,7 +110,7 @@ def _pick_episodes(store: EpisodeStore, episodes: Any) -> list[int]:
             return list(range(count))
         return sorted(set(np.linspace(0, count - 1, _SHEET_EPISODES).round().astype(int).tolist()))
     items = episodes if isinstance(episodes, (list, tuple, range, np.ndarray)) else [episodes]
-    picked = []
+    picked: list[int] = []
     for item in items:
         if isinstance(item, slice):
             picked.extend(range(count)[item])

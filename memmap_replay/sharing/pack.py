@@ -199,7 +199,9 @@ def _write_archive(folder: Path, files: list[str], archive: Path, method: str, *
             with open(temp, "xb") as out:  # a fresh name, created exclusively (never through a link)
                 created = True
                 total = 0
-                with tarfile.open(archive, f"w:{method}", fileobj=out, format=tarfile.PAX_FORMAT, **options) as tar, \
+                # typeshed's overloads take the mode as a literal (here made from the method) and no **options
+                with tarfile.open(archive, f"w:{method}", fileobj=out, format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+                                  **options) as tar, \
                         tqdm(total=_source_bytes(folder, files), unit="B", unit_scale=True, desc="pack",
                              disable=not progress, file=sys.stderr) as bar:
                     made = set()
@@ -414,7 +416,8 @@ def _extract(archive: Path, temp: Path, folder: Path, *, max_bytes: int, progres
         raw.seek(0)
         meter = _Meter(_decompressed(_Counted(raw, bar), head, archive), archive)
         try:
-            with tarfile.open(fileobj=meter, mode="r|") as tar:
+            # a stream ("r|") is only read: typeshed asks of any file object write, seek and tell too
+            with tarfile.open(fileobj=meter, mode="r|") as tar:  # type: ignore[call-overload]
                 for member in tar:
                     rel = checker.check(member, stored=tar.offset - member.offset_data)
                     meter.allowed = tar.offset + checker.header_room()

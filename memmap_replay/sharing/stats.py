@@ -43,7 +43,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 import numpy as np
 
@@ -465,7 +465,8 @@ class _StatsObserver(CommitObserver):
             self.running.catch_up(store)
 
     def committed(self, store, episodes) -> None:
-        self.running.committed(episodes, store.meta.state.next_episode, store.folder)
+        # (committing() loaded them)
+        cast(RunningStats, self.running).committed(episodes, store.meta.state.next_episode, store.folder)
 
     def flush(self, store, *, closing: bool) -> None:
         if self.running is not None:

@@ -29,7 +29,7 @@ import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from ..errors import (OptionError, DiskFullError, NotAFolderError, ReadOnlyError
 from .stats import _MAX_RUNNING_BYTES, _NPY_HEADER_ROOM, RUNNING_FILE, _expected_members
 from ..core.format import Capacity, State
 from ..core.schema import Schema
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -235,7 +238,7 @@ class _StoreChecker:
             self.problem("meta.json", f"'schema' is malformed: {error}")
             return None
 
-    def numbers(self, section: str, data: Any, kind: type) -> Any:
+    def numbers(self, section: str, data: Any, kind: type[DataclassInstance]) -> Any:
         names = list(kind.__dataclass_fields__)
         if not isinstance(data, dict):
             self.problem("meta.json", f"'{section}' must be a JSON object with {names} (found {data!r})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -79,7 +79,7 @@ class RandomShift(FieldTransform):
         if len(sizes) != 1 or None in sizes:
             raise OptionError(f"RandomShift's fields {list(self.fields)} must share the leading batch axis (got "
                               f"shapes {[tuple(batch[name].shape) for name in self.fields]})")
-        offsets = self.offsets(sizes.pop())
+        offsets = self.offsets(cast(int, sizes.pop()))  # (one size, not None: checked above)
         for name in self.fields:
             batch[name] = self.shifted(name, batch[name], offsets)
         return batch

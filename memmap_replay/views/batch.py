@@ -5,7 +5,7 @@ and a sampler's DataLoader."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ class BatchDataset(Dataset):
     (see ``views.transforms``); it is pickled with the view for DataLoader workers."""
 
     transform: Any = None
+
+    if TYPE_CHECKING:  # each kind of view has its own
+        def __len__(self) -> int: ...
 
     def transformed(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch through ``self.transform`` (as it is without one)."""

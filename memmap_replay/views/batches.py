@@ -48,7 +48,7 @@ class BatchIndexSampler(Sampler):
         self.epoch = 0
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        order = None
+        order: BlockShuffle | np.ndarray | _LazyPermutation | None = None
         if self.shuffle:
             seed = self.seed
             if seed is None:  # torch's generator (the given one, else the global one), as torch's samplers do

@@ -20,7 +20,7 @@ The stream calls go through one small object (``AcceleratorStreams``); a test ca
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -46,10 +46,13 @@ class AcceleratorStreams:
 
     def __init__(self, device: torch.device):
         self.device = device
+        self.side: torch.Stream
+        self._current: Callable[[], torch.Stream]
+        self._context: Callable[[], AbstractContextManager[Any]]
         if device.type == "cuda":
-            self.side = torch.cuda.Stream(device=device)
+            self.side = side = torch.cuda.Stream(device=device)
             self._current = lambda: torch.cuda.current_stream(device)
-            self._context = lambda: torch.cuda.stream(self.side)
+            self._context = lambda: torch.cuda.stream(side)
         else:  # another accelerator: torch's device-generic streams (torch >= 2.5)
             self.side = torch.Stream(device=device)
             self._current = lambda: torch.accelerator.current_stream(device)
@@ -98,7 +101,9 @@ class DevicePrefetcher:
         self.device = device
         self.non_blocking = non_blocking
         self.pin = pin_memory and device.type not in ("cpu", "meta") and can_pin()
-        self.streams = streams if streams is not None else (AcceleratorStreams.for_device(device) if ahead else None)
+        # AcceleratorStreams (or a stand-in with its methods), None: copies in order
+        self.streams: Any = (streams if streams is not None
+                             else AcceleratorStreams.for_device(device) if ahead else None)
 
     def __iter__(self) -> Iterator[dict]:
         source = iter(self.batches)

@@ -25,7 +25,7 @@ import os
 import queue
 import sys
 import threading
-from typing import Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class _Kernel:
     def __init__(self) -> None:
         self.pid = -1
         self.pidfd = -1
-        self.libc = None
+        self.libc: Any = None  # a ctypes.CDLL once found (its functions are looked up by name, untyped)
         self.local = threading.local()  # .vec: mincore's answer, one byte per page (bit 0: resident)
         self.batched = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
         try:
@@ -142,7 +142,7 @@ class _Advisor:
                     threading.Thread(target=self._run, args=(self.jobs,), name="memmap_replay readahead",
                                      daemon=True).start()
                     self.pid = pid
-        self.jobs.put((kernel, starts, lengths))
+        cast(queue.SimpleQueue, self.jobs).put((kernel, starts, lengths))  # (made above, at the first use)
 
     @staticmethod
     def _run(jobs: queue.SimpleQueue) -> None:

@@ -21,6 +21,7 @@ import os
 import sys
 import weakref
 from multiprocessing import reduction
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -76,10 +77,16 @@ def _root_of(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def _map_received(fd: reduction.DupFd, nbytes: int) -> np.ndarray:
+class _SentFd(Protocol):
+    """What ``reduction.DupFd(fd)`` makes, unpickled: ``detach()`` gives this process's descriptor."""
+
+    def detach(self) -> int: ...
+
+
+def _map_received(sent: _SentFd, nbytes: int) -> np.ndarray:
     """In the main process: the slot's bytes, mapped ``MAP_SHARED`` from the descriptor the worker sent
     (closed here; the mapping keeps the memory alive until the root array and every view of it are gone)."""
-    fd = fd.detach()
+    fd = sent.detach()
     try:
         return np.frombuffer(mmap.mmap(fd, nbytes, **_UNTRACKED), dtype=np.uint8)
     finally:

@@ -14,8 +14,12 @@ A view reads from a snapshot of the episode table (``StoreView._snapshot``). Two
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NoReturn
+
 import numpy as np
 
+from ..core.format import Capacity
+from ..core.index import EpisodeTable
 from ..core.store import EpisodeStore
 from ..errors import InvalidDataError, SampleExpiredError, SchemaMismatchError
 
@@ -35,6 +39,16 @@ class SnapshotChecks:
     """The checks of ``StoreView`` (its ``store``, ``table``, ``key_stride``, ``_capacity``, ``_stamp`` and
     ``_generation``) that refuse a batch not read against one snapshot of live episodes."""
 
+    if TYPE_CHECKING:  # StoreView's (a property there)
+        @property
+        def store(self) -> EpisodeStore: ...
+
+    table: EpisodeTable
+    key_stride: int
+    _capacity: Capacity
+    _stamp: tuple[int, ...] | None
+    _generation: int
+
     def _check_stride(self, store: EpisodeStore) -> None:
         """Keys are episode id * max_timesteps + t: a view cannot follow a store grown to longer episodes."""
         if store.capacity.max_timesteps != self.key_stride:
@@ -42,7 +56,7 @@ class SnapshotChecks:
                 f"{store.folder} was grown to max_timesteps={store.capacity.max_timesteps} since this view was made "
                 f"(its keys count {self.key_stride} steps an episode): make a new view (and sampler) of the store")
 
-    def _missing_episodes(self, ids: np.ndarray) -> None:
+    def _missing_episodes(self, ids: np.ndarray) -> NoReturn:
         """Raise for a sample's episode ids that this view (refreshed) does not hold: why, and what to do."""
         state = self.store.meta.state
         never = ids[ids >= state.next_episode]

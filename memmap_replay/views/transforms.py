@@ -63,7 +63,8 @@ def _floats(value: Any) -> np.ndarray:
     """An array of float64; JSON's null (None) as NaN."""
     if isinstance(value, (list, tuple)):
         value = np.asarray(value, dtype=object)
-        value[np.equal(value, None)] = np.nan
+        # numpy compares an object array with None elementwise; its stubs take no None operand
+        value[np.equal(value, None)] = np.nan  # type: ignore[call-overload]
     return np.asarray(value, np.float64)
 
 

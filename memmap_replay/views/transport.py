@@ -134,13 +134,15 @@ class _SlotWriter:
                 chosen = free[0]
             elif len(self.slots) < self.most:
                 chosen = len(self.slots)
-                self.slots.append(None)
-                self.roots.append(None)
             else:
                 return None
             memory = SlotMemory(int(nbytes * _HEADROOM) + _ALIGN)
             memory.root[:_HEADER] = 0
-            self.slots[chosen], self.roots[chosen] = memory, memory.root
+            if chosen == len(self.slots):  # a new slot, listed once its memory is there
+                self.slots.append(memory)
+                self.roots.append(memory.root)
+            else:
+                self.slots[chosen], self.roots[chosen] = memory, memory.root
         self.roots[chosen][0] = _BUSY
         return chosen
 
@@ -276,9 +278,9 @@ class SlotReader:
                 size = math.prod(shape) * numpy_dtype.itemsize
                 batch[name] = torch.from_numpy(root[offset:offset + size].view(numpy_dtype).reshape(shape))
             else:  # numpy has no such dtype (bfloat16, ...): view the bytes through torch
-                dtype = _DTYPES[dtype]
-                size = math.prod(shape) * dtype.itemsize
-                batch[name] = torch.from_numpy(root[offset:offset + size]).view(dtype).view(shape)
+                torch_dtype = _DTYPES[dtype]
+                size = math.prod(shape) * torch_dtype.itemsize
+                batch[name] = torch.from_numpy(root[offset:offset + size]).view(torch_dtype).view(shape)
         self.busy.append(key)
         return batch
 

@@ -18,7 +18,7 @@ began (a request sent ahead) is first asked again, so that it stands for now (``
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -94,7 +94,8 @@ class ShardCall:
         self.refused.append(refusal)
         self.kwargs.update(refusal.resend)
         now = time.monotonic()
-        if self.sent >= began and (self.rate_limit == "raise" or now + self.wait >= self.deadline):
+        deadline = cast(float, self.deadline)  # (result() set it before it asked)
+        if self.sent >= began and (self.rate_limit == "raise" or now + self.wait >= deadline):
             self.ref = None  # the next result() asks again
             when = "(rate_limit='raise')" if self.rate_limit == "raise" else f"within timeout={self.timeout:g} s"
             raise self._rate_limited(refusal, when)

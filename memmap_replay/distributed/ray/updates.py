@@ -92,10 +92,10 @@ class PriorityUpdates:
         ready, _ = ray.wait([call.ref for call in self.pending], num_returns=len(self.pending), timeout=0)
         if not ready:
             return
-        ready = set(ready)
+        landed = set(ready)
         keep, error = [], None
         for call in self.pending:
-            if call.ref not in ready or error is not None:
+            if call.ref not in landed or error is not None:
                 keep.append(call)
                 continue
             try:

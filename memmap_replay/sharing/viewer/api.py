@@ -12,15 +12,17 @@ one is an ``OptionError``, an episode no longer live a ``SampleExpiredError``. N
 from __future__ import annotations
 
 import math
+import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ...core import format as fmt
 from ...core.episodes import EpisodeList
+from ...core.index import EpisodeTable
 from ...core.store import EpisodeStore
 from ...errors import CorruptStoreError, IndexRangeError, OptionError, SampleExpiredError
 from ..card import read_card
@@ -46,12 +48,12 @@ _CARD_KEYS = ("name", "description", "license", "author", "algorithm", "code_url
 class StoreApi:
     """The answers of the viewer's JSON endpoints for the store at ``folder`` (see the module docstring)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder)
         self._lock = threading.RLock()
         self._store: EpisodeStore | None = None
         self._columns: EpisodeColumns | None = None
-        self._table = None
+        self._table: EpisodeTable | None = None
         self._state: fmt.State | None = None
         self._columns_state: fmt.State | None = None
         self._stats: tuple[Any, dict] | None = None
@@ -107,7 +109,7 @@ class StoreApi:
                 self._ranges.clear()
         if columns and self._columns_state != self._state:
             for _ in range(_CATCH_UP):
-                self._columns.update(store, self._table)
+                cast(EpisodeColumns, self._columns).update(store, self._table)  # (made with the store)
                 # a ring writer (or clear() and new episodes) may have overwritten episodes whose returns were
                 # just summed: then take its newer state (the returns of the episodes still live were read
                 # whole, and are kept)
@@ -138,7 +140,7 @@ class StoreApi:
         """The card, counts, the end mix, return and length over episode order and their histograms."""
         with self._lock:
             store, table = self._current(columns=True)
-            columns = self._columns
+            columns = cast(EpisodeColumns, self._columns)  # (made with the store)
             schema, capacity = store.schema, store.capacity
             images, plots = image_fields(schema), plot_fields(schema)
             fields = [{"name": name, "dtype": spec.dtype.name, "shape": list(spec.shape),
@@ -187,7 +189,8 @@ class StoreApi:
             raise OptionError(f"offset must be at least 0 (got {offset})")
         with self._lock:
             self._current(columns=True)
-            return self._columns.query(offset=offset, limit=limit, sort=sort, descending=descending, filters=filters)
+            columns = cast(EpisodeColumns, self._columns)  # (made with the store)
+            return columns.query(offset=offset, limit=limit, sort=sort, descending=descending, filters=filters)
 
     def _position(self, table, episode_id: int) -> int:
         positions = table.positions_of(np.array([episode_id], dtype=np.int64))
@@ -329,7 +332,7 @@ def _steps_shown(length: int) -> tuple[list[int], int]:
 def _per_element(rows: np.ndarray, bucket: int = 1) -> list[list]:
     """(T, ...) rows as one series per element (bools as 0/1); ``bucket`` > 1: the min and the max of every
     ``bucket`` rows, interleaved (see ``_steps_shown``)."""
-    flat = np.asarray(rows).reshape(len(rows), -1).astype(np.float64)
+    flat: np.ndarray = np.asarray(rows).reshape(len(rows), -1).astype(np.float64)
     if bucket > 1:
         pad = -len(flat) % bucket
         flat = np.concatenate([flat, np.full((pad, flat.shape[1]), np.nan)]).reshape(-1, bucket, flat.shape[1])

@@ -81,7 +81,7 @@ def _data(api: StoreApi, count: int, frames: int, field: str | None) -> dict:
         row = api.episodes(offset=position, limit=1)["rows"][0]
         episode = api.episode(row[0]) if field is not None else None
         thumbs = []
-        if episode is not None:
+        if episode is not None and field is not None:  # (an episode is read for a field)
             for step in sheet_steps(episode["length"], episode["final"], columns=frames).tolist():
                 png = api.frame(field, row[0], step)
                 label = "final" if step == episode["length"] else f"t {step}"

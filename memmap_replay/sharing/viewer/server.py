@@ -33,7 +33,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from ...errors import (CorruptStoreError, IndexRangeError, MissingExtraError, OptionError, ReplayError,
@@ -62,7 +62,8 @@ _DAMAGED = (CorruptStoreError, UnsupportedFormatError, StoreIOError)
 
 def asset(name: str) -> bytes:
     """A file of the page shipped in the package (``assets/``)."""
-    return resources.files(__package__).joinpath("assets", name).read_bytes()
+    # (one name per joinpath: Python 3.10's zip-file Traversable takes one)
+    return resources.files(__package__).joinpath("assets").joinpath(name).read_bytes()
 
 
 class ViewerServer(ThreadingHTTPServer):
@@ -276,7 +277,7 @@ def _bracket(host: str) -> str:
 
 
 def _int(query: dict, name: str, default: int | None = None) -> int:
-    text = query.get(name)
+    text: Any = query.get(name)  # a str, or absent (None): int() refuses anything else
     if text is None and default is not None:
         return default
     try:

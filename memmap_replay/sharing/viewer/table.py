@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...core.episodes import end_names
+from ...core.schema import Schema
 from ...errors import OptionError
 from ..stats import _REWARD_FIELDS, _episode_returns
 
@@ -90,7 +91,7 @@ def parse_filter(text: str, columns: tuple[str, ...]) -> Filter:
 class EpisodeColumns:
     """The live episodes' table columns, oldest first, updated from a store's live table by ``update``."""
 
-    def __init__(self, schema):
+    def __init__(self, schema: Schema) -> None:
         self.reward = reward_field(schema)
         self.meta_names = table_meta_fields(schema)
         base = ("id", "length", *(("return",) if self.reward else ()), "end")
