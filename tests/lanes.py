@@ -16,6 +16,7 @@ SLOW_MODULES = frozenset({
     "tests/test_examples.py",
     "tests/test_readme.py",
     "tests/test_docs.py",
+    "tests/test_types.py",
     "tests/core/test_crash.py",
     "tests/distributed/test_ray_shards.py",
     "tests/distributed/test_ddp.py",
