@@ -10,7 +10,7 @@ timed run.
 
 - local       ``ReplayBuffer.from_folder(shard 0, read_only=True).sampler('prioritized', persist=False)``
               in this process: the reference every other figure is divided by;
-- 1 shard     ``RayShardedSampler([shard 0], prefetch=2)``: the actor draws keys, this process (same node)
+- 1 shard     ``RayShardedSampler([shard 0], draw_ahead=2)``: the actor draws keys, this process (same node)
               gathers the rows from the shard's folder; priority updates are calls of their own;
 - 2 shards    ``RayShardedSampler([shard 0, shard 1])``, the same way;
 - piggyback   ``piggyback=True``: the updates ride on the next draw request (one Ray call less per shard
@@ -113,7 +113,7 @@ class Bench:
         shards = self.shards
         def ray_sampler(chosen, **options):
             return lambda: RayShardedSampler([shards[k] for k in chosen], seed=SEED,
-                                                                                  beta=BETA, prefetch=2, **options)
+                                                                                  beta=BETA, draw_ahead=2, **options)
         paced = self.args.writer_rate
         return [
             Case(LOCAL, self.local_sampler),

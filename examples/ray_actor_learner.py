@@ -72,7 +72,7 @@ def main(folder: Path) -> None:
     playing = [actor.run.remote(60, 0.02) for actor in actors]
     while call_shard(shard, "info")["episodes"] < 4:  # the first episodes are in
         time.sleep(0.05)
-    sampler = RayShardedSampler([shard], "prioritized", seed=0, beta=0.4, beta_steps=400, prefetch=2)
+    sampler = RayShardedSampler([shard], "prioritized", seed=0, beta=0.4, beta_steps=400, draw_ahead=2)
     q = torch.nn.Linear(OBS, ACTIONS)
     optimizer = torch.optim.SGD(q.parameters(), lr=0.01)
     first = call_shard(shard, "info")

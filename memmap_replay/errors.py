@@ -13,6 +13,7 @@ __all__ = [
     "InvalidDataError",
     "OptionError",
     "IndexTypeError",
+    "ArgumentError",
     "IndexRangeError",
     "DTypeError",
     "BufferFullError",
@@ -62,6 +63,11 @@ class OptionError(InvalidDataError):
 class IndexTypeError(OptionError, TypeError):
     """A view was indexed by something other than an int (``view[True]``, ``view['0']``, ``view[0.5]``): an
     ``OptionError`` that is also a ``TypeError``, as Python's own indexing errors are."""
+
+
+class ArgumentError(OptionError, TypeError):
+    """A call whose arguments do not fit the signature (an unknown keyword, a missing or extra argument): an
+    ``OptionError`` that is also a ``TypeError``, as Python's own such errors are."""
 
 
 class IndexRangeError(OptionError, IndexError):

@@ -54,8 +54,8 @@ from memmap_replay import (BufferFullError, CorruptStoreError, DiskFullError, Ep
                            MissingExtraError, NotAFolderError, RateLimitedError, ReadOnlyError, ReplayBuffer,
                            ReplayError, SampleExpiredError, SchemaError, SchemaMismatchError, ShardUnavailableError,
                            StoreLockedError, StoreNotFoundError, UnsupportedFormatError)
-from memmap_replay.errors import (DTypeError, IndexRangeError, IndexTypeError, MissingFileError, OptionError,
-                                  StoreIOError, UnsafeEntryError)
+from memmap_replay.errors import (ArgumentError, DTypeError, IndexRangeError, IndexTypeError, MissingFileError,
+                                  OptionError, StoreIOError, UnsafeEntryError)
 
 # ==== both catalogues: the error each test expects ==========================================================
 
@@ -66,6 +66,7 @@ BUILTIN = {
     InvalidDataError: ValueError,
     OptionError: ValueError,
     IndexTypeError: TypeError,
+    ArgumentError: TypeError,
     IndexRangeError: IndexError,
     DTypeError: TypeError,
     BufferFullError: ValueError,

@@ -86,11 +86,12 @@ class ConcatReplayBuffer(ConcatReads):
     def _read_dataset(self, plan: ReadPlan) -> ConcatView:
         """memmap-replay-buffer's ``dataset(...)`` of every folder holding episodes, one after the other."""
         options = dict(plan.view)
-        other = sorted(name for name in ("window", "transitions", "hindsight") if name in options)
+        other = sorted(name for name in ("window", "transitions", "hindsight", "allow_empty") if name in options)
         if other:
             raise OptionError(f"ConcatReplayBuffer.dataset makes memmap-replay-buffer's datasets: whole trajectories, "
-                              f"single timesteps (timestep_level=True) or n-step transitions (n_steps=), not {other}; "
-                              f"for those read the folders with ShardSet(folders=...).dataset(...)")
+                              f"single timesteps (timestep_level=True) or n-step transitions (n_steps=), each folder "
+                              f"holding episodes, not {other}; for those read the folders with "
+                              f"ShardSet(folders=...).dataset(...)")
         check_kind(options, view_kind(options), "ConcatReplayBuffer.dataset")
         return ConcatView([dataset_of(store, **options) for store in self._filled()])
 

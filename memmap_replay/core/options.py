@@ -22,20 +22,22 @@ import functools
 import inspect
 import keyword
 import math
+import os
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal, TypeVar, cast, overload
 
 import numpy as np
 
-from ..errors import IndexTypeError, OptionError, ReplayError
+from ..errors import ArgumentError, IndexTypeError, OptionError, ReplayError
 
 __all__ = ["flag", "integer", "positive", "count", "batch_size", "seed_option", "rank_option", "follow_option",
            "number", "choice", "names", "name", "index", "short", "INT64_MAX", "positive_int", "check_end",
            "validate_index", "slice_bounds", "timeout_option", "check_quantiles", "check_names", "check_filter",
            "name_tuple", "named_tuple_option", "priorities_name", "limiter_name", "did_you_mean",
-           "is_default", "not_at_defaults", "renamed", "keyword_errors"]
+           "is_default", "not_at_defaults", "renamed", "deprecated", "keyword_errors"]
 
 INT64_MAX = 2**63 - 1
 _ENDS = ("terminated", "truncated")  # an episode's end (``end=``), None aside
@@ -354,14 +356,25 @@ def not_at_defaults(options: Mapping[str, Any], defaults: Mapping[str, Any]) -> 
     return {name: value for name, value in options.items() if not is_default(value, defaults[name])}
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def deprecated(message: str) -> None:
+    """A ``DeprecationWarning`` attributed to the caller's first frame outside this package (Python shows
+    one attributed to ``__main__``, and tests can tell whose call it was)."""
+    frame, level = sys._getframe(1), 2  # (stacklevel 2: the caller of this function)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
 def renamed(old: str, value: Any, new: str, current: Any, default: Any, where: str) -> Any:
     """The value of option ``new`` when the caller may have used its old spelling ``old`` (kept for one
     release, with a ``DeprecationWarning`` that names the new one): ``value`` (``old``'s, None when not
     given) or ``current`` (``new``'s, ``default`` when not given); both given is an error."""
     if value is None:
         return current
-    warnings.warn(f"{old}= of {where} is now spelled {new}= (the old spelling goes in the next release)",
-                  DeprecationWarning, stacklevel=3)
+    deprecated(f"{old}= of {where} is now spelled {new}= (the old spelling goes in the next release)")
     if not is_default(current, default):
         raise OptionError(f"{old}= and {new}= of {where} are one option ({new}= is its new name); pass {new}= only "
                           f"(got {old}={short(value)}, {new}={short(current)})")
@@ -387,9 +400,9 @@ def keyword_errors(where: str) -> Callable[[_Entry], _Entry]:
             except TypeError as error:
                 unknown = sorted(name for name in kwargs if name not in signature.parameters)
                 if unknown:
-                    raise OptionError(f"unknown keyword {unknown} for {where} (help({where}) lists its options)"
-                                      f"{did_you_mean(unknown, known)}") from None
-                raise OptionError(f"{where}: {error}") from None
+                    raise ArgumentError(f"unknown keyword {unknown} for {where} (help({where}) lists its options)"
+                                        f"{did_you_mean(unknown, known)}") from None
+                raise ArgumentError(f"{where}: {error}") from None
             return function(*args, **kwargs)
 
         return cast(_Entry, checked)  # (the function's own signature: functools.wraps)

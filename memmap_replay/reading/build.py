@@ -39,7 +39,7 @@ def view_kind(options: Mapping[str, Any]) -> str:
     ``n_steps`` only)."""
     # n_steps and window count steps (any value but None chooses them: their view checks it); the others are flags
     chosen = [name for name in _SWITCHES if (options.get(name) is not None if name in ("n_steps", "window")
-                                             else options.get(name, False) is not False and bool(options[name]))]
+                                             else options.get(name) not in (None, False) and bool(options[name]))]
     if len(chosen) > 1:
         raise OptionError(f"choose one of n_steps, timestep_level, window and transitions (got {chosen})")
     if options.get("hindsight") is not None:
@@ -56,7 +56,7 @@ def build_view(store: EpisodeStore, options: Mapping[str, Any], *, caller: str =
     ``caller`` names the entry point for errors (e.g. "a dataloader")."""
     options = dict(options)
     for name in ("timestep_level", "transitions", "allow_empty"):
-        if name in options:
+        if options.get(name) is not None:
             flag(options[name], name)
     kind = view_kind(options)
     table = BY_NAME[DATASET]
@@ -124,20 +124,20 @@ def _why_empty(view: StoreView, store: EpisodeStore, kind: str) -> str:
 
 
 def loader_view(plan: ReadPlan, make_view: Any) -> Any:
-    """The view a DataLoader plan reads: ``make_view(view options)`` (with the plan's transform), or the
-    ``dataset=`` given (a shallow copy carrying the transform)."""
+    """The view a DataLoader plan reads: ``make_view(view options)``, or the ``dataset=`` given; a shallow copy
+    of it carries the plan's ``transform`` (run on the whole batch the loader gathers)."""
     options = dict(plan.view)
-    transform = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
     kwargs = plan.loader.get("dataset_kwargs")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise OptionError(f"dataset_kwargs must be a dict (got {short(kwargs)})")
     options.update(kwargs or {})
+    transform = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
     dataset = plan.loader.get("dataset")
     if dataset is None:
-        return make_view(dict(options, **({"transform": transform} if transform is not None else {})))
-    if options:
+        dataset = make_view(options)
+    elif options:
         raise OptionError(f"view options {sorted(options)} cannot be combined with dataset=")
-    if not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
+    elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
         raise OptionError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
                           f"__getitems__) (got {short(dataset)})")
     return with_loader_transform(dataset, transform)
@@ -163,6 +163,7 @@ def build_sampler(store: EpisodeStore, kind: str, plan: ReadPlan, *, view: Store
         takes = [name for name in own if not table[name].kinds or kind in table[name].kinds]
         raise OptionError(f"{refused} do not apply to a {kind!r} sampler; its options are {takes}")
     options = dict(plan.view)
+    view = options.pop("view", view)
     if view is None:
         if kind == "sequence" and "window" not in options:
             raise InvalidDataError("a 'sequence' sampler draws windows: pass window=L (e.g. window=50)")

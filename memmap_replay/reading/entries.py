@@ -29,7 +29,7 @@ class BufferReads:
         self,
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -69,8 +69,9 @@ class BufferReads:
         ----------
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -120,7 +121,7 @@ class BufferReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -173,7 +174,7 @@ class BufferReads:
         batch_size: int,
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -239,8 +240,9 @@ class BufferReads:
             Items per batch.
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -292,7 +294,7 @@ class BufferReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -331,12 +333,13 @@ class BufferReads:
             copies to the device do not wait.
         prefetch : int, default 1
             batches whose rows are read (advised to the kernel) ahead of their turn; on an accelerator also the batch
-            copied ahead (0: none).
+            copied ahead (0: none); over a sampler, its draws are made that many batches early (priorities updated
+            meanwhile reach the batch after).
         workers : str, default 'auto'
             what num_workers are: 'threads' of this process, torch's worker 'processes', or 'auto' (threads unless a
             process-only option is given).
         worker_transport : str, default 'slots'
-            how worker processes hand batches back: shared-memory 'slots' or 'torch''s own transport.
+            how worker processes hand batches back: shared-memory 'slots', or 'torch' (torch's own transport).
         slot_release : str, default 'unused'
             when a slot is free again: once the batch's tensors are 'unused', or at the 'next' batch.
         num_workers : int, default 0
@@ -408,7 +411,7 @@ class BufferReads:
         kind: str = "uniform",
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -422,6 +425,7 @@ class BufferReads:
         transform: Callable[[dict], dict] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
+        view: Any = None,
         return_mask: bool = False,
         episode_flags: bool = False,
         slice_by_episode_len: bool = True,
@@ -466,8 +470,9 @@ class BufferReads:
             'uniform', 'prioritized' or 'sequence'.
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -498,6 +503,8 @@ class BufferReads:
             leave out episodes shorter than this many steps.
         allow_empty : bool, default False
             accept a view with no items instead of refusing it.
+        view : Any, default None
+            a view to draw from (buffer.dataset(...)) instead of view options.
         return_mask : bool, default False
             add _mask, True at real steps and False at padding (trajectories; partial windows always carry it).
         episode_flags : bool, default False
@@ -517,7 +524,7 @@ class BufferReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -592,7 +599,7 @@ class BufferReads:
             'hindsight': hindsight, 'fields': fields, 'meta_fields': meta_fields, 'include_metadata': include_metadata,
             'filter_meta': filter_meta, 'fieldname_map': fieldname_map, 'return_indices': return_indices,
             'readahead': readahead, 'transform': transform, 'min_episode_len': min_episode_len,
-            'allow_empty': allow_empty, 'return_mask': return_mask, 'episode_flags': episode_flags,
+            'allow_empty': allow_empty, 'view': view, 'return_mask': return_mask, 'episode_flags': episode_flags,
             'slice_by_episode_len': slice_by_episode_len, 'return_episode_lens': return_episode_lens,
             'allow_partial': allow_partial, 'time_major': time_major, 'filter_fields': filter_fields,
             'frame_stack': frame_stack, 'stack_fields': stack_fields, 'stack_pad': stack_pad,
@@ -615,7 +622,7 @@ class ShardReads:
         self,
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -653,8 +660,9 @@ class ShardReads:
         ----------
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -704,7 +712,7 @@ class ShardReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -744,7 +752,7 @@ class ShardReads:
         batch_size: int,
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -809,8 +817,9 @@ class ShardReads:
             Items per batch.
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -862,7 +871,7 @@ class ShardReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -901,12 +910,13 @@ class ShardReads:
             copies to the device do not wait.
         prefetch : int, default 1
             batches whose rows are read (advised to the kernel) ahead of their turn; on an accelerator also the batch
-            copied ahead (0: none).
+            copied ahead (0: none); over a sampler, its draws are made that many batches early (priorities updated
+            meanwhile reach the batch after).
         workers : str, default 'auto'
             what num_workers are: 'threads' of this process, torch's worker 'processes', or 'auto' (threads unless a
             process-only option is given).
         worker_transport : str, default 'slots'
-            how worker processes hand batches back: shared-memory 'slots' or 'torch''s own transport.
+            how worker processes hand batches back: shared-memory 'slots', or 'torch' (torch's own transport).
         slot_release : str, default 'unused'
             when a slot is free again: once the batch's tensors are 'unused', or at the 'next' batch.
         num_workers : int, default 0
@@ -965,7 +975,7 @@ class ShardReads:
         kind: str = "uniform",
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -979,6 +989,7 @@ class ShardReads:
         transform: Callable[[dict], dict] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
+        view: Any = None,
         return_mask: bool = False,
         episode_flags: bool = False,
         slice_by_episode_len: bool = True,
@@ -1013,8 +1024,9 @@ class ShardReads:
         persist: bool | None = None,
         eta: float = 0.9,
     ) -> SamplerBase:
-        """A sampler (a ``ShardedSampler``) across the shards, drawn from as one store (with replacement; priorities
-        stay in memory).
+        """A sampler (a ``ShardedSampler``) across the shards, drawn from as one store: with replacement (for epochs,
+        ``ShardSet.dataloader``: ``replacement=False`` and ``order`` are refused), following each shard's writer at
+        each draw (``follow`` True or False), priorities in memory (``persist`` is not used).
 
         Parameters
         ----------
@@ -1022,8 +1034,9 @@ class ShardReads:
             'uniform', 'prioritized' or 'sequence'.
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -1054,6 +1067,8 @@ class ShardReads:
             leave out episodes shorter than this many steps.
         allow_empty : bool, default False
             accept a view with no items instead of refusing it.
+        view : Any, default None
+            a view to draw from (buffer.dataset(...)) instead of view options.
         return_mask : bool, default False
             add _mask, True at real steps and False at padding (trajectories; partial windows always carry it).
         episode_flags : bool, default False
@@ -1073,7 +1088,7 @@ class ShardReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -1132,7 +1147,7 @@ class ShardReads:
             'hindsight': hindsight, 'fields': fields, 'meta_fields': meta_fields, 'include_metadata': include_metadata,
             'filter_meta': filter_meta, 'fieldname_map': fieldname_map, 'return_indices': return_indices,
             'readahead': readahead, 'transform': transform, 'min_episode_len': min_episode_len,
-            'allow_empty': allow_empty, 'return_mask': return_mask, 'episode_flags': episode_flags,
+            'allow_empty': allow_empty, 'view': view, 'return_mask': return_mask, 'episode_flags': episode_flags,
             'slice_by_episode_len': slice_by_episode_len, 'return_episode_lens': return_episode_lens,
             'allow_partial': allow_partial, 'time_major': time_major, 'filter_fields': filter_fields,
             'frame_stack': frame_stack, 'stack_fields': stack_fields, 'stack_pad': stack_pad,
@@ -1155,7 +1170,7 @@ class ConcatReads:
         self,
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -1192,8 +1207,9 @@ class ConcatReads:
         ----------
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -1243,7 +1259,7 @@ class ConcatReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -1283,7 +1299,7 @@ class ConcatReads:
         batch_size: int,
         *,
         n_steps: int | None = None,
-        timestep_level: bool = False,
+        timestep_level: bool | None = None,
         window: int | None = None,
         transitions: bool = False,
         hindsight: Mapping[str, Any] | None = None,
@@ -1348,8 +1364,9 @@ class ConcatReads:
             Items per batch.
         n_steps : int | None, default None
             n-step transitions of this many steps (an n-step view).
-        timestep_level : bool, default False
-            single timesteps (a timestep view).
+        timestep_level : bool | None, default None
+            single timesteps when True (a timestep view), whole trajectories when False; None: single timesteps for a
+            sampler, trajectories for a dataset, unless another switch chooses.
         window : int | None, default None
             windows of this many consecutive steps inside one episode (a window view).
         transitions : bool, default False
@@ -1401,7 +1418,7 @@ class ConcatReads:
         stack_fields : Sequence[str] | str | None, default None
             the fields stacked (None: fields of 2 or more dimensions).
         stack_pad : str, default 'repeat'
-            frames before an episode's first: 'repeat' the first frame, or 'zeros'.
+            frames before an episode's first: 'repeat' the first frame, or 'zero'.
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
@@ -1440,12 +1457,13 @@ class ConcatReads:
             copies to the device do not wait.
         prefetch : int, default 1
             batches whose rows are read (advised to the kernel) ahead of their turn; on an accelerator also the batch
-            copied ahead (0: none).
+            copied ahead (0: none); over a sampler, its draws are made that many batches early (priorities updated
+            meanwhile reach the batch after).
         workers : str, default 'auto'
             what num_workers are: 'threads' of this process, torch's worker 'processes', or 'auto' (threads unless a
             process-only option is given).
         worker_transport : str, default 'slots'
-            how worker processes hand batches back: shared-memory 'slots' or 'torch''s own transport.
+            how worker processes hand batches back: shared-memory 'slots', or 'torch' (torch's own transport).
         slot_release : str, default 'unused'
             when a slot is free again: once the batch's tensors are 'unused', or at the 'next' batch.
         num_workers : int, default 0

@@ -108,7 +108,9 @@ SHARDS = Mixin("ShardReads", "``ShardSet``'s reads: the shards as one store.", (
            "shards.", _read("dataloader", "batch_size", "ShardSet.dataloader"),
            leading_docs=(_BATCH_DOC,)),
     Method("sampler", SAMPLER, (_KIND,), "SamplerBase", "A sampler (a ``ShardedSampler``) across the shards, drawn "
-           "from as one store (with replacement; priorities stay in memory).",
+           "from as one store: with replacement (for epochs, ``ShardSet.dataloader``: ``replacement=False`` and "
+           "``order`` are refused), following each shard's writer at each draw (``follow`` True or False), "
+           "priorities in memory (``persist`` is not used).",
            _read("sampler", "kind", "ShardSet.sampler"),
            leading_docs=(_KIND_DOC,)),
 ))
@@ -221,10 +223,10 @@ def _method(method: Method, where: str) -> str:
 
 def _defaults(mixin: Mixin) -> str:
     """The module's ``_DEFAULTS`` (each option's default in the signature of the mixin's methods)."""
-    values: dict[str, object] = {}
+    values: dict[str, object] = {}  # (the table's: a method's own default is passed on as a value)
     for method in mixin.methods:
         for option in options_of(method.entry):
-            values[option.name] = method.defaults.get(option.name, option.default)
+            values[option.name] = option.default
     return "{\n" + "".join(f"        {name!r}: {value!r},\n" for name, value in values.items()) + "    }"
 
 

@@ -8,12 +8,11 @@ built yet: ``reading/build.py`` builds the view, the sampler and the DataLoader 
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..core.options import did_you_mean, is_default, short
+from ..core.options import deprecated, did_you_mean, is_default, short
 from ..errors import OptionError
 from .table import BY_NAME, HINDSIGHT_OPTIONS, Option
 
@@ -33,8 +32,8 @@ class ReadPlan:
 
 
 def _renamed(option: Option, where: str) -> None:
-    warnings.warn(f"{option.name}= of {where} is now spelled {option.renamed}= (the old spelling goes in the next "
-                  f"release): {option.doc}", DeprecationWarning, stacklevel=4)
+    deprecated(f"{option.name}= of {where} is now spelled {option.renamed}= (the old spelling goes in the next "
+               f"release): {option.doc}")
 
 
 def compose(entry: str, arguments: Mapping[str, Any], *, where: str = "") -> ReadPlan:

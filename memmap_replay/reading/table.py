@@ -84,7 +84,9 @@ def _among(choices: tuple) -> Callable[[Any, str], Any]:
 VIEW_OPTIONS = (
     # which view: the switches (none of them: whole trajectories)
     _view("n_steps", "int | None", None, "n-step transitions of this many steps (an n-step view)", _NSTEP),
-    _view("timestep_level", "bool", False, "single timesteps (a timestep view)", ("timestep",), _flag),
+    _view("timestep_level", "bool | None", None, "single timesteps when True (a timestep view), whole trajectories "
+          "when False; None: single timesteps for a sampler, trajectories for a dataset, unless another switch "
+          "chooses", ("timestep",), lambda value, name: None if value is None else flag(value, name)),
     _view("window", "int | None", None, "windows of this many consecutive steps inside one episode (a window view)",
           ("window",)),
     _view("transitions", "bool", False, "one-step transitions with next_<observation>, terminated and truncated",
@@ -113,6 +115,8 @@ VIEW_OPTIONS = (
           "batch dict, not a list of samples", entries=(DATALOADER, SAMPLER_LOADER)),
     _view("min_episode_len", "int", 1, "leave out episodes shorter than this many steps", check=_at_least(1)),
     _view("allow_empty", "bool", False, "accept a view with no items instead of refusing it", check=_flag),
+    _view("view", "Any", None, "a view to draw from (buffer.dataset(...)) instead of view options",
+          entries=(SAMPLER,)),
     # trajectories
     _view("return_mask", "bool", False, "add _mask, True at real steps and False at padding (trajectories; partial "
           "windows always carry it)", ("trajectory", "window"), _flag),
@@ -132,7 +136,7 @@ VIEW_OPTIONS = (
           _STEPS, _at_least(1)),
     _view("stack_fields", "Sequence[str] | str | None", None, "the fields stacked (None: fields of 2 or more "
           "dimensions)", _STEPS),
-    _view("stack_pad", "str", "repeat", "frames before an episode's first: 'repeat' the first frame, or 'zeros'",
+    _view("stack_pad", "str", "repeat", "frames before an episode's first: 'repeat' the first frame, or 'zero'",
           _STEPS),
     # n-step and one-step transitions
     _view("current_fields", "Sequence[str] | str | None", None, "the fields returned at t (None: every field)",
@@ -229,11 +233,12 @@ LOADER_OPTIONS = (
             "ahead on a side stream)", check=lambda value, name: device_option(value, name)),
     _loader("non_blocking", "bool", True, "copies to the device do not wait", check=_flag),
     _loader("prefetch", "int", 1, "batches whose rows are read (advised to the kernel) ahead of their turn; on an "
-            "accelerator also the batch copied ahead (0: none)", check=_at_least(0)),
+            "accelerator also the batch copied ahead (0: none); over a sampler, its draws are made that many batches "
+            "early (priorities updated meanwhile reach the batch after)", check=_at_least(0)),
     _loader("workers", "str", "auto", "what num_workers are: 'threads' of this process, torch's worker "
             "'processes', or 'auto' (threads unless a process-only option is given)", check=_among(WORKER_KINDS)),
-    _loader("worker_transport", "str", "slots", "how worker processes hand batches back: shared-memory 'slots' or "
-            "'torch''s own transport", check=_among(WORKER_TRANSPORTS)),
+    _loader("worker_transport", "str", "slots", "how worker processes hand batches back: shared-memory 'slots', or "
+            "'torch' (torch's own transport)", check=_among(WORKER_TRANSPORTS)),
     _loader("slot_release", "str", "unused", "when a slot is free again: once the batch's tensors are 'unused', or "
             "at the 'next' batch", check=_among(SLOT_RELEASES)),
     _loader("num_workers", "int", 0, "torch's: workers gathering batches (0: in this process)", check=_at_least(0)),

@@ -95,12 +95,13 @@ class SamplerLoader:
             copies to the device do not wait.
         prefetch : int, default 1
             batches whose rows are read (advised to the kernel) ahead of their turn; on an accelerator also the batch
-            copied ahead (0: none).
+            copied ahead (0: none); over a sampler, its draws are made that many batches early (priorities updated
+            meanwhile reach the batch after).
         workers : str, default 'auto'
             what num_workers are: 'threads' of this process, torch's worker 'processes', or 'auto' (threads unless a
             process-only option is given).
         worker_transport : str, default 'slots'
-            how worker processes hand batches back: shared-memory 'slots' or 'torch''s own transport.
+            how worker processes hand batches back: shared-memory 'slots', or 'torch' (torch's own transport).
         slot_release : str, default 'unused'
             when a slot is free again: once the batch's tensors are 'unused', or at the 'next' batch.
         num_workers : int, default 0
@@ -149,7 +150,7 @@ class LimitedLoader:
         'output': 'dict',
         'device': None,
         'non_blocking': True,
-        'prefetch': 0,
+        'prefetch': 1,
         'workers': 'auto',
         'worker_transport': 'slots',
         'slot_release': 'unused',
@@ -216,12 +217,13 @@ class LimitedLoader:
             copies to the device do not wait.
         prefetch : int, default 0
             batches whose rows are read (advised to the kernel) ahead of their turn; on an accelerator also the batch
-            copied ahead (0: none).
+            copied ahead (0: none); over a sampler, its draws are made that many batches early (priorities updated
+            meanwhile reach the batch after).
         workers : str, default 'auto'
             what num_workers are: 'threads' of this process, torch's worker 'processes', or 'auto' (threads unless a
             process-only option is given).
         worker_transport : str, default 'slots'
-            how worker processes hand batches back: shared-memory 'slots' or 'torch''s own transport.
+            how worker processes hand batches back: shared-memory 'slots', or 'torch' (torch's own transport).
         slot_release : str, default 'unused'
             when a slot is free again: once the batch's tensors are 'unused', or at the 'next' batch.
         num_workers : int, default 0

@@ -77,3 +77,20 @@ def test_bad_folder_lists_are_refused(folders, make_buffer, tmp_path):
         ConcatReplayBuffer([folders[0], other.folder])
     with pytest.raises(OptionError, match="are empty"):
         ConcatReplayBuffer([folders[1]]).dataset()
+
+
+def test_a_dataloaders_transform_runs_once_on_the_whole_batch_across_folders(folders):
+    sizes = []
+
+    def counted(batch):
+        sizes.append(len(batch["state"]))
+        return batch
+
+    batch = next(iter(ConcatReplayBuffer(folders).dataloader(batch_size=16, timestep_level=True, transform=counted)))
+    assert sizes == [16] and len(batch["state"]) == 16  # one call with the rows of both folders
+
+
+def test_options_memmap_replay_buffer_had_not_are_refused_by_name(folders):
+    for options in (dict(window=2), dict(transitions=True), dict(allow_empty=True)):
+        with pytest.raises(OptionError, match=r"ConcatReplayBuffer.dataset makes memmap-replay-buffer's datasets"):
+            ConcatReplayBuffer(folders).dataset(**options)

@@ -467,3 +467,16 @@ def test_join_spells_out_the_options_a_joining_process_sets_itself():
     keywords = [name for name, p in joined.items() if p.kind is p.KEYWORD_ONLY]
     assert keywords == ["mode", "timeout", "poll"]
     assert all(joined[name].default == own[name].default for name in keywords)
+
+
+def test_a_limited_dataloader_takes_no_batch_ahead_unless_told(make_buffer):
+    buffer = make_buffer(circular=True)
+    buffer.store_episode(**episode_arrays(0, 10))
+    limiter = RateLimiter(1.0, error_buffer=100, min_size_to_sample=1, mode="raise")
+    limiter.await_insert(10)
+    wrapped = limiter.wrap_sampler(buffer.sampler("uniform", seed=0))
+    loader = wrapped.dataloader(4, 3)
+    assert loader.prefetch == 0 and wrapped.dataloader(4, 3, prefetch=0).prefetch == 0
+    assert wrapped.dataloader(4, 3, prefetch=1).prefetch == 1
+    next(iter(loader))
+    assert limiter.counts.samples == 4  # the batch taken, and none ahead of it

@@ -142,8 +142,8 @@ def test_uniform_draws_every_position_alike(shards, reference):
 
 
 def test_actors_gathering_give_the_batches_of_a_local_gather(shards):
-    near = RayShardedSampler(shards, seed=3, prefetch=0)
-    far = RayShardedSampler(shards, seed=3, prefetch=0, local=False)  # the path of a learner on another node
+    near = RayShardedSampler(shards, seed=3, draw_ahead=0)
+    far = RayShardedSampler(shards, seed=3, draw_ahead=0, local=False)  # the path of a learner on another node
     assert [view is not None for view in near.views] == [True, True] and far.views == [None, None]
     set_priorities(near)
     for _ in range(3):
@@ -169,8 +169,8 @@ def test_info_stats_and_checkpoint(shards):
 
 
 def test_prefetching_keeps_requests_in_flight_and_draws_the_same(shards):
-    eager = RayShardedSampler(shards, seed=4, prefetch=3)
-    plain = RayShardedSampler(shards, seed=4, prefetch=0)
+    eager = RayShardedSampler(shards, seed=4, draw_ahead=3)
+    plain = RayShardedSampler(shards, seed=4, draw_ahead=0)
     set_priorities(plain)
     first = eager.batch(32)
     assert eager.in_flight == 3 and plain.in_flight == 0
@@ -180,9 +180,9 @@ def test_prefetching_keeps_requests_in_flight_and_draws_the_same(shards):
         np.testing.assert_array_equal(a, b)
     eager.batch(16)  # another batch size: the requests sent ahead are dropped
     assert eager.in_flight == 3
-    other = RayShardedSampler(shards, seed=5, prefetch=0)
+    other = RayShardedSampler(shards, seed=5, draw_ahead=0)
     assert not np.array_equal(other.batch(32)["_key"].numpy(), again[0])
-    second = RayShardedSampler(shards, seed=4, prefetch=0, rank=1, world_size=2)  # another learner of one job
+    second = RayShardedSampler(shards, seed=4, draw_ahead=0, rank=1, world_size=2)  # another learner of one job
     assert not np.array_equal(second.batch(32)["_key"].numpy(), again[0])
     state = plain.state_dict()
     drawn = plain.batch(32)["_key"].numpy()
@@ -216,7 +216,7 @@ def test_priority_updates_reach_their_shard_and_errors_surface_later(shards):
 
 
 def test_piggybacked_updates_ride_on_the_next_request(shards):
-    sampler = RayShardedSampler(shards, seed=6, prefetch=1, piggyback=True)
+    sampler = RayShardedSampler(shards, seed=6, draw_ahead=1, piggyback=True)
     set_priorities(sampler, lambda shard, number, t: 2.0)  # wait() sends what is held
     assert [info["samplers"]["prioritized"]["mass"] for info in sampler.info()] == pytest.approx(
         [sum(LENGTHS[0]) * 2.0 ** ALPHA, sum(LENGTHS[1]) * 2.0 ** ALPHA])
@@ -241,13 +241,13 @@ def test_bad_inputs(shards, tmp_path):
         RayShardedSampler(["shard-0"])
     with pytest.raises(InvalidDataError, match="kind must be one of"):
         RayShardedSampler(shards, "greedy")
-    with pytest.raises(InvalidDataError, match="prefetch must be an int >= 0"):
-        RayShardedSampler(shards, prefetch=-1)
+    with pytest.raises(InvalidDataError, match="draw_ahead must be an int >= 0"):
+        RayShardedSampler(shards, draw_ahead=-1)
     with pytest.raises(InvalidDataError, match="local must be None, True or False"):
         RayShardedSampler(shards, local="yes")
     with pytest.raises(InvalidDataError, match="distinct shards"):
         RayShardedSampler([shards[0], shards[0]])
-    sampler = RayShardedSampler(shards, seed=0, prefetch=0)
+    sampler = RayShardedSampler(shards, seed=0, draw_ahead=0)
     with pytest.raises(InvalidDataError, match="batch_size must be a positive int"):
         sampler.batch(0)
     keys = sampler.batch(4)["_key"]
@@ -281,7 +281,7 @@ def test_draws_evicted_before_they_are_read_are_drawn_again_by_their_shard(clust
         return call_shard(ring, "add_episode", dict(obs=values(0, number, 6), reward=np.zeros(6)))
     for number in range(4):
         add(number)
-    sampler = RayShardedSampler([ring], seed=9, prefetch=1)
+    sampler = RayShardedSampler([ring], seed=9, draw_ahead=1)
     check_rows(sampler.batch(64))  # and one request sent ahead, drawn from episodes 0..3
     add(4), add(5)  # the ring evicts episodes 0 and 1 before this process reads the request's rows
     batch = sampler.batch(64)
@@ -356,44 +356,44 @@ class TestRaySamplerContract:
         assert [len(sampler.sample(7)) for _ in range(12)] == [7] * 12
         assert [len(sampler.batch(size)["_key"]) for size in (1, 5, 64)] == [1, 5, 64]
 
-    @pytest.mark.parametrize("prefetch", [0, 2])
-    def test_seeded(self, make_ray, prefetch):
+    @pytest.mark.parametrize("draw_ahead", [0, 2])
+    def test_seeded(self, make_ray, draw_ahead):
         def draws(sampler):
             return keys_of(sampler.sample(6) for _ in range(5))
-        first, again = draws(make_ray(prefetch=prefetch)), draws(make_ray(prefetch=prefetch))
+        first, again = draws(make_ray(draw_ahead=draw_ahead)), draws(make_ray(draw_ahead=draw_ahead))
         assert first == again
-        assert first != draws(make_ray(prefetch=prefetch, seed=12))
+        assert first != draws(make_ray(draw_ahead=draw_ahead, seed=12))
 
-    @pytest.mark.parametrize("prefetch", [0, 2])
-    def test_state_dict_round_trip(self, make_ray, prefetch):
-        sampler = make_ray(prefetch=prefetch)
+    @pytest.mark.parametrize("draw_ahead", [0, 2])
+    def test_state_dict_round_trip(self, make_ray, draw_ahead):
+        sampler = make_ray(draw_ahead=draw_ahead)
         for _ in range(3):
             sampler.sample(5)
         state = json.loads(json.dumps(sampler.state_dict()))  # plain JSON-able values
         expected = [sampler.sample(5) for _ in range(6)]
-        restored = make_ray(prefetch=prefetch, seed=999)
+        restored = make_ray(draw_ahead=draw_ahead, seed=999)
         restored.load_state_dict(state)
         got = [restored.sample(5) for _ in range(6)]
         # requests sent ahead are not part of the state (its docstring): a loaded state draws from the
-        # original's next unsent request on, so the draws of the `prefetch` requests in flight are skipped
-        expected = expected[prefetch:]
+        # original's next unsent request on, so the draws of the `draw_ahead` requests in flight are skipped
+        expected = expected[draw_ahead:]
         assert keys_of(got[:len(expected)]) == keys_of(expected)
         if make_ray.kind == "prioritized":
             assert [s.weights.tolist() for s in got[:len(expected)]] == [s.weights.tolist() for s in expected]
 
     def test_batch_sample_and_batches_are_one_stream(self, make_ray):
-        twin = make_ray(prefetch=0)
+        twin = make_ray(draw_ahead=0)
         expected = keys_of(twin.sample(4) for _ in range(5))
-        batches = make_ray(prefetch=0).batches(4, 5)
+        batches = make_ray(draw_ahead=0).batches(4, 5)
         assert len(batches) == 5 and keys_of(batches) == expected
-        sampler = make_ray(prefetch=0)
+        sampler = make_ray(draw_ahead=0)
         gathered = [sampler.batch(4) for _ in range(5)]
         assert [batch["_key"].tolist() for batch in gathered] == expected
         for batch in gathered:
             check_rows(batch)
 
     def test_refresh_is_a_no_op_and_dataloader_says_why_it_does_not_apply(self, make_ray):
-        sampler = make_ray(prefetch=0)
+        sampler = make_ray(draw_ahead=0)
         assert sampler.refresh() is False  # the shards follow their writers; nothing to re-read here
         with pytest.raises(OptionError, match=r"RayShardedSampler has no dataloader\(\).*sampler.batch"):
             sampler.dataloader(4)
@@ -462,7 +462,7 @@ def test_a_deadline_passing_on_a_call_sent_again_after_a_refusal_is_a_rate_limit
 
 def test_a_rate_limited_shard_holds_writers_and_learners_to_the_ratio(cluster, tmp_path):
     shard = create_shard(tmp_path / "limited", 100, STRIDE, FIELDS, rate_limiter=LIMITS)
-    sampler = RayShardedSampler([shard], "uniform", seed=0, prefetch=0, rate_limit="raise")
+    sampler = RayShardedSampler([shard], "uniform", seed=0, draw_ahead=0, rate_limit="raise")
     with pytest.raises(RateLimitedError, match="no shard holds a position"):
         sampler.batch(8)
     with pytest.raises(RateLimitedError, match="did not allow add_episode.*'raise'.*learners are behind"):
@@ -473,7 +473,7 @@ def test_a_rate_limited_shard_holds_writers_and_learners_to_the_ratio(cluster, t
         for drawn in range(100):
             check_rows(sampler.batch(8))
     assert drawn == 9 and limiter_of(shard)["counts"]["samples"] == 72  # 64 - 72 >= -8
-    blocking = RayShardedSampler([shard], "uniform", seed=1, prefetch=0)
+    blocking = RayShardedSampler([shard], "uniform", seed=1, draw_ahead=0)
     learner = held_back(shard, "sample", lambda: blocking.batch(8))  # the writers lag: the learner waits
     assert not learner.done() and limiter_of(shard)["counts"]["samples"] == 72
     add(shard, 4)  # 80 - 72 - 8 >= -8
@@ -501,7 +501,7 @@ def test_a_refused_request_is_kept_and_nothing_drawn_is_lost(cluster, tmp_path):
     for number in range(4):
         for shard in shards:
             add(shard, number)
-    sampler = RayShardedSampler(shards, seed=3, prefetch=2, rate_limit="raise", piggyback=True)
+    sampler = RayShardedSampler(shards, seed=3, draw_ahead=2, rate_limit="raise", piggyback=True)
     delivered = 0
     with pytest.raises(RateLimitedError, match="shard [01] of 2 did not allow sample"):
         for _ in range(100):
@@ -566,7 +566,7 @@ def test_importing_the_library_imports_no_ray():
 def test_a_killed_shard_comes_back_with_every_episode_and_priority(shards):
     lengths = (LENGTHS[0] + [5], LENGTHS[1])
     call_shard(shards[0], "add_episode", dict(obs=values(0, len(LENGTHS[0]), 5), reward=np.zeros(5)))
-    sampler = RayShardedSampler(shards, seed=7, prefetch=2)
+    sampler = RayShardedSampler(shards, seed=7, draw_ahead=2)
     set_priorities(sampler, lengths=lengths)
     durable = ray.get(shards[0].checkpoint.remote())
     assert durable["episodes"] == len(lengths[0]) and durable["priorities"]
@@ -589,7 +589,7 @@ def test_a_killed_shard_comes_back_with_every_episode_and_priority(shards):
 
 
 def test_a_shard_that_never_comes_back_gives_a_clear_error(shards):
-    sampler = RayShardedSampler(shards, seed=8, prefetch=0, timeout=1.0)
+    sampler = RayShardedSampler(shards, seed=8, draw_ahead=0, timeout=1.0)
     ray.kill(shards[1], no_restart=True)
     with pytest.raises(ShardUnavailableError, match="shard 1 of 2 did not answer sample"):
         for _ in range(1000):  # (the kill takes effect a moment later: draws until then are answered)

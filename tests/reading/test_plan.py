@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 
 from memmap_replay import OptionError, ReplayBuffer
 from memmap_replay.reading import build
@@ -95,3 +96,47 @@ def test_sampler_options_of_a_sampler_entry_all_reach_the_sampler(buffer):
                              name="mine", persist=False, draw_ahead=1, follow=False, rank=0, world_size=1)
     assert (sampler.alpha, sampler.name, sampler.draw_ahead, sampler.follow) == (0.7, "mine", 1, False)
     assert compose(SAMPLER, {"eta": 0.5}).sampler == {"eta": 0.5}
+
+
+def test_an_old_spelling_warns_at_the_users_line(buffer):
+    with pytest.warns(DeprecationWarning) as caught:
+        buffer.sampler("uniform", prefetch=1)
+    assert [record.filename for record in caught] == [__file__]
+    her = dict(goal_field="obs", achieved_field="obs", reward_fn=_reached, seed=1)
+    with pytest.warns(DeprecationWarning) as caught:
+        buffer.dataset(hindsight=her)
+    assert [record.filename for record in caught] == [__file__]
+
+
+def _reached(achieved, desired):
+    return np.zeros(len(achieved), dtype=np.float32)
+
+
+def test_timestep_level_false_gives_a_sampler_whole_trajectories(buffer):
+    from memmap_replay.views.kinds import TimestepView, TrajectoryView
+
+    assert type(buffer.sampler("uniform").view) is TimestepView
+    assert type(buffer.sampler("uniform", timestep_level=False).view) is TrajectoryView
+    assert type(buffer.dataset(timestep_level=False)) is TrajectoryView
+    assert type(buffer.dataset(timestep_level=None)) is TrajectoryView
+    view = buffer.dataset(window=2)
+    assert buffer.sampler("uniform", view=view).view is view
+
+
+def test_an_argument_mistake_is_also_a_type_error(buffer):
+    from memmap_replay import ArgumentError
+
+    for call in (lambda: buffer.dataloader(), lambda: buffer.dataset(3), lambda: buffer.dataloader(4, bogus=1)):
+        with pytest.raises(TypeError, match=r"ReplayBuffer\.data") as caught:
+            call()
+        assert isinstance(caught.value, ArgumentError) and isinstance(caught.value, OptionError)
+
+
+def test_a_transform_given_in_dataset_kwargs_reaches_the_batches(buffer):
+    def doubled(batch):
+        return {**batch, "obs": batch["obs"] * 2}
+
+    for key in ("transform", "collate_fn"):
+        loader = buffer.dataloader(6, timestep_level=True, dataset_kwargs={key: doubled})
+        plain = buffer.dataloader(6, timestep_level=True)
+        assert torch.equal(next(iter(loader))["obs"], 2 * next(iter(plain))["obs"])

@@ -35,7 +35,7 @@ ENTRY_POINTS = [
 # options only the entry point handles (the switches choose the view; the rest are memmap-replay-buffer's or
 # torch's spellings, or decide whether an empty view is an error)
 ENTRY_ONLY = {"n_steps", "timestep_level", "window", "transitions", "hindsight", "include_metadata", "allow_empty",
-              "collate_fn"}
+              "collate_fn", "view"}
 
 
 @pytest.mark.parametrize("function, entry, leading, defaults", ENTRY_POINTS,
@@ -109,3 +109,33 @@ def test_a_word_has_one_meaning_per_entry_point():
     for entry in ENTRIES:
         names = [option.name for option in options_of(entry)]
         assert len(names) == len(set(names)), entry
+
+
+def _defaults(cls: type) -> dict:
+    """Every parameter default along ``cls``'s ``__init__`` chain (the nearest class's wins)."""
+    found: dict = {}
+    for klass in reversed(cls.__mro__):
+        init = vars(klass).get("__init__")
+        if init is not None and klass is not object:
+            found.update({name: p.default for name, p in inspect.signature(init).parameters.items()
+                          if p.default is not p.empty})
+    return found
+
+
+def test_the_tables_defaults_are_the_defaults_of_what_takes_each_option():
+    # (an option at its table default is left out of a plan: the class's own default must then be the same)
+    from memmap_replay.views.batches import BatchIndexSampler
+
+    takers = [(cls, "view", kind) for kind, cls in VIEW_CLASSES.items()]
+    takers += [(cls, "sampler", kind) for kind, cls in SAMPLERS.items()]
+    takers += [(ReplayDataLoader, "loader", None), (DataLoader, "loader", None), (BatchIndexSampler, "sampler", None)]
+    for cls, owner, kind in takers:
+        defaults = _defaults(cls)
+        for option in OPTIONS:
+            if option.owner == owner and option.name in defaults and option.route != HINDSIGHT and \
+                    (kind is None or not option.kinds or kind in option.kinds) and option.name not in ENTRY_ONLY:
+                assert defaults[option.name] == option.default, (cls.__name__, option.name)
+    hindsight = _defaults(VIEW_CLASSES["hindsight"])
+    for option in OPTIONS:
+        if option.route == HINDSIGHT and not option.renamed and option.default is not None:
+            assert hindsight[option.name] == option.default, option.name

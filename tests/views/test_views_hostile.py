@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import memmap_replay
-from memmap_replay import InvalidDataError, OptionError, Sample, SampleExpiredError
+from memmap_replay import ArgumentError, InvalidDataError, OptionError, Sample, SampleExpiredError
 from memmap_replay.reading.table import BY_NAME
 
 from catalogue import (HOSTILE_FIELDS as FIELDS, HOSTILE_META as META, HOSTILE_MAX_TIMESTEPS as MAX_TIMESTEPS,
@@ -69,7 +69,7 @@ DATASET_OPTIONS = {
     "n_steps": ({}, lambda v: v is None or positive_at_most(MAX_TIMESTEPS)(v), r"n_steps must be "),
     "window": ({}, lambda v: v is None or positive_at_most(5)(v), r"(window must be |the WindowView has no items)"),
     "frame_stack": (dict(timestep_level=True), positive_at_most(MAX_TIMESTEPS), r"frame_stack must be "),
-    "timestep_level": ({}, is_bool, r"timestep_level must be True or False"),
+    "timestep_level": ({}, lambda v: v is None or is_bool(v), r"timestep_level must be True or False"),
     "return_mask": ({}, is_bool, r"return_mask must be True or False"),
     "return_indices": ({}, is_bool, r"return_indices must be True or False"),
     "include_metadata": ({}, is_bool, r"include_metadata must be True or False"),
@@ -154,7 +154,7 @@ def test_dataset_options_the_library_mishandles(store, kwargs):
        kind=st.sampled_from([{}, dict(timestep_level=True), dict(window=2), dict(n_steps=2)]))
 def test_dataset_unknown_keywords(store, name, kind):
     assume(name not in BY_NAME["dataset"])  # the option table's view options (reading/table.py)
-    with unchanged(store), raises(OptionError, match=rf"^unknown keyword \['{name}'\] for ReplayBuffer.dataset "
+    with unchanged(store), raises(ArgumentError, match=rf"^unknown keyword \['{name}'\] for ReplayBuffer.dataset "
                                                      rf"\(help\(ReplayBuffer.dataset\) lists its options\)"):
         store.dataset(**kind, **{name: 1})
 

@@ -17,7 +17,7 @@ and the total cancel, leaving ``(lowest leaf / leaf_i) ** beta`` with the smalle
 which is how they are computed (``shards.global_weights``, as ``ShardedSampler`` computes them: it cannot
 overflow). ``beta`` anneals with this sampler's draws.
 
-The counts of a request are drawn with the masses the shards reported last. With ``prefetch=k`` the
+The counts of a request are drawn with the masses the shards reported last. With ``draw_ahead=k`` the
 sampler keeps ``k`` requests in flight, so a batch was drawn up to ``k`` batches (and their priority
 updates) earlier: exact for the masses of that moment, as in Ape-X. Priority updates are sent without
 waiting (``update_priorities`` returns at once; ``updates.py``); an update that failed raises at this
@@ -49,7 +49,8 @@ import torch
 from ...core.index import Sample
 from ...errors import InvalidDataError, OptionError, RateLimitedError, SampleExpiredError
 from ...reading.build import build_view
-from ...core.options import batch_size as batch_size_of, choice, flag, integer, seed_option, short, timeout_option
+from ...core.options import (batch_size as batch_size_of, choice, flag, integer, renamed, seed_option, short,
+                             timeout_option)
 from ...samplers.base import REDRAWS, BetaSchedule, SamplerBase, damaged, distributed_rank
 from ..shards import SHARD_STRIDE, ShardSample, global_weights, _merge, shard_counts
 from ...core.store import EpisodeStore
@@ -74,7 +75,8 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
 
     ``kind``: 'prioritized' or 'uniform'. ``beta``, ``beta_final``, ``beta_steps``: the importance-weight
     exponent and its linear schedule over this sampler's draws (as ``PrioritizedSampler``'s; ``alpha`` is
-    each shard's). ``prefetch``: requests kept in flight (0: each batch is asked for when it is needed).
+    each shard's). ``draw_ahead``: requests kept in flight (0: each batch is asked for when it is needed;
+    ``prefetch``, its old spelling, warns and goes in the next release).
     ``local``: gather from the shards' folders in this process (None: for shards on this node, True: all,
     an error if one is elsewhere, False: none, the actors gather). ``piggyback``: priority updates ride on
     the next draw request to their shard instead of a call of their own (``updates.py``). ``rank``,
@@ -86,9 +88,10 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
     """
 
     def __init__(self, actors: Any, kind: str = "prioritized", *, seed: int | None = None, beta: float = 0.4,
-                 beta_final: float = 1.0, beta_steps: int = 0, prefetch: int = 2, local: bool | None = None,
+                 beta_final: float = 1.0, beta_steps: int = 0, draw_ahead: int = 2, local: bool | None = None,
                  piggyback: bool = False, rank: int | None = None, world_size: int | None = None,
-                 timeout: float = 60.0, max_pending: int = 64, rate_limit: str = "block"):
+                 timeout: float = 60.0, max_pending: int = 64, rate_limit: str = "block",
+                 prefetch: int | None = None):
         if not isinstance(actors, (list, tuple)) or not actors:
             raise OptionError(f"actors must be a non-empty list of shard actors, e.g. [create_shard(folder)] "
                                    f"(got {short(actors)})")
@@ -105,7 +108,8 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self.rng = np.random.default_rng([self.seed, 1 << 20, self.rank])
         self._schedule_beta(beta, beta_final, beta_steps)
-        self.prefetch = integer(prefetch, "prefetch", low=0)
+        draw_ahead = renamed("prefetch", prefetch, "draw_ahead", draw_ahead, 2, "a RayShardedSampler")
+        self.draw_ahead = integer(draw_ahead, "draw_ahead", low=0)
         self.timeout = timeout_option(timeout)
         self.rate_limit = choice(rate_limit, "rate_limit", _RATE_LIMITS)
         if local is not None and not isinstance(local, (bool, np.bool_)):
@@ -207,13 +211,13 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         return _Request(size, number, calls)
 
     def _take(self, size: int) -> tuple[_Request, list[dict]]:
-        """The next request of ``size`` draws (sent ahead with ``prefetch``) and its answers, after sending
-        the requests that keep ``prefetch`` in flight."""
+        """The next request of ``size`` draws (sent ahead with ``draw_ahead``) and its answers, after sending
+        the requests that keep ``draw_ahead`` in flight."""
         self.updates.poll()
         if self.queue and self.queue[0].size != size:
             self._drop_requests()  # drawn for another batch size
         request = self.queue.popleft() if self.queue else self._send(size)
-        while len(self.queue) < self.prefetch:
+        while len(self.queue) < self.draw_ahead:
             self.queue.append(self._send(size))
         try:
             answers = [call.result() for call in request.calls]
