@@ -27,6 +27,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterable, Mapping
+from types import FrameType
 from typing import Any, Callable, Literal, TypeVar, cast, overload
 
 import numpy as np
@@ -362,7 +363,8 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def deprecated(message: str) -> None:
     """A ``DeprecationWarning`` attributed to the caller's first frame outside this package (Python shows
     one attributed to ``__main__``, and tests can tell whose call it was)."""
-    frame, level = sys._getframe(1), 2  # (stacklevel 2: the caller of this function)
+    frame: FrameType | None = sys._getframe(1)
+    level = 2  # (stacklevel 2: the caller of this function)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, DeprecationWarning, stacklevel=level)
