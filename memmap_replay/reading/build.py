@@ -29,8 +29,9 @@ from .table import BY_NAME, DATASET, SAMPLER
 
 __all__ = ["build_view", "build_dataloader", "build_sampler", "view_kind", "check_kind", "loader_view"]
 
-VIEW_CLASSES = {"trajectory": TrajectoryView, "timestep": TimestepView, "window": WindowView, "nstep": NStepView,
-                "transitions": TransitionView, "hindsight": HindsightView}
+VIEW_CLASSES: dict[str, type[StoreView]] = {  # the view kinds' classes
+    "trajectory": TrajectoryView, "timestep": TimestepView, "window": WindowView, "nstep": NStepView,
+    "transitions": TransitionView, "hindsight": HindsightView}
 _SWITCHES = ("n_steps", "timestep_level", "window", "transitions")
 
 
@@ -143,7 +144,7 @@ def loader_view(plan: ReadPlan, make_view: Any) -> Any:
     return with_loader_transform(dataset, transform)
 
 
-def build_dataloader(view: Dataset, batch_size: int, plan: ReadPlan) -> ReplayDataLoader:
+def build_dataloader(view: Any, batch_size: int, plan: ReadPlan) -> ReplayDataLoader:
     """A DataLoader over ``view`` (``loader_view``) whose batch sampler the plan's sampler options shape."""
     order = dict(plan.sampler)
     loader = {name: value for name, value in plan.loader.items() if name not in ("dataset", "dataset_kwargs")}

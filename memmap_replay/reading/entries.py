@@ -24,6 +24,11 @@ __all__ = ['BufferReads', 'ShardReads', 'ConcatReads']
 class BufferReads:
     """``ReplayBuffer``'s reads: ``dataset``, ``dataloader`` and ``sampler``."""
 
+    if TYPE_CHECKING:  # (the facade provides these)
+        def _read_dataloader(self, *args: Any) -> Any: ...
+        def _read_dataset(self, *args: Any) -> Any: ...
+        def _read_sampler(self, *args: Any) -> Any: ...
+
     @keyword_errors('ReplayBuffer.dataset')
     def dataset(
         self,
@@ -40,7 +45,7 @@ class BufferReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         return_mask: bool = False,
@@ -95,7 +100,7 @@ class BufferReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
         min_episode_len : int, default 1
@@ -185,8 +190,8 @@ class BufferReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
-        collate_fn: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        collate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         return_mask: bool = False,
@@ -266,10 +271,10 @@ class BufferReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
-        collate_fn : Callable[[dict], dict] | None, default None
+        collate_fn : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             torch's name for transform: it receives the gathered batch dict, not a list of samples.
         min_episode_len : int, default 1
             leave out episodes shorter than this many steps.
@@ -422,7 +427,7 @@ class BufferReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         view: Any = None,
@@ -496,7 +501,7 @@ class BufferReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
         min_episode_len : int, default 1
@@ -617,6 +622,11 @@ class BufferReads:
 class ShardReads:
     """``ShardSet``'s reads: the shards as one store."""
 
+    if TYPE_CHECKING:  # (the facade provides these)
+        def _read_dataloader(self, *args: Any) -> Any: ...
+        def _read_dataset(self, *args: Any) -> Any: ...
+        def _read_sampler(self, *args: Any) -> Any: ...
+
     @keyword_errors('ShardSet.dataset')
     def dataset(
         self,
@@ -633,7 +643,7 @@ class ShardReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         return_mask: bool = False,
@@ -686,7 +696,7 @@ class ShardReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
         min_episode_len : int, default 1
@@ -763,8 +773,8 @@ class ShardReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
-        collate_fn: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        collate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         return_mask: bool = False,
@@ -843,10 +853,10 @@ class ShardReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
-        collate_fn : Callable[[dict], dict] | None, default None
+        collate_fn : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             torch's name for transform: it receives the gathered batch dict, not a list of samples.
         min_episode_len : int, default 1
             leave out episodes shorter than this many steps.
@@ -986,7 +996,7 @@ class ShardReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         view: Any = None,
@@ -1060,7 +1070,7 @@ class ShardReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
         min_episode_len : int, default 1
@@ -1165,6 +1175,10 @@ class ShardReads:
 class ConcatReads:
     """``ConcatReplayBuffer``'s reads: memmap-replay-buffer's names over several folders."""
 
+    if TYPE_CHECKING:  # (the facade provides these)
+        def _read_dataloader(self, *args: Any) -> Any: ...
+        def _read_dataset(self, *args: Any) -> Any: ...
+
     @keyword_errors('ConcatReplayBuffer.dataset')
     def dataset(
         self,
@@ -1181,7 +1195,7 @@ class ConcatReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         return_mask: bool = False,
@@ -1233,7 +1247,7 @@ class ConcatReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
         min_episode_len : int, default 1
@@ -1310,8 +1324,8 @@ class ConcatReads:
         fieldname_map: Mapping[str, str] | None = None,
         return_indices: bool = False,
         readahead: bool | str = 'auto',
-        transform: Callable[[dict], dict] | None = None,
-        collate_fn: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        collate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         min_episode_len: int = 1,
         allow_empty: bool = False,
         return_mask: bool = False,
@@ -1390,10 +1404,10 @@ class ConcatReads:
         readahead : bool | str, default 'auto'
             advise a batch's rows to the kernel before gathering them: 'auto' when they are not cached, 'always', or
             'off'.
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
-        collate_fn : Callable[[dict], dict] | None, default None
+        collate_fn : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             torch's name for transform: it receives the gathered batch dict, not a list of samples.
         min_episode_len : int, default 1
             leave out episodes shorter than this many steps.

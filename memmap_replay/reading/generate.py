@@ -11,6 +11,7 @@ either is not what this writes; edit the table, then run this.
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -42,9 +43,24 @@ class Method:
 
 @dataclass(frozen=True)
 class Mixin:
+    """A generated class: ``methods``, for the facade ``where`` (named in errors) that provides the hooks
+    their bodies call (``_read_<what>`` or ``_sampler_dataloader``)."""
+
     name: str
     doc: str
     methods: tuple[Method, ...]
+    where: str
+
+
+@dataclass(frozen=True)
+class Module:
+    """A generated module: its docstring's first paragraph, imports (and those only a type checker reads),
+    and its mixins."""
+
+    doc: str
+    imports: str
+    checking: str
+    mixins: tuple[Mixin, ...]
 
 
 def _read(what: str, lead: str, where: str) -> str:
@@ -98,7 +114,7 @@ BUFFER = Mixin("BufferReads", "``ReplayBuffer``'s reads: ``dataset``, ``dataload
            ">>> batch = sampler.batch(5)\n>>> sorted(name for name in batch if name.startswith(\"_\"))\n"
            "['_key', '_weight']\n>>> sampler.update_priorities(batch[\"_key\"], np.ones(5))\n5\n",
            (_KIND_DOC,)),
-))
+), where="ReplayBuffer")
 
 SHARDS = Mixin("ShardReads", "``ShardSet``'s reads: the shards as one store.", (
     Method("dataset", DATASET, (), "BatchDataset", "The shards' views one after the other (a ``ConcatView``); "
@@ -113,7 +129,7 @@ SHARDS = Mixin("ShardReads", "``ShardSet``'s reads: the shards as one store.", (
            "priorities in memory (``persist`` is not used).",
            _read("sampler", "kind", "ShardSet.sampler"),
            leading_docs=(_KIND_DOC,)),
-))
+), where="ShardSet")
 
 CONCAT = Mixin("ConcatReads", "``ConcatReplayBuffer``'s reads: memmap-replay-buffer's names over several folders.", (
     Method("dataset", DATASET, (), "BatchDataset", "memmap-replay-buffer's ``dataset(...)`` of every folder holding "
@@ -123,21 +139,21 @@ CONCAT = Mixin("ConcatReads", "``ConcatReplayBuffer``'s reads: memmap-replay-buf
            "``dataset`` given) across the folders.",
            _read("dataloader", "batch_size", "ConcatReplayBuffer.dataloader"),
            leading_docs=(_BATCH_DOC,)),
-))
+), where="ConcatReplayBuffer")
 
 _LOADER_BODY = "return self._sampler_dataloader(batch_size, num_batches, not_at_defaults(options, self._DEFAULTS))"
 
 SAMPLER_LOADER_MIXIN = Mixin("SamplerLoader", "``sampler.dataloader(...)`` of every sampler.", (
     Method("dataloader", SAMPLER_LOADER, (_BATCH, _NUM), "Any", _SAMPLER_LOADER_SUMMARY, _LOADER_BODY,
            leading_docs=(_BATCH_DOC, _NUM_DOC)),
-))
+), where="sampler")
 
 LIMITED = Mixin("LimitedLoader", "A rate-limited sampler's ``dataloader``: every batch waits for the limiter.", (
     Method("dataloader", SAMPLER_LOADER, (_BATCH, _NUM), "Any", "A DataLoader over the sampler's view "
            "whose every batch waits for the limiter, as ``batches()`` does. It takes no batch ahead by default "
            "(``prefetch=0``): a batch drawn early would ask the limiter early.", _LOADER_BODY,
            leading_docs=(_BATCH_DOC, _NUM_DOC), defaults={"prefetch": 0}),
-))
+), where="a rate-limited sampler")
 
 _HEADER = '''"""{doc}
 
@@ -159,14 +175,14 @@ __all__ = {names!r}
 '''
 
 MODULES = {
-    "reading/entries.py": dict(
+    "reading/entries.py": Module(
         doc="The typed read entry points of the facades: mixins whose methods compose a plan and build it.",
         imports="from ..core.options import keyword_errors",
         checking="".join(f"    from ..{module} import {names}\n" for module, names in (
             ("samplers.base", "ReplaySampler, SamplerBase"), ("views.batch", "BatchDataset"),
             ("views.dataset", "StoreView"), ("views.loader", "ReplayDataLoader"))),
         mixins=(BUFFER, SHARDS, CONCAT)),
-    "samplers/loader_entry.py": dict(
+    "samplers/loader_entry.py": Module(
         doc="``sampler.dataloader(...)``, typed: the loader options of the option table (``reading/table.py``). "
             "Numpy only (the rate limiter's room imports it without torch).",
         imports="from ..core.options import keyword_errors, not_at_defaults",
@@ -233,21 +249,22 @@ def _defaults(mixin: Mixin) -> str:
 def render(path: str) -> str:
     """The text of one generated module (``MODULES``' key)."""
     spec = MODULES[path]
-    names = [mixin.name for mixin in spec["mixins"]]
-    annotations = " ".join(option.annotation for mixin in spec["mixins"] for method in mixin.methods
+    names = [mixin.name for mixin in spec.mixins]
+    annotations = " ".join(option.annotation for mixin in spec.mixins for method in mixin.methods
                            for option in options_of(method.entry)) + " ".join(
-        annotation for mixin in spec["mixins"] for method in mixin.methods for _, annotation, _ in method.leading)
+        annotation for mixin in spec.mixins for method in mixin.methods for _, annotation, _ in method.leading)
     typing = ", ".join(["TYPE_CHECKING", *(name for name in ("Any", "Callable", "Mapping", "Sequence")
                                            if name in annotations + " Any")])
-    doc = "\n".join(textwrap.wrap(spec["doc"], _WIDTH - 4))
-    parts = [_HEADER.format(doc=doc, imports=spec["imports"], checking=spec["checking"], names=names, typing=typing)]
-    for mixin in spec["mixins"]:
-        where = {"BufferReads": "ReplayBuffer", "ShardReads": "ShardSet", "ConcatReads": "ConcatReplayBuffer",
-                 "LimitedLoader": "a rate-limited sampler", "SamplerLoader": "sampler"}[mixin.name]
+    doc = "\n".join(textwrap.wrap(spec.doc, _WIDTH - 4))
+    parts = [_HEADER.format(doc=doc, imports=spec.imports, checking=spec.checking, names=names, typing=typing)]
+    for mixin in spec.mixins:
         body = [f"\n\nclass {mixin.name}:", f'    """{mixin.doc}"""', ""]
         if any(method.body == _LOADER_BODY for method in mixin.methods):
             body += [f"    _DEFAULTS = {_defaults(mixin)}", ""]
-        body.append("\n\n".join(_method(method, f"{where}.{method.name}") for method in mixin.methods))
+        hooks = sorted({hook for method in mixin.methods for hook in re.findall(r"self\.(_\w+)\(", method.body)})
+        body += ["    if TYPE_CHECKING:  # (the facade provides these)"]
+        body += [f"        def {hook}(self, *args: Any) -> Any: ..." for hook in hooks] + [""]
+        body.append("\n\n".join(_method(method, f"{mixin.where}.{method.name}") for method in mixin.methods))
         parts.append("\n".join(body))
     return "".join(parts) + "\n"
 

@@ -59,6 +59,7 @@ class Option:
 
 
 _VIEW_ENTRIES = (DATASET, DATALOADER, SAMPLER)
+_BATCH_FUNCTION = "Callable[[dict[str, Any]], dict[str, Any]] | None"  # a transform
 _STEPS = ("timestep", "nstep", "transitions", "hindsight")  # single steps and transitions: frame stacks, filters
 _NSTEP = ("nstep", "hindsight")
 _PRIORITIZED = ("prioritized", "sequence")
@@ -108,10 +109,10 @@ VIEW_OPTIONS = (
           check=_flag),
     _view("readahead", "bool | str", "auto", "advise a batch's rows to the kernel before gathering them: 'auto' "
           "when they are not cached, 'always', or 'off'", check=lambda value, name: readahead_mode(value, name)),
-    _view("transform", "Callable[[dict], dict] | None", None, "a function of the whole gathered batch dict, run "
+    _view("transform", _BATCH_FUNCTION, None, "a function of the whole gathered batch dict, run "
           "where the batch is gathered (in a worker when there are workers)",
           entries=(DATASET, DATALOADER, SAMPLER, SAMPLER_LOADER)),
-    _view("collate_fn", "Callable[[dict], dict] | None", None, "torch's name for transform: it receives the gathered "
+    _view("collate_fn", _BATCH_FUNCTION, None, "torch's name for transform: it receives the gathered "
           "batch dict, not a list of samples", entries=(DATALOADER, SAMPLER_LOADER)),
     _view("min_episode_len", "int", 1, "leave out episodes shorter than this many steps", check=_at_least(1)),
     _view("allow_empty", "bool", False, "accept a view with no items instead of refusing it", check=_flag),

@@ -44,14 +44,17 @@ class SamplerLoader:
         'in_order': True,
     }
 
+    if TYPE_CHECKING:  # (the facade provides these)
+        def _sampler_dataloader(self, *args: Any) -> Any: ...
+
     @keyword_errors('sampler.dataloader')
     def dataloader(
         self,
         batch_size: int,
         num_batches: int | None = None,
         *,
-        transform: Callable[[dict], dict] | None = None,
-        collate_fn: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        collate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         drop_last: bool = False,
         output: str = 'dict',
         device: torch.device | str | int | None = None,
@@ -80,10 +83,10 @@ class SamplerLoader:
             Items per batch.
         num_batches : int | None, default None
             Batches per epoch (None: endless, or one epoch without replacement).
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
-        collate_fn : Callable[[dict], dict] | None, default None
+        collate_fn : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             torch's name for transform: it receives the gathered batch dict, not a list of samples.
         drop_last : bool, default False
             leave out the last batch when it is smaller than batch_size.
@@ -166,14 +169,17 @@ class LimitedLoader:
         'in_order': True,
     }
 
+    if TYPE_CHECKING:  # (the facade provides these)
+        def _sampler_dataloader(self, *args: Any) -> Any: ...
+
     @keyword_errors('a rate-limited sampler.dataloader')
     def dataloader(
         self,
         batch_size: int,
         num_batches: int | None = None,
         *,
-        transform: Callable[[dict], dict] | None = None,
-        collate_fn: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        collate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         drop_last: bool = False,
         output: str = 'dict',
         device: torch.device | str | int | None = None,
@@ -202,10 +208,10 @@ class LimitedLoader:
             Items per batch.
         num_batches : int | None, default None
             Batches per epoch (None: endless, or one epoch without replacement).
-        transform : Callable[[dict], dict] | None, default None
+        transform : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             a function of the whole gathered batch dict, run where the batch is gathered (in a worker when there are
             workers).
-        collate_fn : Callable[[dict], dict] | None, default None
+        collate_fn : Callable[[dict[str, Any]], dict[str, Any]] | None, default None
             torch's name for transform: it receives the gathered batch dict, not a list of samples.
         drop_last : bool, default False
             leave out the last batch when it is smaller than batch_size.
