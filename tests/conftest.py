@@ -1,3 +1,5 @@
+import gc
+import os
 import subprocess
 
 import numpy as np
@@ -43,6 +45,32 @@ def kernel(request):
     select_kernel(request.param)
     yield request.param
     kernels.reset()
+
+
+REAL_FSYNC = os.fsync  # for tests that need pages on disk (cold reads: a dirty page is not evicted)
+
+
+def fsync_checks_only(fd: int) -> None:
+    """``os.fsync`` in this process during the tests: the descriptor is checked (a closed or bad one still
+    raises), the disk is not waited for. No test observes durability in this process (a power cut is never
+    simulated; SIGKILL tests kill other processes, and the page cache outlives them), while each fsync cost
+    1-3 ms on 2 cores of a shared VM, some 15,000 of them in the fast lane. Children started with
+    ``subprocess`` fsync for real; fault injection wraps whatever ``os.fsync`` is and still sees every call."""
+    os.fstat(fd)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fsync_does_not_wait_for_the_disk():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", fsync_checks_only)
+        yield
+
+
+def pytest_collection_finish(session):
+    """Freeze what collection made (torch, numpy, hypothesis, every test module and its parameters): the
+    collector's full passes then walk only what the tests make, not a million objects each time."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True, scope="session")

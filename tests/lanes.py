@@ -52,6 +52,17 @@ SLOW_TESTS = frozenset({
     "tests/views/test_transport.py::test_slots_under_every_start_method",
     "tests/sharing/test_viewer.py::test_a_table_of_many_episodes_pages_without_reading_rows",
     "tests/distributed/test_ratelimit.py::test_two_actors_and_a_learner_in_other_processes_keep_the_ratio",
+    # a worker killed: torch's loader notices it at its next status check, 5 s later
+    "tests/views/test_transport.py::test_a_killed_worker_is_reported_and_leaks_nothing",
+    # the browser
+    "tests/sharing/test_viewer_report.py::test_the_report_in_a_browser",
+    # commands and imports as a user runs them, a Python process each (the fast lane runs the same commands
+    # through main(), and its other tests of these modules start a process or two)
+    "tests/sharing/test_verify.py::test_cli_usage_errors_and_paths_that_are_not_stores",
+    "tests/sharing/test_frames.py::test_cli_as_a_user_runs_it",
+    "tests/sharing/test_card.py::test_cli_card",
+    "tests/cli/test_cli.py::test_torch_names_load_on_first_use",
+    "tests/samplers/test_kernels.py::test_importing_never_imports_numba_and_the_variable_is_read_at_first_use",
 })
 
 

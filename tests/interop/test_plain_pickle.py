@@ -86,16 +86,19 @@ def test_the_allowed_instructions_build_no_objects():
     assert ALLOWED <= {opcode.name for opcode in pickletools.opcodes}
 
 
-@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
-def test_a_torch_size_loads_as_a_tuple_without_importing_torch(tmp_path, protocol):
+def test_a_torch_size_loads_as_a_tuple_without_importing_torch(tmp_path):
+    """In every protocol, all in one process (a process each cost seconds)."""
     torch = pytest.importorskip("torch")
-    (tmp_path / "m.pkl").write_bytes(pickle.dumps({"x": ("float", torch.Size([2, 3])), "y": torch.Size([])},
-                                                  protocol=protocol))
+    protocols = range(pickle.HIGHEST_PROTOCOL + 1)
+    for protocol in protocols:
+        (tmp_path / f"m{protocol}.pkl").write_bytes(
+            pickle.dumps({"x": ("float", torch.Size([2, 3])), "y": torch.Size([])}, protocol=protocol))
     code = ("import sys; from memmap_replay.interop.plain_pickle import load_plain; "
-            f"v = load_plain(open({str(tmp_path / 'm.pkl')!r}, 'rb').read(), 'm.pkl'); "
-            "assert 'torch' not in sys.modules; print(repr(v))")
+            f"values = [load_plain(open({str(tmp_path)!r} + f'/m{{p}}.pkl', 'rb').read(), 'm.pkl') "
+            f"for p in {list(protocols)!r}]; "
+            "assert 'torch' not in sys.modules; print('\\n'.join(map(repr, values)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == repr({"x": ("float", (2, 3)), "y": ()})
+    assert out.splitlines() == [repr({"x": ("float", (2, 3)), "y": ()})] * len(protocols)
 
 
 @pytest.mark.parametrize("data, match", [

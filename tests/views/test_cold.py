@@ -13,6 +13,8 @@ import torch
 
 from memmap_replay import OptionError, ReplayBuffer
 
+from conftest import REAL_FSYNC
+
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="evicting pages uses Linux's madvise/fadvise")
 FIELDS = dict(image=("uint8", (3, 16, 16)), action=("float", 2), reward="float")
 KINDS = {
@@ -40,7 +42,7 @@ def folder(tmp_path_factory):
     buffer.close()
     for file in path.rglob("*.npy"):
         fd = os.open(file, os.O_RDONLY)
-        os.fsync(fd)
+        REAL_FSYNC(fd)  # (the tests' os.fsync does not wait for the disk: conftest.py)
         os.close(fd)
     return path
 

@@ -12,6 +12,8 @@ from memmap_replay.errors import OptionError
 from memmap_replay.views import readahead as ra
 from memmap_replay.views.readahead import Readahead, readahead_mode
 
+from conftest import REAL_FSYNC
+
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-cache residency is read "
                                                                         "with Linux's mincore")
 ROW = (3, 64, 64)  # 12 KiB rows, not page-aligned in the file (the .npy header comes first)
@@ -23,7 +25,7 @@ def mapped_file(tmp_path, rows: int = 512) -> tuple[np.ndarray, int]:
     data = np.random.default_rng(3).integers(0, 255, (rows, *ROW), dtype=np.uint8)
     np.save(path, data)
     fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
+    REAL_FSYNC(fd)  # (the tests' os.fsync does not wait for the disk: conftest.py)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     return np.load(path, mmap_mode="r").view(np.ndarray), fd
 
