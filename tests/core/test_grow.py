@@ -7,18 +7,18 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memmap_replay import BufferFullError, EpisodeStateError, OptionError, ReplayBuffer, SchemaMismatchError
+from memmap_replay.core import format as fmt
 from memmap_replay.core.grow import grow_layouts, moves
 from memmap_replay.sharing.verify import verify
 
-from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
+from conftest import REAL_FSYNC, SMALL_FIELDS, SMALL_META, episode_arrays
 
 
 def length_of(number: int) -> int:
@@ -214,40 +214,50 @@ def test_samplers_and_views_made_after_a_grow_see_everything(make_buffer):
 
 # ---- SIGKILL in the middle of a grow -------------------------------------------------------------------------
 
-CHILD = r"""
-import os, signal, sys
-from memmap_replay import ReplayBuffer
-from memmap_replay.core import format as fmt
-folder, kill_at, options = sys.argv[1], int(sys.argv[2]), eval(sys.argv[3])
-calls = [0]
+def grow_in_a_child(folder: Path, kill_at: int, options: dict) -> tuple[int, str]:
+    """Grow the store at ``folder`` in a forked child that SIGKILLs itself before I/O step ``kill_at`` of the
+    grow (after step ``-kill_at`` for a negative one, never for 0): (its exit code, -9 when killed; what it
+    wrote: the number of steps the grow took, or its traceback). A fork, not a new interpreter: a kill each
+    I/O step of four grows is some 170 children, and a fresh one costs a second to import."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: it never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            signal.alarm(120)  # (a hang guard: SIGALRM ends the child)
+            os.fsync = REAL_FSYNC  # a durable grow syncs for real, as in a program
+            calls = [0]
 
-def counted(real):
-    def call(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == kill_at:  # before the call
-            os.kill(os.getpid(), signal.SIGKILL)
-        result = real(*args, **kwargs)
-        if calls[0] == -kill_at:  # after it
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-    return call
+            def counted(real):
+                def call(*args, **kwargs):
+                    calls[0] += 1
+                    if calls[0] == kill_at:  # before the call
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    result = real(*args, **kwargs)
+                    if calls[0] == -kill_at:  # after it
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return result
+                return call
 
-buffer = ReplayBuffer.from_folder(folder)
-buffer.episode_store.require_writable("grow")  # the lock, before counting
-for name in ("write_rows", "grow", "sync"):
-    setattr(fmt.NpyFile, name, counted(getattr(fmt.NpyFile, name)))
-fmt.write_meta = counted(fmt.write_meta)
-os.ftruncate = counted(os.ftruncate)
-buffer.grow(**options)
-print(calls[0])
-"""
-
-
-def run_child(folder: Path, kill_at: int, options: dict) -> subprocess.CompletedProcess:
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", CHILD, str(folder), str(kill_at), repr(options)], capture_output=True,
-                          text=True, env=env, timeout=120)
+            buffer = ReplayBuffer.from_folder(folder)
+            buffer.episode_store.require_writable("grow")  # the lock, before counting
+            for name in ("write_rows", "grow", "sync"):
+                setattr(fmt.NpyFile, name, counted(getattr(fmt.NpyFile, name)))
+            fmt.write_meta = counted(fmt.write_meta)
+            os.ftruncate = counted(os.ftruncate)
+            buffer.grow(**options)
+            os.write(write, str(calls[0]).encode())
+            code = 0
+        except BaseException:
+            os.write(write, traceback.format_exc().encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), said
 
 
 @pytest.mark.parametrize("stored,old,options,durable", [
@@ -265,16 +275,16 @@ def test_a_grow_killed_at_any_step_leaves_every_episode(tmp_path, stored, old, o
     path = grow_layouts(ids, old, options["max_episodes"])
     buffer.close()
     shutil.copytree(made, tmp_path / "whole")
-    done = run_child(tmp_path / "whole", 0, options)  # no kill: how many steps a grow takes
-    assert done.returncode == 0, done.stderr
-    steps = int(done.stdout)
+    code, said = grow_in_a_child(tmp_path / "whole", 0, options)  # no kill: how many steps a grow takes
+    assert code == 0, said
+    steps = int(said)
     assert steps >= 2
     seen = set()
     for kill_at in [*range(1, steps + 1), -steps]:  # before every I/O step of the grow, and after the last
         folder = tmp_path / f"kill{kill_at}"
         shutil.copytree(made, folder)
-        done = run_child(folder, kill_at, options)
-        assert done.returncode == -signal.SIGKILL, done.stderr
+        code, said = grow_in_a_child(folder, kill_at, options)
+        assert code == -signal.SIGKILL, said
         reopened = ReplayBuffer.from_folder(folder)  # (takes the lock at its first write: cleans temps)
         count = reopened.max_episodes
         assert count in (old, *path), (kill_at, count)

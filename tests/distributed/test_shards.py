@@ -24,10 +24,10 @@ FIELDS = dict(obs="float", reward="float")
 WRITER = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from memmap_replay import ReplayBuffer, shard_folder
-    root, shard, episodes, pause = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    from memmap_replay import ReplayBuffer  # (not ShardSet's module: it imports torch, seconds a writer)
+    folder, shard, episodes, pause = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     rng = np.random.default_rng(shard)
-    buffer = ReplayBuffer(shard_folder(root, shard), 1000, {stride}, fields={fields!r}, circular=True)
+    buffer = ReplayBuffer(folder, 1000, {stride}, fields={fields!r}, circular=True)
     for number in range(episodes):
         length = int(rng.integers(2, {stride} + 1))
         values = shard * 10**6 + number * 1000 + np.arange(length, dtype=np.float64)
@@ -38,7 +38,9 @@ WRITER = textwrap.dedent("""
 
 
 def start_writers(root, shards, episodes, pause=0.0):
-    return [subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(shard), str(episodes), str(pause)],
+    """A writer process for each of shards 0..shards-1 of the set at ``root`` (``shard_folder`` names its folder)."""
+    return [subprocess.Popen([sys.executable, "-c", WRITER, str(shard_folder(root, shard)), str(shard), str(episodes),
+                              str(pause)],
                              stderr=subprocess.PIPE) for shard in range(shards)]
 
 
