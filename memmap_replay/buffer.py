@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from .core.update import plan_update
 from .core.vector import VectorEpisodeWriter
 from .core.writer import EpisodeWriter, StagingBuffer, segments, whole_episode
 from .reading.entries import BufferReads
+
+if TYPE_CHECKING:
+    from .samplers.base import ReplaySampler
 
 LONG_EPISODES = ("error", "split")
 
@@ -119,7 +122,7 @@ class ReplayBuffer(BufferReads):
         self._staging: StagingBuffer | None = None
         self._episode: EpisodeWriter | None = None
         self._vector: VectorEpisodeWriter | None = None
-        self._sampler = None  # buffer.sample()'s default sampler, made at its first call
+        self._sampler: ReplaySampler | None = None  # buffer.sample()'s default sampler, made at its first call
 
     @staticmethod
     def _spec(max_episodes, max_timesteps, fields, meta_fields, circular, max_steps) -> tuple[Schema, Capacity]:
@@ -290,7 +293,8 @@ class ReplayBuffer(BufferReads):
         except BaseException:
             self._episode = None
             raise
-        writer, self._episode = self._episode, None
+        # (the writer begin_episode opened above)
+        writer, self._episode = cast(EpisodeWriter, self._episode), None
         writer.meta.update(handle)
         writer.commit()
 

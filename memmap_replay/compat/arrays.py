@@ -119,7 +119,7 @@ class FieldArray:
             return length[slots]
         out = np.empty(slots.shape + spec.shape, spec.dtype)
         out[...] = spec.default_row()
-        if self.meta:
+        if steps is None:  # a meta field (it alone reads without steps)
             live = length[slots] > 0
             out[live] = store.meta_array(self.name)[slots[live]]
         else:
@@ -127,7 +127,7 @@ class FieldArray:
             out[live] = store.step_array(self.name)[start[slots[live]] + steps[live]]
         for slot, (rows, meta) in staged.items():
             here = slots == slot
-            if self.meta:
+            if steps is None:  # a meta field
                 out[here] = meta[self.name]
             else:
                 here &= steps < len(rows[self.name])

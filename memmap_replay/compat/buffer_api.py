@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 from collections import namedtuple
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -297,7 +297,7 @@ class ReplayBuffer(NativeReplayBuffer):
         return slot
 
     def _advance_flat(self, end: Any, final: Any, batch_size: Any) -> list[int]:
-        flat = self._flat
+        flat = cast(FlatBatch, self._flat)  # (advance_episode calls this with a flat batch open)
         if batch_size is None:
             if flat.width > 1:
                 raise OptionError(f"advance_episode() after store_batch of {flat.width} episodes needs "
@@ -340,6 +340,7 @@ class ReplayBuffer(NativeReplayBuffer):
             meta = {name: meta.get(name, spec.default_row()) for name, spec in schema.meta_fields.items()}
             length = self._episode.length
             found[base] = ({name: array[0, :length] for name, array in self._episode.staging.arrays.items()}, meta)
+        lengths: list[int] | np.ndarray  # (a flat batch's episodes are as long; a vector writer's, each its own)
         for writer in (self._flat, self._vector):
             if writer is None:
                 continue

@@ -9,7 +9,7 @@ batches of trajectories from several folders are padded to their longest episode
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -37,7 +37,7 @@ class ConcatReplayBuffer(ConcatReads):
         if isinstance(folders, (str, Path)) or not hasattr(folders, "__len__") or len(folders) == 0:
             raise OptionError(f"ConcatReplayBuffer needs a list of at least one store folder (got {short(folders)})")
         self.shards = ShardSet(folders=list(folders))
-        self.folders = list(self.shards.listed)
+        self.folders = list(cast("list[Path]", self.shards.listed))  # (a ShardSet of folders= lists them)
         self.read_only = True
 
     @property

@@ -26,7 +26,7 @@ Differences: episodes come oldest first (0.2.3: by buffer row; the same until a 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
@@ -66,7 +66,13 @@ def _one_each(view) -> Positions:
     return Positions.from_counts(np.ones(len(view.table), dtype=np.int64))
 
 
-class _StepIndices:
+if TYPE_CHECKING:
+    from ..views.dataset import StoreView as _StepBase  # the view the mixin goes before (a store view)
+else:
+    _StepBase = object
+
+
+class _StepIndices(_StepBase):
     """With ``return_indices``, this project's ``_index`` (row) and ``_t`` as 0.2.3's ``_indices`` [row, t]."""
 
     def output_names(self) -> list[str]:
@@ -194,6 +200,7 @@ def dataset_of(replay_buffer: Any, *, n_steps: int | None = None, timestep_level
     if n_steps is not None and flag(timestep_level, "timestep_level"):
         raise OptionError("choose one of n_steps and timestep_level (got both)")
     store = store_of(replay_buffer)
+    dataset: TrajectoryView | TimestepView | NStepView
     if n_steps is not None:
         dataset = ReplayDatasetNStep(store, n_steps, **options)
     elif timestep_level:

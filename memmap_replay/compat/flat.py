@@ -10,7 +10,7 @@ field defaults wherever nothing was written, as 0.2.3's freshly initialised epis
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -37,7 +37,7 @@ def batch_width(values: Mapping[str, Any], what: str, known: Mapping) -> int:
             raise InvalidDataError(f"every field in {what} must have the same batch size: field {name!r} has "
                                    f"{len(array)}, the ones before {width}")
         width = len(array)
-    return width
+    return cast(int, width)  # (values is not empty)
 
 
 class FlatBatch:

@@ -14,7 +14,7 @@ object whose ``close()`` closes the buffer and ``flush()`` flushes it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class ReplayBufferH5PY(ReplayBuffer):
     @classmethod
     def from_folder(cls, folder: str | Path, read_only: bool = False, **options: Any) -> "ReplayBufferH5PY":
         _refuse_h5_file(folder)
-        return super().from_folder(folder, read_only, **options)
+        return cast("ReplayBufferH5PY", super().from_folder(folder, read_only, **options))  # (it builds a cls)
 
     @property
     def file(self) -> _FileHandle:

@@ -70,16 +70,16 @@ def trajectory_to_video(frames: Any, path: str | os.PathLike, fps: int = 30, **k
     imageio-ffmpeg, ``.gif`` pillow); returns the path. Frames are (T, H, W, C), (T, C, H, W) (C in 1, 3, 4:
     moved last) or (T, H, W) (gray), uint8 or float in [0, 1]. ``kwargs`` go to ``imageio.mimwrite``."""
     frames = to_uint8(_frames(frames, "trajectory_to_video"))
-    fps = number(fps, "fps", low=0, high=1000, low_open=True)
+    rate = number(fps, "fps", low=0, high=1000, low_open=True)
     if frames.ndim == 3:
         frames = np.repeat(channels_last(frames, "HW"), 3, axis=-1)
     elif frames.shape[1] in _CHANNELS and frames.shape[-1] not in _CHANNELS:
         frames = channels_last(frames, "CHW")
     path = Path(path)
     if path.suffix.lower() == ".gif":
-        kwargs.setdefault("duration", 1000.0 / fps)
+        kwargs.setdefault("duration", 1000.0 / rate)
     else:
-        kwargs.setdefault("fps", fps)
+        kwargs.setdefault("fps", rate)
         if path.suffix.lower() in _FFMPEG_SUFFIXES:
             kwargs.setdefault("macro_block_size", None)  # no resizing to multiples of 16
     imageio = require_extra("imageio", "video", "trajectory_to_video")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -36,9 +36,9 @@ from ..reading.plan import ReadPlan, compose
 from ..reading.table import DATASET, SAMPLER
 from ..views.loader import ReplayDataLoader
 from ..views.transforms import transform_option
-from ..core.options import integer, renamed, short
+from ..core.options import batch_size as batch_size_of, integer, renamed, short
 from ..samplers.prioritized import PrioritizedSampler, as_numpy
-from ..samplers.base import ReplaySampler, SamplerBase, batch_size_of, checked_ahead, damaged
+from ..samplers.base import ReplaySampler, SamplerBase, checked_ahead, damaged
 from ..core.store import EpisodeStore
 
 __all__ = ["ShardSet", "ConcatView", "ShardedSampler", "ShardSample", "shard_folder", "SHARD_STRIDE", "shard_counts",
@@ -114,12 +114,13 @@ class ShardSet(ShardReads):
     def _folders(self) -> list[Path]:
         if self.listed is not None:
             return self.listed
-        if not self.root.is_dir():
-            raise StoreNotFoundError(f"{self.root} is not a folder of shards; the writers create it")
-        shards = sorted(path.parent for path in self.root.glob(f"*/{META_FILE}"))
+        root = cast(Path, self.root)  # (__init__ sets root or listed)
+        if not root.is_dir():
+            raise StoreNotFoundError(f"{root} is not a folder of shards; the writers create it")
+        shards = sorted(path.parent for path in root.glob(f"*/{META_FILE}"))
         for shard in shards:  # a shard linked to a store elsewhere is never read as one of these
             if shard.is_symlink():
-                inside(self.root, shard)
+                inside(root, shard)
         return shards
 
     def refresh(self) -> bool:
@@ -150,7 +151,7 @@ class ShardSet(ShardReads):
     def __repr__(self) -> str:
         """Where the shards are, which are open, and their episodes and steps (as of the last refresh)."""
         where = f"root={str(self.root)!r}" if self.root is not None else \
-            f"folders={_shortened([str(folder) for folder in self.listed])}"
+            f"folders={_shortened([str(folder) for folder in cast('list[Path]', self.listed)])}"
         names = [store.folder.name if self.root is not None else str(store.folder) for store in self.stores]
         episodes = [store.num_episodes for store in self.stores]
         steps = sum(int(store.live_table().length.sum()) for store in self.stores)
@@ -218,7 +219,8 @@ def _padded(values: list[torch.Tensor]) -> list[torch.Tensor]:
     padded = []
     for value in values:
         out = value.new_zeros((len(value), *shape))
-        out[(slice(None), *(slice(0, size) for size in value.shape[1:]))] = value
+        corner = (slice(None), *(slice(0, size) for size in value.shape[1:]))
+        out[corner] = value
         padded.append(out)
     return padded
 
@@ -355,7 +357,8 @@ class ShardedSampler(SamplerBase):
 
     def _masses(self) -> np.ndarray:
         if isinstance(self.samplers[0], PrioritizedSampler):
-            return np.array([sampler.tree.total if len(sampler.view) else 0.0 for sampler in self.samplers])
+            prioritized = cast("list[PrioritizedSampler]", self.samplers)  # (every shard's sampler is one kind)
+            return np.array([sampler.tree.total if len(sampler.view) else 0.0 for sampler in prioritized])
         return np.array([len(sampler.view) for sampler in self.samplers], dtype=np.float64)
 
     def sample(self, batch_size: int) -> ShardSample:
@@ -371,8 +374,9 @@ class ShardedSampler(SamplerBase):
                 parts.append((shard, sampler.sample(int(count))))
         weights = None
         if isinstance(self.samplers[0], PrioritizedSampler):
-            leaves = np.concatenate([drawn_leaves(self.samplers[shard], part) for shard, part in parts])
-            lowest = [sampler.tree.min for sampler in self.samplers if len(sampler.view)]
+            prioritized = cast("list[PrioritizedSampler]", self.samplers)  # (every shard's sampler is one kind)
+            leaves = np.concatenate([drawn_leaves(prioritized[shard], part) for shard, part in parts])
+            lowest = [sampler.tree.min for sampler in prioritized if len(sampler.view)]
             weights = global_weights(leaves, lowest, self.samplers[0].beta)
         self.draws += 1
         return ShardSample(parts, weights)
@@ -388,18 +392,21 @@ class ShardedSampler(SamplerBase):
             raise InvalidDataError(f"keys must be a sharded batch's '_key': some name shard {shard.max()} of "
                                    f"{len(self.samplers)}")
         applied = 0
+        # (a prioritized kind's: a uniform one's samplers have no update_priorities, and raise AttributeError)
+        prioritized = cast("list[PrioritizedSampler]", self.samplers)
         for index in np.unique(shard):
             chosen = shard == index
-            applied += self.samplers[int(index)].update_priorities(local[chosen], priorities[chosen])
+            applied += prioritized[int(index)].update_priorities(local[chosen], priorities[chosen])
         return applied
 
     def state_dict(self) -> dict:
         state = {"type": "ShardedSampler", "seed": self.seed, "rng": self.rng.bit_generator.state, "draws": self.draws,
                  "shards": [sampler.state_dict() for sampler in self.samplers]}
         if self._ahead:  # draws made ahead (draw_ahead=): they moved the generators, so a resume serves them first
+            ahead = cast("deque[tuple[int, ShardSample]]", self._ahead)  # (SamplerBase types them as a store's)
             state["ahead"] = [[size,
                                [[shard, part.keys.tolist(), _listed(part.weights)] for shard, part in sample.parts],
-                               _listed(sample.weights)] for size, sample in self._ahead]
+                               _listed(sample.weights)] for size, sample in ahead]
         return state
 
     def _checked_ahead_draws(self, entries: Any) -> list[tuple[int, ShardSample]]:
@@ -434,7 +441,8 @@ class ShardedSampler(SamplerBase):
                 if not isinstance(shard_state, dict) or shard_state.get("type") != type(sampler).__name__:
                     raise InvalidDataError(f"each shard's state must be a {type(sampler).__name__}'s state_dict()")
             values = [sampler._checked_state(shard_state) for sampler, shard_state in zip(self.samplers, shards)]
-            ahead = self._checked_ahead_draws(state.get("ahead", []))
+            # (SamplerBase types its draws ahead as what a store's sampler returns; a sharded one's are ShardSamples)
+            ahead: list[tuple[int, Any]] = self._checked_ahead_draws(state.get("ahead", []))
         except (KeyError, TypeError, ValueError, OverflowError) as error:  # (InvalidDataError is a ValueError)
             raise damaged(error) from None
         self._drop_ahead()

@@ -13,7 +13,7 @@ import functools
 import itertools
 import os
 from collections import deque, namedtuple
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol, cast
 
 import numpy as np
 import torch
@@ -42,6 +42,22 @@ def _pinned(make, items) -> dict:
 def _pass_through(batch: dict) -> dict:
     """The collate function: a view's ``__getitems__`` already returns a whole batch."""
     return batch
+
+
+def _batch_type(names: tuple[str, ...]) -> type[tuple[Any, ...]]:
+    """The named tuple class ``Batch`` with these fields (``to_named_tuple``)."""
+    return namedtuple("Batch", names)
+
+
+class _BlockOrdered(Protocol):
+    """A batch sampler of block-shuffled epochs (``BatchIndexSampler(shuffle="blocks")``): what
+    ``_items_ahead`` reads of one whose ``order`` is ``"blocks"``."""
+
+    order: str
+    block_size: int
+    block_window: int
+    batch_size: int
+    size: int
 
 
 class ReplayDataLoader(DataLoader):
@@ -84,7 +100,9 @@ class ReplayDataLoader(DataLoader):
         # auto: threads (no transport; numpy's gathers and torch's ops release the GIL), unless an option
         # only processes have asks for processes
         self.workers = "processes" if workers == "processes" or (workers == "auto" and process_only) else "threads"
-        collate = _pass_through
+        # (torch's stubs type a collate function's argument as a list: here it gets what the view's
+        # __getitems__ returns, a whole batch)
+        collate: Callable[[Any], Any] = _pass_through
         if (self.workers == "processes" and self.worker_transport == "slots"
                 and loader_options.get("num_workers", 0) > 0):
             # a worker's batches in flight, the two the main process may still hold, the one being gathered
@@ -97,7 +115,7 @@ class ReplayDataLoader(DataLoader):
         self.to_named_tuple = to_named_tuple
         if to_named_tuple is not None:
             names = tuple(name.lstrip("_") for name in to_named_tuple)
-            self.batch_type = namedtuple("Batch", names)
+            self.batch_type = _batch_type(names)
 
     def check_worker_number_rationality(self) -> None:
         if getattr(self, "workers", None) != "threads":  # torch's warning speaks of processes
@@ -126,13 +144,15 @@ class ReplayDataLoader(DataLoader):
         """The batch sampler's items, each told to the view (``view.prefetch``) ``prefetch`` batches before
         its turn, so its disk reads overlap the work until then."""
         prefetch = getattr(self.dataset, "prefetch", None)
-        sampler, depth = self.batch_sampler, self.prefetch
+        # (a batch sampler is always given: __init__ takes one)
+        sampler, depth = cast("Iterable[Any]", self.batch_sampler), self.prefetch
         blocks = getattr(sampler, "order", None) == "blocks" and hasattr(self.dataset, "advise")
         if prefetch is not None and depth and blocks:
             # whole blocks, each advised once, a window of blocks ahead: the next window's reads overlap
             # the batches of this one
-            depth = max(depth, -(-sampler.block_size * sampler.block_window // sampler.batch_size))
-            prefetch = _block_prefetch(self.dataset, sampler.size, sampler.block_size)
+            ordered = cast(_BlockOrdered, sampler)
+            depth = max(depth, -(-ordered.block_size * ordered.block_window // ordered.batch_size))
+            prefetch = _block_prefetch(self.dataset, ordered.size, ordered.block_size)
         return _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None))
 
     def _from_processes(self) -> Iterator:
@@ -140,19 +160,20 @@ class ReplayDataLoader(DataLoader):
         that ends early (an error, ``break``) stops the workers (unless persistent) there and then, not when
         torch's iterator is garbage: an iterator caught in a reference cycle (an error's traceback) may
         otherwise be collected in a worker process of the next loader, which cannot stop them."""
-        slots = isinstance(self.collate_fn, SlotPacker)
-        if slots:
+        packer = self.collate_fn if isinstance(self.collate_fn, SlotPacker) else None
+        reader: SlotReader | None = None  # (set with slots)
+        if packer is not None:
             reader = self._slot_reader
             if reader is None or not self.persistent_workers:  # new workers: new slots (an iteration of its own)
                 reader = self._slot_reader = SlotReader(self.slot_release)
             else:  # the same workers: slots of batches dropped by a loop stopped early are free again
                 reader.restart()
-                self.collate_fn.new_iteration()
+                packer.new_iteration()
         pin = self.pin_memory and can_pin()  # (torch's pinning thread passes a SlotBatch by)
         iterator, pid = super().__iter__(), os.getpid()
         try:
             for item in iterator:
-                if slots:
+                if reader is not None:
                     item = reader.unpack(item)
                     item = pinned(item) if pin else item
                 yield item
