@@ -24,12 +24,12 @@ def test_write_benchmark_smoke(tmp_path):
 
 
 def test_read_benchmark_smoke(tmp_path):
-    out = smoke(tmp_path, "read.py", "--no-seed", "--no-torchrl", "--no-workers")
+    out = smoke(tmp_path, "read.py", "--no-seed", "--no-torchrl", "--no-workers", "--warm-mb", "1")
     assert "same bytes: checked" in out and "x numpy" in out
 
 
 def test_samplers_benchmark_smoke(tmp_path):
-    out = smoke(tmp_path, "samplers.py", timeout=300)
+    out = smoke(tmp_path, "samplers.py", "--warm-mb", "1", timeout=300)  # (256 MB touched before each run: seconds)
     assert "same bytes: checked" in out and "x numpy" in out
     assert "Sampler figures" in out and "sum tree" in out
 
