@@ -52,6 +52,8 @@ SLOW_TESTS = frozenset({
     "tests/views/test_transport.py::test_slots_under_every_start_method",
     "tests/sharing/test_viewer.py::test_a_table_of_many_episodes_pages_without_reading_rows",
     "tests/distributed/test_ratelimit.py::test_two_actors_and_a_learner_in_other_processes_keep_the_ratio",
+    # the loader contract again, with two worker processes for each of the 18 samplers
+    "tests/samplers/test_samplers.py::TestSamplerContract::test_worker_processes_give_the_sampler_draws",
     # a worker killed: torch's loader notices it at its next status check, 5 s later
     "tests/views/test_transport.py::test_a_killed_worker_is_reported_and_leaks_nothing",
     # the browser

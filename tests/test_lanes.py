@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from lanes import SLOW_MODULES, SLOW_TESTS, is_slow
@@ -10,13 +11,19 @@ from lanes import SLOW_MODULES, SLOW_TESTS, is_slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache  # (both tests read every module named: parsed once)
+def functions_of(path: Path) -> frozenset[str]:
+    """The names of every function of a test module (none for a file that is not there)."""
+    if not path.is_file():
+        return frozenset()
+    return frozenset(node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef))
+
+
 def test_every_slow_module_and_test_exists():
     missing = [path for path in SLOW_MODULES if not (ROOT / path).is_file()]
     for nodeid in SLOW_TESTS:
-        path, name = nodeid.split("::")
-        tree = ast.parse((ROOT / path).read_text()) if (ROOT / path).is_file() else None
-        names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)} if tree else set()
-        if name not in names:
+        path, *_, name = nodeid.split("::")  # (a test of a class: path::Class::test)
+        if name not in functions_of(ROOT / path):
             missing.append(nodeid)
     assert missing == [], f"tests/lanes.py names tests that are gone: {missing}"
 
@@ -29,8 +36,7 @@ def test_every_module_outside_the_slow_modules_keeps_a_fast_test():
         name = path.relative_to(ROOT).as_posix()
         if name in SLOW_MODULES:
             continue
-        tests = {node.name for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+        tests = {function for function in functions_of(path) if function.startswith("test_")}
         if tests and all(f"{name}::{test}" in SLOW_TESTS for test in tests):
             all_slow.append(name)
     assert all_slow == [], f"every test of these modules is slow: keep one fast, or list the module whole: {all_slow}"

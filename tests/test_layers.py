@@ -5,6 +5,7 @@ interop and Ray shards <- recording (it names fields as the Minari importer does
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ def type_only(tree: ast.AST) -> set[int]:
     return found
 
 
-def imports(path: Path, *, run_only: bool = False) -> set[str]:
+@functools.cache  # (each module is parsed once: the graph tests walk every module again and again)
+def imports(path: Path, *, run_only: bool = False) -> frozenset[str]:
     """Every package module ``path`` imports (at the top or inside functions), relative to the package;
     ``run_only``: leave out the imports under ``if TYPE_CHECKING:``, which only a type checker reads."""
     module = path.relative_to(PACKAGE).with_suffix("").parts
@@ -60,7 +62,7 @@ def imports(path: Path, *, run_only: bool = False) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(a.name.removeprefix("memmap_replay.") for a in node.names
                          if a.name.startswith("memmap_replay."))
-    return {name for name in found if name and room(name) in RANKS}
+    return frozenset(name for name in found if name and room(name) in RANKS)
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))

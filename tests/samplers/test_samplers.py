@@ -237,8 +237,14 @@ class TestSamplerContract:
             if make.persistent:
                 assert min(min(s.weights) for s in got) < 1  # the stored priorities really were used
 
-    @pytest.mark.parametrize("num_workers", [0, 2])
-    def test_dataloader_batches_are_the_sampler_draws(self, factory, episodes, num_workers):
+    def test_dataloader_batches_are_the_sampler_draws(self, factory, episodes):
+        self.dataloader_batches_are_the_sampler_draws(factory, episodes, num_workers=0)
+
+    def test_worker_processes_give_the_sampler_draws(self, factory, episodes):
+        self.dataloader_batches_are_the_sampler_draws(factory, episodes, num_workers=2)
+
+    @staticmethod
+    def dataloader_batches_are_the_sampler_draws(factory, episodes, num_workers):
         make, count = factory
         valid = episodes.valid_keys(count)
         twin = make(episodes.buffer)  # same seed: the same draws (one epoch, a short last batch, without replacement)

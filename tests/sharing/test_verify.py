@@ -729,23 +729,33 @@ def test_cli_json_on_a_damaged_store(folder):
                                   "1 terminated, 2 truncated)"]
 
 
-def test_cli_on_every_damage_kind(tmp_path):
-    """Every damage kind through the command line, as a user runs it (four processes at a time)."""
+def test_cli_on_every_damage_kind(tmp_path, capsys):
+    """Every damage kind through the command line: each through ``main``, what ``python -m memmap_replay``
+    runs, and one healthy and one damaged store as a user runs them, a process each (a process for each of
+    the 34 kinds cost a minute)."""
     cases = []
     for index, case in enumerate(DAMAGE):
         mutate, named, _, _ = case.values
         target = make_store(tmp_path / f"s{index}")
         mutate(target)
         cases.append((case.id, named, target))
-    with ThreadPoolExecutor(4) as pool:
-        runs = list(pool.map(lambda case: run_cli("verify", case[2]), cases))
     wrong = []
-    for (kind, named, target), done in zip(cases, runs):
+
+    def check(kind, named, target, code, stdout, stderr):
         expected = 0 if kind in WARNED | CLEAN else 1
         first = f"{target}: OK" if expected == 0 else f"{target}: DAMAGED"
-        if done.returncode != expected or not done.stdout.startswith(first) or (named and named not in done.stdout) \
-                or done.stderr:
-            wrong.append(f"{kind}: exit {done.returncode}, expected {expected}:\n{done.stdout}{done.stderr}")
+        if code != expected or not stdout.startswith(first) or (named and named not in stdout) or stderr:
+            wrong.append(f"{kind}: exit {code}, expected {expected}:\n{stdout}{stderr}")
+
+    for kind, named, target in cases:
+        code = main(["verify", str(target)], prog="python -m memmap_replay")
+        check(kind, named, target, code, *capsys.readouterr())
+    as_a_user = [next(case for case in cases if case[0] in WARNED | CLEAN),
+                 next(case for case in cases if case[0] not in WARNED | CLEAN)]
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda case: run_cli("verify", case[2]), as_a_user))
+    for (kind, named, target), done in zip(as_a_user, runs):
+        check(kind, named, target, done.returncode, done.stdout, done.stderr)
     assert not wrong, "\n".join(wrong)
 
 
