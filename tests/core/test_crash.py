@@ -1,8 +1,9 @@
 """Crash safety, for real: a writer process is SIGKILLed and the folder is reopened.
 
-Every scenario runs a child Python process (``sys.executable -c CHILD_SOURCE``) that writes episodes to a
-store under ``tmp_path``. Episode data are a pure function of an episode number ``ep`` (stored in the
-``ep`` meta field), so the parent can recompute what every live episode must hold.
+Every scenario runs a child process (forked from the test's, running ``CHILD_SOURCE`` as ``python -c`` would:
+see ``Child``) that writes episodes to a store under ``tmp_path``. Episode data are a pure function of an
+episode number ``ep`` (stored in the ``ep`` meta field), so the parent can recompute what every live episode
+must hold.
 
 The child keeps a side log, one JSON line per event, each written with a single unbuffered ``os.write``:
 
@@ -27,10 +28,12 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,7 +45,7 @@ from memmap_replay import StoreNotFoundError
 from memmap_replay.sharing import verify
 from memmap_replay.core.format import END_CODES, State
 
-from conftest import reap
+from conftest import REAL_FSYNC, reap
 
 FIELDS = dict(obs=("float", (3,)), action=("int", 2), reward="float", flag="bool")
 META_FIELDS = dict(ep="int")
@@ -317,12 +320,65 @@ def child_config(folder: Path, log: Path, history: History, *, mode="steps", len
                 first_ep=history.next_ep, num_envs=3, **extra)
 
 
-def start_child(config: dict, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD_SOURCE, json.dumps(config)], cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+class Child:
+    """A child process running CHILD_SOURCE with ``config``, in ``cwd``: forked from this one, so it starts with
+    the library imported (a fresh interpreter cost half a second each, some sixty of them here). It runs the
+    same source a ``python -c`` child runs, with the real ``os.fsync`` (the tests' does not wait for the disk),
+    and dies the same SIGKILL. The part of ``subprocess.Popen`` this file uses: ``poll``, ``send_signal``,
+    ``kill``, ``communicate`` (its stderr; conftest's ``reap``) and ``returncode``."""
+
+    def __init__(self, config: dict, cwd: Path):
+        self.returncode = None
+        self.error = cwd / f"child-{time.monotonic_ns()}.stderr"
+        pid = os.fork()
+        if pid == 0:  # the child: it never returns into pytest
+            code = 1
+            try:
+                os.chdir(cwd)
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 0)
+                os.dup2(null, 1)
+                os.dup2(os.open(self.error, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+                os.fsync = REAL_FSYNC
+                sys.argv = ["-c", json.dumps(config)]
+                exec(compile(CHILD_SOURCE, "<crash child>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else 1
+            except BaseException:
+                os.write(2, traceback.format_exc().encode())
+            finally:
+                os._exit(code)
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float) -> tuple[None, bytes]:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"crash child {self.pid}", timeout)
+            time.sleep(0.002)
+        return None, self.error.read_bytes() if self.error.exists() else b""
 
 
-def finish(process: subprocess.Popen) -> str:
+def start_child(config: dict, cwd: Path) -> Child:
+    return Child(config, cwd)
+
+
+def finish(process: Child) -> str:
     return reap(process, WAIT_LIMIT)
 
 
@@ -334,7 +390,7 @@ def run_self_killing_child(config: dict, cwd: Path) -> ChildLog:
     return read_log(Path(config["log"]))
 
 
-def wait_for(process: subprocess.Popen, log_path: Path, ready) -> ChildLog:
+def wait_for(process: Child, log_path: Path, ready) -> ChildLog:
     """Poll the child's log until ready(log) holds; fail if the child exits or takes unreasonably long."""
     deadline = time.monotonic() + WAIT_LIMIT
     while True:
@@ -348,7 +404,7 @@ def wait_for(process: subprocess.Popen, log_path: Path, ready) -> ChildLog:
         time.sleep(0.002)
 
 
-def kill(process: subprocess.Popen) -> None:
+def kill(process: Child) -> None:
     process.send_signal(signal.SIGKILL)
     stderr = finish(process)
     assert process.returncode == -signal.SIGKILL, f"the child ended on its own (exit {process.returncode}):\n{stderr}"
