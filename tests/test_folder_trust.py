@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import SMALL_FIELDS, SMALL_META, episode_arrays  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (conftest, for the children; imported where needed:
+# it imports torch, seconds for each child of an entry that never uses it)
 
 CASE_SECONDS = 8  # the alarm of one case (a healthy case takes a fraction of a second)
 STARTUP_SECONDS = 120  # a child's imports, before its first case (the watchdog's allowance)
@@ -76,6 +76,8 @@ def build_template(root: Path) -> Path:
     of the links, each carrying a marker) and root/bombs (hostile stats/running.npz files)."""
     from memmap_replay import ReplayBuffer
     from memmap_replay.sharing.card import update_card
+
+    from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 
     store, outside, bombs = root / "store", root / "outside", root / "bombs"
     with ReplayBuffer(store, max_episodes=MAX_EPISODES, max_timesteps=MAX_TIMESTEPS, fields=SMALL_FIELDS,
@@ -442,6 +444,8 @@ def enter(entry: str, store: Path, outdir: Path) -> str:
         with ReplayBuffer.from_folder(store, read_only=True) as buffer:
             return buffer.stats().to_json(default=str)
     if entry == "write":
+        from conftest import episode_arrays
+
         with ReplayBuffer.from_folder(store) as buffer:
             buffer.store_episode(**episode_arrays(3, 4), task_id=3)
         return ""
@@ -511,6 +515,7 @@ def child_main(spec: dict) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     if spec["entry"] in TORCH_ENTRIES:
         import torch  # noqa: F401 - imported before the first case's alarm
+        import conftest  # noqa: F401 - (its episode_arrays for the write entry; it imports torch too)
     import memmap_replay.cli  # noqa: F401
     import memmap_replay.sharing.pack  # noqa: F401
     import memmap_replay.sharing.verify  # noqa: F401
@@ -654,6 +659,8 @@ def fuzz_main(spec: dict) -> None:
     from memmap_replay import ReplayBuffer
     from memmap_replay import ReplayError
     from memmap_replay.sharing import verify
+
+    from conftest import episode_arrays
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     signal.signal(signal.SIGALRM, on_alarm)
