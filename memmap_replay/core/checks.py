@@ -150,10 +150,13 @@ def _declared_format(path: Path) -> str:
     return data["format"] if data["format"] == fmt.FORMAT_NAME else repr(data["format"])[:80]
 
 
-def check_live_ids(store: EpisodeStore) -> None:
+def check_live_ids(store: EpisodeStore) -> bool:
     """The live slots of an ``EpisodeStore``'s episode table agree with its meta.json: O(episodes), no step
-    data read."""
-    state, max_timesteps = store.meta.state, store.meta.capacity.max_timesteps
+    data read. True once checked; False when the store took a newer meta.json while the check read its table
+    (a writer grew the store: the table is then of the new capacity, which the checked state does not
+    describe): the caller checks again, against the meta.json taken."""
+    meta = store.meta
+    state, max_timesteps = meta.state, meta.capacity.max_timesteps
     _check_claim(store)
     ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
     stored = store.table["id"].array()[ids % store.meta.capacity.max_episodes]
@@ -165,10 +168,12 @@ def check_live_ids(store: EpisodeStore) -> None:
             f"(slot {ids[i] % store.meta.capacity.max_episodes} must hold episode {ids[i]}, got {stored[i]})"
         )
     if not len(ids):
-        return
+        return True
     table = store.live_table(catch_up=False)  # (of ``state``: a newer meta.json is the retry's business)
+    if store.meta is not meta:  # it adopted a grown store's meta.json: its table is not of ``state``
+        return False
     if not len(table):  # a writer evicted them all since meta.json was read (the table leaves them out)
-        return
+        return True
     def where(i: int, files: str) -> str:
         return f"{store.folder}: {files}: episode {table.ids[i]} (slot {table.slots[i]})"
     bad = (table.start < 0) | (table.start > state.rows) | (table.length < 1) | (table.length > max_timesteps)
@@ -197,6 +202,7 @@ def check_live_ids(store: EpisodeStore) -> None:
     if state.write_head not in (0, ends[-1]):
         raise CorruptStoreError(f"{store.folder}: meta.json's state.write_head is {state.write_head} (expected "
                                 f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
+    return True
 
 
 def _check_claim(store: EpisodeStore) -> None:

@@ -203,20 +203,24 @@ class EpisodeStore:
             self.close()
             raise
         for attempt in range(_CONSISTENCY_RETRIES):
+            checked = self.meta
             try:
-                check_live_ids(self)
-                return
+                if check_live_ids(self):
+                    return
+                # (else a writer grew the store meanwhile, and this store took its meta.json: check that one)
             except CorruptStoreError:
                 # a writer may have committed between our read of meta.json and of the table: look again,
-                # and call it damage only if meta.json stays the same
+                # and call it damage only if meta.json is still the one checked
                 try:
                     fresh = fmt.read_meta(self.folder)
                 except CorruptStoreError:
-                    fresh = self.meta
-                if fresh.state == self.meta.state or attempt == _CONSISTENCY_RETRIES - 1:
+                    fresh = checked
+                if fresh.state == checked.state or attempt == _CONSISTENCY_RETRIES - 1:
                     self.close()
                     raise
                 self._adopt(fresh)
+        # (a writer grew the store at every attempt: the store keeps the meta.json it took last, whose table
+        # ``live_table`` reads under its seqlock)
 
     # ---- reading -----------------------------------------------------------------------------------
 

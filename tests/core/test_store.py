@@ -1,9 +1,13 @@
 """EpisodeStore: placement, ring eviction of whole episodes, capacity, clear, readers refreshing."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from memmap_replay import BufferFullError, ReplayBuffer
+from memmap_replay import BufferFullError, CorruptStoreError, ReplayBuffer
+from memmap_replay.core import format as fmt
+from memmap_replay.core.store import EpisodeStore
 
 from conftest import episode_arrays
 from hypothesis import HealthCheck, given, settings
@@ -180,3 +184,41 @@ def test_readers_open_cleanly_while_a_ring_writer_commits(tmp_path):
         writer.kill()
         writer.wait()
     assert opened > 0
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["whole", "write_head-damaged-by-the-grow"])
+def test_opening_while_a_writer_grows_the_store_checks_the_meta_json_it_takes(tmp_path, monkeypatch, damaged):
+    """A writer grows a ring and commits between a reader's read of meta.json and its check of the episode
+    table: the check's table read takes the grown store's meta.json (its slots moved), so the check starts over
+    against that one (it compared the old write head with the new table's ends: a CorruptStoreError on a whole
+    store). A meta.json that is damaged in the grown store is still refused."""
+    folder = tmp_path / "ring"
+    writer = ReplayBuffer(folder, max_episodes=4, max_timesteps=4, max_steps=12, fields=dict(x="float"),
+                          circular=True)
+    for n in range(6):  # ids 0..5: the grow to 6 slots moves live episodes
+        writer.store_episode(x=np.full(2 + n % 3, n, np.float32))
+    live_table, pending = EpisodeStore.live_table, [True]
+
+    def grow_then_read(store, **options):
+        if pending and not store.is_writer:
+            pending.clear()
+            writer.grow(max_episodes=6, max_steps=20)
+            writer.store_episode(x=np.full(3, 99, np.float32))  # a new write head
+            if damaged:
+                meta = writer.episode_store.meta
+                fmt.write_meta(folder, replace(meta, state=replace(meta.state, write_head=1)))
+        return live_table(store, **options)
+
+    monkeypatch.setattr(EpisodeStore, "live_table", grow_then_read)
+    if damaged:
+        with pytest.raises(CorruptStoreError, match=r"meta\.json's state\.write_head is 1 \(expected 10, the row "
+                                                    r"after the newest live episode 6, or 0\)"):
+            EpisodeStore.open(folder, "r")
+    else:
+        reader = EpisodeStore.open(folder, "r")
+        assert pending == [] and reader.meta == writer.episode_store.meta
+        table, expected = reader.live_table(), writer.episode_store.live_table()
+        np.testing.assert_array_equal(table.ids, expected.ids)
+        np.testing.assert_array_equal(table.start, expected.start)
+        reader.close()
+    writer.close()
