@@ -30,7 +30,7 @@ _LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed 
 # the names a store's subfolders may hold (anything else belongs to someone else, and is never deleted)
 _FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
 _OWN_FILES: dict[str, Callable[[str], object]] = {  # folder -> whether an entry's name is one of its files
-    fmt.STEPS_DIR: _FIELD_FILE.fullmatch,
+    fmt.STEPS_DIR: fmt.STEP_FILE.fullmatch,
     fmt.META_DIR: _FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
     fmt.PRIORITIES_DIR: re.compile(r".+\.(npy|json|lock)").fullmatch,  # a sampler's files, by any name

@@ -162,8 +162,9 @@ import io
 import json
 import mmap
 import os
+import re
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -171,12 +172,14 @@ import numpy as np
 
 from . import folderio
 from ..errors import CorruptStoreError, SchemaError, UnsupportedFormatError
-from .schema import FieldSpec, Schema
+from .schema import NAME_PATTERN, FieldSpec, Schema
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Capacity", "State", "StoreMeta", "read_meta", "write_meta"]
 
 FORMAT_NAME = "memmap_replay"
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "2.0"  # the spec's version; a store without a codec is written as 1.1 (``StoreMeta.version``)
+PLAIN_VERSION = "1.1"  # the version of a store without compressed fields: older readers (1.x) open it
+READ_MAJORS = ("1", "2")
 META_FILE = "meta.json"
 LOCK_FILE = "writer.lock"
 STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR = "steps", "meta", "episodes", "priorities"
@@ -208,6 +211,14 @@ class State:
     write_head: int = 0
     rows: int = 0
     commits: int = 0
+    # per compressed field: {"head": where the next episode's frames go, "bytes": bytes its frames file holds}
+    frames: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if not self.frames:  # (a store without codecs keeps 1.1's state)
+            del data["frames"]
+        return data
 
 
 @dataclass
@@ -221,16 +232,22 @@ class StoreMeta:
 
     @classmethod
     def new(cls, schema: Schema, capacity: Capacity) -> "StoreMeta":
-        return cls(schema, capacity, State(), uuid.uuid4().hex)
+        frames = {name: {"head": 0, "bytes": 0} for name in schema.encoded}
+        return cls(schema, capacity, State(frames=frames), uuid.uuid4().hex)
+
+    @property
+    def version(self) -> str:
+        """The version this store is written as: 2.0 with compressed fields, else 1.1 (which 1.x readers open)."""
+        return FORMAT_VERSION if self.schema.encoded else PLAIN_VERSION
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            "version": self.version,
             "store_id": self.store_id,
             "schema": self.schema.to_json(),
             "capacity": asdict(self.capacity),
-            "state": asdict(self.state),
+            "state": self.state.to_json(),
         }
 
     @classmethod
@@ -240,20 +257,40 @@ class StoreMeta:
             raise UnsupportedFormatError(f"{where} must declare format {FORMAT_NAME!r} (got {got!r})")
         version = str(data.get("version", ""))
         major = version.split(".")[0]
-        if major != FORMAT_VERSION.split(".")[0]:
+        if major not in READ_MAJORS:
             raise UnsupportedFormatError(
-                f"{where} has format version {version!r}; this memmap_replay reads major version "
-                f"{FORMAT_VERSION.split('.')[0]} only; upgrade memmap_replay to open it"
+                f"{where} has format version {version!r}; this memmap_replay reads major versions "
+                f"{' and '.join(READ_MAJORS)} only; upgrade memmap_replay to open it"
             )
         try:
             schema = Schema.from_json(data["schema"])
             capacity = Capacity(**{key: data["capacity"][key] for key in Capacity.__dataclass_fields__})
-            state = State(**{key: data["state"][key] for key in State.__dataclass_fields__})
+            state = State(**{key: data["state"][key] for key in State.__dataclass_fields__ if key != "frames"})
+            state.frames = _frames_state(data["state"].get("frames", {}), schema, where)
             store_id = str(data["store_id"])
-        except (KeyError, TypeError, SchemaError) as error:
+        except (KeyError, TypeError, AttributeError, SchemaError) as error:
             raise CorruptStoreError(f"{where} is missing or has malformed entries ({error!r})") from None
+        if schema.encoded and major == "1":
+            raise CorruptStoreError(f"{where} declares version {version!r} but has compressed fields "
+                                    f"{sorted(schema.encoded)} (they are a 2.0 feature): it was altered by hand")
         _check_numbers(capacity, state, where)
         return cls(schema, capacity, state, store_id, links=has_links(version))
+
+
+def _frames_state(data: Any, schema: Schema, where: str) -> dict[str, dict[str, int]]:
+    """state.frames as meta.json holds it: an entry per compressed field (missing: none written yet)."""
+    if not isinstance(data, dict) or set(data) - set(schema.encoded):
+        raise CorruptStoreError(f"{where} must have in state.frames an entry per compressed field of "
+                                f"{sorted(schema.encoded)} (got {str(data)[:200]})")
+    frames = {}
+    for name in schema.encoded:
+        entry = data.get(name, {"head": 0, "bytes": 0})
+        if (not isinstance(entry, dict) or any(type(entry.get(key)) is not int for key in ("head", "bytes"))
+                or not 0 <= entry["head"] <= entry["bytes"] < 2**62):
+            raise CorruptStoreError(f"{where} must have in state.frames[{name!r}] integers 0 <= head <= bytes < 2**62 "
+                                    f"(got {str(entry)[:200]})")
+        frames[name] = {"head": entry["head"], "bytes": entry["bytes"]}
+    return frames
 
 
 def has_links(version: str) -> bool:
@@ -265,6 +302,7 @@ def has_links(version: str) -> bool:
 def _check_numbers(capacity: Capacity, state: State, where: str) -> None:
     ints = {**asdict(capacity), **asdict(state)}
     ints.pop("circular")
+    ints.pop("frames")
     if not isinstance(capacity.circular, bool) or any(type(v) is not int or not 0 <= v < 2**62 for v in ints.values()):
         raise CorruptStoreError(f"{where} must hold non-negative integers below 2**62 in "
                                 f"capacity and state (got {ints})")
@@ -307,12 +345,26 @@ def _fsync_folder(folder: Path) -> None:
 # ---- .npy files ------------------------------------------------------------------------------------
 
 
-def layout(schema: Schema, capacity: Capacity, *, links: bool = True
+# a name in steps/: a field's .npy, or a compressed field's two
+STEP_FILE = re.compile(rf"{NAME_PATTERN.pattern}(\.index|\.frames)?\.npy")
+INDEX, FRAMES = "index", "frames"  # the groups of a compressed field's two files (both in steps/)
+INDEX_SPEC = (np.dtype("int64"), (2,))  # a compressed field's index: (offset, length) per row
+FRAMES_DTYPE = np.dtype("uint8")
+
+
+def layout(schema: Schema, capacity: Capacity, *, links: bool = True, state: State | None = None
            ) -> Iterator[tuple[str, FieldSpec, Path, int | None]]:
-    """Every .npy file of a store: (group folder, spec, path in the store, rows; None = the step rows).
+    """Every .npy file of a store: (group, spec, path in the store, rows; None = the step rows). The groups
+    are the folders, and ``INDEX``/``FRAMES`` for a compressed field's files (the spec is then the file's:
+    named as the field, of the file's dtype and shape; the frames' rows are ``state``'s bytes, 0 without it).
     ``links=False`` (a 1.0 store): without ``episodes/continues.npy``."""
     for spec in schema.fields.values():
-        yield STEPS_DIR, spec, Path(STEPS_DIR, f"{spec.name}.npy"), None
+        if spec.codec is None:
+            yield STEPS_DIR, spec, Path(STEPS_DIR, f"{spec.name}.npy"), None
+            continue
+        yield INDEX, FieldSpec(spec.name, *INDEX_SPEC), Path(STEPS_DIR, f"{spec.name}.index.npy"), None
+        nbytes = state.frames.get(spec.name, {}).get("bytes", 0) if state is not None else 0
+        yield FRAMES, FieldSpec(spec.name, FRAMES_DTYPE), Path(STEPS_DIR, f"{spec.name}.frames.npy"), nbytes
     for spec in schema.meta_fields.values():
         yield META_DIR, spec, Path(META_DIR, f"{spec.name}.npy"), capacity.max_episodes
     for name, dtype in TABLE.items():

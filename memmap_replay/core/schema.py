@@ -8,8 +8,9 @@ package's shorthands are accepted::
     ('float', (3, 16, 16), 0.)    -> float32, shape (3, 16, 16), default 0.0
     'uint8', ('float16', 4), ...  -> any numeric numpy dtype name
 
-as well as ``FieldSpec`` objects and the JSON dicts ``{"dtype", "shape", "default"}`` that ``meta.json``
-holds.
+as well as ``FieldSpec`` objects and dicts ``{"dtype", "shape", "default", "codec", "level"}``: the dict form
+also takes a lossless codec for a step field, ``dict(dtype='uint8', shape=(84, 84), codec='zstd', level=3)``
+(``core/codecs.py``). ``meta.json`` holds the same dicts, with the codec as ``{"name": "zstd", "level": 3}``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Mapping, TypeGuard
 import numpy as np
 
 from ..errors import SchemaError
+from .codecs import CodecSpec, codec_from_json, parse_codec
 
 __all__ = ["FieldSpec", "Schema", "parse_field", "RESERVED_NAMES"]
 
@@ -123,12 +125,13 @@ def _parse_default(name: str, dtype: np.dtype, default: Any) -> bool | int | flo
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One field: its name, numpy dtype, shape per row, and default (None means zeros)."""
+    """One field: its name, numpy dtype, shape per row, default (None means zeros) and codec (None: raw)."""
 
     name: str
     dtype: np.dtype
     shape: tuple[int, ...] = ()
     default: bool | int | float | complex | None = None
+    codec: CodecSpec | None = None
 
     @property
     def row_nbytes(self) -> int:
@@ -141,7 +144,15 @@ class FieldSpec:
         default: bool | int | float | complex | list[float] | None = self.default
         if isinstance(default, complex):
             default = [default.real, default.imag]
-        return {"dtype": self.dtype.name, "shape": list(self.shape), "default": default}
+        data: dict[str, Any] = {"dtype": self.dtype.name, "shape": list(self.shape), "default": default}
+        if self.codec is not None:
+            data["codec"] = self.codec.to_json()
+        return data
+
+    def describe(self) -> str:
+        """In words, as messages name it: ``uint8 (84, 84) default None codec zstd-3``."""
+        text = f"{self.dtype.name} {self.shape} default {self.default!r}"
+        return text if self.codec is None else f"{text} codec {self.codec.name}-{self.codec.level}"
 
 
 def _is_json_complex(value: Any) -> TypeGuard[list[float]]:
@@ -149,17 +160,38 @@ def _is_json_complex(value: Any) -> TypeGuard[list[float]]:
             and all(isinstance(part, (int, float)) and not isinstance(part, bool) for part in value))
 
 
-def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
-    """Parse one field description (shorthand, JSON dict or FieldSpec) into a FieldSpec."""
+_DICT_KEYS = ("dtype", "shape", "default", "codec", "level")
+
+
+def _parse_codec(name: str, info: Mapping[str, Any], kind: str, stored: bool) -> CodecSpec | None:
+    if stored:  # meta.json's form: {"name", "level"}
+        codec = codec_from_json(name, info.get("codec"))
+    else:
+        codec = parse_codec(name, info.get("codec"), info.get("level"))
+    if codec is not None and kind != "field":
+        raise SchemaError(f"{kind} {name!r} cannot have a codec (got {info.get('codec')!r}): only step fields are "
+                          f"compressed (one value per episode is small); drop codec=")
+    return codec
+
+
+def parse_field(name: str, info: Any, *, kind: str = "field", stored: bool = False) -> FieldSpec:
+    """Parse one field description (shorthand, dict or FieldSpec) into a FieldSpec. ``stored``: a dict of
+    meta.json, whose keys this version does not know are ignored (as the format asks of readers); a user's dict
+    with an unknown key is refused."""
     _check_name(name, kind)
+    codec = None
     if isinstance(info, FieldSpec):
+        codec = info.codec
         info = (info.dtype, info.shape, info.default)
     if isinstance(info, Mapping):
-        if "dtype" not in info:  # other keys are ignored, as the format asks of readers
+        unknown = sorted(map(str, set(info) - set(_DICT_KEYS)))
+        if "dtype" not in info or (unknown and not stored):
             raise SchemaError(
-                f"field {name!r} as a dict must have the key 'dtype' and optionally 'shape', 'default' "
-                f"(got keys {sorted(map(str, info))})"
+                f"{kind} {name!r} as a dict must have the key 'dtype' and may have {list(_DICT_KEYS[1:])} "
+                f"(got keys {sorted(map(str, info))}"
+                f"{f'; unknown: {unknown}' if unknown and 'dtype' in info else ''})"
             )
+        codec = _parse_codec(name, info, kind, stored)
         default = info.get("default")
         if _is_json_complex(default) and _parse_dtype(name, info["dtype"]).kind == "c":
             default = complex(*default)  # meta.json's form of a complex default: [real, imag]
@@ -174,7 +206,7 @@ def parse_field(name: str, info: Any, *, kind: str = "field") -> FieldSpec:
     dtype = _parse_dtype(name, info[0])
     shape = _parse_shape(name, info[1]) if len(info) > 1 else ()
     default = _parse_default(name, dtype, info[2]) if len(info) > 2 else None
-    spec = FieldSpec(name, dtype, shape, default)
+    spec = FieldSpec(name, dtype, shape, default, codec)
     if spec.row_nbytes > _MAX_ROW_BYTES:
         raise SchemaError(f"field {name!r} must take at most {_MAX_ROW_BYTES} bytes per row (got {spec.row_nbytes})")
     return spec
@@ -188,7 +220,7 @@ class Schema:
     meta_fields: Mapping[str, FieldSpec]
 
     @classmethod
-    def parse(cls, fields: Any, meta_fields: Any = None) -> "Schema":
+    def parse(cls, fields: Any, meta_fields: Any = None, *, stored: bool = False) -> "Schema":
         if not isinstance(fields, Mapping) or not fields:
             raise SchemaError(
                 f"fields must be a non-empty dict of name -> spec, e.g. dict(state=('float', 4)) (got {fields!r})"
@@ -201,8 +233,8 @@ class Schema:
         if shared:
             raise SchemaError(f"fields and meta_fields must have distinct names (both have {sorted(shared)})")
         return cls(
-            {name: parse_field(name, info) for name, info in fields.items()},
-            {name: parse_field(name, info, kind="meta field") for name, info in meta_fields.items()},
+            {name: parse_field(name, info, stored=stored) for name, info in fields.items()},
+            {name: parse_field(name, info, kind="meta field", stored=stored) for name, info in meta_fields.items()},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -215,7 +247,12 @@ class Schema:
     def from_json(cls, data: Any) -> "Schema":
         if not isinstance(data, Mapping) or not isinstance(data.get("fields"), Mapping):
             raise SchemaError(f"a schema must be a JSON object with 'fields' and 'meta_fields' (got {data!r})")
-        return cls.parse(data["fields"], data.get("meta_fields") or {})
+        return cls.parse(data["fields"], data.get("meta_fields") or {}, stored=True)
+
+    @property
+    def encoded(self) -> dict[str, FieldSpec]:
+        """The step fields stored with a codec."""
+        return {name: spec for name, spec in self.fields.items() if spec.codec is not None}
 
     def differences(self, other: "Schema") -> list[str]:
         """Plain-words list of what differs between two schemas (empty when they are equal)."""
@@ -226,6 +263,6 @@ class Schema:
                 a, b = mine.get(name), theirs.get(name)
                 if a != b:
                     def describe(s: FieldSpec | None) -> str:
-                        return "absent" if s is None else f"{s.dtype.name} {s.shape} default {s.default!r}"
+                        return "absent" if s is None else s.describe()
                     lines.append(f"{label} {name!r}: stored {describe(a)}, asked for {describe(b)}")
         return lines

@@ -22,6 +22,7 @@ from . import folderio
 from . import format as fmt
 from ..errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsupportedFormatError)
+from .encoded import EncodedColumn, EncodedField, frames_limit
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
@@ -32,6 +33,7 @@ from .schema import FieldSpec, Schema
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES", "CommitObserver", "observe_commits"]
 
 _MIN_GROWTH_ROWS = 1024
+StepFile = NpyFile | EncodedField  # a raw step field's file, or a compressed field's two
 _CONSISTENCY_RETRIES = 20
 _REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
 
@@ -106,7 +108,7 @@ class EpisodeStore:
         self.track_stats = True  # read by the running statistics' observer (sharing/stats.py)
         self._observers: list[CommitObserver] | None = None  # made at the first change
         self._state_lock, self._state_pid = threading.RLock(), os.getpid()
-        self.steps: dict[str, NpyFile] = {}
+        self.steps: dict[str, StepFile] = {}
         self.metas: dict[str, NpyFile] = {}
         self.table: dict[str, NpyFile] = {}
         self._open_files()
@@ -187,18 +189,37 @@ class EpisodeStore:
         folderio.remove(folder, folder / _REPLACING)
         return meta
 
-    def _open_files(self) -> None:
-        groups = {fmt.STEPS_DIR: self.steps, fmt.META_DIR: self.metas, fmt.EPISODES_DIR: self.table}
+    def _open_layout(self, meta: StoreMeta) -> tuple[dict[str, StepFile], dict[str, NpyFile], dict[str, NpyFile]]:
+        """Every file of ``meta``'s layout, opened and checked (a compressed field's two as one EncodedField)."""
+        steps: dict[str, StepFile] = {}
+        metas: dict[str, NpyFile] = {}
+        table: dict[str, NpyFile] = {}
+        index: dict[str, NpyFile] = {}
+        groups = {fmt.STEPS_DIR: steps, fmt.META_DIR: metas, fmt.EPISODES_DIR: table, fmt.INDEX: index}
+        opened: list[NpyFile] = []
         try:
-            for group, spec, path, rows in fmt.layout(self.meta.schema, self.meta.capacity, links=self.meta.links):
-                file = groups[group][spec.name] = NpyFile.open(
-                    self.folder, self.folder / path, spec, self.meta.state.rows if rows is None else rows,
-                    writable=self.writable)
+            for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity, links=meta.links, state=meta.state):
+                file = NpyFile.open(self.folder, self.folder / path, spec, meta.state.rows if rows is None else rows,
+                                    writable=self.writable)
+                opened.append(file)
                 # a reader maps every row the header declares: they must all be on disk
                 needed, size = file.offset + file.rows * spec.row_nbytes, file.size
                 if size < needed:
                     raise CorruptStoreError(f"{file.path} is truncated: its header declares {file.rows} rows "
                                             f"({needed} bytes) (got {size} bytes on disk)")
+                if group == fmt.FRAMES:
+                    steps[spec.name] = EncodedField(meta.schema.fields[spec.name], index.pop(spec.name), file)
+                else:
+                    groups[group][spec.name] = file  # type: ignore[index]  # (steps takes NpyFile too)
+        except BaseException:
+            for file in opened:
+                file.close()
+            raise
+        return steps, metas, table
+
+    def _open_files(self) -> None:
+        try:
+            self.steps, self.metas, self.table = self._open_layout(self.meta)
         except BaseException:
             self.close()
             raise
@@ -324,8 +345,9 @@ class EpisodeStore:
         table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
         return table, (get("id") if not self.is_writer else ids)
 
-    def step_array(self, name: str, *, random: bool = False) -> np.ndarray:
-        """A step field's read-only map; ``random``: one marked for scattered reads (``NpyFile.array``)."""
+    def step_array(self, name: str, *, random: bool = False) -> np.ndarray | EncodedColumn:
+        """A step field's read-only map; ``random``: one marked for scattered reads (``NpyFile.array``). A
+        compressed field's is an ``EncodedColumn``: indexing it (or its ``take``) decodes the rows."""
         return self.steps[name].array(random=random)
 
     def meta_array(self, name: str) -> np.ndarray:
@@ -356,22 +378,18 @@ class EpisodeStore:
             # the new files are opened first and swapped in whole: a view's gather threads share this store
             # and may look a file up meanwhile (the old maps stay valid while a gather holds them)
             old = self._files()
-            steps: dict[str, NpyFile] = {}
-            metas: dict[str, NpyFile] = {}
-            table: dict[str, NpyFile] = {}
-            groups = {fmt.STEPS_DIR: steps, fmt.META_DIR: metas, fmt.EPISODES_DIR: table}
-            for group, spec, path, rows in fmt.layout(meta.schema, meta.capacity, links=meta.links):
-                groups[group][spec.name] = NpyFile.open(self.folder, self.folder / path, spec,
-                                                        meta.state.rows if rows is None else rows,
-                                                        writable=self.writable)
-            self.steps, self.metas, self.table = steps, metas, table
+            self.steps, self.metas, self.table = self._open_layout(meta)
             for file in old:
                 file.close()
         for file in self.steps.values():
             file.rows = max(file.rows, meta.state.rows)
+            if isinstance(file, EncodedField):  # (its frames file grew before meta.json was written)
+                file.frames.rows = max(file.frames.rows, meta.state.frames[file.spec.name]["bytes"])
 
     def _files(self) -> tuple[NpyFile, ...]:
-        return (*self.steps.values(), *self.metas.values(), *self.table.values())
+        steps = [part for file in self.steps.values()
+                 for part in (file.files if isinstance(file, EncodedField) else (file,))]
+        return (*steps, *self.metas.values(), *self.table.values())
 
     # ---- writing -----------------------------------------------------------------------------------
 
@@ -418,25 +436,34 @@ class EpisodeStore:
     def _commit(self, episodes: list[PendingEpisode]) -> list[int]:
         for observer in self._changing():
             observer.committing(self, episodes)
+        encoded = self._encode(episodes)
         state = self.meta.state
-        first, plan = self._plan(episodes)
+        first, plan, heads = self._plan(episodes, encoded)
         # phase 1: evictions are committed before any row is overwritten (episodes of this very commit
         # that a later one evicts were never live, so the committed first id stops at next_episode)
         evicted_first = min(first, state.next_episode)
         if evicted_first != state.first_episode:
             self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1))
-        self._ensure_rows(max(start + episode.num_rows for start, episode in plan))
+        self._ensure_rows(max(start + episode.num_rows for start, episode, _ in plan))
+        frames = {name: {"head": heads[name], "bytes": file.ensure_bytes(
+                  max(at[name] + len(encoded[k][name][1]) for k, (_, _, at) in enumerate(plan)),
+                  frames_limit(file.spec, self.capacity.max_steps))}
+                  for name, file in self._encoded_files().items()}
         slots = []
-        for offset, (start, episode) in enumerate(plan):
+        for offset, (start, episode, at) in enumerate(plan):
             episode_id = state.next_episode + offset
             slot = episode_id % self.capacity.max_episodes
             # the slot's id goes to -1 while its entries are rewritten, and the new id comes last: a reader
             # that reads the ids after the entries (``live_table``) never takes a torn entry for a whole one
             self.table["id"].write_rows(slot, np.array([-1], dtype=fmt.TABLE["id"]))
             for name, chunks in episode.rows.items():
+                file = self.steps[name]
+                if isinstance(file, EncodedField):
+                    file.write(start, at[name], *encoded[offset][name])
+                    continue
                 position = start
                 for chunk in chunks:
-                    self.steps[name].write_rows(position, chunk)
+                    file.write_rows(position, chunk)
                     position += len(chunk)
             for name, value in episode.meta.items():
                 self.metas[name].write_rows(slot, value[None])
@@ -449,12 +476,13 @@ class EpisodeStore:
             for name, number in entry.items():
                 self.table[name].write_rows(slot, np.array([number], dtype=fmt.TABLE[name]))
             slots.append(slot)
-        last_start, last = plan[-1]
+        last_start, last, _ = plan[-1]
         if self.durable:
-            for file in self._files():
-                file.sync()
+            for synced in self._files():
+                synced.sync()
         self._write_meta(replace(self.meta.state, first_episode=first, next_episode=state.next_episode + len(plan),
-                                 write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1))
+                                 write_head=last_start + last.num_rows, commits=self.meta.state.commits + 1,
+                                 frames=frames))
         for observer in self.observers:
             observer.committed(self, episodes)
         return slots
@@ -500,15 +528,30 @@ class EpisodeStore:
             links[np.asarray(self.table["id"].array()[table.slots]) != table.ids] = -1
         return links
 
-    def _plan(self, episodes: list[PendingEpisode]) -> tuple[int, list[tuple[int, PendingEpisode]]]:
-        """Where each episode goes, and the new first live id after the evictions that makes necessary."""
+    def _encoded_files(self) -> dict[str, EncodedField]:
+        return {name: file for name, file in self.steps.items() if isinstance(file, EncodedField)}
+
+    def _encode(self, episodes: list[PendingEpisode]) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
+        """Each episode's compressed fields as (lengths, frames), encoded before anything on disk changes."""
+        files = self._encoded_files()
+        return [{name: file.encode(episode.rows[name]) for name, file in files.items()} for episode in episodes]
+
+    def _plan(self, episodes: list[PendingEpisode], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]]
+              ) -> tuple[int, list[tuple[int, PendingEpisode, dict[str, int]]], dict[str, int]]:
+        """Where each episode goes (its first row, and the first byte of each compressed field's frames), the new
+        first live id after the evictions that makes necessary, and the frames' heads after them. Frames go
+        back to byte 0 when rows go back to row 0; an episode evicts those whose rows or frames it overlaps."""
         capacity, state = self.capacity, self.meta.state
         first, head, next_id = state.first_episode, state.write_head, state.next_episode
         planned: dict[int, tuple[int, int]] = {}  # id -> (start, rows) for episodes of this commit
         table = self.live_table()
         ends = table.start + table.length + table.final
+        files = self._encoded_files()
+        heads = {name: state.frames[name]["head"] for name in files}
+        spans = {name: file.span(table.start, ends - 1) for name, file in files.items()} if len(table) else {}
+        planned_spans: dict[str, dict[int, tuple[int, int]]] = {name: {} for name in files}
         plan = []
-        for episode in episodes:
+        for number, episode in enumerate(episodes):
             rows = episode.num_rows
             if rows > capacity.max_steps:
                 raise BufferFullError(f"an episode of {rows} rows cannot fit in max_steps={capacity.max_steps} rows")
@@ -524,14 +567,25 @@ class EpisodeStore:
                 first += 1
             # evict oldest first, up to the newest live episode whose rows the new one would overwrite
             # (after a wrap to row 0 the oldest episodes sit at the end and need not overlap themselves)
-            hit = table.ids[(table.start < start + rows) & (start < ends)]
-            hit = [int(hit.max())] if hit.size else []
-            hit += [i for i, (s, n) in planned.items() if s < start + rows and start < s + n]
+            overlaps = (table.start < start + rows) & (start < ends)
+            hit = [i for i, (s, n) in planned.items() if s < start + rows and start < s + n]
+            at = {}
+            for name in files:
+                at[name] = begin = 0 if start == 0 else heads[name]
+                end = begin + len(encoded[number][name][1])
+                if spans:
+                    lo, hi = spans[name]
+                    overlaps |= (lo < end) & (begin < hi)
+                hit += [i for i, (lo_, hi_) in planned_spans[name].items() if lo_ < end and begin < hi_]
+                planned_spans[name][next_id] = (begin, end)
+                heads[name] = end
+            if overlaps.any():
+                hit.append(int(table.ids[overlaps].max()))
             first = max([first] + [i + 1 for i in hit])
             planned[next_id] = (start, rows)
-            plan.append((start, episode))
+            plan.append((start, episode, at))
             head, next_id = start + rows, next_id + 1
-        return first, plan
+        return first, plan, heads
 
     def _full(self, what: str) -> BufferFullError:
         return BufferFullError(

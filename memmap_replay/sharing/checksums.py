@@ -46,7 +46,7 @@ _TOP_FILES = frozenset({fmt.META_FILE, "card.json", "README.md"})
 _STORE_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, "stats")
 _FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
 _DIR_FILES: dict[str, Callable[[str], object]] = {  # folder -> whether an entry's name is one of its files
-    fmt.STEPS_DIR: _FIELD_FILE.fullmatch,
+    fmt.STEPS_DIR: fmt.STEP_FILE.fullmatch,
     fmt.META_DIR: _FIELD_FILE.fullmatch,
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
     fmt.PRIORITIES_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}(\.owner\.npy|\.npy|\.json)").fullmatch,

@@ -216,13 +216,13 @@ class _StoreChecker:
         return data
 
     def check_version(self, version: Any) -> bool:
-        ours = fmt.FORMAT_VERSION.split(".")[0]
         if version is None:
             self.problem("meta.json", f"'version' is missing (expected \"MAJOR.MINOR\" such as {fmt.FORMAT_VERSION!r})")
             return False
-        if str(version).split(".")[0] != ours:
+        if str(version).split(".")[0] not in fmt.READ_MAJORS:
+            majors = " and ".join(fmt.READ_MAJORS)
             self.problem("meta.json", f"format version {version!r} is not readable by this memmap_replay "
-                                      f"(it reads major version {ours}); upgrade memmap_replay")
+                                      f"(it reads major versions {majors}); upgrade memmap_replay")
             return False
         if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
             self.warn("meta.json", f"'version' should be a string \"MAJOR.MINOR\" (found {version!r})")
@@ -239,7 +239,7 @@ class _StoreChecker:
             return None
 
     def numbers(self, section: str, data: Any, kind: type[DataclassInstance]) -> Any:
-        names = list(kind.__dataclass_fields__)
+        names = [name for name in kind.__dataclass_fields__ if name != "frames"]  # (state.frames: check_frames)
         if not isinstance(data, dict):
             self.problem("meta.json", f"'{section}' must be a JSON object with {names} (found {data!r})")
             return None

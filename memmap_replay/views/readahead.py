@@ -29,6 +29,7 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
+from ..core.encoded import EncodedColumn
 from ..core.options import short
 from ..errors import OptionError
 
@@ -223,14 +224,24 @@ class Readahead:
         kernel = _kernel()
         if not kernel.usable:
             return False
+        plain = [array for array in maps if isinstance(array, np.ndarray)]
+        encoded = [column for column in maps if isinstance(column, EncodedColumn)]
         if self.mode == "auto" and probe:
-            if self._cached(kernel, max(maps, key=lambda array: array.strides[0]), lo, hi):
+            if self._cached(kernel, plain, encoded, lo, hi):
                 self._quiet, self._quiet_next = self._quiet_next, min(2 * self._quiet_next, self.QUIET_MOST)
                 self.skipped += 1
                 return False
             self._quiet_next = 1
+        if encoded:  # the index entries first: the frames' ranges are read from them (the pages then in flight)
+            self._advise(kernel, [column.index for column in encoded], lo, hi, background=False)
+        return self._advise(kernel, plain, lo, hi, background=background,
+                            extra=[_frame_ranges(column, lo, hi) for column in encoded])
+
+    def _advise(self, kernel: _Kernel, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray, *,
+                background: bool, extra: Sequence[tuple[np.ndarray, np.ndarray]] = ()) -> bool:
         # merged per map (two maps' ranges are never joined across the gap between them), then in pieces
         ranges = [_pieces(*_merged(*_byte_ranges(array, lo, hi))) for array in maps if len(array)]
+        ranges += [_pieces(*_merged(*pair)) for pair in extra if len(pair[0])]
         ranges = [(starts, lengths) for starts, lengths in ranges if len(starts)]
         if not ranges:
             return False
@@ -244,11 +255,19 @@ class Readahead:
         return True
 
     @staticmethod
-    def _cached(kernel: _Kernel, array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
-        """Whether a few of the batch's ranges (spread over it) of its widest map are all cached: a few
-        ``mincore`` calls, so that a warm batch skips the advice at the cost of microseconds."""
+    def _cached(kernel: _Kernel, plain: Sequence[np.ndarray], encoded: Sequence[EncodedColumn], lo: np.ndarray,
+                hi: np.ndarray) -> bool:
+        """Whether a few of the batch's ranges (spread over it) of its widest map (or its first compressed field's
+        frames) are all cached: a few ``mincore`` calls, so that a warm batch skips the advice at the cost of
+        microseconds."""
         step = max(1, len(lo) // PROBES)
-        starts, ends = _byte_ranges(array, lo[::step][:PROBES], hi[::step][:PROBES])
+        lo, hi = lo[::step][:PROBES], hi[::step][:PROBES]
+        if plain:
+            starts, ends = _byte_ranges(max(plain, key=lambda array: array.strides[0]), lo, hi)
+        elif encoded:
+            starts, ends = _frame_ranges(encoded[0], lo, hi)
+        else:
+            return True
         return all(kernel.resident(start, end - start) for start, end in zip(starts.tolist(), ends.tolist()))
 
 
@@ -266,6 +285,23 @@ def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.
     start = base + lo.astype(np.uint64) * row_bytes
     end = base + hi.astype(np.uint64) * row_bytes
     return start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF), end
+
+
+def _frame_ranges(column: EncodedColumn, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) addresses of the frames of rows [lo, hi) of a compressed field, as its index says (clipped to
+    its frames: a damaged index is the gather's to report), the starts aligned down to a page."""
+    rows, frames = len(column.index), column.frames
+    lo, hi = np.clip(lo, 0, rows), np.clip(hi, 0, rows)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if not len(lo) or not len(frames):
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    first, last = column.index[lo], column.index[hi - 1]
+    begin = np.clip(first[:, 0], 0, len(frames))
+    end = np.clip(last[:, 0] + last[:, 1], begin, len(frames))
+    base = frames.ctypes.data
+    start = base + begin.astype(np.uint64)
+    return start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF), base + end.astype(np.uint64)
 
 
 def _pieces(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -40,7 +40,7 @@ def test_written_meta_has_exactly_the_spec_keys(make_buffer):
     assert set(written) == set(example)
     for key in ("capacity", "state", "schema"):
         assert set(written[key]) == set(example[key])
-    assert written["format"] == fmt.FORMAT_NAME and written["version"] == fmt.FORMAT_VERSION
+    assert written["format"] == fmt.FORMAT_NAME and written["version"] == fmt.PLAIN_VERSION
 
 
 def test_spec_layout_lists_every_file_a_store_has(make_buffer):
@@ -111,8 +111,8 @@ def test_unknown_major_version_is_refused_unknown_keys_ignored(make_buffer):
     reopened = ReplayBuffer.from_folder(buffer.folder, read_only=True)
     assert reopened.num_episodes == 1
     reopened.close()
-    edit_meta(buffer.folder, lambda d: d.update(version="2.0"))
-    with pytest.raises(UnsupportedFormatError, match="major version 1 only"):
+    edit_meta(buffer.folder, lambda d: d.update(version="3.0"))
+    with pytest.raises(UnsupportedFormatError, match="major versions 1 and 2 only"):
         ReplayBuffer.from_folder(buffer.folder, read_only=True)
 
 

@@ -181,7 +181,7 @@ def test_a_1_0_store_reads_without_links_and_a_writer_upgrades_it(tmp_path, stal
     assert verify(tmp_path / "buf").ok
     writer = ReplayBuffer.from_folder(tmp_path / "buf", long_episodes="split")
     record(writer, 6)
-    assert json.loads((tmp_path / "buf" / "meta.json").read_text())["version"] == fmt.FORMAT_VERSION
+    assert json.loads((tmp_path / "buf" / "meta.json").read_text())["version"] == fmt.PLAIN_VERSION
     # the old episodes' links stay unknown (the stale values are gone); the new episode's are there
     assert links(writer) == [(0, None, None), (1, None, None), (2, None, None), (3, None, 4), (4, 3, None)]
     reader.refresh()

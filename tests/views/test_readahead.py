@@ -32,7 +32,7 @@ def mapped_file(tmp_path, rows: int = 512) -> tuple[np.ndarray, int]:
 
 def resident(array: np.ndarray, rows) -> bool:
     kernel = ra._kernel()
-    return all(Readahead._cached(kernel, array, np.array([row]), np.array([row + 1])) for row in rows)
+    return all(Readahead._cached(kernel, [array], [], np.array([row]), np.array([row + 1])) for row in rows)
 
 
 def wait_until(condition, seconds: float = 5.0) -> bool:

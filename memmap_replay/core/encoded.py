@@ -1,0 +1,238 @@
+"""Compressed fields on disk: one encoded frame per row, and a per-row index of where each frame is. Numpy only.
+
+A compressed field ``image`` is two standard ``.npy`` files in ``steps/`` (the format spec, ``core/format.py``):
+
+- ``image.frames.npy``: uint8, the frames of the rows, back to back; an episode's frames are contiguous;
+- ``image.index.npy``: int64 (rows, 2), per row the frame's offset in the frames file and its length. A length
+  equal to the row's size means the row is stored raw (compressing it would not have made it smaller).
+
+Frames are placed as rows are: an episode's frames follow the previous episode's, and go back to offset 0 when
+its rows do (a ring's wrap, or after ``clear()``). So in a ring the frames file holds about one lap of rows,
+encoded; a writer evicts the oldest episodes whose rows *or* frames the new ones would overwrite.
+
+Reading decodes straight into the batch's memory, on the library's threads (``core/threads.py``); a row asked
+for twice in a batch (windows, frame stacks) is decoded once and copied. Every frame is checked before it is
+decoded (its index entry must lie inside the committed frames, its length at most a row's size) and after
+(exactly one row of bytes, the frame's checksum): damage is a ``CorruptStoreError`` naming the field and the row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CorruptStoreError, ReadOnlyError
+from .codecs import FrameError, ZstdFrames, frames_of
+from .format import NpyFile
+from .schema import FieldSpec
+from .threads import THREADS, split
+
+__all__ = ["EncodedColumn", "EncodedField", "MIN_FRAMES_PER_TASK"]
+
+MIN_FRAMES_PER_TASK = 4  # frames a thread decodes at least (fewer: the thread's start costs more than the work)
+_MIN_GROWTH_BYTES = 1 << 20
+
+
+class EncodedColumn:
+    """A compressed field's rows as a read-only array: ``column[rows]`` and ``column.take(rows, out=...)`` decode.
+    ``shape``, ``dtype``, ``len`` and ``nbytes`` are those of the decoded rows."""
+
+    def __init__(self, spec: FieldSpec, index: np.ndarray, frames: np.ndarray, codec: ZstdFrames):
+        self.spec, self.index, self.frames, self.codec = spec, index, frames, codec
+        self.dtype = spec.dtype
+        self.shape = (len(index), *spec.shape)
+        self.ndim = len(self.shape)
+        self.row_nbytes = spec.row_nbytes
+        self.nbytes = len(index) * self.row_nbytes
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        codec = self.spec.codec
+        return (f"EncodedColumn({self.spec.name!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"codec={codec.name if codec else None!r}, {len(self.frames)} encoded bytes)")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        values = self[:]
+        return values if dtype is None else values.astype(dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        rest: tuple[Any, ...] = ()
+        if isinstance(key, tuple):
+            key, rest = (key[0], key[1:]) if key else (slice(None), ())
+        count = len(self)
+        if isinstance(key, slice):
+            rows = np.arange(*key.indices(count), dtype=np.int64)
+        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not -count <= int(key) < count:
+                raise IndexError(f"index {int(key)} is out of bounds for axis 0 with size {count}")
+            rows = np.asarray(int(key) % count, dtype=np.int64)
+        else:
+            chosen = np.asarray(key)
+            if chosen.dtype == bool:
+                if chosen.shape != (count,):
+                    raise IndexError(f"a boolean index must have shape ({count},) (got {chosen.shape})")
+                chosen = np.flatnonzero(chosen)
+            if chosen.dtype.kind not in "iu":
+                raise IndexError(f"only integers, slices and integer or boolean arrays are valid indices "
+                                 f"(got {chosen.dtype})")
+            if chosen.size and (chosen.min() < -count or chosen.max() >= count):
+                raise IndexError(f"index out of bounds for axis 0 with size {count}")
+            rows = np.where(chosen < 0, chosen + count, chosen).astype(np.int64)
+        values = self.take(rows)
+        return values[(slice(None),) * rows.ndim + rest] if rest else values
+
+    def take(self, rows: Any, axis: int = 0, out: np.ndarray | None = None, mode: str = "clip") -> np.ndarray:
+        """``column[rows]`` (rows of any shape; past the end: the last row, as numpy's 'clip') decoded into ``out``
+        (C-contiguous and writable, of shape ``rows.shape + field shape``), or a new array."""
+        rows = np.asarray(rows)
+        if out is None:
+            out = np.empty(rows.shape + self.spec.shape, self.dtype)
+        if not len(self) and rows.size:
+            raise IndexError("cannot take rows of an empty field")
+        flat_rows = np.clip(rows.reshape(-1), 0, len(self) - 1) if rows.size else rows.reshape(-1).astype(np.int64)
+        flat_out = out.reshape(-1).view(np.uint8).reshape(len(flat_rows), self.row_nbytes)
+        if not len(flat_rows):
+            return out
+        unique, first, inverse = np.unique(flat_rows, return_index=True, return_inverse=True)
+        self._decode(unique, first, flat_out)
+        if len(unique) < len(flat_rows):  # each row decoded once; its other places are copies
+            inverse = inverse.reshape(-1)
+            repeats = np.flatnonzero(first[inverse] != np.arange(len(flat_rows)))
+            flat_out[repeats] = flat_out[first[inverse[repeats]]]
+        return out
+
+    def _decode(self, rows: np.ndarray, positions: np.ndarray, out: np.ndarray) -> None:
+        entries = self.index[rows]
+        offsets, lengths = entries[:, 0], entries[:, 1]
+        bad = (lengths < 1) | (lengths > self.row_nbytes) | (offsets < 0) | (offsets > len(self.frames) - lengths)
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            raise self._corrupt(int(rows[at]), f"its index entry (offset {int(offsets[at])}, length "
+                                               f"{int(lengths[at])}) lies outside the {len(self.frames)} bytes of "
+                                               f"frames, or past a row's {self.row_nbytes} bytes")
+        parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)
+        starts, ends = offsets.tolist(), (offsets + lengths).tolist()
+        where = positions.tolist()
+        if parts == 1:
+            self._decode_part(rows, starts, ends, where, out, slice(0, len(rows)))
+            return
+        THREADS.run([lambda part=part: self._decode_part(rows, starts, ends, where, out, part)
+                     for part in split(len(rows), parts)])
+
+    def _decode_part(self, rows: np.ndarray, starts: Sequence[int], ends: Sequence[int], where: Sequence[int],
+                     out: np.ndarray, part: slice) -> None:
+        frames, decode, size = self.frames, self.codec.decode_into, self.row_nbytes
+        for i in range(part.start, part.stop):
+            start, end, target = starts[i], ends[i], out[where[i]]
+            if end - start == size:  # stored raw
+                target[:] = frames[start:end]
+                continue
+            try:
+                decode(frames[start:end], target)
+            except FrameError as error:
+                raise self._corrupt(int(rows[i]), f"its frame does not decode ({error})") from None
+
+    def _corrupt(self, row: int, why: str) -> CorruptStoreError:
+        return CorruptStoreError(f"field {self.spec.name!r}, row {row}: {why}; the store's frames are damaged "
+                                 f"(`python -m memmap_replay verify FOLDER` lists every damaged row)")
+
+
+class EncodedField:
+    """A compressed step field's two files, with the interface of a step file (``NpyFile``) that the store uses:
+    ``rows``, ``array()``, ``grow()``, ``sync()``, ``close()``; plus the writer's ``encode`` and ``write``."""
+
+    def __init__(self, spec: FieldSpec, index: NpyFile, frames: NpyFile):
+        self.spec, self.index, self.frames = spec, index, frames
+        self._codec: ZstdFrames | None = None
+        self._column: EncodedColumn | None = None
+
+    @property
+    def codec(self) -> ZstdFrames:
+        if self._codec is None:
+            assert self.spec.codec is not None  # (an EncodedField is made for compressed fields only)
+            self._codec = frames_of(self.spec.codec, self.spec.row_nbytes)
+        return self._codec
+
+    @property
+    def path(self) -> Any:
+        return self.index.path
+
+    @property
+    def files(self) -> tuple[NpyFile, NpyFile]:
+        return self.index, self.frames
+
+    @property
+    def rows(self) -> int:
+        return self.index.rows
+
+    @rows.setter
+    def rows(self, rows: int) -> None:
+        self.index.rows = rows
+
+    def array(self, *, random: bool = False) -> EncodedColumn:
+        index, frames = self.index.array(random=random), self.frames.array(random=random)
+        column = self._column
+        if column is None or column.index is not index or column.frames is not frames:
+            column = self._column = EncodedColumn(self.spec, index, frames, self.codec)
+        return column
+
+    def grow(self, rows: int) -> None:
+        self.index.grow(rows)
+
+    def ensure_bytes(self, nbytes: int, limit: int) -> int:
+        """Room for ``nbytes`` bytes of frames (growing by doubling, up to ``limit``); the bytes the file holds."""
+        if nbytes > self.frames.rows:
+            self.frames.grow(min(limit, max(nbytes, 2 * self.frames.rows, _MIN_GROWTH_BYTES)))
+        return self.frames.rows
+
+    def encode(self, chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """An episode's rows (chunks of rows) as (lengths, frames back to back), encoded on the library's
+        threads. A row that would not get smaller is kept raw (its length is then the row's size)."""
+        rows = [row for chunk in chunks for row in np.ascontiguousarray(chunk).reshape(len(chunk), -1)]
+        encoded: list[bytes | np.ndarray] = [b""] * len(rows)
+        size, encode = self.spec.row_nbytes, self.codec.encode
+
+        def work(part: slice) -> None:
+            for i in range(part.start, part.stop):
+                frame = encode(rows[i])
+                encoded[i] = frame if len(frame) < size else rows[i].view(np.uint8)
+
+        parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)
+        THREADS.run([lambda part=part: work(part) for part in split(len(rows), parts)])
+        lengths = np.fromiter((len(frame) if isinstance(frame, bytes) else size for frame in encoded),
+                              dtype=np.int64, count=len(rows))
+        blob = np.frombuffer(b"".join(frame if isinstance(frame, bytes) else frame.tobytes() for frame in encoded),
+                             np.uint8)
+        return lengths, blob
+
+    def write(self, row: int, at: int, lengths: np.ndarray, blob: np.ndarray) -> None:
+        """The frames of rows ``row ..`` at byte ``at``, then their index entries."""
+        offsets = at + np.concatenate([[0], np.cumsum(lengths[:-1])]).astype(np.int64)
+        self.frames.write_rows(at, blob)
+        self.index.write_rows(row, np.stack([offsets, lengths], axis=1))
+
+    def span(self, first_rows: np.ndarray, last_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes of frames of episodes whose rows are ``first_rows .. last_rows`` (inclusive): (lo, hi)."""
+        index = self.index.array()
+        return index[first_rows, 0], index[last_rows, 0] + index[last_rows, 1]
+
+    def write_rows(self, start: int, rows: np.ndarray) -> None:
+        raise ReadOnlyError(f"field {self.spec.name!r} is compressed ({self.spec.describe()}): its stored rows cannot "
+                            f"be changed in place; store the episode again, or make the field raw (no codec)")
+
+    def sync(self) -> None:
+        for file in self.files:
+            file.sync()
+
+    def close(self) -> None:
+        self._column = None
+        for file in self.files:
+            file.close()
+
+
+def frames_limit(spec: FieldSpec, max_steps: int) -> int:
+    """The most bytes of frames a field may need: every row raw."""
+    return max_steps * spec.row_nbytes
