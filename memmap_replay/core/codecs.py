@@ -117,15 +117,17 @@ class ZstdFrames:
             if written != size:
                 raise FrameError(f"it decodes to {written} bytes, not the row's {size}")
             return
-        claimed = self.zstd.frame_content_size(frame)  # checked before zstandard allocates what the frame claims
-        if claimed != size:
-            raise FrameError(f"its header claims {claimed} bytes, not the row's {size}")
         try:
-            data = local.decompressor.decompress(frame, max_output_size=size)
+            claimed = self.zstd.frame_content_size(frame)  # checked before zstandard allocates what it claims
+            if claimed != size:
+                raise FrameError(f"its header claims {claimed} bytes, not the row's {size}")
+            stream = local.decompressor.decompressobj()
+            data = stream.decompress(frame)
         except self.zstd.ZstdError as error:
             raise FrameError(str(error)) from None
-        if len(data) != size:
-            raise FrameError(f"it decodes to {len(data)} bytes, not the row's {size}")
+        if len(data) != size or not stream.eof or stream.unused_data:
+            raise FrameError(f"it decodes to {len(data)} bytes{'' if stream.eof else ' and is cut short'}"
+                             f"{', followed by other bytes' if stream.unused_data else ''}, not to one row of {size}")
         out.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
 
 

@@ -4,7 +4,8 @@ A compressed field ``image`` is two standard ``.npy`` files in ``steps/`` (the f
 
 - ``image.frames.npy``: uint8, the frames of the rows, back to back; an episode's frames are contiguous;
 - ``image.index.npy``: int64 (rows, 2), per row the frame's offset in the frames file and its length. A length
-  equal to the row's size means the row is stored raw (compressing it would not have made it smaller).
+  equal to the row's size means the row is stored raw (compressing it would not have made it smaller); a length
+  of 0, a row never written (it reads as zeros, as a raw field's unwritten rows do; no live row has one).
 
 Frames are placed as rows are: an episode's frames follow the previous episode's, and go back to offset 0 when
 its rows do (a ring's wrap, or after ``clear()``). So in a ring the frames file holds about one lap of rows,
@@ -107,7 +108,7 @@ class EncodedColumn:
     def _decode(self, rows: np.ndarray, positions: np.ndarray, out: np.ndarray) -> None:
         entries = self.index[rows]
         offsets, lengths = entries[:, 0], entries[:, 1]
-        bad = (lengths < 1) | (lengths > self.row_nbytes) | (offsets < 0) | (offsets > len(self.frames) - lengths)
+        bad = (lengths < 0) | (lengths > self.row_nbytes) | (offsets < 0) | (offsets > len(self.frames) - lengths)
         if bad.any():
             at = int(np.flatnonzero(bad)[0])
             raise self._corrupt(int(rows[at]), f"its index entry (offset {int(offsets[at])}, length "
@@ -129,6 +130,9 @@ class EncodedColumn:
             start, end, target = starts[i], ends[i], out[where[i]]
             if end - start == size:  # stored raw
                 target[:] = frames[start:end]
+                continue
+            if end == start:  # a row never written (as a raw field's hole in the file: zeros)
+                target[:] = 0
                 continue
             try:
                 decode(frames[start:end], target)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterator, KeysView, Mapping, cast, overlo
 
 import numpy as np
 
-from ..errors import EpisodeStateError, IndexRangeError, IndexTypeError, OptionError, SampleExpiredError
+from ..errors import (CorruptStoreError, EpisodeStateError, IndexRangeError, IndexTypeError, OptionError,
+                      SampleExpiredError)
 from . import format as fmt
 from .index import EpisodeTable
 from .options import check_filter, check_names, count, flag, seed_option, short
@@ -355,7 +356,11 @@ class EpisodeList:
         episode_id = int(table.ids[position])
         self._check_live(episode_id)  # before: an episode evicted already may have no rows left to copy
         stop = start + length + has_final
-        rows = {name: np.array(store.step_array(name)[start:stop]) for name in self.fields}
+        try:
+            rows = {name: np.array(store.step_array(name)[start:stop]) for name in self.fields}
+        except CorruptStoreError:  # a compressed field's frames the ring overwrote while they were decoded
+            self._check_live(episode_id)
+            raise
         meta = {name: np.array(store.meta_array(name)[slot])[()] for name in self.meta_fields}
         continues = store.links(table.select(np.array([position])))[0]
         self._check_live(episode_id)  # after: its rows were not overwritten while they were copied

@@ -25,7 +25,6 @@ from ..core.index import ExplicitPositions, Positions, Sample  # (Sample, Explic
 from ..core.store import EpisodeStore
 from ..core.options import flag  # noqa: F401 - re-exported: views, loader and samplers import it from here
 from ..core.options import check_names, integer, short
-from . import gather
 from .pool import OUTPUTS
 from .readahead import Readahead, readahead_mode
 from .batch import BatchDataset
@@ -80,7 +79,6 @@ class StoreView(SnapshotChecks, BatchDataset):
         self._ahead_pid = os.getpid()
         self._store: EpisodeStore | None = store
         self._sources: dict[str, np.ndarray] = {}
-        self._tensors: dict[str, torch.Tensor | None] = {}  # over the maps of _sources (parallel gathers)
         self.filter_meta = filter_meta
         self.min_episode_len = integer(min_episode_len, "min_episode_len", low=1)  # (0.2.3's keyword)
         self.key_stride = store.capacity.max_timesteps  # sample keys: episode id * key_stride + t
@@ -150,7 +148,7 @@ class StoreView(SnapshotChecks, BatchDataset):
             self._generation += 1  # odd while the snapshot changes: a batch read meanwhile is read again or refused
             try:
                 self._snapshot(store)
-                self._sources, self._tensors = {}, {}  # the files may have grown: map them again on the next read
+                self._sources = {}  # the files may have grown: map them again on the next read
                 self.build()
             finally:
                 self._generation += 1
@@ -182,13 +180,13 @@ class StoreView(SnapshotChecks, BatchDataset):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_store"] = None
-        state["_sources"], state["_tensors"] = {}, {}  # a tensor over a map would pickle all its bytes
+        state["_sources"] = {}  # a memory map would pickle all its bytes
         state["_ahead"] = 0
         state["_lock"] = None
         return state
 
     def copied(self) -> None:
-        self._sources, self._tensors = dict(self._sources), dict(self._tensors)
+        self._sources = dict(self._sources)
         self.readahead = copy.copy(self.readahead)
         self._lock, self._lock_pid = threading.RLock(), os.getpid()  # a copy has a snapshot of its own
 
@@ -348,12 +346,18 @@ class StoreView(SnapshotChecks, BatchDataset):
             self._ahead -= 1
         elif readahead.due():
             self.advise(episode, t)
-        if readahead.mode == "auto":
-            began = time.perf_counter()
-            batch = self.gather(episode, t)
-            readahead.timed(time.perf_counter() - began)
-        else:
-            batch = self.gather(episode, t)
+        try:
+            if readahead.mode == "auto":
+                began = time.perf_counter()
+                batch = self.gather(episode, t)
+                readahead.timed(time.perf_counter() - began)
+            else:
+                batch = self.gather(episode, t)
+        except CorruptStoreError:
+            # a compressed field's frames that the ring overwrote while they were decoded: evicted, not damaged
+            if len(episode):
+                self._check_not_evicted(episode)
+            raise
         for name in self.meta_fields:
             batch[name] = torch.from_numpy(np.ascontiguousarray(self.store.meta_array(name)[table.slots[episode]]))
         if len(episode):  # after every read of the batch's rows and slots
@@ -422,9 +426,7 @@ class StoreView(SnapshotChecks, BatchDataset):
 
     def values_of(self, name: str, rows: np.ndarray) -> np.ndarray:
         """``rows_of`` as a numpy array, without a mask. Rows past the end of the file read its last row."""
-        source = self._map(name)
-        parallel = gather.active() and rows.size * (source.nbytes // max(len(source), 1)) >= gather.MIN_BYTES
-        return OUTPUTS.take(source, rows, self._tensor(name, source) if parallel else None)
+        return OUTPUTS.take(self._map(name), rows)  # (large gathers: split over the library's threads)
 
     def _map(self, name: str) -> np.ndarray:
         """The step field's memory map (made at the first read: it covers every row of the snapshot)."""
@@ -433,11 +435,3 @@ class StoreView(SnapshotChecks, BatchDataset):
             scattered = self.scattered_reads and self.readahead.mode != "off"
             source = self._sources[name] = self.store.step_array(name, random=scattered)
         return source
-
-    def _tensor(self, name: str, source: np.ndarray) -> torch.Tensor | None:
-        """A torch tensor over the step field's memory map, for parallel gathers (``views.gather``); None if
-        torch cannot gather from it."""
-        tensors = self._tensors
-        if name not in tensors:
-            tensors[name] = gather.source_tensor(source)
-        return tensors[name]

@@ -63,3 +63,31 @@ def test_fields_and_meta_fields_must_be_distinct_and_present():
         Schema.parse({})
     with pytest.raises(SchemaError, match="meta_fields must be"):
         Schema.parse(dict(a="float"), ["b"])
+
+
+def test_a_field_dict_takes_a_codec_and_meta_json_keeps_it():
+    from memmap_replay.core.codecs import CodecSpec
+    schema = Schema.parse(dict(image=dict(dtype="uint8", shape=(8, 8), codec="zstd", level=5), action=("int", ())))
+    assert schema.fields["image"].codec == CodecSpec("zstd", 5) and schema.fields["action"].codec is None
+    assert list(schema.encoded) == ["image"]
+    stored = schema.to_json()
+    assert stored["fields"]["image"]["codec"] == {"name": "zstd", "level": 5}
+    assert "codec" not in stored["fields"]["action"]  # a raw field's JSON is as it was before codecs
+    assert Schema.from_json(stored) == schema
+    stored["fields"]["image"]["future_key"] = 1  # a newer writer's key: ignored when read
+    assert Schema.from_json(stored) == schema
+    raw = Schema.parse(dict(image=dict(dtype="uint8", shape=(8, 8)), action=("int", ())))
+    assert any("codec zstd-5" in line for line in raw.differences(schema))
+    assert parse_field("image", schema.fields["image"]).codec == CodecSpec("zstd", 5)  # a FieldSpec keeps it
+
+
+@pytest.mark.parametrize("info, kind, match", [
+    (dict(dtype="uint8", shape=(2,), codec="zstd", bogus=1), "field",
+     r"field 'x' as a dict must have the key 'dtype' and may have \['shape', 'default', 'codec', 'level'\] "
+     r"\(got keys \['bogus', 'codec', 'dtype', 'shape'\]; unknown: \['bogus'\]\)"),
+    (dict(dtype="uint8", shap=(2,)), "field", r"unknown: \['shap'\]"),
+    (dict(dtype="int", codec="zstd"), "meta field", r"meta field 'x' cannot have a codec \(got 'zstd'\)"),
+])
+def test_a_field_dict_with_a_key_it_does_not_take_is_refused(info, kind, match):
+    with pytest.raises(SchemaError, match=match):
+        parse_field("x", info, kind=kind)
