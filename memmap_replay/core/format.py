@@ -1,4 +1,4 @@
-"""The memmap_replay on-disk format, version 1.1 (this docstring is the spec; tests parse its example).
+"""The memmap_replay on-disk format, version 2.0 (this docstring is the spec; tests parse its examples).
 
 The key words MUST, MUST NOT, SHOULD and MAY are used as in RFC 2119.
 
@@ -117,13 +117,51 @@ every entry as 0. A writer that opens a 1.0 store MUST (re)create ``episodes/con
 entry 0 before its first change, and then commit ``meta.json`` as 1.1; it writes the entry of every slot
 it fills. A segment whose predecessor is no longer live still names it.
 
+Compressed fields (2.0)
+-----------------------
+A step field MAY carry a lossless codec: in the schema, ``"codec": {"name": "zstd", "level": 3}`` (a field
+without the key is raw). A store with such a field has ``version`` "2.0"; one without is written as "1.1", so
+that 1.x readers open it; a 1.x reader refuses a 2.0 store by its major version, as above. A compressed field
+``<field>`` has no ``steps/<field>.npy``; it has two files instead:
+
+- ``steps/<field>.frames.npy``: uint8 (bytes,), the encoded rows (frames) back to back;
+- ``steps/<field>.index.npy``: int64 (rows, 2), per row the offset of its frame in the frames file and its
+  length. A length equal to the row's size (dtype size x shape) means the row is stored raw (encoding it would
+  not have made it smaller); a length of 0 means the row was never written (it reads as zeros; no live row has
+  one). Every other frame is one zstd frame that records its content size (exactly one row) and a checksum of
+  its content; a reader MUST NOT decode more than one row's bytes from a frame.
+
+``state.frames`` has an entry per compressed field: ``{"head": H, "bytes": B}``; the frames file holds at least
+B bytes (it grows as the step files do: size first, then header), and the next episode's frames go at byte H,
+or at byte 0 when its rows go at row 0 (the first episode, a ring's wrap, after a clear). An episode's frames are
+contiguous and in the order of its rows. A writer evicts, oldest first, every live episode whose rows *or*
+frames the new episode's overlap, in the eviction commit (step 1 below), before it writes either. A reader MUST
+check each index entry against B and the row's size before it reads the frame.
+
+With numpy and the zstandard package alone::
+
+    import numpy as np, zstandard
+    index = np.load(f"{folder}/steps/image.index.npy", mmap_mode="r")
+    frames = np.load(f"{folder}/steps/image.frames.npy", mmap_mode="r")
+    start, length = np.load(f"{folder}/episodes/start.npy"), np.load(f"{folder}/episodes/length.npy")
+    shape, nbytes = (210, 160, 3), 210 * 160 * 3  # from meta.json's schema
+    def row(r):
+        offset, size = index[r]
+        data = frames[offset:offset + size].tobytes()
+        if size == nbytes or size == 0:
+            return np.frombuffer(data, np.uint8).reshape(shape) if size else np.zeros(shape, np.uint8)
+        assert zstandard.frame_content_size(data) == nbytes  # never inflate more than a row
+        return np.frombuffer(zstandard.ZstdDecompressor().decompress(data), np.uint8).reshape(shape)
+    first_episode = np.stack([row(r) for r in range(start[0], start[0] + length[0])])
+
 Commit protocol
 ---------------
 A writer holds ``writer.lock``. To commit episodes it (1) if it must evict episodes to make room,
 first replaces ``meta.json`` with ``first_episode`` advanced past them; (2) grows the step files if
-needed (file size first, then the header's row count); (3) writes the rows, then the slot's entries in
-``episodes/`` and ``meta/``; (4) replaces ``meta.json`` atomically: write a fresh temp file
-``meta.json.<pid>.<random hex>.tmp`` (created exclusively), flush, fsync it, ``os.replace``. A process
+needed (file size first, then the header's row count); (3) writes the rows (a compressed field's frames,
+then their index entries), then the slot's entries in ``episodes/`` and ``meta/``; (4) replaces
+``meta.json`` atomically: write a fresh temp file ``meta.json.<pid>.<random hex>.tmp`` (created
+exclusively), flush, fsync it, ``os.replace``. A process
 killed at any instant therefore leaves the last committed ``meta.json`` describing intact data; the next
 writer removes the temp files (``meta.json*.tmp``) it left when it takes the lock. With ``durable=True``
 the writer also fsyncs the data files before step (4) and the folder after it, so a commit survives a
