@@ -8,7 +8,6 @@ command line) never imports torch. ``from memmap_replay import TrajectoryView`` 
 
 import typing as _typing
 
-from . import _forks  # noqa: F401 - marks forked children from here on (views.gather reads the mark)
 from . import errors
 from .buffer import EpisodeMeta
 from .core.episodes import Episode, EpisodeList
@@ -24,6 +23,7 @@ from .distributed.ratelimit import LimitedSampler, RateCounts, RateLimiter
 from .core.schema import FieldSpec, Schema
 from .sharing.stats import FieldStats, StoreStats
 from .core.store import EpisodeStore
+from .core.threads import get_threads, set_threads
 from .sharing.verify import VerifyReport, verify
 from .core.vector import VectorEpisodeWriter
 from .compat import ReplayBuffer  # 0.2.3's drop-in: the native memmap_replay.buffer.ReplayBuffer + its methods
@@ -141,6 +141,8 @@ __all__ = [
     "shard_folder",
     "ReplayDataLoader",
     "set_parallel_gathers",
+    "set_threads",
+    "get_threads",
     "get_parallel_gathers",
     "FieldSpec",
     "Schema",
