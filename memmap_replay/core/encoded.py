@@ -19,6 +19,7 @@ decoded (its index entry must lie inside the committed frames, its length at mos
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,7 +57,7 @@ class EncodedColumn:
                 f"codec={codec.name if codec else None!r}, {len(self.frames)} encoded bytes)")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        values = self[:]
+        values: np.ndarray = self.take(np.arange(len(self)))
         return values if dtype is None else values.astype(dtype)
 
     def __getitem__(self, key: Any) -> Any:
@@ -120,7 +121,7 @@ class EncodedColumn:
         if parts == 1:
             self._decode_part(rows, starts, ends, where, out, slice(0, len(rows)))
             return
-        THREADS.run([lambda part=part: self._decode_part(rows, starts, ends, where, out, part)
+        THREADS.run([partial(self._decode_part, rows, starts, ends, where, out, part)
                      for part in split(len(rows), parts)])
 
     def _decode_part(self, rows: np.ndarray, starts: Sequence[int], ends: Sequence[int], where: Sequence[int],
@@ -205,7 +206,7 @@ class EncodedField:
                 encoded[i] = frame if len(frame) < size else rows[i].view(np.uint8)
 
         parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)
-        THREADS.run([lambda part=part: work(part) for part in split(len(rows), parts)])
+        THREADS.run([partial(work, part) for part in split(len(rows), parts)])
         lengths = np.fromiter((len(frame) if isinstance(frame, bytes) else size for frame in encoded),
                               dtype=np.int64, count=len(rows))
         blob = np.frombuffer(b"".join(frame if isinstance(frame, bytes) else frame.tobytes() for frame in encoded),

@@ -22,7 +22,7 @@ from . import folderio
 from . import format as fmt
 from ..errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsupportedFormatError)
-from .encoded import EncodedColumn, EncodedField, frames_limit
+from .encoded import EncodedField, frames_limit
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
@@ -345,10 +345,11 @@ class EpisodeStore:
         table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
         return table, (get("id") if not self.is_writer else ids)
 
-    def step_array(self, name: str, *, random: bool = False) -> np.ndarray | EncodedColumn:
+    def step_array(self, name: str, *, random: bool = False) -> np.ndarray:
         """A step field's read-only map; ``random``: one marked for scattered reads (``NpyFile.array``). A
-        compressed field's is an ``EncodedColumn``: indexing it (or its ``take``) decodes the rows."""
-        return self.steps[name].array(random=random)
+        compressed field's is an ``EncodedColumn``, array-like (``shape``, ``dtype``, ``len``, ``nbytes``):
+        indexing it or its ``take(rows, out=...)`` decodes the rows (typed as an array for its readers)."""
+        return cast(np.ndarray, self.steps[name].array(random=random))
 
     def meta_array(self, name: str) -> np.ndarray:
         return self.metas[name].array()
@@ -379,12 +380,12 @@ class EpisodeStore:
             # and may look a file up meanwhile (the old maps stay valid while a gather holds them)
             old = self._files()
             self.steps, self.metas, self.table = self._open_layout(meta)
-            for file in old:
-                file.close()
-        for file in self.steps.values():
-            file.rows = max(file.rows, meta.state.rows)
-            if isinstance(file, EncodedField):  # (its frames file grew before meta.json was written)
-                file.frames.rows = max(file.frames.rows, meta.state.frames[file.spec.name]["bytes"])
+            for closed in old:
+                closed.close()
+        for step in self.steps.values():
+            step.rows = max(step.rows, meta.state.rows)
+            if isinstance(step, EncodedField):  # (its frames file grew before meta.json was written)
+                step.frames.rows = max(step.frames.rows, meta.state.frames[step.spec.name]["bytes"])
 
     def _files(self) -> tuple[NpyFile, ...]:
         steps = [part for file in self.steps.values()

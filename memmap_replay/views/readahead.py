@@ -214,7 +214,7 @@ class Readahead:
         elif self._quiet and seconds > self.SLOW * self._fastest + self.SLOW_EXTRA:
             self._quiet, self._quiet_next = 0, 1
 
-    def batch(self, maps: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray, *, background: bool = False,
+    def batch(self, maps: Sequence[Any], lo: np.ndarray, hi: np.ndarray, *, background: bool = False,
               probe: bool = True) -> bool:
         """Advise the rows [lo, hi) (row numbers, one range per batch item) of each map; True if advised.
         In auto mode, first probe whether they are cached (then skip). ``background``: the advice is given
