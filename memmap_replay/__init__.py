@@ -50,6 +50,7 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
                                   ReplayDatasetTrajectory)
     from .cli.inspect_replay_buffer import inspect_replay_buffer
     from .sharing.viewer import view
+    from .sharing.recode import compress_fields, decompress_fields
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
 # every command and every numpy-only user would pay for nothing.
@@ -86,6 +87,9 @@ _LAZY = {
     "inspect_replay_buffer": "cli.inspect_replay_buffer",
     # (numpy only; the web server's modules load on first use)
     "view": "sharing.viewer",
+    # (numpy only: rewriting fields compressed or raw, used rarely)
+    "compress_fields": "sharing.recode",
+    "decompress_fields": "sharing.recode",
     # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``
     # works on the core install (listed by dir() all the same)
     "RecordEpisodes": "recording",
@@ -185,5 +189,7 @@ __all__ = [
     "to_uint8",
     "inspect_replay_buffer",
     "view",
+    "compress_fields",
+    "decompress_fields",
     *errors.__all__,
 ]

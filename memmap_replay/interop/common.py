@@ -346,20 +346,25 @@ def read_store(folder: str | os.PathLike) -> EpisodeStore:
 
 def stored_episodes(store: EpisodeStore, fields: tuple[str, ...] | None = None,
                     meta_fields: tuple[str, ...] | None = None) -> Iterator[StoredEpisode]:
-    """The live episodes oldest first, each read on its own with plain file reads (no memory map, so that
-    the process's resident memory stays one episode however large the store)."""
+    """The live episodes oldest first, each read on its own: a raw field with plain file reads (no memory map, so
+    that the process's resident memory stays one episode however large the store), a compressed field decoded
+    from its frames (``store.step_array(name).take``: a fraction of the raw bytes, in the page cache)."""
     table = store.live_table()
     fields = tuple(store.schema.fields) if fields is None else fields
     meta_fields = tuple(store.schema.meta_fields) if meta_fields is None else meta_fields
     metas = {name: store.meta_array(name) for name in meta_fields}
-    descriptors = {}
+    descriptors, raw = {}, {}
     try:
         for name in fields:  # regular files inside the folder only (folderio)
-            descriptors[name] = folderio.open_read(store.folder, store.steps[name].path)
+            file = store.steps[name]
+            if isinstance(file, fmt.NpyFile):
+                raw[name] = file
+                descriptors[name] = folderio.open_read(store.folder, file.path)
         for number in range(len(table)):
             start, length, slot = int(table.start[number]), int(table.length[number]), int(table.slots[number])
             rows = length + int(table.final[number])
-            read = {name: _read_rows(descriptors[name], store.steps[name], start, rows) for name in fields}
+            read = {name: _read_rows(descriptors[name], raw[name], start, rows) if name in raw
+                    else store.step_array(name).take(np.arange(start, start + rows)) for name in fields}
             steps = {name: array[:length] for name, array in read.items()}
             final = {name: array[length] for name, array in read.items()} if table.final[number] else None
             meta = {name: np.array(array[slot]) for name, array in metas.items()}
