@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -235,7 +236,14 @@ def holds_episodes(folder: Path) -> bool:
 
 
 def check_matches(folder: Path, meta: StoreMeta, schema: Schema | None, capacity: Capacity | None) -> None:
-    """Reopening with a schema or capacity that differs from the stored one is an error, never a wipe."""
+    """Reopening with a schema or capacity that differs from the stored one is an error, never a wipe. A field asked
+    for raw (no codec) matches the stored field compressed (``memmap-replay compress`` changed it; reads are the
+    same); a codec asked for that differs from the stored one does not."""
+    if schema is not None:
+        stored = meta.schema.fields
+        schema = replace(schema, fields={name: replace(spec, codec=stored[name].codec)
+                                         if spec.codec is None and name in stored else spec
+                                         for name, spec in schema.fields.items()})
     lines = meta.schema.differences(schema) if schema is not None else []
     if capacity is not None and capacity != meta.capacity:
         for key, stored in vars(meta.capacity).items():

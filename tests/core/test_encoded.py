@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("zstandard", reason="compressed fields need the zstd extra: pip install 'memmap-replay[zstd]'")
 
-from memmap_replay import CorruptStoreError, ReplayBuffer, SampleExpiredError  # noqa: E402
+from memmap_replay import CorruptStoreError, ReplayBuffer, SampleExpiredError, SchemaMismatchError  # noqa: E402
 from memmap_replay.core import format as fmt  # noqa: E402
 from memmap_replay.core.codecs import ZstdFrames  # noqa: E402
 
@@ -232,3 +232,17 @@ def test_clear_starts_the_frames_again_at_byte_zero(tmp_path):
     index = np.load(tmp_path / "s" / "steps" / "image.index.npy", mmap_mode="r")
     assert index[0, 0] == 0
     check_live(buffer)
+
+
+def test_reopening_with_the_field_asked_for_raw_takes_the_stored_codec(tmp_path):
+    fill(tmp_path / "s", True, episodes=2, circular=False).close()
+    again = ReplayBuffer(tmp_path / "s", max_episodes=8, max_timesteps=40, fields=fields(False),
+                         meta_fields=dict(task_id="int"))
+    assert again.episode_store.schema.fields["image"].codec is not None
+    again.store_episode(image=frames_of(2, 6), action=np.arange(6), reward=np.zeros(6), task_id=2)
+    check_live(again)
+    again.close()
+    other = dict(fields(True), image=dict(dtype="uint8", shape=SHAPE, codec="zstd", level=9))
+    with pytest.raises(SchemaMismatchError, match=r"field 'image': stored uint8 \(12, 10, 3\) default None codec "
+                                                  r"zstd-3, asked for .* codec zstd-9"):
+        ReplayBuffer(tmp_path / "s", max_episodes=8, max_timesteps=40, fields=other, meta_fields=dict(task_id="int"))
