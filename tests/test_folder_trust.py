@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -800,3 +801,72 @@ if __name__ == "__main__":
         child_main(json.loads(sys.argv[2]))
     elif sys.argv[1] == "--fuzz":
         fuzz_main(json.loads(sys.argv[2]))
+
+
+# ---- a compressed field's two files (format 2.0) ---------------------------------------------------------
+
+
+COMPRESSED_FILES = ("steps/image.frames.npy", "steps/image.index.npy")
+
+
+def test_a_writer_checks_a_compressed_fields_two_files():
+    """The entries a writer checks come from the store's layout: a compressed field's frames and index."""
+    from memmap_replay.core import format as fmt
+    from memmap_replay.core.schema import Schema
+
+    entries = fmt._writer_entries(Schema.parse(dict(image=dict(dtype="uint8", shape=(4,), codec="zstd"), x="float")))
+    assert all(entries[rel] is True for rel in (*COMPRESSED_FILES, "steps/x.npy")) and "steps/image.npy" not in entries
+
+
+@pytest.fixture(scope="module")
+def compressed_template(tmp_path_factory):
+    from compressed_stores import make_compressed_store
+
+    return make_compressed_store(tmp_path_factory.mktemp("trust_compressed") / "store")
+
+
+@pytest.mark.parametrize("kind", ["link_out", "fifo", "hardlink", "link_inside"])
+@pytest.mark.parametrize("rel", COMPRESSED_FILES)
+def test_a_compressed_fields_files_follow_the_folder_rules(compressed_template, tmp_path, rel, kind):
+    """A link out of the folder or a FIFO in place of a compressed field's file is refused by readers and writers
+    (never read through, never waited on); a link inside or a shared hard link is read, and refused by a writer;
+    verify names the file every time; nothing outside the folder changes."""
+    from memmap_replay import ReplayBuffer, ReplayError, UnsafeEntryError, verify
+
+    from compressed_stores import all_data, episode
+
+    store, outside = Path(shutil.copytree(compressed_template, tmp_path / "store")), tmp_path / "outside"
+    outside.mkdir()
+    expected = all_data(store)
+    path = store / rel
+    if kind == "link_out":
+        shutil.copy(path, outside / path.name)
+        path.unlink()
+        os.symlink(outside / path.name, path)
+    elif kind == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif kind == "hardlink":
+        os.link(path, outside / f"{path.name}.shared")
+    else:
+        moved_inside(rel, f"{path.name}.real")(store, outside, None)
+    before = tree_hash(outside)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(CASE_SECONDS)  # (a FIFO opened without O_NONBLOCK would block here)
+    try:
+        if kind in ("link_out", "fifo"):
+            with pytest.raises(ReplayError, match=re.escape(path.name)):
+                all_data(store)
+        else:
+            read = all_data(store)
+            assert all(np.array_equal(read[name], expected[name]) for name in expected)
+        with pytest.raises(UnsafeEntryError, match=re.escape(path.name)):
+            with ReplayBuffer.from_folder(store) as writer:
+                writer.store_episode(**episode(np.random.default_rng(0), 3))
+        report = verify(store)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not report.ok and any(line.startswith(f"{rel}: ") for line in report.problems), report
+    assert not [line for line in report.problems if not line.startswith(f"{rel}: ")], report  # (nothing else)
+    assert tree_hash(outside) == before

@@ -23,7 +23,7 @@ from ..core import format as fmt
 from ..sharing.card import read_card
 from ..sharing.checksums import MANIFEST, store_files
 from ..errors import CorruptStoreError, ReadOnlyError, ReplayError, StoreIOError
-from ..sharing.stats import RUNNING_FILE, episode_summary
+from ..sharing.stats import RUNNING_FILE, compression_summary, episode_summary, ratio_text
 from ..core.store import EpisodeStore
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from .checksum import _guarded
@@ -36,22 +36,26 @@ _READ_EXIT_CODES = f"""exit codes:
 
 _INFO_HELP = f"""\
 Show what a store holds, at a glance: its dataset card's name and description (if it has a card),
-the format version, the schema (each field's dtype, shape and default, and the meta fields), the
-capacity (max_episodes, max_timesteps, max_steps, circular), the counts (live episodes, steps, the
-first live and the next episode id), how the episodes ended, their length and return (the sum of a
-scalar 'reward' or 'rewards' field), the size on disk of each field and in all (on disk: the blocks
-used; apparent: what the file sizes say, which includes the unwritten, sparse rows), and whether
-the folder has a checksums.sha256, a card.json and saved running statistics.
+the format version, the schema (each field's dtype, shape and default, and the meta fields; a
+compressed field's codec and measured ratio, the raw bytes of its live rows over their encoded
+bytes), the capacity (max_episodes, max_timesteps, max_steps, circular), the counts (live episodes,
+steps, the first live and the next episode id), how the episodes ended, their length and return
+(the sum of a scalar 'reward' or 'rewards' field), the size on disk of each field and in all (on
+disk: the blocks used; apparent: what the file sizes say, which includes the unwritten, sparse rows;
+a compressed field's two files, steps/<field>.frames.npy and .index.npy, together), and whether the
+folder has a checksums.sha256, a card.json and saved running statistics.
 
 It opens the store read-only (no writer lock: it works while a writer writes) and reads no step data
-but the reward column. `stats FOLDER` shows the fields' statistics; `verify FOLDER` checks for damage.
+but the reward column and a compressed field's index (no frame is decoded). `stats FOLDER` shows the
+fields' statistics; `verify FOLDER` checks for damage.
 
 {_READ_EXIT_CODES}
 
 examples:
   %(prog)s replay_data
   %(prog)s replay_data --json | jq .counts
-  %(prog)s replay_data --json | jq '.sizes.total.disk'"""
+  %(prog)s replay_data --json | jq '.sizes.total.disk'
+  %(prog)s replay_data --json | jq '.compression.image.ratio'"""
 
 
 def add(commands) -> None:
@@ -180,6 +184,7 @@ def _describe(store: EpisodeStore) -> dict:
                    "rows": state.rows, "commits": state.commits},
         "episodes": episodes,
         "sizes": _sizes(store),
+        "compression": compression_summary(store),
         "files": {"checksums": (folder / MANIFEST).is_file(), "card": (folder / "card.json").is_file(),
                   "stats": (folder / fmt.STATS_DIR / RUNNING_FILE).is_file()},
         "samplers": samplers,
@@ -212,10 +217,13 @@ def _add_up(usages: list[dict]) -> dict:
 def _sizes(store: EpisodeStore) -> dict:
     """Per step field and meta field, the episode table, the rest of the store's files, and the total."""
     folder = store.folder
-    fields = {name: _usage(file.path) for name, file in store.steps.items()}
+    steps = {name: [part.path for part in getattr(file, "files", (file,))]  # (a compressed field: both files)
+             for name, file in store.steps.items()}
+    fields = {name: _add_up([_usage(path) for path in paths]) for name, paths in steps.items()}
     metas = {name: _usage(file.path) for name, file in store.metas.items()}
     table = _add_up([_usage(file.path) for file in store.table.values()])
-    counted = {file.path for file in (*store.steps.values(), *store.metas.values(), *store.table.values())}
+    counted = {path for paths in steps.values() for path in paths} | {
+        file.path for file in (*store.metas.values(), *store.table.values())}
     try:
         listed, _ = store_files(folder)
     except OSError:  # a folder changing under us: the rest is best effort
@@ -255,7 +263,9 @@ def _render(report: dict) -> str:
                   + (f"; samplers: {', '.join(report['samplers'])}" if report["samplers"] else "")],
     ])
     lines.append("")
-    rows, titles = [["", "dtype", "shape", "default", "on disk", "apparent"]], {}
+    compression = report["compression"]
+    codecs = ["codec", "ratio"] if compression else []  # (columns of their own when a field is compressed)
+    rows, titles = [["", "dtype", "shape", "default", *codecs, "on disk", "apparent"]], {}
     for group, heading in (("fields", "step fields"), ("meta_fields", "meta fields (one value per episode)")):
         specs = report["schema"][group]
         if specs:
@@ -263,11 +273,15 @@ def _render(report: dict) -> str:
         for name, spec in specs.items():
             used = sizes_[group][name]
             default = "zeros" if spec["default"] is None else json.dumps(spec["default"])
-            rows.append([f"  {name}", spec["dtype"], str(tuple(spec["shape"])), default,
+            codec = [compression[name]["codec"], ratio_text(compression[name]["ratio"])] if name in compression \
+                else ["raw", ""] if codecs and group == "fields" else ["", ""] if codecs else []
+            rows.append([f"  {name}", spec["dtype"], str(tuple(spec["shape"])), default, *codec,
                          _human_bytes(used["disk"]), _human_bytes(used["apparent"])])
     for key, what in (("episode_table", "episode table"), ("other", "other files")):
-        rows.append([what, "", "", "", _human_bytes(sizes_[key]["disk"]), _human_bytes(sizes_[key]["apparent"])])
-    for at, line in enumerate(_columns(rows, right={4, 5})):
+        rows.append([what, "", "", "", *("" for _ in codecs), _human_bytes(sizes_[key]["disk"]),
+                     _human_bytes(sizes_[key]["apparent"])])
+    sized = len(rows[0]) - 2
+    for at, line in enumerate(_columns(rows, right={sized, sized + 1} | ({sized - 1} if codecs else set()))):
         lines += [titles[at]] if at in titles else []
         lines.append(line)
     return "\n".join(lines)

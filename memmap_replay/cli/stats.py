@@ -10,11 +10,11 @@ import sys
 import numpy as np
 
 from ..errors import OptionError
-from ..sharing.stats import FieldStats, RunningStats, StoreStats, compute_stats
+from ..sharing.stats import FieldStats, RunningStats, StoreStats, compression_summary, compute_stats, ratio_text
 from ..core.store import EpisodeStore
 from . import EXIT_OK
 from .checksum import _guarded, _show_progress
-from .info import _READ_EXIT_CODES, _columns, _episode_lines, _figure, _json_safe, _read_store
+from .info import _READ_EXIT_CODES, _columns, _episode_lines, _figure, _human_bytes, _json_safe, _read_store
 
 _SHOW_ALL = 16    # a field of up to this many elements shows them all; a larger one shows:
 _HEAD, _TAIL = 8, 2  # its first and last few, then one row over all of its elements
@@ -37,6 +37,9 @@ numbers a row); their running statistics are saved in stats/running.npz, so this
 circular store includes evicted ones; --recompute reads the live episodes instead (and covers every
 numeric field when no FIELD is named). Naming an untracked FIELD (an image), or --quantiles, reads
 its rows from the live episodes, with a progress bar on a terminal (--quiet hides it).
+
+A compressed field's rows are decoded as they are read; its codec and measured ratio (the raw bytes of
+the live rows over their encoded bytes, read from its index) are shown too.
 
 The store is opened read-only (no writer lock: this works while a writer writes) and nothing is
 written.
@@ -90,13 +93,14 @@ def _stats_action(args: argparse.Namespace) -> int:
         if args.stats_json is not None and not wanted:
             wanted = [name for name, spec in store.schema.fields.items() if spec.dtype.kind in "biuf"]
         result, untracked = _gather(store, wanted, args.quantiles, args.recompute, _show_progress(args))
+        compression = compression_summary(store)
     written = None if args.stats_json is None else result.write_lerobot(args.stats_json)
     if args.json:
         print(json.dumps(_json_safe({"folder": args.folder, "ok": True, "recomputed": args.recompute,
-                                    **result.to_dict(), "not_shown": untracked,
+                                    **result.to_dict(), "not_shown": untracked, "compression": compression,
                                     **({"stats_json": str(written)} if written else {})}), indent=2))
     else:
-        print(_render(args.folder, store, result, untracked, args.recompute, args.quantiles or []))
+        print(_render(args.folder, store, result, untracked, args.recompute, args.quantiles or [], compression))
         if written is not None:
             images = ", ".join(name for name, value in result.fields.items() if value.channels is not None)
             print(f"wrote {written} (LeRobot's stats.json: {len(result.fields)} field"
@@ -162,7 +166,7 @@ def _gather(store: EpisodeStore, names: list[str], quantiles: list[float] | None
 
 
 def _render(folder: str, store: EpisodeStore, result: StoreStats, untracked: list[str], recompute: bool,
-           quantiles: list[float]) -> str:
+           quantiles: list[float], compression: dict | None = None) -> str:
     episodes = result.episodes
     live = episodes["count"]
     if recompute:
@@ -172,7 +176,10 @@ def _render(folder: str, store: EpisodeStore, result: StoreStats, untracked: lis
         if result.episodes_counted != live:
             source += " (evicted ones included; --recompute for the live episodes only)"
     lines = [f"{folder}: {live:,} live episode{'s' * (live != 1)}, {episodes['steps']:,} steps; {source}"]
-    lines += _columns(_episode_lines(episodes), indent="  ")
+    packed = [["compressed", f"{name}: {part['codec']}, {ratio_text(part['ratio'])} smaller ({_human_bytes(raw)} "
+                             f"of live rows in {_human_bytes(part['encoded_bytes'])})"]
+              for name, part in (compression or {}).items() for raw in [part["raw_bytes"]]]
+    lines += _columns(_episode_lines(episodes) + packed, indent="  ")
     if result.fields:
         header = ["field", "count", "mean", "std", "min", "max", *(f"q{q:g}" for q in quantiles)]
         rows = [header]

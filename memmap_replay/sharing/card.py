@@ -91,7 +91,8 @@ class DatasetCard:
     def render(self, *, fields_of: dict | None = None, summary: dict | None = None, front_matter: bool = True) -> str:
         """The card as Markdown (what README.md holds): YAML front matter for the Hugging Face Hub (see
         ``front_matter``; ``front_matter=False`` leaves it out), the card, then ``fields_of`` as a table of
-        the store's fields (meta.json's schema: ``{"fields": {...}, "meta_fields": {...}}``), ``summary``
+        the store's fields (meta.json's schema: ``{"fields": {...}, "meta_fields": {...}}``; a column of each
+        field's codec when one is compressed, with its measured ratio from ``summary["compression"]``), ``summary``
         (``stats.episode_summary``: episodes, steps, lengths and returns) as a Contents section, and how to
         load the folder."""
         head = self.front_matter(summary) if front_matter else ""
@@ -127,16 +128,46 @@ class DatasetCard:
         lines = [f"# {self.name or 'Unnamed dataset'}", ""]
         lines += [self.description.strip(), ""] if self.description else []
         lines += ["| | |", "|---|---|", *(f"| {label} | {value} |" for label, value in rows), ""] if rows else []
-        groups = (fields_of or {}).items()
-        table = [f"| {name} | {'step' if group == 'fields' else 'episode'} | {spec.get('dtype')} | "
-                 f"{tuple(spec.get('shape', ()))} |" for group, specs in groups for name, spec in specs.items()]
-        lines += ["## Fields", "", "| field | per | dtype | shape |", "|---|---|---|---|", *table, ""] if table else []
+        lines += _fields_lines(fields_of, (summary or {}).get("compression") or {})
         lines += ["## Provenance", ""] + [f"{number}. {_provenance_text(record)}" for number, record in
                                          enumerate(self.provenance, 1)] + [""] if self.provenance else []
         lines += ["## Extra", "", "```json", json.dumps(self.extra, indent=2), "```", ""] if self.extra else []
         lines += _contents_lines(summary) if summary else []
         lines += _LOAD_LINES if fields_of is not None else []
+        if fields_of is not None and any(isinstance(spec, dict) and spec.get("codec")
+                                         for spec in (fields_of.get("fields") or {}).values()):
+            lines += _COMPRESSED_LINES
         return "\n".join(lines)
+
+
+def _fields_lines(fields_of: dict | None, compression: dict) -> list[str]:
+    """The Fields section: each field's dtype and shape, and its codec (and measured ratio) when one is compressed."""
+    groups = [(group, specs) for group, specs in (fields_of or {}).items() if isinstance(specs, dict)]
+    coded = any(isinstance(spec, dict) and spec.get("codec") for _, specs in groups for spec in specs.values())
+    table = []
+    for group, specs in groups:
+        for name, spec in specs.items():
+            row = f"| {name} | {'step' if group == 'fields' else 'episode'} | {spec.get('dtype')} | " \
+                  f"{tuple(spec.get('shape', ()))} |"
+            if coded:
+                row += f" {_codec_text(spec.get('codec'), compression.get(name)) if group == 'fields' else ''} |"
+            table.append(row)
+    if not table:
+        return []
+    head = ["| field | per | dtype | shape | codec |", "|---|---|---|---|---|"] if coded else \
+        ["| field | per | dtype | shape |", "|---|---|---|---|"]
+    return ["## Fields", "", *head, *table, ""]
+
+
+def _codec_text(codec: Any, measured: dict | None) -> str:
+    """'zstd-3, 312x smaller' (the ratio of the live rows as the card was written), 'zstd-3', or 'raw'."""
+    if not isinstance(codec, dict):
+        return "raw"
+    from .stats import ratio_text  # noqa: PLC0415 - as _summary_of imports it
+
+    text = f"{codec.get('name')}-{codec.get('level')}"
+    ratio = measured.get("ratio") if isinstance(measured, dict) else None
+    return text if ratio is None else f"{text}, {ratio_text(ratio)} smaller"
 
 
 # license ids the Hugging Face Hub knows (https://huggingface.co/docs/hub/repositories-licenses)
@@ -165,6 +196,13 @@ _LOAD_LINES = [
     "    ...", "```", "",
     "From the Hugging Face Hub: `huggingface_hub.snapshot_download(\"<user>/<dataset>\", repo_type=\"dataset\")` "
     "downloads the folder and returns its path.", "",
+]
+_COMPRESSED_LINES = [
+    "A compressed field (a codec in the table above) is two `.npy` files instead of one: `steps/<field>.frames.npy`, "
+    "its rows' zstd frames back to back (uint8), and `steps/<field>.index.npy`, each row's (offset, length) in it "
+    "(int64; a length equal to the row's size means the row is stored raw). memmap-replay decodes them as it reads "
+    "(`pip install 'memmap-replay[zstd]'`); with numpy and zstandard alone, row r is "
+    "`zstandard.decompress(frames[offset:offset + length])` (reshaped to the field's dtype and shape).", "",
 ]
 
 
@@ -437,14 +475,16 @@ def _schema_of(folder: Path) -> dict | None:
 def _summary_of(folder: Path) -> dict | None:
     """The live episodes' counts, lengths and returns (read-only, no lock), or None when they cannot be read."""
     from ..core.store import EpisodeStore  # noqa: PLC0415
-    from .stats import episode_summary  # noqa: PLC0415
+    from .stats import compression_summary, episode_summary  # noqa: PLC0415
 
     try:
         store = EpisodeStore.open(folder, "r")
     except Exception:  # noqa: BLE001 - the README simply leaves the section out
         return None
     try:
-        return episode_summary(store)
+        summary = episode_summary(store)
+        compression = compression_summary(store)
+        return {**summary, "compression": compression} if compression else summary
     except Exception:  # noqa: BLE001
         return None
     finally:

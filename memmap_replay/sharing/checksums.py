@@ -319,12 +319,14 @@ def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
             strays.append((path.name, "not part of the store (readers ignore it)"))
     if schema is None:
         return strays
-    expected = {fmt.STEPS_DIR: schema.fields, fmt.META_DIR: schema.meta_fields, fmt.EPISODES_DIR: fmt.TABLE}
-    for group, names in expected.items():
+    # every .npy of the layout (a compressed field's two files in steps/), whatever the store's capacity
+    layout = {path.as_posix() for _, _, path, _ in fmt.layout(schema, fmt.Capacity(1, 1, 2, False))}
+    layout |= {f"{fmt.EPISODES_DIR}/{name}.npy" for name in fmt.TABLE}  # (continues.npy: also a 1.0 store's)
+    for group in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
         if (folder / group).is_dir():
             strays += [(f"{group}/{path.name}", f"not part of the store (meta.json names no such file in {group}/); "
                                                 f"readers ignore it") for path in sorted((folder / group).iterdir())
-                       if path.suffix != ".npy" or path.stem not in names]
+                       if f"{group}/{path.name}" not in layout]
     return strays
 
 

@@ -22,7 +22,8 @@ Its work is bounded before any data is read:
   come (each at most ``_TEXT_LIMIT``, 64 MiB), and ``meta.json`` itself at most ``_META_LIMIT`` (4 MiB);
   a store's data file placed before ``meta.json`` is refused, since its size could not be checked;
 - after it, every file's declared size (the real size of a sparse member, GNU or PAX) is checked against
-  what the capacity in ``meta.json`` allows for that file, the bytes the archive stores for a member
+  what the capacity in ``meta.json`` allows for that file (a compressed field's frames: ``max_steps`` rows
+  stored raw; its index: 16 bytes a row), the bytes the archive stores for a member
   against the same limit, and the running total against what such a store can hold and ``max_bytes``;
 - the headers that tarfile reads before handing over a member (PAX records, long names, sparse maps)
   may take at most ``_HEADER_LIMIT`` (64 KiB) per member and ``_HEADERS_LIMIT`` (64 MiB) in all: the
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..core import folderio, format as fmt
+from ..core.encoded import frames_limit
 from .checksums import (MANIFEST, _TEXT_LIMIT, _TOP_FILES, check_manifest, check_new_path, _folder_lock, _is_store_dir,
                         is_store_path,
                         _manifest_unlocked, read_manifest, store_files, store_folder, stray_files, _writer_locked)
@@ -579,12 +581,17 @@ def _file_limits(temp: Path, archive: Path, max_bytes: int) -> tuple[Callable[[s
     except ReplayError as error:
         raise CorruptStoreError(f"archive {archive} is refused: its {fmt.META_FILE} cannot be read "
                                 f"({str(error).replace(str(temp), '<archive>')}); nothing was unpacked") from None
-    capacity = meta.capacity
-    files = list(fmt.layout(meta.schema, capacity))  # (episodes/continues.npy too: a 1.0 store may hold one)
-    sizes = {path.as_posix(): _HEADER_SLACK + (rows or capacity.max_steps) * spec.row_nbytes
-             for _, spec, path, rows in files}
+    capacity, schema = meta.capacity, meta.schema
+    files = list(fmt.layout(schema, capacity))  # (episodes/continues.npy too: a 1.0 store may hold one)
+    # a compressed field's frames: at most every row raw; its index: (offset, length) per row
+    sizes = {path.as_posix(): _HEADER_SLACK + (
+             frames_limit(schema.fields[spec.name], capacity.max_steps) if group == fmt.FRAMES
+             else (rows or capacity.max_steps) * spec.row_nbytes) for group, spec, path, rows in files}
     owner, steps = _HEADER_SLACK + 8 * capacity.max_episodes, _HEADER_SLACK + 8 * (capacity.max_steps + 1)
-    extras = _TEXT_LIMIT + _STATS_ROWS * sum(8 * math.prod(spec.shape) for _, spec, _, _ in files)
+    # (statistics are per field: a compressed field's shape, not its files')
+    shapes = [schema.fields[spec.name].shape if group == fmt.FRAMES else spec.shape
+              for group, spec, _, _ in files if group != fmt.INDEX]
+    extras = _TEXT_LIMIT + _STATS_ROWS * sum(8 * math.prod(shape) for shape in shapes)
     budget = (3 * _TEXT_LIMIT + _META_LIMIT + sum(sizes.values()) + _SAMPLER_SETS * (owner + steps + _META_LIMIT)
               + extras)
 

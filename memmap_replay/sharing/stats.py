@@ -32,6 +32,10 @@ computes image statistics after scaling to [0, 1]: divide by 255 for that), NaN 
 
 Episode summaries (always over the live episodes): count, and min/max/mean/std of the length and,
 when the store has a scalar ``reward`` (or ``rewards``) field, of the return (the sum of rewards).
+
+Compression (``compression_summary``): per compressed field, its codec (``zstd-3``) and the measured ratio, the raw
+bytes of the live rows (final-observation rows included) over the bytes of their encoded frames, read from the
+field's index (no frame is decoded, so it needs no codec package). ``info``, ``stats`` and the card show it.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ from ..core.options import check_quantiles, names as option_names
 from ..core.store import CommitObserver, observe_commits
 from .images import image_layout
 
-__all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT", "channel_layout"]
+__all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT", "channel_layout", "compression_summary",
+           "ratio_text"]
 
 TRACK_LIMIT = 1024  # numbers per row: fields up to this size are tracked on commit
 RUNNING_FILE = "running.npz"
@@ -388,6 +393,34 @@ def episode_summary(store) -> dict:
         out["return_field"] = reward
         out["return"] = _summary(_episode_returns(store, reward, table.start, table.length))
     return out
+
+
+def compression_summary(store) -> dict[str, dict[str, Any]]:
+    """Per compressed step field: ``codec`` ("zstd-3"), ``raw_bytes`` and ``encoded_bytes`` of its live rows
+    (final-observation rows included) and ``ratio``, raw over encoded (None without live rows). Reads the fields'
+    index files only: no frame is decoded."""
+    encoded = store.meta.schema.encoded
+    if not encoded:
+        return {}
+    table = store.live_table()
+    spans = table.length + table.final.astype(np.int64)  # the rows each live episode holds
+    out = {}
+    for name, spec in encoded.items():
+        index = store.steps[name].index.array()
+        stored = 0
+        for _, rows in _chunks(table.start, spans, _READ_BYTES // 16):
+            stored += int(index[rows, 1].sum())
+        raw = int(spans.sum()) * spec.row_nbytes
+        out[name] = {"codec": f"{spec.codec.name}-{spec.codec.level}", "raw_bytes": raw, "encoded_bytes": stored,
+                     "ratio": raw / stored if stored else None}
+    return out
+
+
+def ratio_text(ratio: float | None) -> str:
+    """A compression ratio for people: '312x', '44x', '2.5x'; '-' for none."""
+    if ratio is None or not math.isfinite(ratio):
+        return "-"
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
 
 
 def _episode_returns(store, name: str, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -1,7 +1,10 @@
 """verify(folder): check a store folder against the on-disk spec (``format``) without trusting it.
 
 The checks read ``meta.json``, every ``.npy`` header and the live slots of the episode table; never the
-step data, so they take about as long as opening the store. Each finding names the file, what is
+step data of a raw field, so they take about as long as opening the store. A compressed field (format 2.0)
+is checked row by row (``verify_encoded``): ``state.frames`` in meta.json, each live row's index entry, and
+every live frame decoded (without the codec's package, the ``zstd`` extra, a warning says the frames were not
+decoded). Each finding names the file, what is
 wrong, what was expected and what was found. A *problem* is damage: a reader refuses the store, or
 plain numpy cannot read a file. A *warning* is something readers ignore or a sampler rebuilds: a stray
 file, the ``meta.json*.tmp`` a crash leaves behind, a damaged ``priorities/`` file (sampler state, not
@@ -26,6 +29,7 @@ import math
 import os
 import re
 import stat
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +43,7 @@ from .checksums import MANIFEST, check_manifest, _judge, read_manifest, stray_fi
 from ..errors import (OptionError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError, SchemaError,
                      StoreIOError, StoreNotFoundError)
 from .stats import _MAX_RUNNING_BYTES, _NPY_HEADER_ROOM, RUNNING_FILE, _expected_members
+from .verify_encoded import FieldFramesCheck, check_frames_state
 from ..core.format import Capacity, State
 from ..core.schema import Schema
 
@@ -54,7 +59,7 @@ _PRIORITY_NOTE = ("; priorities are sampler state, not data: delete the file and
 _END_CODES_TEXT = ", ".join(f"{code} {name or 'unspecified'}" for code, name in fmt.END_NAMES.items())
 _CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_episodes": "live episode",
                  "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file",
-                 "entries": "folder entry"}
+                 "entries": "folder entry", "frames": "decoded frame"}
 _TOP_FILES = (fmt.META_FILE, fmt.LOCK_FILE, MANIFEST, "card.json", "README.md")
 _LAYOUT_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, fmt.STATS_DIR, fmt.RATELIMIT_DIR)
 _RUNNING = f"{fmt.STATS_DIR}/{RUNNING_FILE}"
@@ -92,7 +97,8 @@ class VerifyReport:
         verdict = "OK" if self.ok else f"DAMAGED: {_plural(len(self.problems), 'problem')}"
         lines = [f"{self.folder}: {verdict}, {_plural(len(self.warnings), 'warning')}",
                  "checked: " + ", ".join(("meta.json" if n else "meta.json (unreadable)") if key == "meta_json"
-                                         else _plural(n, _CHECKED_WORDS[key]) for key, n in self.checked.items())]
+                                         else _plural(n, _CHECKED_WORDS[key]) for key, n in self.checked.items()
+                                         if n or key != "frames")]  # (frames: compressed fields only)
         for title, found in (("problems", self.problems), ("warnings", self.warnings)):
             if found:
                 lines += [f"{title}:"] + [f"  - {line}" for line in found]
@@ -132,6 +138,10 @@ class _StoreChecker:
         self.links = True  # a 1.1 store: episodes/continues.npy is part of it
         self.state: State | None = None
         self.table: dict[str, np.ndarray] = {}  # episode table files whose headers and sizes are good
+        # compressed fields: state.frames when it is good; per field its index and frames maps, when both are good
+        self.frames: dict[str, dict[str, int]] | None = None
+        self.encoded: dict[str, dict[str, np.ndarray]] = {}
+        self.live: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (ids, start, stop) of sane episodes
         self.root = os.path.realpath(folder)  # the folder itself may be a link (a store on another disk)
         self.refused: set[str] = set()  # entries reported as ones the library refuses: not opened again
         self.reported: set[str] = set()  # entries reported by the entry checks (each once)
@@ -148,8 +158,8 @@ class _StoreChecker:
         self.report.warnings.append(f"{where}: {what}")
 
     def run(self) -> None:
-        for check in (self.check_meta, self.check_entries, self.check_files, self.check_table, self.check_priorities,
-                      self.check_running, self.check_strays, self.check_checksums):
+        for check in (self.check_meta, self.check_entries, self.check_files, self.check_table, self.check_frames,
+                      self.check_priorities, self.check_running, self.check_strays, self.check_checksums):
             try:
                 check()
             except Exception as error:  # noqa: BLE001 - damage nobody foresaw is reported, never raised
@@ -177,6 +187,14 @@ class _StoreChecker:
         self.schema = self.parse_schema(data.get("schema"))
         self.capacity = self.numbers("capacity", data.get("capacity"), Capacity)
         self.state = self.numbers("state", data.get("state"), State)
+        if self.schema is not None:
+            if self.schema.encoded and str(data.get("version")).split(".")[0] == "1":
+                self.problem("meta.json", f"declares version {data.get('version')!r} but has compressed fields "
+                                          f"{sorted(self.schema.encoded)}, a 2.0 feature (a 1.x reader would read "
+                                          f"their files wrong); a reader refuses it: it was altered by hand")
+            self.frames = check_frames_state(data.get("state"), self.schema, self.problem)
+            if self.state is not None and self.frames is not None:
+                self.state.frames = self.frames
         self.check_counters()
 
     def read_meta(self) -> dict | None:
@@ -414,11 +432,11 @@ class _StoreChecker:
         """The entries of a layout folder the library reads or writes (None: every entry is the library's)."""
         if top == fmt.STATS_DIR:
             return {_RUNNING}
-        groups = {fmt.STEPS_DIR: "fields", fmt.META_DIR: "meta_fields"}
-        if top in groups:
+        if top in (fmt.STEPS_DIR, fmt.META_DIR):
             if self.schema is None:
                 return None
-            return {f"{top}/{name}.npy" for name in getattr(self.schema, groups[top])}
+            layout = fmt.layout(self.schema, Capacity(1, 1, 2, False))  # (the names do not depend on the capacity)
+            return {path.as_posix() for _, _, path, _ in layout if path.parts[0] == top}
         if top == fmt.EPISODES_DIR:
             return {f"{top}/{name}.npy" for name in fmt.TABLE}
         return None  # priorities/, ratelimit/: run state the library owns, every entry
@@ -476,12 +494,20 @@ class _StoreChecker:
         if self.capacity is None:
             return
         rows = self.state.rows if self.state is not None else 0
-        for group, spec, path, fixed in fmt.layout(self.schema or Schema({}, {}), self.capacity, links=self.links):
+        for group, spec, path, fixed in fmt.layout(self.schema or Schema({}, {}), self.capacity, links=self.links,
+                                                   state=self.state):
             why = "state.rows in meta.json" if fixed is None else "capacity.max_episodes in meta.json"
+            if group == fmt.FRAMES:
+                why = f"state.frames.{spec.name}.bytes in meta.json"
+            count = len(self.report.problems)
             array = self.check_npy(path.as_posix(), spec.dtype, spec.shape, rows if fixed is None else fixed,
-                                   why, exact=fixed is not None)
+                                   why, exact=fixed is not None and group != fmt.FRAMES)
             if group == fmt.EPISODES_DIR and array is not None:
                 self.table[spec.name] = array
+            checked = len(self.report.problems) == count and not self.is_refused(path.as_posix())
+            if group in (fmt.INDEX, fmt.FRAMES) and checked:  # (then None means no rows)
+                self.encoded.setdefault(spec.name, {})[group] = np.zeros((0, *spec.shape), spec.dtype) \
+                    if array is None else array
 
     def check_npy(self, rel: str, dtype: np.dtype, shape: tuple, need: int, why: str, *, exact: bool,
                   note: str = "", at_least: int | None = None) -> np.ndarray | None:
@@ -576,10 +602,28 @@ class _StoreChecker:
                     f"{start[i]} .. {stop[i] - 1} (expected rows below state.rows = {state.rows} in meta.json)")
         inside = sane & ~beyond
         self.check_overlaps(ids[inside], start[inside], stop[inside])
+        self.live = ids[inside], start[inside], stop[inside]
         if len(ids) and inside[-1] and state.write_head not in (0, stop[-1]):
             self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[-1]}, the row after "
                                       f"the newest live episode {ids[-1]}, or 0); a writer would overwrite live rows")
         self.report.checked["live_rows"] = int((stop - start)[inside].sum())
+
+    def check_frames(self) -> None:
+        """Each compressed field's live rows: index entries, contiguous frames, and every frame decoded."""
+        if self.schema is None or self.live is None or self.frames is None:
+            return  # what makes them unreadable is reported already
+        from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
+
+        fields = {name: spec for name, spec in self.schema.encoded.items()
+                  if set(self.encoded.get(name, {})) == {fmt.INDEX, fmt.FRAMES}}
+        total = len(fields) * int((self.live[2] - self.live[1]).sum())
+        with tqdm(total=total, unit="frame", desc="decode", disable=not self.progress or not total,
+                  file=sys.stderr) as bar:
+            for name, spec in fields.items():
+                files = self.encoded[name]
+                check = FieldFramesCheck(spec, files[fmt.INDEX], files[fmt.FRAMES], self.frames[name]["head"],
+                                         self.problem, self.warn)
+                self.report.checked["frames"] += check.run(*self.live, progress=bar.update)
 
     def check_links(self, links: np.ndarray, ids: np.ndarray, end: np.ndarray, final: np.ndarray, episode) -> None:
         """Segment links: each names an earlier episode, at most one segment continues an episode, and a live

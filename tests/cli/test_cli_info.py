@@ -22,6 +22,9 @@ from memmap_replay.sharing.card import DatasetCard, write_card
 from memmap_replay.cli import main
 from memmap_replay.cli.info import _columns, _figure, _human_bytes
 from memmap_replay.core.format import NpyFile
+from memmap_replay.sharing.stats import compression_summary, ratio_text
+
+from compressed_stores import all_data, make_compressed_store
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", image=("uint8", (8, 40, 40)))
 LENGTHS = (5, 12, 30, 1, 17)
@@ -139,6 +142,52 @@ def test_info_json_matches_the_folder(known, capsys):
     every = [path for path in folder.rglob("*") if path.is_file() and path.name != "writer.lock"]
     assert sizes["total"]["apparent"] == sum(path.stat().st_size for path in every)
     assert sizes["total"]["disk"] == sum(path.stat().st_blocks * 512 for path in every)
+
+
+def test_info_shows_the_codec_and_ratio_of_a_compressed_field_and_counts_both_its_files(tmp_path, capsys,
+                                                                                         monkeypatch):
+    folder = make_compressed_store(tmp_path / "pixels")
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        summary = compression_summary(buffer.episode_store)
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # no frame is decoded: it works without the codec's package
+    code, out, err = run(capsys, "info", folder)
+    assert (code, err) == (0, "")
+    ratio = ratio_text(summary["image"]["ratio"])
+    assert re.search(r"^ +dtype +shape +default +codec +ratio +on disk +apparent$", out, re.M)
+    assert re.search(rf"^  image +uint8 +\(16, 16, 3\) +zeros +zstd-3 +{re.escape(ratio)} +\S+ \S+ +\S+ \S+$", out,
+                     re.M), out
+    assert re.search(r"^  action +int32 +\(\) +zeros +raw +\S+ \S+ +\S+ \S+$", out, re.M)
+    assert re.search(r"^format +memmap_replay 2\.0 ", out, re.M)
+    report = json.loads(run(capsys, "info", folder, "--json")[1])
+    assert report["compression"] == summary and summary["image"]["codec"] == "zstd-3"
+    assert report["schema"]["fields"]["image"]["codec"] == {"name": "zstd", "level": 3}
+    usage = [os.stat(folder / "steps" / f"image.{part}.npy") for part in ("frames", "index")]
+    assert report["sizes"]["fields"]["image"] == {"disk": sum(info.st_blocks * 512 for info in usage),
+                                                  "apparent": sum(info.st_size for info in usage)}
+    every = [path for path in folder.rglob("*") if path.is_file() and path.name != "writer.lock"]
+    assert report["sizes"]["total"]["apparent"] == sum(path.stat().st_size for path in every)
+    assert sum(used["apparent"] for used in report["sizes"]["fields"].values()) == sum(  # (each file once)
+        path.stat().st_size for path in (folder / "steps").iterdir())
+
+
+def test_stats_of_a_compressed_field(tmp_path, capsys):
+    folder = make_compressed_store(tmp_path / "pixels")
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        summary = compression_summary(buffer.episode_store)["image"]
+    code, out, _ = run(capsys, "stats", folder, "image", "--recompute", "--quiet")
+    assert code == 0
+    assert re.search(rf"^  compressed +image: zstd-3, {re.escape(ratio_text(summary['ratio']))} smaller \("
+                     rf"{re.escape(_human_bytes(19 * 768))} of live rows in {summary['encoded_bytes']} B\)$", out, re.M)
+    pixels = all_data(folder)
+    rows = np.concatenate([image[:n] for image, n in zip(pixels["image"], pixels["episode_lens"])])
+    for channel in range(3):
+        count, mean, std, low, high = table_row(out, f"image[channel={channel}]")
+        values = rows[..., channel].astype(np.float64)
+        assert count == values.size and close(mean, values.mean()) and close(std, values.std())
+        assert (low, high) == (values.min(), values.max())
+    report = json.loads(run(capsys, "stats", folder, "--json")[1])
+    assert report["compression"] == {"image": summary}
+    np.testing.assert_allclose(report["fields"]["image"]["mean"], rows.astype(np.float64).mean(0), rtol=1e-12)
 
 
 def test_info_reads_no_step_data_but_rewards(known, capsys, monkeypatch):

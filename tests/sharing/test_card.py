@@ -23,6 +23,9 @@ from memmap_replay.sharing.card import (DatasetCard, add_provenance, read_card, 
 from memmap_replay.sharing.checksums import check_manifest, write_manifest
 from memmap_replay.cli import main
 
+from memmap_replay.sharing.stats import compression_summary, ratio_text
+
+from compressed_stores import make_compressed_store
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 
 FULL = dict(name="mujoco/hopper-expert-v0", description="Expert | runs.\n\nSecond paragraph.", author=["Ada", "Bo"],
@@ -92,6 +95,20 @@ def test_readme_has_hub_front_matter_counts_returns_and_how_to_load(tmp_path):
          namespace)
     assert set(namespace["namespace_batch"]) >= {"obs", "action", "reward"}
     namespace["buffer"].close()
+
+
+def test_readme_shows_the_codec_and_measured_ratio_of_compressed_fields(tmp_path):
+    folder = make_compressed_store(tmp_path / "store")
+    update_card(folder, name="pixels/compressed-v0")
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        ratio = ratio_text(compression_summary(buffer.episode_store)["image"]["ratio"])
+    assert "| field | per | dtype | shape | codec |" in readme
+    assert f"| image | step | uint8 | (16, 16, 3) | zstd-3, {ratio} smaller |" in readme
+    assert "| action | step | int32 | () | raw |" in readme and "| task_id | episode | int32 | () |  |" in readme
+    assert "`steps/<field>.frames.npy`" in readme and "`steps/<field>.index.npy`" in readme
+    plain = DatasetCard(name="x/plain-v0").render(fields_of={"fields": {"obs": {"dtype": "float32", "shape": [3]}}})
+    assert "| field | per | dtype | shape |\n" in plain and "codec" not in plain  # (no codec column without one)
 
 
 @pytest.mark.parametrize("license, expected", [

@@ -17,10 +17,12 @@ import pytest
 
 from memmap_replay import CorruptStoreError, ReplayBuffer, StoreLockedError, StoreNotFoundError
 from memmap_replay.sharing.card import update_card
+from memmap_replay.core.format import read_meta
 from memmap_replay.sharing.checksums import (MANIFEST, check_manifest, is_store_path, read_manifest, store_files,
-                                             write_manifest)
+                                             stray_files, write_manifest)
 from memmap_replay.cli import main
 
+from compressed_stores import make_compressed_store
 from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 
 STORE_FILES = ["README.md", "card.json", "episodes/continues.npy", "episodes/end.npy", "episodes/final.npy",
@@ -75,6 +77,24 @@ def test_gnu_sha256sum_accepts_it(store):
     write_manifest(store)
     done = subprocess.run(["sha256sum", "-c", "--strict", MANIFEST], cwd=store, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.count(": OK") == len(STORE_FILES), done.stdout + done.stderr
+
+
+def test_a_compressed_field_is_covered(tmp_path):
+    """Both files of a compressed field are the store's (listed, hashed, checked by sha256sum), never strays."""
+    folder = make_compressed_store(tmp_path / "compressed")
+    write_manifest(folder)
+    listed = [line.split("  ", 1)[1] for line in lines(folder)]
+    assert [rel for rel in listed if rel.startswith("steps/")] == [
+        "steps/action.npy", "steps/image.frames.npy", "steps/image.index.npy", "steps/reward.npy"]
+    assert check_manifest(folder) == [] and stray_files(folder, read_meta(folder).schema) == []
+    if shutil.which("sha256sum") is not None:
+        done = subprocess.run(["sha256sum", "-c", "--strict", MANIFEST], cwd=folder, capture_output=True, text=True)
+        assert done.returncode == 0 and done.stdout.count(": OK") == len(listed), done.stdout + done.stderr
+    flip_byte(folder / "steps/image.frames.npy", 200)
+    flip_byte(folder / "steps/image.index.npy", -1)
+    assert findings(folder) == [("steps/image.frames.npy", "changed"), ("steps/image.index.npy", "changed")]
+    (folder / "steps/image.codes.npy").write_bytes(b"")  # not a file of the layout: a stray
+    assert [rel for rel, _ in stray_files(folder, read_meta(folder).schema)] == ["steps/image.codes.npy"]
 
 
 def test_large_files_are_hashed_in_chunks(tmp_path):

@@ -23,6 +23,7 @@ from memmap_replay.sharing.checksums import MANIFEST, write_manifest
 from memmap_replay.cli import main
 from memmap_replay.sharing.pack import pack, unpack
 
+from compressed_stores import all_data, make_compressed_store
 from test_checksums import make_store
 
 SUFFIXES = [".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2"]
@@ -829,3 +830,52 @@ def test_unpack_fault_injection(store, tmp_path, faults, code, into):
     faults.arm(None, code)
     unpack(good, target, overwrite=into == "replace")
     same_data(store, target)
+
+
+# ---- compressed fields -----------------------------------------------------------------------------------
+
+
+COMPRESSED_EPISODES = 200  # max_steps 2,200: the frames file grows to 1 MiB (a hole past the 0.5 KiB of frames)
+
+
+@pytest.fixture(scope="module")
+def compressed(tmp_path_factory):
+    return make_compressed_store(tmp_path_factory.mktemp("compressed") / "store", max_episodes=COMPRESSED_EPISODES)
+
+
+def test_a_compressed_store_round_trips_bit_exact(compressed, tmp_path):
+    """The frames and the index travel as the store's files: unpacked byte for byte, they decode to the same rows
+    (a frames file is allowed what every row raw takes: max_steps x the row's bytes; before, one byte a row)."""
+    assert (compressed / "steps/image.frames.npy").stat().st_size > 1 << 20
+    summary = pack(compressed, tmp_path / "c.tar.gz")
+    with tarfile.open(summary.archive) as tar:
+        assert {"store/steps/image.frames.npy", "store/steps/image.index.npy"} <= set(tar.getnames())
+    unpacked = unpack(summary.archive, tmp_path / "out")
+    assert unpacked.files == summary.files and leftovers(tmp_path) == []
+    for rel in ("steps/image.frames.npy", "steps/image.index.npy", "meta.json", MANIFEST):
+        assert (tmp_path / "out" / rel).read_bytes() == (compressed / rel).read_bytes(), rel
+    report = verify(tmp_path / "out", checksums=True)
+    assert report.ok and not report.warnings and report.checked["frames"] == 19, report
+    before, after = all_data(compressed), all_data(tmp_path / "out")
+    assert before.keys() == after.keys()
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    assert before["image"].any()
+
+
+@pytest.mark.parametrize("rel, row_bytes", [("steps/image.frames.npy", 16 * 16 * 3), ("steps/image.index.npy", 16)])
+def test_the_size_limits_of_a_compressed_field(compressed, tmp_path, rel, row_bytes):
+    """unpack allows a compressed field's frames every row raw (max_steps x the row's bytes) and its index 16 bytes a
+    row (and a .npy header's room); one byte more is refused before any of it is read."""
+    limit = (1 << 16) + COMPRESSED_EPISODES * 11 * row_bytes
+    good = members_of(pack(compressed, tmp_path / "c.tar").archive)
+
+    def sized(size):
+        return [(regular(info.name, size), (data[:512], size)) if info.name == f"store/{rel}" else (info, data)
+                for info, data in good]
+    with pytest.raises(CorruptStoreError, match=rf"member 'store/{re.escape(rel)}' declares {limit + 1} bytes "
+                                                rf"\(expected at most {limit} for this file\)"):
+        unpack(write_tar(tmp_path / "over.tar", sized(limit + 1)), tmp_path / "over")
+    with pytest.raises(CorruptStoreError, match=rf"does not match its own checksums.*{re.escape(rel)}: its sha256"):
+        unpack(write_tar(tmp_path / "at.tar", sized(limit)), tmp_path / "at")  # (the size passes; the bytes differ)
+    assert leftovers(tmp_path) == []

@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 from memmap_replay import InvalidDataError, ReplayBuffer
-from memmap_replay.sharing.stats import STATS_DIR, RUNNING_FILE, TRACK_LIMIT, _Moments
+from memmap_replay.sharing.stats import (STATS_DIR, RUNNING_FILE, TRACK_LIMIT, _Moments, compression_summary,
+                                         ratio_text)
+
+from compressed_stores import FIELDS as COMPRESSED_FIELDS, episode as compressed_episode, make_compressed_store
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float", done="bool", image=("uint8", (4, 16, 32)))
 
@@ -359,3 +362,55 @@ def test_write_lerobot_refuses_a_path_inside_the_store_or_nowhere(images, tmp_pa
     with pytest.raises(InvalidDataError, match=r"must be in an existing folder .*; create the folder first"):
         stats.write_lerobot(tmp_path / "nowhere" / "stats.json")
     assert not (folder / "stats.json").exists()
+
+
+# ---- compressed fields -----------------------------------------------------------------------------------
+
+
+def test_statistics_of_a_compressed_field_read_its_decoded_rows(tmp_path):
+    """A compressed image of at most TRACK_LIMIT numbers is tracked on commit; a reader that catches up, recompute
+    and quantiles read its rows decoded: all equal numpy over the stored values."""
+    rng = np.random.default_rng(11)
+    episodes = [compressed_episode(rng, int(rng.integers(2, 8))) for _ in range(5)]
+    with ReplayBuffer(tmp_path / "s", max_episodes=8, max_timesteps=10, fields=COMPRESSED_FIELDS,
+                      track_stats=False) as buffer:  # (readers catch up from the live episodes: they decode)
+        for data in episodes:
+            buffer.store_episode(**data)
+    with ReplayBuffer.from_folder(tmp_path / "s", read_only=True) as buffer:
+        caught_up = buffer.stats()
+        recomputed = buffer.stats(fields=["image"], quantiles=(0.5, 0.99), recompute=True)
+    rows = np.concatenate([data["image"] for data in episodes]).astype(np.float64)
+    for stats in (caught_up, recomputed):
+        check(stats, episodes, "image")
+        assert stats.fields["image"].layout == "HWC"
+    np.testing.assert_allclose(recomputed.fields["image"].quantiles[0.99], np.quantile(rows, 0.99, axis=0))
+    with ReplayBuffer(tmp_path / "t", max_episodes=8, max_timesteps=10, fields=COMPRESSED_FIELDS) as buffer:
+        for data in episodes:  # (a writer folds its rows in as they commit, before they are encoded)
+            buffer.store_episode(**data)
+        check(buffer.stats(), episodes, "image")
+
+
+def test_compression_summary_is_the_live_rows_raw_over_encoded(tmp_path):
+    folder = make_compressed_store(tmp_path / "s")
+    with ReplayBuffer.from_folder(folder, read_only=True) as buffer:
+        store = buffer.episode_store
+        summary = compression_summary(store)
+        table = store.live_table()
+    index = np.load(folder / "steps/image.index.npy")
+    rows = np.concatenate([np.arange(start, start + length + final)
+                           for start, length, final in zip(table.start, table.length, table.final.astype(int))])
+    assert len(rows) == 19  # (episode 1's final row counts: it is stored)
+    assert summary == {"image": {"codec": "zstd-3", "raw_bytes": 19 * 768, "encoded_bytes": int(index[rows, 1].sum()),
+                                 "ratio": 19 * 768 / index[rows, 1].sum()}}
+    assert 5 < summary["image"]["ratio"] < 768
+    with ReplayBuffer(tmp_path / "raw", max_episodes=2, max_timesteps=3, fields=dict(x="float")) as buffer:
+        assert compression_summary(buffer.episode_store) == {}
+    with ReplayBuffer(tmp_path / "empty", max_episodes=2, max_timesteps=3, fields=COMPRESSED_FIELDS) as buffer:
+        assert compression_summary(buffer.episode_store)["image"] == {"codec": "zstd-3", "raw_bytes": 0,
+                                                                       "encoded_bytes": 0, "ratio": None}
+
+
+@pytest.mark.parametrize("ratio, text", [(312.4, "312x"), (44.0, "44x"), (9.96, "10x"), (2.46, "2.5x"), (1.0, "1x"),
+                                         (None, "-")])
+def test_ratio_text(ratio, text):
+    assert ratio_text(ratio) == text

@@ -283,10 +283,11 @@ def test_healthy_store_report(folder):
     assert isinstance(report, VerifyReport)
     assert report.ok and report.problems == [] and report.warnings == [] and report.is_store
     assert report.checked == {"meta_json": 1, "npy_files": 12, "live_episodes": 3, "live_rows": 13, "priority_files": 2,
-                              "checksums": 0, "entries": 22}  # 7 in the folder, 15 in its layout folders
+                              "checksums": 0, "entries": 22, "frames": 0}  # 7 in the folder, 15 in its layout folders
     text = str(report)
     assert text.splitlines()[0] == f"{folder}: OK, 0 warnings"
     assert "3 live episodes" in text and "13 live rows" in text and "12 .npy headers" in text
+    assert "decoded frame" not in text  # (no compressed field)
     assert json.loads(json.dumps(report.to_json())) == {
         "folder": str(folder), "ok": True, "is_store": True, "problems": [], "warnings": [], "checked": report.checked}
 
