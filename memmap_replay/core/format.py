@@ -322,7 +322,7 @@ def _frames_state(data: Any, schema: Schema, where: str) -> dict[str, dict[str, 
                                 f"{sorted(schema.encoded)} (got {str(data)[:200]})")
     frames = {}
     for name in schema.encoded:
-        entry = data.get(name, {"head": 0, "bytes": 0})
+        entry = data.get(name)  # (a 2.0 writer writes one for every compressed field, from the store's creation)
         if (not isinstance(entry, dict) or any(type(entry.get(key)) is not int for key in ("head", "bytes"))
                 or not 0 <= entry["head"] <= entry["bytes"] < 2**62):
             raise CorruptStoreError(f"{where} must have in state.frames[{name!r}] integers 0 <= head <= bytes < 2**62 "
@@ -333,8 +333,10 @@ def _frames_state(data: Any, schema: Schema, where: str) -> dict[str, dict[str, 
 
 def has_links(version: str) -> bool:
     """Whether a store of format ``version`` ("MAJOR.MINOR") keeps segment links (``episodes/continues.npy``)."""
-    minor = version.split(".")[1] if version.count(".") == 1 else ""
-    return minor.isdigit() and len(minor) < 6 and int(minor) >= LINKS_SINCE[1]
+    parts = version.split(".") if version.count(".") == 1 else ["", ""]
+    if not all(part.isdigit() and len(part) < 6 for part in parts):
+        return False
+    return (int(parts[0]), int(parts[1])) >= LINKS_SINCE
 
 
 def _check_numbers(capacity: Capacity, state: State, where: str) -> None:

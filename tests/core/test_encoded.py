@@ -246,3 +246,24 @@ def test_reopening_with_the_field_asked_for_raw_takes_the_stored_codec(tmp_path)
     with pytest.raises(SchemaMismatchError, match=r"field 'image': stored uint8 \(12, 10, 3\) default None codec "
                                                   r"zstd-3, asked for .* codec zstd-9"):
         ReplayBuffer(tmp_path / "s", max_episodes=8, max_timesteps=40, fields=other, meta_fields=dict(task_id="int"))
+
+
+def test_a_version_2_store_keeps_its_segment_links(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "s", max_episodes=8, max_timesteps=4, fields=fields(True),
+                          long_episodes="split")
+    buffer.store_episode(image=frames_of(0, 10), action=np.arange(10), reward=np.zeros(10))
+    buffer.close()
+    again = ReplayBuffer.from_folder(tmp_path / "s", read_only=True)
+    table = again.episode_store.live_table()
+    assert again.episode_store.links(table).tolist() == [-1, 0, 1]
+    np.testing.assert_array_equal(np.concatenate([part["image"] for part in again.episodes()]), frames_of(0, 10))
+    again.close()
+
+
+def test_a_meta_json_without_the_frames_state_of_a_compressed_field_is_refused(tmp_path):
+    fill(tmp_path / "s", True, episodes=3, circular=False).close()
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    del meta["state"]["frames"]["image"]
+    (tmp_path / "s" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CorruptStoreError, match=r"state.frames\['image'\] integers 0 <= head <= bytes"):
+        ReplayBuffer.from_folder(tmp_path / "s")
