@@ -54,7 +54,8 @@ def add(commands) -> None:
     sums.add_argument("--checksums", dest="checksums", action="store_const", const=True, default=None,
                       help="check checksums.sha256, and report it as a problem if there is none")
     sums.add_argument("--no-checksums", dest="checksums", action="store_const", const=False,
-                      help="skip checksums.sha256 (no step data is read)")
+                      help="skip checksums.sha256 (no step data is read but the frames of compressed fields, "
+                           "which are decoded)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar while files are hashed")
     parser.set_defaults(run=run_verify)
 
