@@ -18,6 +18,8 @@ SLOW_MODULES = frozenset({
     "tests/test_docs.py",
     "tests/test_types.py",
     "tests/core/test_crash.py",
+    "tests/core/test_encoded_crash.py",
+    "tests/core/test_encoded_live.py",
     "tests/distributed/test_ray_shards.py",
     "tests/distributed/test_ddp.py",
     "tests/sharing/test_viewer_browser.py",
