@@ -22,11 +22,19 @@ import numpy as np
 from ..errors import MissingExtraError, SchemaError
 from .extras import require_extra
 
-__all__ = ["CodecSpec", "FrameError", "ZstdFrames", "parse_codec", "codec_from_json", "frames_of", "CODEC_NAMES"]
+__all__ = ["CodecSpec", "FrameError", "ZstdFrames", "parse_codec", "codec_from_json", "frames_of", "frame_bound",
+           "CODEC_NAMES"]
 
 CODEC_NAMES = ("zstd",)
 DEFAULT_LEVEL = 3
 _LEVELS = range(-7, 23)  # zstd's fast levels (-7..-1), its default (0 means 3) and levels 1..22
+
+
+def frame_bound(row_nbytes: int) -> int:
+    """The most bytes a zstd frame of one row takes (zstd's ZSTD_COMPRESSBOUND, plus the frame's checksum): a row
+    that does not compress is stored in zstd's raw blocks, a few bytes more than the row."""
+    small = ((128 << 10) - row_nbytes) >> 11 if row_nbytes < (128 << 10) else 0
+    return row_nbytes + (row_nbytes >> 8) + small + 4
 
 
 class FrameError(Exception):

@@ -3,9 +3,12 @@
 A compressed field ``image`` is two standard ``.npy`` files in ``steps/`` (the format spec, ``core/format.py``):
 
 - ``image.frames.npy``: uint8, the frames of the rows, back to back; an episode's frames are contiguous;
-- ``image.index.npy``: int64 (rows, 2), per row the frame's offset in the frames file and its length. A length
-  equal to the row's size means the row is stored raw (compressing it would not have made it smaller); a length
+- ``image.index.npy``: int64 (rows, 2), per row the frame's offset in the frames file and its length; a length
   of 0, a row never written (it reads as zeros, as a raw field's unwritten rows do; no live row has one).
+
+Every written row is one zstd frame, with its content size and a checksum of its content; a row that does not
+compress (noise) is a frame of zstd's raw blocks, a few bytes more than the row. So every byte a reader decodes is
+checked, whatever its index entry says.
 
 Frames are placed as rows are: an episode's frames follow the previous episode's, and go back to offset 0 when
 its rows do (a ring's wrap, or after ``clear()``). So in a ring the frames file holds about one lap of rows,
@@ -25,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CorruptStoreError, ReadOnlyError
-from .codecs import FrameError, ZstdFrames, frames_of
+from .codecs import FrameError, ZstdFrames, frame_bound, frames_of
 from .format import NpyFile
 from .schema import FieldSpec
 from .threads import THREADS, split
@@ -46,6 +49,7 @@ class EncodedColumn:
         self.shape = (len(index), *spec.shape)
         self.ndim = len(self.shape)
         self.row_nbytes = spec.row_nbytes
+        self.max_frame = frame_bound(spec.row_nbytes)
         self.nbytes = len(index) * self.row_nbytes
 
     def __len__(self) -> int:
@@ -109,12 +113,13 @@ class EncodedColumn:
     def _decode(self, rows: np.ndarray, positions: np.ndarray, out: np.ndarray) -> None:
         entries = self.index[rows]
         offsets, lengths = entries[:, 0], entries[:, 1]
-        bad = (lengths < 0) | (lengths > self.row_nbytes) | (offsets < 0) | (offsets > len(self.frames) - lengths)
+        bad = (lengths < 0) | (lengths > self.max_frame) | (offsets < 0) | (offsets > len(self.frames) - lengths)
         if bad.any():
             at = int(np.flatnonzero(bad)[0])
             raise self._corrupt(int(rows[at]), f"its index entry (offset {int(offsets[at])}, length "
                                                f"{int(lengths[at])}) lies outside the {len(self.frames)} bytes of "
-                                               f"frames, or past a row's {self.row_nbytes} bytes")
+                                               f"frames, or is longer than a frame of one row ({self.max_frame} "
+                                               f"bytes)")
         parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)
         starts, ends = offsets.tolist(), (offsets + lengths).tolist()
         where = positions.tolist()
@@ -126,12 +131,9 @@ class EncodedColumn:
 
     def _decode_part(self, rows: np.ndarray, starts: Sequence[int], ends: Sequence[int], where: Sequence[int],
                      out: np.ndarray, part: slice) -> None:
-        frames, decode, size = self.frames, self.codec.decode_into, self.row_nbytes
+        frames, decode = self.frames, self.codec.decode_into
         for i in range(part.start, part.stop):
             start, end, target = starts[i], ends[i], out[where[i]]
-            if end - start == size:  # stored raw
-                target[:] = frames[start:end]
-                continue
             if end == start:  # a row never written (as a raw field's hole in the file: zeros)
                 target[:] = 0
                 continue
@@ -195,23 +197,19 @@ class EncodedField:
 
     def encode(self, chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """An episode's rows (chunks of rows) as (lengths, frames back to back), encoded on the library's
-        threads. A row that would not get smaller is kept raw (its length is then the row's size)."""
+        threads."""
         rows = [row for chunk in chunks for row in np.ascontiguousarray(chunk).reshape(len(chunk), -1)]
-        encoded: list[bytes | np.ndarray] = [b""] * len(rows)
-        size, encode = self.spec.row_nbytes, self.codec.encode
+        encoded: list[bytes] = [b""] * len(rows)
+        encode = self.codec.encode
 
         def work(part: slice) -> None:
             for i in range(part.start, part.stop):
-                frame = encode(rows[i])
-                encoded[i] = frame if len(frame) < size else rows[i].view(np.uint8)
+                encoded[i] = encode(rows[i])
 
         parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)
         THREADS.run([partial(work, part) for part in split(len(rows), parts)])
-        lengths = np.fromiter((len(frame) if isinstance(frame, bytes) else size for frame in encoded),
-                              dtype=np.int64, count=len(rows))
-        blob = np.frombuffer(b"".join(frame if isinstance(frame, bytes) else frame.tobytes() for frame in encoded),
-                             np.uint8)
-        return lengths, blob
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(rows))
+        return lengths, np.frombuffer(b"".join(encoded), np.uint8)
 
     def write(self, row: int, at: int, lengths: np.ndarray, blob: np.ndarray) -> None:
         """The frames of rows ``row ..`` at byte ``at``, then their index entries."""
@@ -239,5 +237,5 @@ class EncodedField:
 
 
 def frames_limit(spec: FieldSpec, max_steps: int) -> int:
-    """The most bytes of frames a field may need: every row raw."""
-    return max_steps * spec.row_nbytes
+    """The most bytes of frames a field may need: every row a frame of raw blocks."""
+    return max_steps * frame_bound(spec.row_nbytes)

@@ -126,10 +126,10 @@ that 1.x readers open it; a 1.x reader refuses a 2.0 store by its major version,
 
 - ``steps/<field>.frames.npy``: uint8 (bytes,), the encoded rows (frames) back to back;
 - ``steps/<field>.index.npy``: int64 (rows, 2), per row the offset of its frame in the frames file and its
-  length. A length equal to the row's size (dtype size x shape) means the row is stored raw (encoding it would
-  not have made it smaller); a length of 0 means the row was never written (it reads as zeros; no live row has
-  one). Every other frame is one zstd frame that records its content size (exactly one row) and a checksum of
-  its content; a reader MUST NOT decode more than one row's bytes from a frame.
+  length; a length of 0 means the row was never written (it reads as zeros; no live row has one). Every written
+  row is one zstd frame that records its content size (exactly one row, dtype size x shape bytes) and a
+  checksum of its content (a row that does not compress is a frame of raw blocks, a little longer than the row);
+  a reader MUST NOT decode more than one row's bytes from a frame.
 
 ``state.frames`` has an entry per compressed field: ``{"head": H, "bytes": B}``; the frames file holds at least
 B bytes (it grows as the step files do: size first, then header), and the next episode's frames go at byte H,
@@ -148,8 +148,8 @@ With numpy and the zstandard package alone::
     def row(r):
         offset, size = index[r]
         data = frames[offset:offset + size].tobytes()
-        if size == nbytes or size == 0:
-            return np.frombuffer(data, np.uint8).reshape(shape) if size else np.zeros(shape, np.uint8)
+        if size == 0:
+            return np.zeros(shape, np.uint8)  # never written
         assert zstandard.frame_content_size(data) == nbytes  # never inflate more than a row
         return np.frombuffer(zstandard.ZstdDecompressor().decompress(data), np.uint8).reshape(shape)
     first_episode = np.stack([row(r) for r in range(start[0], start[0] + length[0])])

@@ -200,7 +200,7 @@ _LOAD_LINES = [
 _COMPRESSED_LINES = [
     "A compressed field (a codec in the table above) is two `.npy` files instead of one: `steps/<field>.frames.npy`, "
     "its rows' zstd frames back to back (uint8), and `steps/<field>.index.npy`, each row's (offset, length) in it "
-    "(int64; a length equal to the row's size means the row is stored raw). memmap-replay decodes them as it reads "
+    "(int64). memmap-replay decodes them as it reads "
     "(`pip install 'memmap-replay[zstd]'`); with numpy and zstandard alone, row r is "
     "`zstandard.decompress(frames[offset:offset + length])` (reshaped to the field's dtype and shape).", "",
 ]

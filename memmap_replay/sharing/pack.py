@@ -22,8 +22,8 @@ Its work is bounded before any data is read:
   come (each at most ``_TEXT_LIMIT``, 64 MiB), and ``meta.json`` itself at most ``_META_LIMIT`` (4 MiB);
   a store's data file placed before ``meta.json`` is refused, since its size could not be checked;
 - after it, every file's declared size (the real size of a sparse member, GNU or PAX) is checked against
-  what the capacity in ``meta.json`` allows for that file (a compressed field's frames: ``max_steps`` rows
-  stored raw; its index: 16 bytes a row), the bytes the archive stores for a member
+  what the capacity in ``meta.json`` allows for that file (a compressed field's frames: ``max_steps`` frames
+  of rows that do not compress; its index: 16 bytes a row), the bytes the archive stores for a member
   against the same limit, and the running total against what such a store can hold and ``max_bytes``;
 - the headers that tarfile reads before handing over a member (PAX records, long names, sparse maps)
   may take at most ``_HEADER_LIMIT`` (64 KiB) per member and ``_HEADERS_LIMIT`` (64 MiB) in all: the

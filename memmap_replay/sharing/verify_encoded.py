@@ -6,7 +6,7 @@ files (dtype, shape, rows: the index holds ``state.rows`` rows, the frames at le
 ``state.frames["image"]["bytes"]`` bytes). Here, for every live row (a final-observation row included):
 
 - its index entry lies inside the committed frames (``offset + length <= bytes``) with a length of 1 .. the
-  row's bytes (a length equal to the row's bytes means the row is stored raw);
+  most a frame of one row takes (``core.codecs.frame_bound``);
 - an episode's frames are contiguous (row r + 1's frame starts where row r's ends), and no two live episodes
   share bytes of frames; ``state.frames[...]["head"]`` is the byte after the newest episode's frames (or 0);
 - its frame decodes to exactly one row (``EncodedColumn.take`` in blocks, on the library's threads; the rows of a
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.codecs import FrameError, ZstdFrames, frames_of
+from ..core.codecs import FrameError, ZstdFrames, frame_bound, frames_of
 from ..core.encoded import EncodedColumn
 from ..core.schema import FieldSpec, Schema
 from ..errors import CorruptStoreError, MissingExtraError
@@ -86,6 +86,7 @@ class FieldFramesCheck:
         self.spec, self.index, self.frames, self.head = spec, index, frames, head
         self.problem, self.warn = problem, warn
         self.row_nbytes = spec.row_nbytes
+        self.max_frame = frame_bound(spec.row_nbytes)
         self.index_file, self.frames_file = f"steps/{spec.name}.index.npy", f"steps/{spec.name}.frames.npy"
         # findings per kind: (listed lines, count)
         self.found: dict[str, tuple[list[str], int]] = {}
@@ -131,11 +132,11 @@ class FieldFramesCheck:
         entries = np.asarray(self.index[rows])
         offsets, lengths = entries[:, 0], entries[:, 1]
         nbytes, name = len(self.frames), self.spec.name
-        bad = (lengths < 1) | (lengths > self.row_nbytes) | (offsets < 0) | (offsets > nbytes - lengths)
+        bad = (lengths < 1) | (lengths > self.max_frame) | (offsets < 0) | (offsets > nbytes - lengths)
         hits = np.flatnonzero(bad)
         self.note("bounds", [f"field {name!r}, row {rows[i]} (live episode {owner[i]}): its index entry (offset "
                              f"{offsets[i]}, length {lengths[i]}) must lie inside the {nbytes} committed bytes of "
-                             f"frames (state.frames in meta.json) with a length of 1 .. {self.row_nbytes}"
+                             f"frames (state.frames in meta.json) with a length of 1 .. {self.max_frame}"
                              for i in hits[:_MAX_LISTED]], len(hits))
         same = owner[1:] == owner[:-1]
         expected = offsets[:-1] + lengths[:-1]
@@ -196,8 +197,6 @@ class FieldFramesCheck:
         target, lines = np.empty(size, np.uint8), []
         for row, episode in zip(rows.tolist(), owner.tolist()):
             offset, length = (int(value) for value in self.index[row])
-            if length == size:  # stored raw: nothing to decode
-                continue
             try:
                 codec.decode_into(frames[offset:offset + length], target)
             except FrameError as error:

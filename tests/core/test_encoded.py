@@ -120,13 +120,13 @@ def test_episodes_and_arrays_decode(pair):
         column[len(column)]
 
 
-def test_a_row_that_does_not_get_smaller_is_stored_raw_and_read_back(tmp_path):
+def test_a_row_that_does_not_compress_is_still_a_checked_frame_a_few_bytes_longer(tmp_path):
     rng = np.random.default_rng(0)
     buffer = ReplayBuffer(tmp_path / "noise", max_episodes=4, max_timesteps=20, fields=fields(True))
     images = rng.integers(0, 256, size=(10, *SHAPE), dtype=np.uint8)  # noise: zstd cannot shrink it
     buffer.store_episode(image=images, action=np.arange(10), reward=np.zeros(10))
     index = np.load(tmp_path / "noise" / "steps" / "image.index.npy")
-    assert (index[:10, 1] == images[0].nbytes).all()
+    assert (index[:10, 1] > images[0].nbytes).all() and (index[:10, 1] < images[0].nbytes + 32).all()
     np.testing.assert_array_equal(buffer.episodes()[0]["image"], images)
 
 
@@ -145,12 +145,12 @@ def test_a_window_decodes_each_distinct_frame_once(pair, monkeypatch):
 def test_a_ring_keeps_its_frames_within_one_lap_of_rows(tmp_path):
     buffer = ReplayBuffer(tmp_path / "ring", max_episodes=50, max_timesteps=40, max_steps=400, circular=True,
                           fields=fields(True), meta_fields=dict(task_id="int"))
-    noise = np.random.default_rng(0).integers(0, 256, size=(35, *SHAPE), dtype=np.uint8)  # kept raw: 360 B a row
+    noise = np.random.default_rng(0).integers(0, 256, size=(35, *SHAPE), dtype=np.uint8)  # ~370 B a row
     for number in range(110):
         buffer.store_episode(image=noise, action=np.arange(35), reward=np.zeros(35), task_id=number)
     written = 110 * 35 * noise[0].nbytes
     size = os.path.getsize(tmp_path / "ring" / "steps" / "image.frames.npy")
-    # a lap of 400 rows is 144 KB: the file stays at its first 1 MiB; frames that never wrapped would need 1.4 MB
+    # a lap of 400 rows is 150 KB: the file stays at its first 1 MiB; frames that never wrapped would need 1.4 MB
     assert written > 1.3 * (1 << 20) and size <= (1 << 20) + 4096
     for episode in buffer.episodes():
         np.testing.assert_array_equal(episode["image"], noise)
@@ -171,7 +171,7 @@ def test_an_episode_whose_frames_overlap_older_ones_evicts_them_even_where_its_r
                           fields=fields(True), meta_fields=dict(task_id="int"))
     for number in range(10):  # ten compressible episodes of 10 rows: rows 0..99, a few hundred bytes of frames
         buffer.store_episode(image=frames_of(number, 10), action=np.arange(10), reward=np.zeros(10), task_id=number)
-    noise = np.random.default_rng(1).integers(0, 256, size=(5, *SHAPE), dtype=np.uint8)  # raw: 360 bytes a row
+    noise = np.random.default_rng(1).integers(0, 256, size=(5, *SHAPE), dtype=np.uint8)  # ~370 bytes a row
     buffer.store_episode(image=noise, action=np.arange(5), reward=np.zeros(5), task_id=99)  # rows 0..4 after a wrap
     table = buffer.episode_store.live_table()
     # its rows overlap episode 0 only; its 1,800 bytes of frames overlap several: those are gone too

@@ -255,8 +255,8 @@ def test_the_rehearsal_evicts_by_rows_by_bytes_and_by_slots_and_grows_the_frames
     assert any(commit.wraps for commit in rehearsal)
     assert sum(commit.grows_frames for commit in rehearsal if commit.ep >= 2) >= 2
     raw = [commit for commit in rehearsal if commit.ep // 2 % 3 == 0]
-    assert raw and all(commit.frames[1] - commit.frames[0] == ROW_BYTES * (commit.rows[1] - commit.rows[0])
-                       for commit in raw), "noise rows are stored raw"
+    assert raw and all(commit.frames[1] - commit.frames[0] > ROW_BYTES * (commit.rows[1] - commit.rows[0])
+                       for commit in raw), "noise rows are frames of raw blocks, a little longer than the rows"
 
 
 SWEEPS = {

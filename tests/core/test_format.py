@@ -193,7 +193,7 @@ def test_a_step_file_cut_short_after_opening_is_a_corrupt_store_error(tmp_path):
 def test_the_spec_reads_a_compressed_field_with_numpy_and_zstandard_alone(tmp_path):
     pytest.importorskip("zstandard", reason="compressed fields need the zstd extra: pip install 'memmap-replay[zstd]'")
     images = np.random.default_rng(0).integers(0, 4, size=(7, 210, 160, 3), dtype=np.uint8)
-    images[3] = np.random.default_rng(1).integers(0, 256, size=(210, 160, 3))  # a row stored raw
+    images[3] = np.random.default_rng(1).integers(0, 256, size=(210, 160, 3))  # noise: a frame of raw blocks
     buffer = ReplayBuffer(tmp_path / "store", max_episodes=2, max_timesteps=10,
                           fields=dict(image=dict(dtype="uint8", shape=(210, 160, 3), codec="zstd")))
     buffer.store_episode(image=images)

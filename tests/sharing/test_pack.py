@@ -18,6 +18,7 @@ import pytest
 
 from memmap_replay import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, ReplayBuffer,
                            StoreLockedError, StoreNotFoundError, UnsupportedFormatError, verify)
+from memmap_replay.core.codecs import frame_bound
 from memmap_replay.sharing.card import read_card
 from memmap_replay.sharing.checksums import MANIFEST, write_manifest
 from memmap_replay.cli import main
@@ -863,10 +864,11 @@ def test_a_compressed_store_round_trips_bit_exact(compressed, tmp_path):
     assert before["image"].any()
 
 
-@pytest.mark.parametrize("rel, row_bytes", [("steps/image.frames.npy", 16 * 16 * 3), ("steps/image.index.npy", 16)])
+@pytest.mark.parametrize("rel, row_bytes", [("steps/image.frames.npy", frame_bound(16 * 16 * 3)),
+                                            ("steps/image.index.npy", 16)])
 def test_the_size_limits_of_a_compressed_field(compressed, tmp_path, rel, row_bytes):
-    """unpack allows a compressed field's frames every row raw (max_steps x the row's bytes) and its index 16 bytes a
-    row (and a .npy header's room); one byte more is refused before any of it is read."""
+    """unpack allows a compressed field's frames every row incompressible (max_steps x a frame of raw blocks) and its
+    index 16 bytes a row (and a .npy header's room); one byte more is refused before any of it is read."""
     limit = (1 << 16) + COMPRESSED_EPISODES * 11 * row_bytes
     good = members_of(pack(compressed, tmp_path / "c.tar").archive)
 

@@ -17,10 +17,12 @@ import pytest
 
 from memmap_replay import CorruptStoreError, ReplayBuffer, UnsupportedFormatError, verify
 from memmap_replay.cli import main
+from memmap_replay.core.codecs import frame_bound
 
 from compressed_stores import episode, images, make_compressed_store
 
 ROW_BYTES = 16 * 16 * 3
+MAX_FRAME = frame_bound(ROW_BYTES)  # the most bytes a frame of one row takes
 # rows of the store: episode 0 rows 0-2, episode 1 rows 3-6 and its final row 7, episode 2 rows 8-12, 3 rows 13-18
 ROWS = 19
 
@@ -105,11 +107,12 @@ DAMAGE = [
                  r"field 'image', row 7", id="flipped-final-row"),
     pytest.param(set_entry(4, offset=10**6), INDEX, r"field 'image', row 4 \(live episode 1\): its index entry "
                  r"\(offset 1000000, length \d+\) must lie inside the \d+ committed bytes of frames \(state\.frames "
-                 r"in meta\.json\) with a length of 1 \.\. 768", r"field 'image', row 4", id="offset-out-of-bounds"),
+                 rf"in meta\.json\) with a length of 1 \.\. {MAX_FRAME}", r"field 'image', row 4",
+                 id="offset-out-of-bounds"),
     pytest.param(set_entry(4, offset=-3), INDEX, r"row 4 .*\(offset -3,", r"field 'image', row 4",
                  id="negative-offset"),
-    pytest.param(set_entry(10, length=ROW_BYTES + 1), INDEX, r"row 10 \(live episode 2\): its index entry \(offset "
-                 r"\d+, length 769\)", r"field 'image', row 10", id="length-over-a-row"),
+    pytest.param(set_entry(10, length=MAX_FRAME + 1), INDEX, r"row 10 \(live episode 2\): its index entry \(offset "
+                 rf"\d+, length {MAX_FRAME + 1}\)", r"field 'image', row 10", id="length-over-a-frame"),
     pytest.param(set_entry(10, length=0), INDEX, r"row 10 \(live episode 2\): its index entry \(offset \d+, "
                  r"length 0\)", None, id="length-zero"),
     pytest.param(set_entry(9, shift=1), INDEX, r"row 9 \(live episode 2\): its frame starts at byte \d+ \(expected "
@@ -129,7 +132,8 @@ DAMAGE = [
                  r"'state\.frames' has entries for \['action'\], which are not compressed fields", r"state\.frames an "
                  r"entry per compressed field", id="entry-of-a-raw-field"),
     pytest.param(edit_meta(lambda data: data["state"].pop("frames")), "meta.json", r"'state\.frames' is missing "
-                 r"\(expected an entry per compressed field \['image'\]", None, id="no-state-frames"),
+                 r"\(expected an entry per compressed field \['image'\]", r"state\.frames\['image'\] integers",
+                 id="no-state-frames"),
     pytest.param(edit_meta(lambda data: data["state"].update(frames=[1])), "meta.json", r"'state\.frames' must be a "
                  r"JSON object with an entry per compressed field \['image'\]", r"state\.frames an entry",
                  id="state-frames-not-an-object"),
@@ -207,7 +211,8 @@ def test_the_first_damaged_rows_are_listed_and_the_rest_counted(folder):
     assert [int(re.search(r"row (\d+)", line).group(1)) for line in decode[:5]] == [1, 2, 3, 4, 5]
     assert [line for line in report.problems if line.startswith(INDEX)] == [
         f"{INDEX}: field 'image', row 0 (live episode 0): its index entry (offset 0, length 0) must lie inside the "
-        f"{len(frames_of(folder))} committed bytes of frames (state.frames in meta.json) with a length of 1 .. 768"]
+        f"{len(frames_of(folder))} committed bytes of frames (state.frames in meta.json) with a length of 1 .. "
+        f"{MAX_FRAME}"]
 
 
 def test_state_frames_in_a_store_without_compressed_fields(tmp_path):
