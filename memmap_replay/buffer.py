@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 import numpy as np
 
 from .errors import BufferFullError, EpisodeStateError, OptionError, SchemaError
+from .core.codecs import require_codecs
 from .core.episodes import Episode, EpisodeList, end_names
 from .core.format import Capacity
 from .core.schema import Schema
@@ -112,8 +113,14 @@ class ReplayBuffer(BufferReads):
                 _store = EpisodeStore.open(folder, "r", durable=durable)
             else:
                 schema, capacity = self._spec(max_episodes, max_timesteps, fields, meta_fields, circular, max_steps)
+                require_codecs(schema)  # before a file is made
                 _store = EpisodeStore.open(folder, "w" if overwrite else "a", schema=schema, capacity=capacity,
                                            durable=durable)
+        try:
+            require_codecs(_store.schema)  # a store whose fields need a codec's package is refused without it
+        except BaseException:
+            _store.close()
+            raise
         self._store = _store
         _store.track_stats = track_stats
         self.long_episodes: str = choice(long_episodes, "long_episodes", LONG_EPISODES)

@@ -19,11 +19,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import MissingExtraError, SchemaError
+from ..errors import MissingExtraError, SchemaError, UnsupportedFormatError
 from .extras import require_extra
 
 __all__ = ["CodecSpec", "FrameError", "ZstdFrames", "parse_codec", "codec_from_json", "frames_of", "frame_bound",
-           "CODEC_NAMES"]
+           "require_codecs", "CODEC_NAMES"]
 
 CODEC_NAMES = ("zstd",)
 DEFAULT_LEVEL = 3
@@ -80,8 +80,9 @@ def codec_from_json(field: str, data: Any) -> CodecSpec | None:
         raise SchemaError(f"field {field!r} has a malformed codec in meta.json (got {data!r}); it must be an object "
                           f"with a name, e.g. {{\"name\": \"zstd\", \"level\": 3}}")
     if data["name"] not in CODEC_NAMES:
-        raise SchemaError(f"field {field!r} is stored with the codec {data['name']!r}, which this memmap_replay does "
-                          f"not know (it knows {list(CODEC_NAMES)}); upgrade memmap_replay to read it")
+        raise UnsupportedFormatError(f"field {field!r} is stored with the codec {data['name']!r}, which this "
+                                     f"memmap_replay does not know (it knows {list(CODEC_NAMES)}); upgrade "
+                                     f"memmap_replay to read it")
     return CodecSpec(data["name"], _level(field, data.get("level", DEFAULT_LEVEL)))
 
 
@@ -144,3 +145,11 @@ def frames_of(codec: CodecSpec, row_nbytes: int) -> ZstdFrames:
     if codec.name != "zstd":  # pragma: no cover - CodecSpec names are checked when parsed
         raise MissingExtraError(f"no codec {codec.name!r}")
     return ZstdFrames(codec.level, row_nbytes)
+
+
+def require_codecs(schema: Any) -> None:
+    """Raise MissingExtraError, naming the pip extra, if a compressed field of ``schema`` needs a package this
+    environment lacks (a buffer refuses to open or create such a store, rather than fail at its first read)."""
+    for spec in schema.fields.values():
+        if spec.codec is not None:
+            require_extra("zstandard", "zstd", f"the field {spec.name!r}, compressed with {spec.codec.name}")

@@ -306,7 +306,9 @@ class StoreMeta:
             state = State(**{key: data["state"][key] for key in State.__dataclass_fields__ if key != "frames"})
             state.frames = _frames_state(data["state"].get("frames", {}), schema, where)
             store_id = str(data["store_id"])
-        except (KeyError, TypeError, AttributeError, SchemaError) as error:
+        except SchemaError as error:
+            raise CorruptStoreError(f"{where} is missing or has malformed entries: {error}") from None
+        except (KeyError, TypeError, AttributeError) as error:
             raise CorruptStoreError(f"{where} is missing or has malformed entries ({error!r})") from None
         if schema.encoded and major == "1":
             raise CorruptStoreError(f"{where} declares version {version!r} but has compressed fields "

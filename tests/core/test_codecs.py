@@ -4,7 +4,7 @@ exactly one row, through either binding, and anything else is a FrameError (neve
 import numpy as np
 import pytest
 
-from memmap_replay import MissingExtraError, SchemaError
+from memmap_replay import MissingExtraError, SchemaError, UnsupportedFormatError
 from memmap_replay.core import codecs
 from memmap_replay.core.codecs import CodecSpec, FrameError, codec_from_json, parse_codec
 
@@ -33,7 +33,7 @@ def test_a_codec_users_get_wrong_is_refused(codec, level, match):
 def test_a_codec_as_meta_json_holds_it():
     assert codec_from_json("image", None) is None
     assert codec_from_json("image", {"name": "zstd", "level": 9, "future": 1}) == CodecSpec("zstd", 9)
-    with pytest.raises(SchemaError, match=r"stored with the codec 'brotli'.*upgrade memmap_replay"):
+    with pytest.raises(UnsupportedFormatError, match=r"stored with the codec 'brotli'.*upgrade memmap_replay"):
         codec_from_json("image", {"name": "brotli"})
     with pytest.raises(SchemaError, match=r"malformed codec in meta.json"):
         codec_from_json("image", "zstd")

@@ -8,7 +8,7 @@ Kinds of malformed input covered here (numbered across the hostile catalogue, af
 85. a byte of a frame flipped (every byte of a frame, three ways each; both zstandard bindings)
 86. a frames or index file cut short (to nothing, to its header, inside the committed frames)
 87. an index entry whose length lies: longer (taking the next frame in), shorter, 1, negative, past a row's size,
-    huge; 0 on a live row (known: reads as zeros); a row's size on a compressed row (known: read as a raw row)
+    huge, a row's size on a compressed row; 0 on a live row (known: reads as zeros, as a row never written)
 88. an index entry whose offset lies: past the end, negative, into a frame's middle, huge; at another row's
     whole frame (known: that row's bytes)
 89. decompression bombs: frames of 1 MiB and 16 MiB of zeros stored as one row, a header claiming 1 GiB, a frame
@@ -18,7 +18,8 @@ Kinds of malformed input covered here (numbered across the hostile catalogue, af
 92. a ``meta.json`` version that does not match (1.x with a codec, an unknown major)
 93. a malformed ``state.frames`` (not an object, keys of no compressed field, not integers, head past bytes,
     bytes past the file); one whose head lies (the next writer evicts what it would overwrite)
-94. no codec package installed (reading, writing; known: opening does not refuse)
+94. no codec package installed (opening and creating a buffer refuse; the store layer, which verify, info and pack
+    use, refuses at the first decode)
 95. codecs users get wrong: unknown keys, unknown codec names (generated), levels out of range (generated),
     a level without a codec, a codec on a meta field, a codec or shape that differs from the store's
 
@@ -41,6 +42,7 @@ from hypothesis import strategies as st
 from memmap_replay import (CorruptStoreError, MissingExtraError, ReadOnlyError, ReplayBuffer, SchemaError,
                            SchemaMismatchError, UnsupportedFormatError)
 from memmap_replay.core import codecs
+from memmap_replay.core.store import EpisodeStore
 from memmap_replay.core.codecs import frame_bound
 
 from catalogue import assert_same_fingerprint, fast, fingerprint, raises, snapshot
@@ -503,35 +505,36 @@ EXTRA = r"needs the package zstandard, which is not installed: pip install 'memm
 
 
 @pytest.mark.parametrize("read_only", [True, False])
-def test_without_zstandard_reading_names_the_extra_and_writes_nothing(store, without_zstandard, read_only):
+def test_without_zstandard_opening_a_compressed_store_names_the_extra_and_writes_nothing(store, without_zstandard,
+                                                                                        read_only):
     folder, _ = store
     before = fingerprint(folder)
-    with ReplayBuffer.from_folder(folder, read_only=read_only) as buffer:
-        for how in READS:
-            with raises(MissingExtraError, match=EXTRA):
-                READS[how](buffer, COMPRESSED)
-        np.testing.assert_array_equal(buffer.episode_store.step_array("action")[:4], np.zeros((4, 2)))
-    assert_same_fingerprint(before, fingerprint(folder))
-
-
-def test_without_zstandard_writing_names_the_extra_and_writes_nothing(store, without_zstandard):
-    folder, _ = store
-    before = fingerprint(folder)
-    with ReplayBuffer.from_folder(folder) as buffer:
-        with raises(MissingExtraError, match=EXTRA):
-            buffer.store_episode(image=np.zeros((2, *SHAPE), np.uint8), action=np.zeros((2, 2)), ep=9)
-        with raises(MissingExtraError, match=EXTRA):
-            with buffer.one_episode(ep=9):
-                buffer.store(image=np.zeros(SHAPE, np.uint8), action=np.zeros(2))
-    assert_same_fingerprint(before, fingerprint(folder))
-
-
-@pytest.mark.xfail(strict=True, reason="known: a store whose field needs zstandard opens without it; the error "
-                                       "comes at its first read or write")
-def test_without_zstandard_opening_a_compressed_store_names_the_extra(store, without_zstandard):
-    folder, _ = store
     with raises(MissingExtraError, match=EXTRA):
-        ReplayBuffer.from_folder(folder, read_only=True)
+        ReplayBuffer.from_folder(folder, read_only=read_only)
+    with raises(MissingExtraError, match=EXTRA):
+        ReplayBuffer(folder, fields=dict(image=dict(dtype="uint8", shape=SHAPE, codec="zstd"), action=("float", 2)),
+                     **CAPACITY)
+    assert_same_fingerprint(before, fingerprint(folder))
+
+
+def test_without_zstandard_the_store_layer_still_refuses_at_the_first_read_or_write(store, without_zstandard):
+    """verify, info and pack read the index without decoding: the store itself opens; decoding or encoding names
+    the extra."""
+    folder, _ = store
+    before = fingerprint(folder)
+    opened = EpisodeStore.open(folder, "r")
+    with raises(MissingExtraError, match=EXTRA):
+        opened.step_array("image")[COMPRESSED]
+    np.testing.assert_array_equal(opened.step_array("action")[:4], np.zeros((4, 2)))
+    opened.close()
+    assert_same_fingerprint(before, fingerprint(folder))
+
+
+def test_without_zstandard_creating_a_compressed_store_names_the_extra_and_makes_no_folder(tmp_path,
+                                                                                          without_zstandard):
+    with raises(MissingExtraError, match=EXTRA):
+        ReplayBuffer(tmp_path / "new", fields=dict(image=dict(dtype="uint8", shape=SHAPE, codec="zstd")), **CAPACITY)
+    assert not (tmp_path / "new").exists()
 
 
 # ==== kind 95: codecs users get wrong ========================================================================
