@@ -36,6 +36,7 @@ from .threads import THREADS, split
 __all__ = ["EncodedColumn", "EncodedField", "MIN_FRAMES_PER_TASK"]
 
 MIN_FRAMES_PER_TASK = 4  # frames a thread decodes at least (fewer: the thread's start costs more than the work)
+MIN_COPY_BYTES_PER_TASK = 1 << 18  # bytes of repeated rows a thread copies at least
 _MIN_GROWTH_BYTES = 1 << 20
 
 
@@ -104,11 +105,22 @@ class EncodedColumn:
             return out
         unique, first, inverse = np.unique(flat_rows, return_index=True, return_inverse=True)
         self._decode(unique, first, flat_out)
-        if len(unique) < len(flat_rows):  # each row decoded once; its other places are copies
+        if len(unique) < len(flat_rows):  # each row decoded once; its other places are copies of it
             inverse = inverse.reshape(-1)
             repeats = np.flatnonzero(first[inverse] != np.arange(len(flat_rows)))
-            flat_out[repeats] = flat_out[first[inverse[repeats]]]
+            self._copy(flat_out, repeats.tolist(), first[inverse[repeats]].tolist())
         return out
+
+    @staticmethod
+    def _copy(out: np.ndarray, targets: list[int], sources: list[int]) -> None:
+        """``out[targets] = out[sources]`` row by row (no temporary: a batch of windows repeats hundreds of MB),
+        split over the library's threads."""
+        def copy(part: slice) -> None:
+            for target, source in zip(targets[part], sources[part]):
+                out[target] = out[source]
+
+        parts = THREADS.parts(len(targets) * out.shape[1], MIN_COPY_BYTES_PER_TASK)
+        THREADS.run([partial(copy, part) for part in split(len(targets), parts)])
 
     def _decode(self, rows: np.ndarray, positions: np.ndarray, out: np.ndarray) -> None:
         entries = self.index[rows]
