@@ -64,3 +64,12 @@ def test_cold_benchmark_smoke(tmp_path):
 def test_viewer_benchmark_smoke(tmp_path):
     out = smoke(tmp_path, "viewer.py", "--no-browser", timeout=300)
     assert "Viewer figures: 2,000 episodes" in out and "first byte" in out and "/api/episodes" in out
+
+
+def test_compressed_benchmark_smoke(tmp_path):
+    out = smoke(tmp_path, "compressed.py", timeout=300)
+    if out.startswith("SKIPPED: "):  # without zstandard, gymnasium or ale-py (the zstd and atari extras)
+        pytest.skip(out.strip())
+    assert "codec study (one thread)" in out and "per-frame blocks" in out and "chunks of 16 frames" in out
+    assert "same bytes: checked" in out and "MISMATCH" not in out
+    assert "warm T" in out and "cold T" in out and "x raw" in out and "Goals (issue 29)" in out
