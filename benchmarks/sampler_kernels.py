@@ -30,6 +30,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CPPRB = "cpprb PrioritizedReplayBuffer: sample(256) + update_priorities"
+THREADS_LIMIT = "numpy limit over the library's threads"  # (benchmarks/samplers.py's row, its name's start)
 
 FIRST_USE = """
 import sys, time
@@ -132,14 +133,13 @@ def print_ratios(results: dict, limit: str) -> None:
         if way != how and (group, way.format(kernel="numpy")) in results:
             numpy_rate = results[(group, way.format(kernel="numpy"))][0]
             lines.append(f"  {group:<14} {way.format(kernel='*'):<60} numba / numpy {rate / numpy_rate:.2f}")
-    torch_limit = next((rate for (group, how), (rate, _) in results.items() if how.startswith("torch index_select")),
-                       None)
+    threads_limit = next((rate for (group, how), (rate, _) in results.items() if how.startswith(THREADS_LIMIT)), None)
     cpprb = results.get(("P", CPPRB))
     for (group, how), (rate, _) in results.items():
-        if group != "P" or how == limit or how.startswith("torch index_select") or how == CPPRB:
+        if group != "P" or how == limit or how.startswith(THREADS_LIMIT) or how == CPPRB:
             continue
-        if torch_limit is not None and how.endswith("parallel gathers"):
-            lines.append(f"  P              {how:<60} / torch's limit {rate / torch_limit:.2f}")
+        if threads_limit is not None and how.endswith("parallel gathers"):
+            lines.append(f"  P              {how:<60} / the threads' limit {rate / threads_limit:.2f}")
         if cpprb is not None:
             verdict = " (goal: above cpprb: " + ("met)" if rate > cpprb[0] else "NOT met)") if ", numba" in how else ""
             lines.append(f"  P              {how:<60} / cpprb {rate / cpprb[0]:.2f}{verdict}")

@@ -23,6 +23,12 @@ cache written). With cpprb installed, its ``PrioritizedReplayBuffer`` on the sam
 group (``sampler_kernels.CpprbPrioritized``: its own generator, so other rows of the same size; its
 ratio is to the P group's limit).
 
+Large gathers split over the library's own threads by default (``views.gather``; ``set_parallel_gathers``). The
+uniform and P ways run both ways: as a user's process does by default (", parallel gathers") and with
+``set_parallel_gathers(False)`` (the calling thread copies every batch alone). The numpy limit is one thread's
+gather; the P group also has the same gather split over the same threads (``views.gather.take``, from RAM),
+what a parallel gather copies at best ("numpy limit over the library's threads").
+
 The new priorities are precomputed from a seeded generator (float32 tensors, as a learner's
 ``td_error.abs() + eps``), one array per iteration. Each sampler figure is compared with the numpy limit:
 ``{field: ram[field][rows]}``, a fancy-index gather of exactly the rows the sampler's batches read, from
@@ -72,6 +78,8 @@ import memmap_replay  # noqa: E402
 from memmap_replay import ReplayBuffer  # noqa: E402
 from memmap_replay.samplers import kernels  # noqa: E402
 from memmap_replay.samplers.sumtree import SumTree  # noqa: E402
+from memmap_replay.core import threads  # noqa: E402
+from memmap_replay.views import gather  # noqa: E402
 
 T_STEPS = read.T_STEPS
 READ = read.READ  # ('image', 'action', 'reward')
@@ -88,9 +96,8 @@ TREE_GOALS = {"numpy": {1_000_000: 3_000, 10_000_000: 2_000},  # calls/s of samp
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = CLOCKS["wall"]  # what the timed runs read (--clock)
 PRIORITIZED = dict(alpha=ALPHA, beta=BETA)
-PARALLEL = ", parallel gathers"  # the ways run with memmap_replay.set_parallel_gathers(True)
-TORCH_LIMIT = "torch index_select limit (in RAM, torch's threads)"
-TORCH_THREADS = torch.get_num_threads()  # torch's default (main() sets 1 but for the parallel ways)
+PARALLEL = ", parallel gathers"  # the library's default; the other ways run with set_parallel_gathers(False)
+THREADS_LIMIT = f"{sampler_kernels.THREADS_LIMIT} (in RAM)"
 
 
 class SamplerCase:
@@ -108,7 +115,6 @@ class SamplerCase:
     def open(self, buffer: ReplayBuffer):
         kernels.select(self.kernel)
         memmap_replay.set_parallel_gathers(self.parallel)
-        torch.set_num_threads(TORCH_THREADS if self.parallel else 1)
         if self.persist:  # every run starts from the same priorities: none stored yet
             shutil.rmtree(buffer.episode_store.folder / "priorities", ignore_errors=True)
             if not buffer.episode_store.writable:  # a read-only store never writes: persisting needs a writable one
@@ -204,11 +210,11 @@ class Bench:
             methods.append((case.group, case.how, self.sampler_run(case, keys[-1]), nbytes))
             if case.goal is not None:
                 self.goals[(case.group, case.how)] = case.goal
-        if any(case.parallel for case in cases):  # the limit of a parallel gather: torch's, from RAM, same threads
+        if any(case.parallel for case in cases):  # the limit of a parallel gather: the same rows over the same threads
             p = next(case for case in cases if case.group == "P")
             rows = self.recording(p)[0]
             nbytes = next(n for group, how, _, n in methods if group == "P" and how == LIMIT)
-            methods.append(("P", TORCH_LIMIT, self.torch_limit_run(rows), nbytes))
+            methods.append(("P", THREADS_LIMIT, self.threads_limit_run(rows), nbytes))
         if cpprb is not None:
             p = next(case for case in cases if case.group == "P")
             nbytes = next(n for group, how, _, n in methods if group == "P" and how == LIMIT)
@@ -216,7 +222,7 @@ class Bench:
                               lambda: read.warm_ram(args.warm_bytes), lambda: clock())
             methods.append(("P", sampler_kernels.CPPRB, run, nbytes))
         for _, how, run, _ in methods:  # one untimed pass of each limit: first touches of its outputs
-            if how == LIMIT:
+            if how in (LIMIT, THREADS_LIMIT):
                 run()
         times: dict[tuple[str, str], list[float]] = {(group, how): [] for group, how, _, _ in methods}
         for _ in range(args.repeats):
@@ -237,22 +243,21 @@ class Bench:
             return elapsed
         return run
 
-    def torch_limit_run(self, rows: list[np.ndarray]):
-        """``torch.index_select`` of the same rows from the in-RAM arrays, over torch's threads: what a parallel
-        gather copies at best."""
-        tensors = {name: torch.from_numpy(self.ram[name]) for name in READ}
-        indices = [torch.from_numpy(np.ascontiguousarray(r.reshape(-1))) for r in rows]
+    def threads_limit_run(self, rows: list[np.ndarray]):
+        """The numpy limit's gather of the same rows from the in-RAM arrays, each field's split over the library's
+        threads as a view's is (``views.gather.take``, into fresh arrays): what a parallel gather copies at best."""
+        ram = self.ram
 
         def run() -> float:
             read.warm_ram(self.args.warm_bytes)
-            torch.set_num_threads(TORCH_THREADS)
+            memmap_replay.set_parallel_gathers(True)
             previous = None
             start = clock()
-            for index in indices:
-                previous = {name: tensor.index_select(0, index) for name, tensor in tensors.items()}
+            for r in rows:
+                previous = {name: gather.take(ram[name], r, np.empty(r.shape + ram[name].shape[1:], ram[name].dtype))
+                            for name in READ}
             elapsed = clock() - start
             del previous
-            torch.set_num_threads(1)
             return elapsed
         return run
 
@@ -399,8 +404,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-cpprb", dest="cpprb", action="store_false",
                         help="leave cpprb's PrioritizedReplayBuffer out even when it is installed")
     parser.add_argument("--no-parallel", dest="parallel", action="store_false",
-                        help="leave out the ways with parallel gathers (memmap_replay.set_parallel_gathers(True)); "
-                             "always left out with --clock cpu, which counts this thread's time only")
+                        help="leave out the ways with parallel gathers (the default: large gathers split over the "
+                             "library's threads; the other ways run with set_parallel_gathers(False)); always left "
+                             "out with --clock cpu, which counts this thread's time only")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's adaptive thresholds as they are (see read.pin_malloc)")
     parser.add_argument("--warm-mb", type=int, default=256,
@@ -428,11 +434,12 @@ def main(argv=None) -> int:
     clock = CLOCKS[args.clock]
     if args.clock == "cpu" and args.parallel:
         args.parallel = False  # torch's other threads' copying would not be counted
-        print("parallel gathers: left out (--clock cpu counts this thread's time, not torch's other threads')")
+        print("parallel gathers: left out (--clock cpu counts this thread's time, not the library's other threads')")
     print(f"memmap_replay sampler benchmark: {episodes} episodes x {T_STEPS} steps; median of {args.repeats} timed "
           f"repeat(s) of {args.batches} iterations")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
-          f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, kernel {platform.release()}")
+          f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, kernel {platform.release()}; "
+          f"parallel gathers over {threads.get_threads()} threads (memmap_replay.core.threads)")
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'}); RAM warm-up {args.warm_mb} MB "
           f"before each timed run; {allocator}; timed by the {args.clock} clock")
     print(f"memcpy (256 MiB, touched memory): {read.memcpy_gbs():.2f} GB/s", flush=True)

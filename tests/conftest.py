@@ -74,9 +74,9 @@ def pytest_collection_finish(session):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def serial_gathers_by_default():
-    """The suite runs with parallel gathers off whatever the environment says: a large gather on torch's
-    threads would start its OpenMP pool in this process, and fork-based tests would then hang."""
+def default_gathers():
+    """The suite gathers as a user's process does by default (large gathers split over the library's threads,
+    ``views.gather``), whatever the environment says."""
     import os
 
     os.environ.pop("MEMMAP_REPLAY_PARALLEL_GATHERS", None)
@@ -85,12 +85,10 @@ def serial_gathers_by_default():
 
 @pytest.fixture
 def parallel(monkeypatch):
-    """Parallel gathers for every gather size (``views.gather``), counted: ``parallel.on()`` turns them on (and
-    torch to 2 threads if it had 1), ``parallel.copies`` counts the gathers torch copied. Torch's threads do
-    not start on such small tests' data (below torch's grain), so this process may still fork safely."""
-    import torch
-
-    from memmap_replay.views import gather, pool
+    """Parallel gathers for every gather size (``views.gather``) over 2 threads or more, counted, off until
+    ``parallel.on()`` turns them on; ``parallel.copies`` counts the gathers split over the threads."""
+    from memmap_replay.core import threads
+    from memmap_replay.views import gather
 
     class Parallel:
         copies = 0
@@ -100,19 +98,17 @@ def parallel(monkeypatch):
 
     state = Parallel()
 
-    def counted(tensor, rows, out):
-        done = parallel_take(tensor, rows, out)
-        state.copies += done
-        return done
+    def counted(source, rows, out, count):
+        state.copies += 1
+        take_parts(source, rows, out, count)
 
-    parallel_take = pool.parallel_take
-    monkeypatch.setattr(pool, "parallel_take", counted)
+    take_parts = gather.take_parts
+    monkeypatch.setattr(gather, "take_parts", counted)
     monkeypatch.setattr(gather, "MIN_BYTES", 0)
     monkeypatch.setattr(gather._SETTINGS, "enabled", False)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(threads, 2))
+    size = threads.set_threads(max(threads.get_threads(), 2))
     yield state
-    torch.set_num_threads(threads)
+    threads.set_threads(size)
 
 
 @pytest.fixture

@@ -49,8 +49,6 @@ SLOW_TESTS = frozenset({
     "tests/interop/test_interop_mrb.py::test_the_commands_import_and_export_package_folders",
     "tests/interop/test_interop_d4rl.py::test_import_and_export_commands",
     "tests/interop/test_interop_minari.py::test_the_commands",
-    "tests/views/test_gather.py::test_a_forked_child_gathers_serially_and_never_hangs",
-    "tests/views/test_gather.py::test_a_child_forked_before_the_views_were_loaded_is_marked_too",
     "tests/views/test_transport.py::test_slots_under_every_start_method",
     "tests/sharing/test_viewer.py::test_a_table_of_many_episodes_pages_without_reading_rows",
     "tests/distributed/test_ratelimit.py::test_two_actors_and_a_learner_in_other_processes_keep_the_ratio",

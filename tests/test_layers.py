@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "memmap_replay"
 # (compat: memmap-replay-buffer 0.2.3's names, its ReplayBuffer a subclass of the buffer facade's, on top of every
 # room of the library; only the command line, which hosts 0.2.3's inspect-replay-buffer command, and the package's
 # __init__, which exports compat's ReplayBuffer as memmap_replay.ReplayBuffer, stand above it)
-RANKS = {"errors": 0, "_version": 0, "_forks": 0, "core": 1, "samplers": 2, "views": 3,
+RANKS = {"errors": 0, "_version": 0, "core": 1, "samplers": 2, "views": 3,
          "reading": 3.5, "sharing": 4, "distributed": 4,
          "buffer": 5, "interop": 6, "distributed.ray": 6, "recording": 7, "compat": 7.5, "cli": 8,
          "__init__": 9, "__main__": 9}

@@ -1,54 +1,45 @@
-"""How a batch's rows are copied out of a step file: numpy's ``take`` in the calling thread (the default), or,
-with parallel gathers on, torch's ``index_select`` over torch's CPU threads.
+"""How a batch's rows are copied out of a step file: numpy's ``take``, a large one split over the library's own
+threads (``core.threads``), on by default.
 
 A batch of images is a few MB copied from scattered rows of a memory map; one thread copies at about the
 speed of an in-RAM numpy gather, and the draw, the priority update and the training step wait for it.
-``set_parallel_gathers(True)`` has the large gathers (``MIN_BYTES`` and up) of this process copy their rows
-with ``torch.index_select``, which splits them over torch's intra-op threads (``torch.get_num_threads()``,
-set with ``torch.set_num_threads``). The bytes are the same; only the copy is shared out.
+numpy's ``take`` releases the GIL while it copies (any dtype without Python objects), so a large gather
+(``MIN_BYTES`` and up) is cut into runs of rows, each thread taking its run into its own slice of the output.
+The bytes are the same as one ``take``'s, rows past the end of the file included (numpy's 'clip': the last
+row). A compressed field's column (``core.encoded.EncodedColumn``) splits its decoding over the same threads
+itself.
 
-Off by default, because torch's CPU threads are an OpenMP pool (GNU libgomp in torch's wheels) that does
-not survive ``fork``: a child forked after its parent ran a parallel region hangs at its own first one. So:
+The threads are ``core.threads.THREADS``: ``memmap_replay.set_threads(n)`` or ``MEMMAP_REPLAY_THREADS`` sets how
+many (the calling thread included; 1 turns the split off). They are made again in each process that gathers, so a
+child forked after its parent gathered in parallel (``os.fork``, multiprocessing's "fork", a DataLoader's
+worker processes) gathers in parallel too, with threads of its own. Torch's CPU threads (an OpenMP pool,
+which hangs in a child forked after its parent ran it) take no part.
 
-- in a process forked (after ``import memmap_replay``) from one that had imported torch (``os.fork``,
-  multiprocessing's "fork", a DataLoader's worker processes, a forkserver that preloaded torch) gathers are
-  serial, and ``set_parallel_gathers(True)`` there says why it cannot be (``memmap_replay._forks``);
-- the gather threads of a loader (``workers="threads"``) gather serially: they are the parallelism there;
-  so do all gathers while ``torch.get_num_threads()`` is 1;
-- turned on, a parent's gathers start torch's pool, so a child it forks later must not run torch's CPU
-  threads either (start such children with "spawn", or ``torch.set_num_threads(1)`` in them, as torch's
-  DataLoader does in its workers).
+Gathers stay in the calling thread:
 
-The copy needs a torch tensor over the read-only memory map, with no copy: through DLPack 1.0 (which carries
-the read-only flag) where torch and numpy speak it, else ``torch.from_numpy`` with its read-only warning
-silenced.
-
-``MEMMAP_REPLAY_PARALLEL_GATHERS`` (``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``) turns them on
-or off from the environment; it is read at the first gather of a view or ``get_parallel_gathers()``, unless
-``set_parallel_gathers`` decided first.
+- in a loader's gather threads (``workers="threads"``; ``core.threads.serial()``): they are the parallelism;
+- below ``MIN_BYTES``, where waking threads costs more than the copy saves;
+- with one thread (``set_threads(1)``, ``MEMMAP_REPLAY_THREADS=1``);
+- with ``set_parallel_gathers(False)`` or ``MEMMAP_REPLAY_PARALLEL_GATHERS`` set to ``0``/``off``/``false``/``no``
+  (``1``/``on``/``true``/``yes`` or empty: on). The variable is read at the first gather or
+  ``get_parallel_gathers()``, unless ``set_parallel_gathers`` decided first.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import warnings
-from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable
 
 import numpy as np
-import torch
 
-from .._forks import FORKS
+from ..core.threads import THREADS, split
 from ..errors import OptionError
 
-__all__ = ["MIN_BYTES", "get_parallel_gathers", "parallel_take", "serial_gathers", "set_parallel_gathers",
-           "source_tensor"]
+__all__ = ["MIN_BYTES", "get_parallel_gathers", "set_parallel_gathers", "take"]
 
-MIN_BYTES = 1 << 18  # smaller gathers copy in less time than torch's threads take to start
+MIN_BYTES = 1 << 18  # smaller gathers copy in less time than the threads take to wake; each part is half this or more
 ENVIRONMENT = "MEMMAP_REPLAY_PARALLEL_GATHERS"
-_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no", "")
-_NOT_WRITABLE = "The given NumPy array is not writable"  # torch.from_numpy's warning on a read-only array
+_ON, _OFF = ("1", "on", "true", "yes", ""), ("0", "off", "false", "no")
 
 
 class _Settings:
@@ -56,91 +47,60 @@ class _Settings:
 
 
 _SETTINGS = _Settings()
-_LOCAL = threading.local()  # .serial: this thread's gathers stay serial (a loader's gather thread)
 
 
 def set_parallel_gathers(enabled: bool = True) -> bool:
-    """Large gathers of this process copy their rows over torch's CPU threads (``enabled=True``), or in the
-    calling thread with numpy (``False``, the default); returns the previous setting. The number of threads
-    is torch's: ``torch.set_num_threads(n)``. See the module docstring for why it is off by default."""
+    """Large gathers of this process copy their rows over the library's threads (``enabled=True``, the
+    default), or in the calling thread (``False``); returns the previous setting. The number of threads is
+    ``memmap_replay.set_threads(n)`` (or ``MEMMAP_REPLAY_THREADS``)."""
     if not isinstance(enabled, (bool, np.bool_)):
         raise OptionError(f"set_parallel_gathers takes True or False (got {enabled!r})")
-    if enabled and FORKS.torch_parent:
-        raise OptionError("set_parallel_gathers(True) in a process forked from one that had imported torch: "
-                          "torch's CPU threads (OpenMP) can hang after a fork, so gathers here stay serial; start "
-                          "this process with multiprocessing's 'spawn' method (or a forkserver that does not "
-                          "preload torch) to gather in parallel in it")
     try:
         previous = get_parallel_gathers()
     except OptionError:  # a bad environment variable: this call decides instead
-        previous = False
+        previous = True
     _SETTINGS.enabled = bool(enabled)
     return previous
 
 
 def get_parallel_gathers() -> bool:
-    """Whether parallel gathers are on for this process (off in a child forked from a process that had
-    imported torch). Gathers still stay serial in a loader's gather threads and while
-    ``torch.get_num_threads()`` is 1."""
+    """Whether large gathers of this process are split over the library's threads (on by default). Gathers
+    still stay in the calling thread in a loader's gather threads and when the threads are 1."""
     if _SETTINGS.enabled is None:
         value = os.environ.get(ENVIRONMENT, "").strip().lower()
         if value not in _ON + _OFF:
-            raise OptionError(f"{ENVIRONMENT} must be one of {', '.join(_ON + _OFF[:-1])} or empty (got {value!r}); "
-                              f"set it to 1 to gather in parallel, or unset it")
+            raise OptionError(f"{ENVIRONMENT} must be one of {', '.join(_ON[:-1] + _OFF)} or empty (got {value!r}); "
+                              f"set it to 0 to gather in the calling thread only, or unset it")
         _SETTINGS.enabled = value in _ON
-    return _SETTINGS.enabled and not FORKS.torch_parent
+    return _SETTINGS.enabled
 
 
-def active() -> bool:
-    """Whether this thread's large gathers go over torch's threads now (on, not forked, not a gather thread,
-    torch has more than one thread)."""
-    return get_parallel_gathers() and not getattr(_LOCAL, "serial", False) and torch.get_num_threads() > 1
+def parts(source: np.ndarray, count: int, out: np.ndarray) -> int:
+    """How many runs of rows a gather of ``count`` rows into ``out`` is split into (1: one ``take``)."""
+    if (count < 2 or out.nbytes < MIN_BYTES or source.dtype.hasobject or not out.flags.c_contiguous
+            or not out.flags.writeable or not get_parallel_gathers()):
+        return 1
+    row_nbytes = out.nbytes // count
+    return THREADS.parts(count, -(-(MIN_BYTES // 2) // max(row_nbytes, 1)))
 
 
-@contextmanager
-def serial_gathers() -> Iterator[None]:
-    """This thread's gathers stay serial inside the block (a loader's gather threads: they are the
-    parallelism there)."""
-    before = getattr(_LOCAL, "serial", False)
-    _LOCAL.serial = True
-    try:
-        yield
-    finally:
-        _LOCAL.serial = before
+def take(source: Any, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[...] = source[rows]`` (rows of any shape; past the end: the last row, numpy's 'clip') and ``out``:
+    numpy's ``take``, split over the library's threads when it is large. A source that is no numpy array (a
+    compressed field's column) takes the rows itself (its decoding is split over the same threads)."""
+    if not isinstance(source, np.ndarray):
+        return source.take(rows, axis=0, out=out, mode="clip")
+    count = rows.size
+    split_into = parts(source, count, out)
+    if split_into < 2:
+        return source.take(rows, axis=0, out=out, mode="clip")  # (np.take's Python layer skipped)
+    take_parts(source, rows.reshape(-1), out.reshape((count,) + source.shape[1:]), split_into)
+    return out
 
 
-def source_tensor(source: np.ndarray) -> torch.Tensor | None:
-    """A tensor over the same memory as ``source``, with no copy, or None when torch cannot gather from it (a
-    dtype torch lacks or cannot index, a byte order it does not take). A read-only memory map goes through
-    DLPack 1.0, which carries the flag; where torch or numpy is older, through ``torch.from_numpy`` with its
-    read-only warning silenced (the tensor is only ever read)."""
-    if source.ndim < 1 or not len(source):
-        return None
-    try:
-        try:
-            tensor = torch.from_dlpack(source)
-        except BufferError:  # DLPack before 1.0 cannot carry a read-only array
-            # (torch warns once per process: silenced here, a user's own read-only from_numpy later is quiet too)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_NOT_WRITABLE, category=UserWarning)
-                tensor = torch.from_numpy(source)
-        tensor[:1].index_select(0, torch.zeros(1, dtype=torch.int64))  # a dtype index_select lacks raises here
-    except (BufferError, TypeError, RuntimeError, ValueError):
-        return None
-    return tensor
+def take_parts(source: np.ndarray, rows: np.ndarray, out: np.ndarray, count: int) -> None:
+    """``out[part] = source[rows[part]]`` for ``count`` runs of the flat ``rows``, over the library's threads."""
+    def task(part: slice) -> Callable[[], object]:
+        return lambda: source.take(rows[part], axis=0, out=out[part], mode="clip")
 
-
-def parallel_take(tensor: torch.Tensor, rows: np.ndarray, out: np.ndarray) -> bool:
-    """``out[...] = source[rows]`` by ``torch.index_select`` over torch's threads, for a large gather into
-    C-contiguous, writable ``out``; False when it does not apply (a small gather; a row out of range, which torch
-    refuses, maybe after writing part of ``out``): the caller then copies with numpy, whose 'clip' reads
-    rows past the end as the last row."""
-    if out.nbytes < MIN_BYTES or not out.flags.c_contiguous or not out.flags.writeable:
-        return False
-    flat = np.ascontiguousarray(rows.reshape(-1), dtype=np.int64)
-    try:
-        torch.index_select(tensor, 0, torch.from_numpy(flat),
-                           out=torch.from_numpy(out.reshape((len(flat),) + out.shape[rows.ndim:])))
-    except (IndexError, RuntimeError):  # (torch's "index out of range in self")
-        return False
-    return True
+    THREADS.run([task(part) for part in split(len(rows), count)])

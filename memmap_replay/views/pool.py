@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .gather import parallel_take
+from . import gather
 
 __all__ = ["OUTPUTS", "OutputPool", "numpy_dtype", "output_array", "set_output_target"]
 
@@ -49,14 +49,12 @@ class OutputPool:
     def target(self, target: Any) -> None:
         self._local.target = target
 
-    def take(self, source: np.ndarray, rows: np.ndarray, tensor: Any = None) -> np.ndarray:
-        """``source[rows]`` (rows of any shape, in range; 'clip' skips numpy's bounds-checked copy through a
-        buffer) with one ``np.take``, into ``empty`` memory; or, given ``tensor`` (a torch tensor over
-        ``source``'s memory, when parallel gathers are on), by ``views.gather.parallel_take`` if it applies."""
-        out = self.empty(rows.shape + source.shape[1:], source.dtype)
-        if tensor is not None and parallel_take(tensor, rows, out):
-            return out
-        return source.take(rows, axis=0, out=out, mode="clip")  # (np.take's Python layer skipped)
+    def take(self, source: Any, rows: np.ndarray) -> np.ndarray:
+        """``source[rows]`` (rows of any shape; past the end: the last row, numpy's 'clip', which also skips its
+        bounds-checked copy through a buffer) into ``empty`` memory, by ``views.gather.take``: numpy's ``take``,
+        a large one split over the library's threads. ``source`` is a step file's array, or a compressed field's
+        column (``core.encoded.EncodedColumn``), which decodes the rows into the output itself."""
+        return gather.take(source, rows, self.empty(rows.shape + tuple(source.shape[1:]), source.dtype))
 
     def empty(self, shape: tuple, dtype: Any) -> np.ndarray:
         """An uninitialized array for a batch output: the target's memory if one is set (and has room), a

@@ -43,7 +43,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..core.options import choice
-from .gather import serial_gathers
+from ..core.threads import serial
 from .pool import numpy_dtype, set_output_target
 from .slotmemory import SlotMemory
 
@@ -326,7 +326,7 @@ def threaded(batches: Iterable, make: Callable[[Any], dict], threads: int, depth
     def task(number: int, items: Any) -> dict:
         _BATCH.number = (run, number, base)
         try:
-            with serial_gathers():  # these threads are the parallelism here
+            with serial():  # these threads are the parallelism here (their gathers and decodes stay in them)
                 return make(items)
         finally:
             _BATCH.number = None

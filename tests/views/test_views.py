@@ -396,7 +396,7 @@ class TestViewContract:
         parallel.on()
         view = make()
         same_batch(view.__getitems__(items), expected)
-        assert parallel.copies > 0  # torch's index_select copied the rows
+        assert parallel.copies > 0  # split over the library's threads
         same_batch(pickle.loads(pickle.dumps(view)).__getitems__(items), expected)
 
     def test_refresh_takes_in_new_episodes(self, any_view):
