@@ -20,9 +20,10 @@ import numpy as np
 
 from . import folderio
 from . import format as fmt
-from ..errors import (BufferFullError, CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
+from ..errors import (CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsupportedFormatError)
 from .encoded import EncodedField, frames_limit
+from .placement import Placement, place
 from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
@@ -538,62 +539,9 @@ class EpisodeStore:
         return [{name: file.encode(episode.rows[name]) for name, file in files.items()} for episode in episodes]
 
     def _plan(self, episodes: list[PendingEpisode], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]]
-              ) -> tuple[int, list[tuple[int, PendingEpisode, dict[str, int]]], dict[str, int]]:
-        """Where each episode goes (its first row, and the first byte of each compressed field's frames), the new
-        first live id after the evictions that makes necessary, and the frames' heads after them. Frames go
-        back to byte 0 when rows go back to row 0; an episode evicts those whose rows or frames it overlaps."""
-        capacity, state = self.capacity, self.meta.state
-        first, head, next_id = state.first_episode, state.write_head, state.next_episode
-        planned: dict[int, tuple[int, int]] = {}  # id -> (start, rows) for episodes of this commit
-        table = self.live_table()
-        ends = table.start + table.length + table.final
-        files = self._encoded_files()
-        heads = {name: state.frames[name]["head"] for name in files}
-        spans = {name: file.span(table.start, ends - 1) for name, file in files.items()} if len(table) else {}
-        planned_spans: dict[str, dict[int, tuple[int, int]]] = {name: {} for name in files}
-        plan = []
-        for number, episode in enumerate(episodes):
-            rows = episode.num_rows
-            if rows > capacity.max_steps:
-                raise BufferFullError(f"an episode of {rows} rows cannot fit in max_steps={capacity.max_steps} rows")
-            start = head
-            if start + rows > capacity.max_steps:
-                if not capacity.circular:
-                    raise self._full(f"an episode of {rows} rows does not fit in the {capacity.max_steps - start} "
-                                     f"rows left of max_steps={capacity.max_steps}")
-                start = 0
-            if next_id - first >= capacity.max_episodes:
-                if not capacity.circular:
-                    raise self._full(f"all {capacity.max_episodes} episode slots are used")
-                first += 1
-            # evict oldest first, up to the newest live episode whose rows the new one would overwrite
-            # (after a wrap to row 0 the oldest episodes sit at the end and need not overlap themselves)
-            overlaps = (table.start < start + rows) & (start < ends)
-            hit = [i for i, (s, n) in planned.items() if s < start + rows and start < s + n]
-            at = {}
-            for name in files:
-                at[name] = begin = 0 if start == 0 else heads[name]
-                end = begin + len(encoded[number][name][1])
-                if spans:
-                    lo, hi = spans[name]
-                    overlaps |= (lo < end) & (begin < hi)
-                hit += [i for i, (lo_, hi_) in planned_spans[name].items() if lo_ < end and begin < hi_]
-                planned_spans[name][next_id] = (begin, end)
-                heads[name] = end
-            if overlaps.any():
-                hit.append(int(table.ids[overlaps].max()))
-            first = max([first] + [i + 1 for i in hit])
-            planned[next_id] = (start, rows)
-            plan.append((start, episode, at))
-            head, next_id = start + rows, next_id + 1
-        return first, plan, heads
-
-    def _full(self, what: str) -> BufferFullError:
-        return BufferFullError(
-            f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest episodes, "
-            f"raise max_episodes/max_steps when creating it or grow it in place (buffer.grow(max_episodes=..., "
-            f"max_steps=...), or `memmap-replay grow FOLDER --max-episodes N`), or call clear()"
-        )
+              ) -> tuple[int, list[Placement], dict[str, int]]:
+        """Where each episode goes, and the evictions that makes necessary (``core/placement.py``)."""
+        return place(self.capacity, self.meta.state, self.live_table(), self._encoded_files(), episodes, encoded)
 
     def _ensure_rows(self, rows: int) -> None:
         state = self.meta.state
