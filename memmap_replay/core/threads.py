@@ -86,13 +86,15 @@ class WorkerThreads:
         self._size = size  # more threads start at the next run; extra ones idle (runs make ``size`` tasks at most)
         return previous
 
+    def forked(self) -> None:
+        """In a forked child: its parent's threads do not exist here, and a lock another parent thread held at the
+        fork would never be released; start afresh (at the next run)."""
+        self._queue, self._started, self._pid = queue.SimpleQueue(), 0, os.getpid()
+        self._start_lock = threading.Lock()
+
     def _ensure(self) -> None:
-        pid = os.getpid()
-        if self._pid != pid:  # a forked child: its parent's threads do not exist here
-            with self._start_lock:
-                if self._pid != pid:
-                    self._queue, self._started, self._pid = queue.SimpleQueue(), 0, pid
-                    self._start_lock = threading.Lock()
+        if self._pid != os.getpid():  # (a child made without the fork hook: os.fork before import, ...)
+            self.forked()
         wanted = self.size - 1
         if self._started < wanted:
             with self._start_lock:
@@ -145,6 +147,8 @@ class WorkerThreads:
 
 
 THREADS = WorkerThreads()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=THREADS.forked)
 
 
 def get_threads() -> int:
