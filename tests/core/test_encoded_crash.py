@@ -32,6 +32,7 @@ import pytest
 
 from memmap_replay import ReplayBuffer
 from memmap_replay.core import encoded as encoded_module
+from memmap_replay.core.codecs import frame_bound
 from memmap_replay.core import format as fmt
 from memmap_replay.core import store as store_module
 
@@ -185,7 +186,7 @@ def kill_points(commit: Commit, targets=("write_rows", "write_meta")) -> list[tu
 
 def numpy_episodes(folder: Path) -> dict:
     """Every live episode's images read with numpy and zstandard alone, as the format spec says: the index entry
-    (offset, length) of each row; a length of a whole row is the row raw, else one zstd frame."""
+    (offset, length) of each row, one zstd frame of one row."""
     meta = json.loads((folder / "meta.json").read_text())
     state, slots = meta["state"], meta["capacity"]["max_episodes"]
     table = {name: np.load(folder / "episodes" / f"{name}.npy") for name in ("start", "length", "final", "id")}
@@ -199,9 +200,10 @@ def numpy_episodes(folder: Path) -> dict:
         start = int(table["start"][slot])
         rows = []
         for offset, length in index[start:start + int(table["length"][slot]) + int(table["final"][slot])]:
-            assert 0 < length <= ROW_BYTES and offset + length <= state["frames"]["image"]["bytes"]
+            assert 0 < length <= frame_bound(ROW_BYTES) and offset + length <= state["frames"]["image"]["bytes"]
             frame = bytes(frames[offset:offset + length])
-            rows.append(frame if length == ROW_BYTES else decompressor.decompress(frame))
+            assert zstandard.frame_content_size(frame) == ROW_BYTES
+            rows.append(decompressor.decompress(frame))
         images[episode_id] = np.frombuffer(b"".join(rows), np.uint8).reshape(-1, *IMAGE)
     return images
 
