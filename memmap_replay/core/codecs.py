@@ -27,6 +27,7 @@ __all__ = ["CodecSpec", "FrameError", "ZstdFrames", "parse_codec", "codec_from_j
 
 CODEC_NAMES = ("zstd",)
 DEFAULT_LEVEL = 3
+_CHECKSUM_FLAG = 0x04  # Content_Checksum_flag of a zstd frame header's descriptor (the byte after the magic)
 _LEVELS = range(-7, 23)  # zstd's fast levels (-7..-1), its default (0 means 3) and levels 1..22
 
 
@@ -117,10 +118,18 @@ class ZstdFrames:
     def decode_into(self, frame: np.ndarray, out: np.ndarray) -> None:
         """Decode ``frame`` (uint8) into ``out`` (C-contiguous and writable, ``row_nbytes`` bytes)."""
         local, size = self._contexts(), self.row_nbytes
+        if len(frame) < 6 or not frame[4] & _CHECKSUM_FLAG:  # (the frame header's descriptor byte)
+            raise FrameError("it does not carry a checksum of its content (every frame the library writes does)")
         if self._lib is not None:
-            lib = self._lib
-            written = lib.ZSTD_decompressDCtx(local.dctx, self._ffi.from_buffer(out), size,
-                                              self._ffi.from_buffer(frame), len(frame))
+            lib, ffi = self._lib, self._ffi
+            source = ffi.from_buffer(frame)
+            claimed = lib.ZSTD_getFrameContentSize(source, len(frame))
+            if claimed != size:
+                raise FrameError(f"its header claims {claimed} bytes (or none), not the row's {size}")
+            if lib.ZSTD_findFrameCompressedSize(source, len(frame)) != len(frame):
+                raise FrameError("it is not exactly one frame (bytes of another follow, or it is cut short)")
+            written = lib.ZSTD_decompressDCtx(local.dctx, ffi.from_buffer(out, require_writable=True), size,
+                                              source, len(frame))
             if lib.ZSTD_isError(written):
                 raise FrameError(self._ffi.string(lib.ZSTD_getErrorName(written)).decode("ascii", "replace"))
             if written != size:

@@ -16,8 +16,10 @@ encoded; a writer evicts the oldest episodes whose rows *or* frames the new ones
 
 Reading decodes straight into the batch's memory, on the library's threads (``core/threads.py``); a row asked
 for twice in a batch (windows, frame stacks) is decoded once and copied. Every frame is checked before it is
-decoded (its index entry must lie inside the committed frames, its length at most a row's size) and after
-(exactly one row of bytes, the frame's checksum): damage is a ``CorruptStoreError`` naming the field and the row.
+decoded (its index entry must lie inside the frames file, its length at most a frame of one row,
+``codecs.frame_bound``) and after (exactly one row of bytes, the frame's checksum): damage is a
+``CorruptStoreError`` naming the field and the row. A length of 0 reads as zeros, as a raw field's unwritten
+rows do (``verify`` reports one on a live row: only damage puts it there).
 """
 
 from __future__ import annotations
@@ -89,16 +91,28 @@ class EncodedColumn:
                 raise IndexError(f"index out of bounds for axis 0 with size {count}")
             rows = np.where(chosen < 0, chosen + count, chosen).astype(np.int64)
         values = self.take(rows)
-        return values[(slice(None),) * rows.ndim + rest] if rest else values
+        values = values[(slice(None),) * rows.ndim + rest] if rest else values
+        return values[()] if values.ndim == 0 else values  # (one value of a shape () field: a numpy scalar)
 
     def take(self, rows: Any, axis: int = 0, out: np.ndarray | None = None, mode: str = "clip") -> np.ndarray:
         """``column[rows]`` (rows of any shape; past the end: the last row, as numpy's 'clip') decoded into ``out``
         (C-contiguous and writable, of shape ``rows.shape + field shape``), or a new array."""
         rows = np.asarray(rows)
+        shape = rows.shape + self.spec.shape
         if out is None:
-            out = np.empty(rows.shape + self.spec.shape, self.dtype)
+            out = np.empty(shape, self.dtype)
+        elif (out.dtype != self.dtype or out.shape != shape or not out.flags.c_contiguous
+              or not out.flags.writeable):
+            raise ValueError(f"out must be a writable C-contiguous {self.dtype} array of shape {shape} to take these "
+                             f"rows of field {self.spec.name!r} (got {out.dtype}, shape {out.shape}, "
+                             f"C-contiguous {out.flags.c_contiguous}, writable {out.flags.writeable}); pass "
+                             f"out=np.empty({shape}, {self.dtype.name!r}), or no out")
+        if axis != 0 or mode != "clip":
+            raise ValueError(f"a compressed field's rows are taken along axis 0 with mode 'clip' (got axis={axis}, "
+                             f"mode={mode!r}); take rows, then index the result")
         if not len(self) and rows.size:
-            raise IndexError("cannot take rows of an empty field")
+            raise IndexError(f"field {self.spec.name!r} has no rows yet to take (asked for {rows.size}); store "
+                             f"episodes first")
         flat_rows = np.clip(rows.reshape(-1), 0, len(self) - 1) if rows.size else rows.reshape(-1).astype(np.int64)
         flat_out = out.reshape(-1).view(np.uint8).reshape(len(flat_rows), self.row_nbytes)
         if not len(flat_rows):

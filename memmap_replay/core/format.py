@@ -136,7 +136,8 @@ B bytes (it grows as the step files do: size first, then header), and the next e
 or at byte 0 when its rows go at row 0 (the first episode, a ring's wrap, after a clear). An episode's frames are
 contiguous and in the order of its rows. A writer evicts, oldest first, every live episode whose rows *or*
 frames the new episode's overlap, in the eviction commit (step 1 below), before it writes either. A reader MUST
-check each index entry against B and the row's size before it reads the frame.
+check each index entry before it reads the frame: inside the B bytes, and at most the longest frame of one row
+(zstd's compress bound of the row's size, plus 4 bytes of checksum).
 
 With numpy and the zstandard package alone::
 
@@ -318,7 +319,7 @@ class StoreMeta:
 
 
 def _frames_state(data: Any, schema: Schema, where: str) -> dict[str, dict[str, int]]:
-    """state.frames as meta.json holds it: an entry per compressed field (missing: none written yet)."""
+    """state.frames as meta.json holds it: an entry per compressed field (a 2.0 writer writes one from the start)."""
     if not isinstance(data, dict) or set(data) - set(schema.encoded):
         raise CorruptStoreError(f"{where} must have in state.frames an entry per compressed field of "
                                 f"{sorted(schema.encoded)} (got {str(data)[:200]})")

@@ -621,8 +621,8 @@ class EpisodeStore:
             for observer in self._observers or ():
                 observer.flush(self, closing=True)
         self._closed = True
-        for file in self._files():
-            file.close()
+        for file in (*self.steps.values(), *self.metas.values(), *self.table.values()):
+            file.close()  # (a compressed field closes its two files and lets go of its column)
         if self._lock is not None:
             self._lock.release()
             self._lock = None

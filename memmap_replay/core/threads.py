@@ -69,7 +69,7 @@ class WorkerThreads:
 
     def __init__(self) -> None:
         self._size: int | None = None
-        self._pid = -1
+        self._pid = os.getpid()  # (a forked child starts afresh: the fork hook, or the pid check in _ensure)
         self._queue: queue.SimpleQueue[tuple[Callable[[], object], _Batch]] = queue.SimpleQueue()
         self._started = 0
         self._start_lock = threading.Lock()

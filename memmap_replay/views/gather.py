@@ -15,7 +15,8 @@ child forked after its parent gathered in parallel (``os.fork``, multiprocessing
 worker processes) gathers in parallel too, with threads of its own. Torch's CPU threads (an OpenMP pool,
 which hangs in a child forked after its parent ran it) take no part.
 
-Gathers stay in the calling thread:
+Raw gathers stay in the calling thread (a compressed field decodes on the threads whatever the switch below
+says; only ``serial()`` and one thread keep its decoding in the calling thread):
 
 - in a loader's gather threads (``workers="threads"``; ``core.threads.serial()``): they are the parallelism;
 - below ``MIN_BYTES``, where waking threads costs more than the copy saves;

@@ -262,13 +262,11 @@ class Readahead:
         microseconds."""
         step = max(1, len(lo) // PROBES)
         lo, hi = lo[::step][:PROBES], hi[::step][:PROBES]
+        probed = [_frame_ranges(column, lo, hi) for column in encoded]  # (small raw fields stay cached: not these)
         if plain:
-            starts, ends = _byte_ranges(max(plain, key=lambda array: array.strides[0]), lo, hi)
-        elif encoded:
-            starts, ends = _frame_ranges(encoded[0], lo, hi)
-        else:
-            return True
-        return all(kernel.resident(start, end - start) for start, end in zip(starts.tolist(), ends.tolist()))
+            probed.append(_byte_ranges(max(plain, key=lambda array: array.strides[0]), lo, hi))
+        return all(kernel.resident(start, end - start)
+                   for starts, ends in probed for start, end in zip(starts.tolist(), ends.tolist()))
 
 
 def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

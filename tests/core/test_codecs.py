@@ -65,13 +65,15 @@ def damaged(frames):
     flipped[len(flipped) // 2] ^= 0xFF
     bigger = zstandard.ZstdCompressor(write_content_size=True).compress(np.zeros(1 << 24, np.uint8))
     smaller = zstandard.ZstdCompressor(write_content_size=True).compress(np.zeros(100, np.uint8))
+    unchecked = zstandard.ZstdCompressor(write_checksum=False, write_content_size=True).compress(row)
+    unsized = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(row)
     return {"flipped": bytes(flipped), "cut": bytes(frame[:-5]), "two frames": bytes(frame + frame),
             "trailing": bytes(frame) + b"junk", "16 MB claimed": bigger, "too short": smaller, "empty": b"",
-            "not zstd": b"\x00" * 40}
+            "not zstd": b"\x00" * 40, "no checksum": unchecked, "no content size": unsized}
 
 
 @pytest.mark.parametrize("kind", ["flipped", "cut", "two frames", "trailing", "16 MB claimed", "too short", "empty",
-                                  "not zstd"])
+                                  "not zstd", "no checksum", "no content size"])
 def test_a_damaged_frame_is_a_frame_error_and_writes_at_most_a_row(frames, kind):
     out = np.zeros(4096 + 64, np.uint8)
     with pytest.raises(FrameError, match=r"."):

@@ -267,3 +267,28 @@ def test_a_meta_json_without_the_frames_state_of_a_compressed_field_is_refused(t
     (tmp_path / "s" / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(CorruptStoreError, match=r"state.frames\['image'\] integers 0 <= head <= bytes"):
         ReplayBuffer.from_folder(tmp_path / "s")
+
+
+def test_take_into_an_out_that_cannot_hold_the_rows_is_refused(pair):
+    _, packed = pair
+    column = packed.episode_store.step_array("image")
+    rows = np.array([1, 2])
+    good = np.empty((2, *SHAPE), np.uint8)
+    np.testing.assert_array_equal(column.take(rows, out=good), column[rows])
+    for out in (np.empty((2, *SHAPE), np.int16), np.empty((3, *SHAPE), np.uint8),
+                np.empty((2, *SHAPE[::-1]), np.uint8).transpose(0, 3, 2, 1)):
+        with pytest.raises(ValueError, match=r"out must be a writable C-contiguous uint8 array of shape \(2, 12, "
+                                             r"10, 3\).*pass out=np.empty"):
+            column.take(rows, out=out)
+    with pytest.raises(ValueError, match=r"taken along axis 0 with mode 'clip' \(got axis=1"):
+        column.take(rows, axis=1)
+
+
+def test_one_value_of_a_scalar_compressed_field_is_a_numpy_scalar(tmp_path):
+    buffer = ReplayBuffer(tmp_path / "s", max_episodes=2, max_timesteps=8,
+                          fields=dict(x=dict(dtype="float32", shape=(), codec="zstd")))
+    buffer.store_episode(x=np.arange(5, dtype=np.float32))
+    column = buffer.episode_store.step_array("x")
+    assert column[3] == 3.0 and np.ndim(column[3]) == 0 and isinstance(column[3], np.floating)
+    np.testing.assert_array_equal(column[1:4], [1.0, 2.0, 3.0])
+    buffer.close()
