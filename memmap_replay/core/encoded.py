@@ -35,11 +35,24 @@ from .format import NpyFile
 from .schema import FieldSpec
 from .threads import THREADS, split
 
-__all__ = ["EncodedColumn", "EncodedField", "MIN_FRAMES_PER_TASK"]
+__all__ = ["EncodedColumn", "EncodedField", "MIN_FRAMES_PER_TASK", "bad_entries", "frame_spans", "frames_limit"]
 
 MIN_FRAMES_PER_TASK = 4  # frames a thread decodes at least (fewer: the thread's start costs more than the work)
 MIN_COPY_BYTES_PER_TASK = 1 << 18  # bytes of repeated rows a thread copies at least
 _MIN_GROWTH_BYTES = 1 << 20
+
+
+def bad_entries(offsets: np.ndarray, lengths: np.ndarray, nbytes: int, max_frame: int, *, written: bool = False
+                ) -> np.ndarray:
+    """Which index entries cannot be a frame: outside the ``nbytes`` of frames, or longer than ``max_frame``
+    (``codecs.frame_bound``); ``written``: a length of 0 (a row never written) is one too (a live row's, in verify)."""
+    return ((lengths < int(written)) | (lengths > max_frame) | (offsets < 0) | (offsets > nbytes - lengths))
+
+
+def frame_spans(index: np.ndarray, first_rows: np.ndarray, last_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of frames of episodes whose rows are ``first_rows .. last_rows`` (inclusive), as ``index`` says:
+    (lo, hi)."""
+    return index[first_rows, 0], index[last_rows, 0] + index[last_rows, 1]
 
 
 class EncodedColumn:
@@ -139,19 +152,15 @@ class EncodedColumn:
     def _decode(self, rows: np.ndarray, positions: np.ndarray, out: np.ndarray) -> None:
         entries = self.index[rows]
         offsets, lengths = entries[:, 0], entries[:, 1]
-        bad = (lengths < 0) | (lengths > self.max_frame) | (offsets < 0) | (offsets > len(self.frames) - lengths)
+        bad = bad_entries(offsets, lengths, len(self.frames), self.max_frame)
         if bad.any():
             at = int(np.flatnonzero(bad)[0])
             raise self._corrupt(int(rows[at]), f"its index entry (offset {int(offsets[at])}, length "
                                                f"{int(lengths[at])}) lies outside the {len(self.frames)} bytes of "
                                                f"frames, or is longer than a frame of one row ({self.max_frame} "
                                                f"bytes)")
-        parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)
-        starts, ends = offsets.tolist(), (offsets + lengths).tolist()
-        where = positions.tolist()
-        if parts == 1:
-            self._decode_part(rows, starts, ends, where, out, slice(0, len(rows)))
-            return
+        parts = THREADS.parts(len(rows), MIN_FRAMES_PER_TASK)  # (1: run() decodes in the calling thread)
+        starts, ends, where = offsets.tolist(), (offsets + lengths).tolist(), positions.tolist()
         THREADS.run([partial(self._decode_part, rows, starts, ends, where, out, part)
                      for part in split(len(rows), parts)])
 
@@ -245,8 +254,7 @@ class EncodedField:
 
     def span(self, first_rows: np.ndarray, last_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bytes of frames of episodes whose rows are ``first_rows .. last_rows`` (inclusive): (lo, hi)."""
-        index = self.index.array()
-        return index[first_rows, 0], index[last_rows, 0] + index[last_rows, 1]
+        return frame_spans(self.index.array(), first_rows, last_rows)
 
     def write_rows(self, start: int, rows: np.ndarray) -> None:
         raise ReadOnlyError(f"field {self.spec.name!r} is compressed ({self.spec.describe()}): its stored rows cannot "

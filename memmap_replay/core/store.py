@@ -447,10 +447,7 @@ class EpisodeStore:
         if evicted_first != state.first_episode:
             self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1))
         self._ensure_rows(max(start + episode.num_rows for start, episode, _ in plan))
-        frames = {name: {"head": heads[name], "bytes": file.ensure_bytes(
-                  max(at[name] + len(encoded[k][name][1]) for k, (_, _, at) in enumerate(plan)),
-                  frames_limit(file.spec, self.capacity.max_steps))}
-                  for name, file in self._encoded_files().items()}
+        frames = self._ensure_frames(plan, encoded, heads)
         slots = []
         for offset, (start, episode, at) in enumerate(plan):
             episode_id = state.next_episode + offset
@@ -537,6 +534,16 @@ class EpisodeStore:
         """Each episode's compressed fields as (lengths, frames), encoded before anything on disk changes."""
         files = self._encoded_files()
         return [{name: file.encode(episode.rows[name]) for name, file in files.items()} for episode in episodes]
+
+    def _ensure_frames(self, plan: list[Placement], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]],
+                       heads: dict[str, int]) -> dict[str, dict[str, int]]:
+        """Room in each compressed field's frames file for the frames ``plan`` places; ``state.frames`` after."""
+        frames = {}
+        for name, file in self._encoded_files().items():
+            end = max(at[name] + len(parts[name][1]) for (_, _, at), parts in zip(plan, encoded))
+            frames[name] = {"head": heads[name],
+                            "bytes": file.ensure_bytes(end, frames_limit(file.spec, self.capacity.max_steps))}
+        return frames
 
     def _plan(self, episodes: list[PendingEpisode], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]]
               ) -> tuple[int, list[Placement], dict[str, int]]:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.codecs import FrameError, ZstdFrames, frame_bound, frames_of
-from ..core.encoded import EncodedColumn
+from ..core.encoded import EncodedColumn, bad_entries
 from ..core.schema import FieldSpec, Schema
 from ..errors import CorruptStoreError, MissingExtraError
 from .stats import _chunks
@@ -132,7 +132,7 @@ class FieldFramesCheck:
         entries = np.asarray(self.index[rows])
         offsets, lengths = entries[:, 0], entries[:, 1]
         nbytes, name = len(self.frames), self.spec.name
-        bad = (lengths < 1) | (lengths > self.max_frame) | (offsets < 0) | (offsets > nbytes - lengths)
+        bad = bad_entries(offsets, lengths, nbytes, self.max_frame, written=True)
         hits = np.flatnonzero(bad)
         self.note("bounds", [f"field {name!r}, row {rows[i]} (live episode {owner[i]}): its index entry (offset "
                              f"{offsets[i]}, length {lengths[i]}) must lie inside the {nbytes} committed bytes of "

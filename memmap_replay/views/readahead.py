@@ -29,7 +29,7 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from ..core.encoded import EncodedColumn
+from ..core.encoded import EncodedColumn, frame_spans
 from ..core.options import short
 from ..errors import OptionError
 
@@ -257,8 +257,8 @@ class Readahead:
     @staticmethod
     def _cached(kernel: _Kernel, plain: Sequence[np.ndarray], encoded: Sequence[EncodedColumn], lo: np.ndarray,
                 hi: np.ndarray) -> bool:
-        """Whether a few of the batch's ranges (spread over it) of its widest map (or its first compressed field's
-        frames) are all cached: a few ``mincore`` calls, so that a warm batch skips the advice at the cost of
+        """Whether a few of the batch's ranges (spread over it) of its widest raw map and of every compressed
+        field's frames are all cached: a few ``mincore`` calls, so that a warm batch skips the advice at the cost of
         microseconds."""
         step = max(1, len(lo) // PROBES)
         lo, hi = lo[::step][:PROBES], hi[::step][:PROBES]
@@ -269,35 +269,36 @@ class Readahead:
                    for starts, ends in probed for start, end in zip(starts.tolist(), ends.tolist()))
 
 
+def _rows_in(lo: np.ndarray, hi: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row ranges [lo, hi) clipped to ``rows`` rows, empty ones left out."""
+    lo, hi = np.clip(lo, 0, rows), np.clip(hi, 0, rows)
+    keep = hi > lo
+    return (lo, hi) if keep.all() else (lo[keep], hi[keep])
+
+
 def _byte_ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) addresses of rows [lo, hi) of a mapped array, clipped to its rows, the starts aligned
     down to a page (empty ranges left out)."""
-    rows = len(array)
-    lo = np.clip(lo, 0, rows)
-    hi = np.clip(hi, 0, rows)
-    keep = hi > lo
-    if not keep.all():
-        lo, hi = lo[keep], hi[keep]
-    row_bytes = array.strides[0]
-    base = array.ctypes.data
-    start = base + lo.astype(np.uint64) * row_bytes
-    end = base + hi.astype(np.uint64) * row_bytes
-    return start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF), end
+    lo, hi = _rows_in(lo, hi, len(array))
+    row_bytes = np.uint64(array.strides[0])
+    return _addresses(array, lo.astype(np.uint64) * row_bytes, hi.astype(np.uint64) * row_bytes)
 
 
 def _frame_ranges(column: EncodedColumn, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) addresses of the frames of rows [lo, hi) of a compressed field, as its index says (clipped to
     its frames: a damaged index is the gather's to report), the starts aligned down to a page."""
-    rows, frames = len(column.index), column.frames
-    lo, hi = np.clip(lo, 0, rows), np.clip(hi, 0, rows)
-    keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
+    frames = column.frames
+    lo, hi = _rows_in(lo, hi, len(column.index))
     if not len(lo) or not len(frames):
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    first, last = column.index[lo], column.index[hi - 1]
-    begin = np.clip(first[:, 0], 0, len(frames))
-    end = np.clip(last[:, 0] + last[:, 1], begin, len(frames))
-    base = frames.ctypes.data
+    first, last = frame_spans(column.index, lo, hi - 1)
+    begin = np.clip(first, 0, len(frames))
+    return _addresses(frames, begin, np.clip(last, begin, len(frames)))
+
+
+def _addresses(array: np.ndarray, begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) addresses of byte offsets [begin, end) of a mapped array, the starts aligned down to a page."""
+    base = array.ctypes.data
     start = base + begin.astype(np.uint64)
     return start & np.uint64(~(PAGE - 1) & 0xFFFFFFFFFFFFFFFF), base + end.astype(np.uint64)
 
