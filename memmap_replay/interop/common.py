@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from ..core.progress import progress_bar
 from ..core import folderio
 from ..core import format as fmt
 from ..buffer import ReplayBuffer
@@ -89,13 +89,6 @@ def provenance_record(kind: str, source: Any, **details: Any) -> dict:
 
     return {"kind": kind, "source": os.fspath(source), "tool": f"memmap_replay {__version__}",
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"), **details}
-
-
-def progress_bar(total: int, desc: str, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", unit_scale=True, disable=not enabled, file=sys.stderr,
-                leave=False)
 
 
 # ---- naming ------------------------------------------------------------------------------------------------

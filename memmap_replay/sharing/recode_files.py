@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,9 @@ import numpy as np
 
 from ..core import folderio
 from ..core import format as fmt
-from ..core.encoded import EncodedField, frames_limit
+from ..core.codecs import frame_bound
+from ..core.encoded import EncodedField, bad_entries, frames_limit
+from ..core.progress import progress_bar as bar
 from ..core.format import NpyFile, StoreMeta
 from ..core.index import EpisodeTable
 from ..core.schema import FieldSpec, Schema
@@ -103,12 +104,12 @@ def _copy_frames(store: EpisodeStore, table: EpisodeTable, spec: FieldSpec, tmp:
         index, frames = source.index.array(), source.frames.array()
         for start, stop in _blocks(table, spec):
             entries = np.ascontiguousarray(index[start:stop])
-            lo, hi = int(entries[:, 0].min()), int((entries[:, 0] + entries[:, 1]).max())
-            if lo < 0 or hi > entry["bytes"] or (entries[:, 1] < 0).any():
+            if bad_entries(entries[:, 0], entries[:, 1], entry["bytes"], frame_bound(spec.row_nbytes)).any():
                 raise CorruptStoreError(f"field {spec.name!r}, rows {start}..{stop - 1}: their index entries lie "
                                         f"outside the {entry['bytes']} committed bytes of frames; the store's "
                                         f"frames are damaged (`python -m memmap_replay verify FOLDER` lists every "
                                         f"damaged row)")
+            lo, hi = int(entries[:, 0].min()), int((entries[:, 0] + entries[:, 1]).max())
             target.index.write_rows(start, entries)
             target.frames.write_rows(lo, np.ascontiguousarray(frames[lo:hi]))
             stored += int(entries[:, 1].sum())
@@ -223,7 +224,4 @@ def remove_tree(path: Path) -> None:
 
 
 def progress_bar(kind: str, total: int, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=kind, unit="row", unit_scale=True, disable=not enabled, file=sys.stderr,
-                leave=False)
+    return bar(total, kind, enabled, unit="row")
