@@ -52,6 +52,10 @@ class CodecSpec:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "level": self.level}
 
+    def __str__(self) -> str:
+        """As messages, ``info`` and the card name it: ``zstd-3``."""
+        return f"{self.name}-{self.level}"
+
 
 def _level(field: str, level: Any) -> int:
     if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or int(level) not in _LEVELS:

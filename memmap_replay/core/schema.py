@@ -152,7 +152,7 @@ class FieldSpec:
     def describe(self) -> str:
         """In words, as messages name it: ``uint8 (84, 84) default None codec zstd-3``."""
         text = f"{self.dtype.name} {self.shape} default {self.default!r}"
-        return text if self.codec is None else f"{text} codec {self.codec.name}-{self.codec.level}"
+        return text if self.codec is None else f"{text} codec {self.codec}"
 
 
 def _is_json_complex(value: Any) -> TypeGuard[list[float]]:

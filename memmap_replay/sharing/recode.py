@@ -92,7 +92,7 @@ def _mb(nbytes: int) -> str:
 
 
 def _form(codec: Codec) -> str:
-    return "raw" if codec is None else f"{codec.name}-{codec.level}"
+    return "raw" if codec is None else str(codec)
 
 
 # ---- the public functions ---------------------------------------------------------------------------------

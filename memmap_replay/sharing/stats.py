@@ -411,7 +411,7 @@ def compression_summary(store) -> dict[str, dict[str, Any]]:
         for _, rows in _chunks(table.start, spans, _READ_BYTES // 16):
             stored += int(index[rows, 1].sum())
         raw = int(spans.sum()) * spec.row_nbytes
-        out[name] = {"codec": f"{spec.codec.name}-{spec.codec.level}", "raw_bytes": raw, "encoded_bytes": stored,
+        out[name] = {"codec": str(spec.codec), "raw_bytes": raw, "encoded_bytes": stored,
                      "ratio": raw / stored if stored else None}
     return out
 
