@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import torch
 
 from ..core.options import short
@@ -100,8 +101,8 @@ class ConcatReplayBuffer(ConcatReads):
         return build_dataloader(view, batch_size, plan)
 
     def get_all_data(self, fields: Any = None, meta_fields: Any = None, device: Any = None) -> dict:
-        """Every episode of every folder as tensors, padded to the longest: with neither ``fields`` nor
-        ``meta_fields``, all fields, all meta fields and ``episode_lens``; else just those named."""
+        """Every episode of every folder as tensors, padded to the longest with each field's default: with neither
+        ``fields`` nor ``meta_fields``, all fields, all meta fields and ``episode_lens``; else just those named."""
         if fields is None and meta_fields is None:
             fields, meta_fields = self.fieldnames, (*self.meta_fieldnames, "episode_lens")
         fields = () if fields is None else fields
@@ -111,7 +112,9 @@ class ConcatReplayBuffer(ConcatReads):
             return {}
         steps = [name for name in parts[0] if name in self.fieldnames]
         longest = max((part[name].shape[1] for part in parts for name in steps), default=0)
-        return {name: torch.cat([_pad_time(part[name], longest) if name in steps else part[name] for part in parts])
+        defaults = {name: self.stores[0].schema.fields[name].default_row() for name in steps}
+        return {name: torch.cat([_pad_time(part[name], longest, defaults[name]) if name in steps else part[name]
+                                 for part in parts])
                 for name in parts[0]}
 
     def flush(self) -> None:
@@ -136,8 +139,10 @@ for _name in _WRITES:
     setattr(ConcatReplayBuffer, _name, _read_only(_name))
 
 
-def _pad_time(value: torch.Tensor, length: int) -> torch.Tensor:
-    """(N, T, ...) zero-padded to (N, length, ...)."""
+def _pad_time(value: torch.Tensor, length: int, default: np.ndarray) -> torch.Tensor:
+    """(N, T, ...) padded to (N, length, ...) with the field's ``default`` row (0.2.3 padded with zeros here,
+    and with the default within a folder: one value throughout, see docs/memmap-replay-buffer.md)."""
     if value.shape[1] == length:
         return value
-    return torch.cat((value, value.new_zeros((value.shape[0], length - value.shape[1], *value.shape[2:]))), dim=1)
+    pad = torch.as_tensor(default, dtype=value.dtype, device=value.device)
+    return torch.cat((value, pad.expand(value.shape[0], length - value.shape[1], *value.shape[2:])), dim=1)

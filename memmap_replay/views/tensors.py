@@ -21,7 +21,8 @@ def to_tensor(array: np.ndarray, device: Any = None) -> torch.Tensor:
 
 
 def padded_episodes(store: EpisodeStore, fields: Any, meta_fields: Any, device: Any = None) -> dict[str, torch.Tensor]:
-    """Live episodes, oldest first, padded with zeros to the longest: one gather per field. ``fields`` and
+    """Live episodes, oldest first, padded to the longest with each field's default (as ``buffer.data`` reads
+    steps past an episode's end, and as memmap-replay-buffer 0.2.3 pads): one gather per field. ``fields`` and
     ``meta_fields`` are a name or a tuple/list of names (``episode_lens`` is a meta field here)."""
     fields = name_tuple(fields, store.schema.fields, "field")
     meta_fields = name_tuple(meta_fields, {**store.schema.meta_fields, "episode_lens": None}, "meta field")
@@ -39,7 +40,7 @@ def padded_episodes(store: EpisodeStore, fields: Any, meta_fields: Any, device: 
     out = {}
     for name in fields:
         values = store.step_array(name)[rows]
-        values[~inside] = 0
+        values[~inside] = store.schema.fields[name].default_row()
         out[name] = to_tensor(values, device)
     for name in meta_fields:
         if name == "episode_lens":

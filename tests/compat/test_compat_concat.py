@@ -94,3 +94,16 @@ def test_options_memmap_replay_buffer_had_not_are_refused_by_name(folders):
     for options in (dict(window=2), dict(transitions=True), dict(allow_empty=True)):
         with pytest.raises(OptionError, match=r"ConcatReplayBuffer.dataset makes memmap-replay-buffer's datasets"):
             ConcatReplayBuffer(folders).dataset(**options)
+
+
+def test_get_all_data_pads_with_the_field_default_within_and_across_folders(make_buffer):
+    fields = dict(reward=("float", (), -1.0))
+    short = make_buffer("short", fields=fields, meta_fields={}, max_episodes=2, max_timesteps=10)
+    long = make_buffer("long", fields=fields, meta_fields={}, max_episodes=2, max_timesteps=10)
+    short.store_episode(reward=np.zeros(2))
+    short.store_episode(reward=np.zeros(3))
+    long.store_episode(reward=np.zeros(5))
+    reward = ConcatReplayBuffer([short.folder, long.folder]).get_all_data()["reward"]
+    assert reward.shape == (3, 5)
+    assert reward[0].tolist() == [0.0, 0.0, -1.0, -1.0, -1.0]  # past its end, and past its folder's longest
+    assert reward[1].tolist() == [0.0, 0.0, 0.0, -1.0, -1.0]

@@ -127,3 +127,18 @@ def test_concatenated_buffers_give_what_0_2_3_gives(tmp_path, pair):
             value = value.long() if name == "episode_lens" else value
             assert all_got[name].dtype == value.dtype and torch.equal(all_got[name], value), name
     other_ours.close()
+
+
+def test_get_all_data_pads_with_each_field_s_default_as_0_2_3(tmp_path):
+    fields = dict(reward=("float", (), -1.0), obs=("float", (2,), 0.5), action=("int", (), 7))
+    theirs = mrb.ReplayBuffer(tmp_path / "theirs", 4, 6, fields)
+    ours = memmap_replay.ReplayBuffer(tmp_path / "ours", 4, 6, fields)
+    for buffer in (theirs, ours):
+        for length in (4, 2):
+            buffer.store_episode(reward=np.arange(length, dtype=np.float32), obs=np.zeros((length, 2), np.float32),
+                                 action=np.zeros(length, np.int32))
+    expected, got = theirs.get_all_data(), ours.get_all_data()
+    for name in fields:
+        assert got[name].dtype == expected[name].dtype and torch.equal(got[name], expected[name]), name
+    assert got["reward"][1, 2:].tolist() == [-1.0, -1.0] and got["action"][1, 2:].tolist() == [7, 7]
+    ours.close()
