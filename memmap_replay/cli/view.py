@@ -20,8 +20,9 @@ ship in the package. Stop with Ctrl-C.
 
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise; --host 0.0.0.0 shows
 the store to every machine that can reach this one. A request whose Host header names another site is
-refused (DNS rebinding): IP addresses, localhost and this machine's name are answered; --allow-host NAME
-allows another name (e.g. an alias other machines use).
+refused (DNS rebinding): localhost, 127.0.0.1 and [::1] with any port (a browser through 'ssh -L
+8080:127.0.0.1:PORT' sends localhost:8080), IP addresses and this machine's name are answered;
+--allow-host NAME allows another name (e.g. an alias other machines use).
 
 exit codes:
   {EXIT_OK}  stopped with Ctrl-C

@@ -103,6 +103,18 @@ def test_a_request_for_another_host_is_refused(server):
     assert get(server, "/api/state", headers={"Host": f"localhost:{server.port}"})[0] == 200
 
 
+def test_loopback_names_are_answered_whatever_the_port(server):
+    """A browser through ``ssh -L 8080:127.0.0.1:PORT`` sends ``Host: localhost:8080``: it was refused, as was
+    ``127.0.0.1`` with no port."""
+    for host in ("localhost:8080", "LOCALHOST:8080", "127.0.0.1", "localhost", "[::1]", "[::1]:8080",
+                 "127.0.0.1:80"):
+        assert get(server, "/api/state", headers={"Host": host})[0] == 200, host
+    for host in ("evil.example", "evil.example:8080", f"evil.example:{server.port}", "localhost.evil.example:8080",
+                 "localhost:8080x", "localhost:", "127.0.0.1:8080:1", "evil.localhost:8080", "[::1]x", ""):
+        status, _, body = get(server, "/api/state", headers={"Host": host})
+        assert status == 403 and b"Host header" in body, host
+
+
 def test_unknown_paths_are_404_pages_and_never_files(server):
     for path in ("/etc/passwd", "/static/../server.py", "/static/api.py", "/meta.json", "/%2e%2e/meta.json"):
         status, headers, body = get(server, path)
@@ -549,7 +561,9 @@ def test_the_host_check_holds_on_every_address(folder):
     with view(folder, block=False, host="0.0.0.0", allow_hosts=("Replays.Lab",)) as running:
         port = running.port
         assert _ask(port, f"attacker.example:{port}") == 403
-        assert _ask(port, f"127.0.0.1:{port + 1}") == 403
+        assert _ask(port, f"attacker.example:{port + 1}") == 403
+        assert _ask(port, f"10.1.2.3:{port + 1}") == 403  # an address other than loopback: the server's port only
+        assert _ask(port, f"127.0.0.1:{port + 1}") == 200  # loopback: any port (a tunnel's)
         for allowed in ("127.0.0.1", "localhost", "10.1.2.3", "[::1]", "replays.lab"):
             assert _ask(port, f"{allowed}:{port}") == 200, allowed
     try:

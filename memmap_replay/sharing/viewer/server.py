@@ -12,10 +12,11 @@ Safety (a store may come from a stranger; the server may be reached by any page 
 - GET and HEAD only; any other method gets 405.
 - No path is ever taken from a request: assets are a fixed table of names, data is named by episode ids,
   field and column names that ``StoreApi`` checks against the store.
-- Bound to 127.0.0.1 unless told otherwise. A request whose ``Host`` is not the server's port with the bound
-  address, a loopback name (``localhost``), an IP address, this machine's name (when bound to every address)
-  or a name the user allowed (``allow_hosts``, ``--allow-host``) is refused (DNS rebinding: a page of another
-  site that resolves its name to this machine names that site).
+- Bound to 127.0.0.1 unless told otherwise. A request whose ``Host`` is not a loopback name (``localhost``,
+  ``127.0.0.1``, ``[::1]``, with any port or none: a browser through ``ssh -L 8080:127.0.0.1:PORT`` sends
+  ``localhost:8080``), nor the server's port with the bound address, an IP address, this machine's name (when
+  bound to every address) or a name the user allowed (``allow_hosts``, ``--allow-host``) is refused (DNS
+  rebinding: a page of another site that resolves its name to this machine names that site).
 - Every answer says ``Content-Security-Policy: default-src 'self'`` (no inline script, nothing from
   elsewhere: a ``<script>`` in a card could not run even if it reached the page as HTML, which it does not)
   and ``X-Content-Type-Options: nosniff``; the error page escapes its message.
@@ -189,7 +190,7 @@ class ViewerHandler(BaseHTTPRequestHandler):
 
     def _host_allowed(self, header: str) -> bool:
         header = header.strip().lower()
-        if header in self.server.allowed_hosts:
+        if header in self.server.allowed_hosts or _loopback_name(header):
             return True
         address, _, port = header.rpartition(":")
         if port != str(self.server.port):
@@ -269,6 +270,19 @@ class ViewerHandler(BaseHTTPRequestHandler):
 _ROUTES: dict[str, Callable] = {"/api/state": ViewerHandler._state, "/api/overview": ViewerHandler._overview,
                                 "/api/stats": ViewerHandler._stats, "/api/episodes": ViewerHandler._episodes,
                                 "/api/episode": ViewerHandler._episode, "/api/frame": ViewerHandler._frame}
+
+
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def _loopback_name(header: str) -> bool:
+    """A Host header naming this machine's loopback (``localhost``, ``127.0.0.1``, ``[::1]``) with any port or
+    none: what a browser sends through a tunnel (``ssh -L 8080:127.0.0.1:PORT`` gives ``localhost:8080``). No
+    other site can be reached by these names, so they cannot carry a DNS-rebinding request."""
+    if header in _LOOPBACK_NAMES:
+        return True
+    name, _, port = header.rpartition(":")
+    return name in _LOOPBACK_NAMES and port.isascii() and port.isdigit()
 
 
 def _bracket(host: str) -> str:
