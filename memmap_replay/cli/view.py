@@ -124,11 +124,14 @@ def run_view(args: argparse.Namespace) -> int:
         print(f"{args.prog}: error: cannot listen on {args.host}:{args.port} ({error.strerror or error}); "
               f"choose another --port (0: a free one) or --host", file=sys.stderr)
         return EXIT_USAGE
-    print(f"serving {args.folder} at {server.url} (Ctrl-C to stop)", flush=True)
-    try:
+    try:  # the print too: a Ctrl-C as soon as the address shows lands in it
+        print(f"serving {args.folder} at {server.url} (Ctrl-C to stop)", flush=True)
         server.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        server.close()
+        try:
+            server.close()
+        except KeyboardInterrupt:  # a second Ctrl-C while stopping: the serving thread ends with the process
+            pass
     return EXIT_OK
