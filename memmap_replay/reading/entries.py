@@ -331,7 +331,8 @@ class BufferReads:
         to_named_tuple : Sequence[str] | None, default None
             batches as named tuples of these outputs (a leading underscore is dropped from the names).
         output : str, default 'dict'
-            the batch's type: 'dict', or 'tensordict' (the [tensordict] extra).
+            the batch's type: 'dict', 'tensordict' (the [tensordict] extra: flat names) or 'torchrl' (the [torchrl]
+            extra: TorchRL's nested layout, ('next', ...)).
         device : torch.device | str | int | None, default None
             move each batch there (on an accelerator, a batch ahead on a side stream).
         non_blocking : bool, default True
@@ -913,7 +914,8 @@ class ShardReads:
         to_named_tuple : Sequence[str] | None, default None
             batches as named tuples of these outputs (a leading underscore is dropped from the names).
         output : str, default 'dict'
-            the batch's type: 'dict', or 'tensordict' (the [tensordict] extra).
+            the batch's type: 'dict', 'tensordict' (the [tensordict] extra: flat names) or 'torchrl' (the [torchrl]
+            extra: TorchRL's nested layout, ('next', ...)).
         device : torch.device | str | int | None, default None
             move each batch there (on an accelerator, a batch ahead on a side stream).
         non_blocking : bool, default True
@@ -1464,7 +1466,8 @@ class ConcatReads:
         to_named_tuple : Sequence[str] | None, default None
             batches as named tuples of these outputs (a leading underscore is dropped from the names).
         output : str, default 'dict'
-            the batch's type: 'dict', or 'tensordict' (the [tensordict] extra).
+            the batch's type: 'dict', 'tensordict' (the [tensordict] extra: flat names) or 'torchrl' (the [torchrl]
+            extra: TorchRL's nested layout, ('next', ...)).
         device : torch.device | str | int | None, default None
             move each batch there (on an accelerator, a batch ahead on a side stream).
         non_blocking : bool, default True

@@ -228,8 +228,9 @@ LOADER_OPTIONS = (
             "spelling)", (DATALOADER,)),
     _loader("to_named_tuple", "Sequence[str] | None", None, "batches as named tuples of these outputs (a leading "
             "underscore is dropped from the names)", (DATALOADER,)),
-    _loader("output", "str", "dict", "the batch's type: 'dict', or 'tensordict' (the [tensordict] extra)",
-            check=_among(("dict", "tensordict"))),
+    _loader("output", "str", "dict", "the batch's type: 'dict', 'tensordict' (the [tensordict] extra: flat names) "
+            "or 'torchrl' (the [torchrl] extra: TorchRL's nested layout, ('next', ...))",
+            check=_among(("dict", "tensordict", "torchrl"))),
     _loader("device", "torch.device | str | int | None", None, "move each batch there (on an accelerator, a batch "
             "ahead on a side stream)", check=lambda value, name: device_option(value, name)),
     _loader("non_blocking", "bool", True, "copies to the device do not wait", check=_flag),

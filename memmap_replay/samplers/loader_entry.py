@@ -91,7 +91,8 @@ class SamplerLoader:
         drop_last : bool, default False
             leave out the last batch when it is smaller than batch_size.
         output : str, default 'dict'
-            the batch's type: 'dict', or 'tensordict' (the [tensordict] extra).
+            the batch's type: 'dict', 'tensordict' (the [tensordict] extra: flat names) or 'torchrl' (the [torchrl]
+            extra: TorchRL's nested layout, ('next', ...)).
         device : torch.device | str | int | None, default None
             move each batch there (on an accelerator, a batch ahead on a side stream).
         non_blocking : bool, default True
@@ -216,7 +217,8 @@ class LimitedLoader:
         drop_last : bool, default False
             leave out the last batch when it is smaller than batch_size.
         output : str, default 'dict'
-            the batch's type: 'dict', or 'tensordict' (the [tensordict] extra).
+            the batch's type: 'dict', 'tensordict' (the [tensordict] extra: flat names) or 'torchrl' (the [torchrl]
+            extra: TorchRL's nested layout, ('next', ...)).
         device : torch.device | str | int | None, default None
             move each batch there (on an accelerator, a batch ahead on a side stream).
         non_blocking : bool, default True

@@ -24,6 +24,7 @@ from ..core.options import choice, flag, integer, named_tuple_option, short
 from ._options import device_option, generator_option
 from .device import DevicePrefetcher, can_pin, pinned
 from .output import output_option, to_tensordict
+from .torchrl_layout import to_torchrl
 from .transforms import loader_transform
 from .batches import BatchIndexSampler, _LazyPermutation  # noqa: F401 - re-exported (BatchIndexSampler is public)
 from .transport import (PROCESS_OPTIONS, WORKER_KINDS, WORKER_TRANSPORTS, SlotPacker, SlotReader, slot_release_option,
@@ -191,12 +192,14 @@ class ReplayDataLoader(DataLoader):
             yield self._output(batch)
 
     def _output(self, batch: dict) -> Any:
-        """The batch as the caller asked: a dict, a named tuple or a TensorDict."""
+        """The batch as the caller asked: a dict, a named tuple, a TensorDict or TorchRL's layout."""
         if self.to_named_tuple is not None:
             missing = [name for name in self.to_named_tuple if name not in batch]
             if missing:
                 raise OptionError(f"to_named_tuple names {missing} are not in the batch; it has {sorted(batch)}")
             return self.batch_type(*(batch[name] for name in self.to_named_tuple))
+        if self.output == "torchrl":
+            return to_torchrl(batch, self.dataset, device=self.device)
         if self.output == "tensordict":
             steps = getattr(self.dataset, "sequence_outputs", None)
             return to_tensordict(batch, steps() if steps is not None else (),

@@ -1,5 +1,7 @@
-"""What a loader's batch becomes: a dict of tensors (``output="dict"``), or a ``tensordict.TensorDict``
-(``output="tensordict"``, the ``[tensordict]`` extra), converted in the main process after the batch came.
+"""What a loader's batch becomes: a dict of tensors (``output="dict"``), a ``tensordict.TensorDict``
+(``output="tensordict"``, the ``[tensordict]`` extra: the dict's flat names), or TorchRL's nested layout
+(``output="torchrl"``, the ``[torchrl]`` extra: ``views.torchrl_layout``), converted in the main process
+after the batch came.
 
 A TensorDict's ``batch_size``:
 
@@ -27,22 +29,23 @@ from ..errors import OptionError
 
 __all__ = ["OUTPUT_KINDS", "output_option", "require_tensordict", "to_tensordict"]
 
-OUTPUT_KINDS = ("dict", "tensordict")
+OUTPUT_KINDS = ("dict", "tensordict", "torchrl")
 
 
 def output_option(output: Any, to_named_tuple: Any) -> str:
-    """``output``: 'dict' or 'tensordict' (which needs the extra and no ``to_named_tuple``)."""
+    """``output``: 'dict', 'tensordict' or 'torchrl' (the last two need tensordict and no ``to_named_tuple``)."""
     output = choice(output, "output", OUTPUT_KINDS)
-    if output == "tensordict":
+    if output != "dict":
         if to_named_tuple is not None:
-            raise OptionError(f"output='tensordict' and to_named_tuple={to_named_tuple!r} cannot be combined (a "
+            raise OptionError(f"output={output!r} and to_named_tuple={to_named_tuple!r} cannot be combined (a "
                               f"batch is one or the other); pass one of them")
-        require_tensordict()
+        require_tensordict(f"output={output!r}", output)
     return output
 
 
-def require_tensordict() -> Any:
-    return require_extra("tensordict", "tensordict", "output='tensordict'")
+def require_tensordict(what: str = "output='tensordict'", extra: str = "tensordict") -> Any:
+    """The ``tensordict`` module, or ``MissingExtraError`` naming the pip ``extra`` that brings it."""
+    return require_extra("tensordict", extra, what)
 
 
 def to_tensordict(batch: dict[str, torch.Tensor], sequence_outputs: Any = (), *, time_major: bool = False,

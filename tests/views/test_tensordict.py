@@ -115,15 +115,15 @@ def test_samplers_dataloaders_take_output(tensordict, filled):
 
 @pytest.mark.parametrize("output", ["tuple", "TensorDict", None, 1, ["dict"]])
 def test_output_must_be_dict_or_tensordict(filled, output):
-    with pytest.raises(OptionError, match=r"output must be one of 'dict', 'tensordict' \(got "):
+    with pytest.raises(OptionError, match=r"output must be one of 'dict', 'tensordict', 'torchrl' \(got "):
         filled.dataloader(4, timestep_level=True, output=output)
 
 
 def test_output_is_checked_by_the_samplers_dataloader_and_the_loader(filled):
-    with pytest.raises(OptionError, match=r"output must be one of 'dict', 'tensordict' \(got 'td'\)"):
+    with pytest.raises(OptionError, match=r"output must be one of 'dict', 'tensordict', 'torchrl' \(got 'td'\)"):
         filled.sampler("uniform", seed=0).dataloader(4, num_batches=1, output="td")
     view = filled.dataset(timestep_level=True)
-    with pytest.raises(OptionError, match=r"output must be one of 'dict', 'tensordict' \(got 'td'\)"):
+    with pytest.raises(OptionError, match=r"output must be one of 'dict', 'tensordict', 'torchrl' \(got 'td'\)"):
         ReplayDataLoader(view, BatchIndexSampler(len(view), 4), output="td")
 
 
