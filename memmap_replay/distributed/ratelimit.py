@@ -413,6 +413,47 @@ class RateLimiter:
                 self._counts[_DELETE] += deletes
             self._cond.notify_all()
 
+    # ---- state ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters and the limits (JSON-able), for ``load_state_dict`` in a resumed run (and
+        ``buffer.save_training_state``)."""
+        limits = dict(self.config, error_buffer=[self.min_diff, self.max_diff])
+        return {"type": "RateLimiter", "limits": limits, "counts": list(self.counts), "shared": self.folder is not None,
+                "blocked": dict(self.blocked)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Carry on from a ``state_dict()`` of a limiter with the same limits. In memory (no ``folder``), every
+        counter is restored. Shared through a folder, only the samples are (the learner's side, which a
+        resumed run draws again from its saved place); inserts and deletes stay the folder's, which the actors
+        kept counting meanwhile. Every value is checked first, so a refused state changes nothing."""
+        if not isinstance(state, dict) or state.get("type") != "RateLimiter":
+            found = state.get("type") if isinstance(state, dict) else type(state).__name__
+            raise InvalidDataError(f"this is a RateLimiter's state_dict()? it holds a {found!r}")
+        limits = dict(self.config, error_buffer=[self.min_diff, self.max_diff])
+        if state.get("limits") != limits:
+            raise InvalidDataError(f"the state_dict is of a rate limiter with other limits "
+                                   f"({short(state.get('limits'))}); this one has {limits}: make the limiter with "
+                                   f"the same options")
+        counts, blocked = state.get("counts"), state.get("blocked", {})
+        if not isinstance(counts, list) or len(counts) != 3:
+            raise InvalidDataError(f"a RateLimiter state_dict's 'counts' must be [inserts, samples, deletes] "
+                                   f"(got {short(counts)})")
+        inserts, samples, deletes = (integer(value, "each count", low=0, error=InvalidDataError) for value in counts)
+        if deletes > inserts:
+            raise InvalidDataError(f"a RateLimiter state_dict cannot count more deletes than inserts (got {counts})")
+        if not isinstance(blocked, dict) or set(blocked) - {"insert", "sample"}:
+            raise InvalidDataError(f"'blocked' must be a dict of 'insert' and 'sample' counts (got {short(blocked)})")
+        blocked = {key: integer(value, "blocked", low=0, error=InvalidDataError) for key, value in blocked.items()}
+        with self._cond:
+            with self._flock():
+                if self.folder is None:
+                    self._counts[:] = (inserts, samples, deletes)
+                else:
+                    self._counts[_SAMPLE] = samples
+            self.blocked.update(blocked)
+            self._cond.notify_all()
+
     # ---- integrations ----------------------------------------------------------------------------------
 
     @contextmanager
@@ -505,12 +546,12 @@ class LimitedSampler(LimitedLoader):
     def batch(self, batch_size: int, *, timeout: Any = _DEFAULT) -> Any:
         return self._draw("batch", batch_size, timeout)
 
-    def batches(self, batch_size: int, num_batches: int | None = None) -> Iterator[Any]:
+    def batches(self, batch_size: int, num_batches: int | None = None) -> "LimitedBatches":
         """Samples of ``batch_size`` (endless if ``num_batches`` is None), each waited for: a batch sampler
         for a DataLoader over ``sampler.view``."""
         n = integer(batch_size, "batch_size", low=1)
         total = None if num_batches is None else integer(num_batches, "num_batches", low=0)
-        return (self.sample(n) for _ in (iter(int, 1) if total is None else range(total)))
+        return LimitedBatches(self, n, total)
 
     # dataloader(), typed, comes from LimitedLoader (reading/entries.py, generated from the option table)
 
@@ -525,3 +566,28 @@ class LimitedSampler(LimitedLoader):
         if name in ("sampler", "limiter") or name.startswith("__"):  # unpickling, protocols: not the sampler's
             raise AttributeError(name)
         return getattr(self.sampler, name)
+
+
+class LimitedBatches:
+    """``LimitedSampler.batches(...)``: ``num_batches`` samples (endless if None), each waited for; a loader
+    that resumes an iteration (``resume_after``) draws the rest of it."""
+
+    def __init__(self, sampler: LimitedSampler, batch_size: int, num_batches: int | None):
+        self.sampler, self.batch_size, self.num_batches = sampler, batch_size, num_batches
+        self._done = 0
+
+    def resume_after(self, done: int) -> None:
+        """The next ``__iter__`` draws ``num_batches - done`` (the rest of an iteration that gave ``done``)."""
+        self._done = integer(done, "done", low=0)
+
+    def __iter__(self) -> Iterator[Any]:
+        done, self._done = self._done, 0
+        count, limit = 0, None if self.num_batches is None else max(self.num_batches - done, 0)
+        while limit is None or count < limit:
+            yield self.sampler.sample(self.batch_size)
+            count += 1
+
+    def __len__(self) -> int:
+        if self.num_batches is None:
+            raise TypeError("an endless batch sampler has no length; pass num_batches=")
+        return self.num_batches

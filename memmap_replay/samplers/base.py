@@ -366,16 +366,24 @@ class SampleBatches:
                                         or num_batches < 0):
             raise OptionError(f"num_batches must be an int >= 0 or None (got {num_batches!r})")
         self.sampler, self.batch_size, self.num_batches, self.drop_last = sampler, batch_size, num_batches, drop_last
+        self._done = 0  # batches of the next iteration given before (resume_after)
+
+    def resume_after(self, done: int) -> None:
+        """The next ``__iter__`` is the rest of an iteration that gave ``done`` batches already: it draws
+        ``num_batches - done`` (a resumed loader, ``ReplayDataLoader.load_state_dict``)."""
+        self._done = integer(done, "done", low=0)
 
     def __iter__(self) -> Iterator[Sample]:
-        sampler = self.sampler
+        sampler, done = self.sampler, self._done
+        self._done = 0
+        limit = None if self.num_batches is None else max(self.num_batches - done, 0)
         if sampler.endless:
             count = 0
-            while self.num_batches is None or count < self.num_batches:
+            while limit is None or count < limit:
                 yield sampler.sample(self.batch_size)
                 count += 1
             return
-        yield from sampler.epoch(self.batch_size, self.num_batches, self.drop_last)
+        yield from sampler.epoch(self.batch_size, limit, self.drop_last)
 
     def __len__(self) -> int:
         if self.num_batches is not None:

@@ -3,7 +3,7 @@ million items), or a block-shuffled order (``samplers.orders``) for stores bigge
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import numpy as np
 import torch
@@ -46,14 +46,33 @@ class BatchIndexSampler(Sampler):
         self.batch_size = integer(batch_size, "batch_size", low=1)
         self.size = count(size, "size")
         self.epoch = 0
+        self.begun: tuple[int, int | None] | None = None  # the last epoch begun: (its number, its order's seed)
+        self._resume: tuple[int, int | None, int] | None = None  # (epoch, seed, first batch): resume_at()
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        order: BlockShuffle | np.ndarray | _LazyPermutation | None = None
-        if self.shuffle:
+    def begin(self) -> tuple[int, int | None]:
+        """Begin the next epoch (or the one ``resume_at`` names): (its number, the seed of its order, None
+        unshuffled), also kept as ``begun``; ``epoch`` becomes the number after it."""
+        epoch, seed = (self.epoch, None) if self._resume is None else self._resume[:2]
+        if self.shuffle and seed is None:
             seed = self.seed
             if seed is None:  # torch's generator (the given one, else the global one), as torch's samplers do
                 seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
-            entropy = [seed & (2**63 - 1), self.epoch]
+        self.begun = (epoch, seed)
+        self.epoch = epoch + 1
+        return self.begun
+
+    def resume_at(self, epoch: int, seed: int | None, first: int) -> None:
+        """The next ``__iter__`` gives epoch ``epoch`` from its batch ``first`` on, ordered by ``seed`` (None:
+        the seed as a new epoch draws it: ``seed=``, else from the generator)."""
+        self._resume = (epoch, seed, first)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        first = self._resume[2] if self._resume is not None else 0
+        epoch, seed = self.begin()
+        self._resume = None
+        order: BlockShuffle | np.ndarray | _LazyPermutation | None = None
+        if self.shuffle:
+            entropy = [cast(int, seed) & (2**63 - 1), epoch]
             if self.order == "blocks":
                 order = BlockShuffle(self.size, entropy, block_size=self.block_size, block_window=self.block_window)
             # a full permutation up to a million items; beyond, a lazy one (no O(size) work per epoch)
@@ -61,9 +80,8 @@ class BatchIndexSampler(Sampler):
                 order = np.random.default_rng(entropy).permutation(self.size)
             else:
                 order = _LazyPermutation(self.size, entropy)
-        self.epoch += 1
         stop = len(self) * self.batch_size if self.drop_last else self.size
-        for begin in range(0, stop, self.batch_size):
+        for begin in range(first * self.batch_size, stop, self.batch_size):
             end = min(begin + self.batch_size, stop)
             yield np.arange(begin, end, dtype=np.int64) if order is None else order[begin:end]
 

@@ -27,8 +27,9 @@ from .output import output_option, to_tensordict
 from .torchrl_layout import to_torchrl
 from .transforms import loader_transform
 from .batches import BatchIndexSampler, _LazyPermutation  # noqa: F401 - re-exported (BatchIndexSampler is public)
+from .resume import LoaderPlace, checked_loader_state, loader_state, record, resumed_items
 from .transport import (PROCESS_OPTIONS, WORKER_KINDS, WORKER_TRANSPORTS, SlotPacker, SlotReader, slot_release_option,
-                        threaded)
+                        threaded, worker_generator)
 
 __all__ = ["BatchIndexSampler", "ReplayDataLoader", "sampler_dataloader", "with_loader_transform"]
 
@@ -110,6 +111,10 @@ class ReplayDataLoader(DataLoader):
             collate = SlotPacker((loader_options.get("prefetch_factor") or 2) + 3)
         self._slot_reader: SlotReader | None = None
         self._runs = 0  # iterations with gather threads (a seeded transform's draws depend on it)
+        self._place: LoaderPlace | None = None  # the iteration in progress (views/resume.py)
+        self._resume: tuple[dict[str, Any], dict[str, Any]] | None = None  # (state, checked values) loaded
+        # the order's seed seeds the workers too (torch draws each iteration's worker seeds from the generator)
+        loader_options["generator"] = worker_generator(batch_sampler, loader_options.get("generator"))
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate, **loader_options)
         self.device = device
         self.non_blocking = non_blocking
@@ -134,7 +139,8 @@ class ReplayDataLoader(DataLoader):
         items = self._items_ahead()
         if self.num_workers > 0:  # gather threads
             self._runs += 1
-            base = int(torch.empty((), dtype=torch.int64).random_().item())  # as torch seeds its workers
+            # as torch seeds its workers: from the loader's generator (worker_generator), else the global RNG
+            base = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
             yield from threaded(items, make, self.num_workers, self.num_workers * (self.prefetch_factor or 2),
                                 run=self._runs, base=base, timeout=self.timeout or None)
             return
@@ -146,12 +152,12 @@ class ReplayDataLoader(DataLoader):
         its turn, so its disk reads overlap the work until then."""
         prefetch = getattr(self.dataset, "prefetch", None)
         # (a batch sampler is always given: __init__ takes one)
-        sampler, depth = cast("Iterable[Any]", self.batch_sampler), self.prefetch
-        blocks = getattr(sampler, "order", None) == "blocks" and hasattr(self.dataset, "advise")
+        sampler, depth = cast("Iterable[Any]", self._index_sampler), self.prefetch
+        blocks = getattr(self.batch_sampler, "order", None) == "blocks" and hasattr(self.dataset, "advise")
         if prefetch is not None and depth and blocks:
             # whole blocks, each advised once, a window of blocks ahead: the next window's reads overlap
             # the batches of this one
-            ordered = cast(_BlockOrdered, sampler)
+            ordered = cast(_BlockOrdered, self.batch_sampler)
             depth = max(depth, -(-ordered.block_size * ordered.block_window // ordered.batch_size))
             prefetch = _block_prefetch(self.dataset, ordered.size, ordered.block_size)
         return _prefetched(sampler, prefetch, depth, getattr(self.dataset, "cancel_prefetch", None))
@@ -184,12 +190,72 @@ class ReplayDataLoader(DataLoader):
                 shutdown()
 
     def __iter__(self):
+        generator = None if self.generator is None else self.generator.get_state().tolist()
+        loaded, self._resume = self._resume, None
+        place = self._place = LoaderPlace(loaded[1]["batch"] if loaded else 0, generator)
+        place.loaded = loaded
         batches = self._batches()
         if self.device is not None:  # a batch ahead on an accelerator (unless prefetch=0: nothing drawn early)
             batches = DevicePrefetcher(batches, self.device, non_blocking=self.non_blocking,
                                        pin_memory=self.pin_memory, ahead=self.prefetch > 0)
-        for batch in batches:
-            yield self._output(batch)
+        try:
+            for batch in batches:
+                place.hand_out()
+                yield self._output(batch)
+        finally:
+            place.active = False
+
+    @property
+    def _index_sampler(self) -> Any:
+        """What torch's iterator (and ``_items_ahead``) take the items from: the batch sampler's, each
+        recorded in the iteration's place (``views/resume.py``), after those of a loaded state."""
+        return _RecordedItems(self)
+
+    def _source_items(self) -> Iterator:
+        place = self._place if self._place is not None else LoaderPlace()
+        batches: Any = self.batch_sampler  # (always given: __init__ takes one)
+        if place.loaded is not None:  # (torch's iterator may ask twice before it draws: the same items)
+            (_, values), place.loaded = place.loaded, None
+            place.source = resumed_items(batches, values, self.generator)
+        return record(batches if place.source is None else place.source, place, batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is (JSON-able), for ``load_state_dict`` on a loader made with the same arguments
+        (e.g. after a restart: ``buffer.save_training_state``). Taken between batches: the batches handed out
+        so far count; those prefetched, in worker threads or processes, or drawn ahead but not handed out yet
+        are given again after a resume, never lost or skipped. Over a batch sampler of epochs
+        (``buffer.dataloader``): the epoch, the batch in it and the seeds of its order; over a sampler's draws
+        (``sampler.dataloader``): the sampler's ``state_dict()`` and the draws not handed out yet.
+
+        Returns
+        -------
+        dict
+            Plain JSON-able values.
+        """
+        place = self._place if self._place is not None and self._place.active else None
+        loaded = self._resume or (place.loaded if place is not None else None)
+        if loaded is not None:
+            return loaded[0]  # loaded, not begun yet
+        return loader_state(self.batch_sampler, place, self.generator)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (a ``state_dict()`` of a loader made with the same arguments): the next
+        iteration gives exactly the batches the saved loader would have given next, then carries on as it
+        would have. A sampler's state is loaded into it now. A random ``transform``'s draws are not part of
+        the state. Every value is checked first: a refused state changes nothing.
+
+        Parameters
+        ----------
+        state : dict
+            What ``state_dict()`` returned (as saved, e.g. through JSON).
+        """
+        values = checked_loader_state(self.batch_sampler, state, self.generator)
+        if values["kind"] == "draws":  # (checked by the sampler itself, before anything changes)
+            cast(Any, self.batch_sampler).sampler.load_state_dict(values.pop("sampler"))
+        if "generator" in values:
+            self.generator.set_state(values["generator"])
+        self._resume = (state, values)
+        self._place = None
 
     def _output(self, batch: dict) -> Any:
         """The batch as the caller asked: a dict, a named tuple, a TensorDict or TorchRL's layout."""
@@ -205,6 +271,19 @@ class ReplayDataLoader(DataLoader):
             return to_tensordict(batch, steps() if steps is not None else (),
                                  time_major=getattr(self.dataset, "time_major", False), device=self.device)
         return batch
+
+
+class _RecordedItems:
+    """A loader's ``_index_sampler``: iterating it gives the batch sampler's items, recorded (``_source_items``)."""
+
+    def __init__(self, loader: ReplayDataLoader):
+        self.loader = loader
+
+    def __iter__(self) -> Iterator:
+        return self.loader._source_items()
+
+    def __len__(self) -> int:
+        return len(cast(Any, self.loader.batch_sampler))
 
 
 def _prefetched(batches: Iterable, prefetch: Any, depth: int, cancel: Any = None) -> Iterator:
