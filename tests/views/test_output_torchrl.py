@@ -1,0 +1,224 @@
+"""output='torchrl': TorchRL's nested layout, read by TorchRL's own losses and compared with its samplers."""
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from memmap_replay import MissingExtraError, OptionError, ReplayBuffer
+from memmap_replay.views import torchrl_layout
+from memmap_replay.views.transitions import OBSERVATION_PREFIXES
+
+REASON = "torchrl is the [torchrl] extra (pip install 'memmap-replay[torchrl]'); its tests run where it is"
+
+
+@pytest.fixture
+def torchrl():
+    return pytest.importorskip("torchrl", reason=REASON)
+
+
+def store(tmp_path, *, continuous=False, episodes=6, name="s"):
+    """Episodes of 5.. steps, ends alternating truncated / terminated; obs (4,) float, a scalar int action
+    (or a (2,) float one), a reward; obs[t] = 100 * episode + t (every entry) tells rows apart."""
+    action = ("float", 2) if continuous else "int"
+    buffer = ReplayBuffer(tmp_path / name, 10, 20, fields={"obs": ("float", 4), "action": action, "reward": "float"},
+                          meta_fields={"task": "int"})
+    rng = np.random.default_rng(0)
+    for number in range(episodes):
+        length = 5 + number
+        obs = (100 * number + np.arange(length, dtype=np.float32))[:, None].repeat(4, 1)
+        act = rng.uniform(-1, 1, (length, 2)) if continuous else rng.integers(0, 3, length)
+        buffer.store_episode(obs=obs, action=act, reward=rng.normal(size=length), task=number % 2,
+                             end="terminated" if number % 2 else "truncated")
+    return buffer
+
+
+def test_transitions_match_the_dict_output(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    plain = list(buffer.dataloader(8, transitions=True, gamma=0.9, shuffle=True, seed=3))
+    tds = list(buffer.dataloader(8, transitions=True, gamma=0.9, shuffle=True, seed=3, output="torchrl"))
+    assert len(tds) == len(plain) > 1
+    for batch, td in zip(plain, tds):
+        size = len(batch["obs"])
+        assert list(td.batch_size) == [size]
+        assert torch.equal(td["obs"], batch["obs"]) and torch.equal(td["next", "obs"], batch["next_obs"])
+        assert torch.equal(td["action"], batch["action"].long()) and td["action"].dtype == torch.int64
+        assert td["next", "reward"].shape == (size, 1) and torch.equal(td["next", "reward"][:, 0], batch["reward"])
+        for flag in ("terminated", "truncated", "done"):
+            assert td["next", flag].shape == (size, 1) and td["next", flag].dtype == torch.bool
+        assert torch.equal(td["next", "terminated"][:, 0], batch["terminated"])
+        assert torch.equal(td["next", "truncated"][:, 0], batch["truncated"])
+        assert torch.equal(td["next", "done"], td["next", "terminated"] | td["next", "truncated"])
+        assert torch.equal(td["discount"], batch["discount"]) and torch.equal(td["task"], batch["task"])
+        # the next observation is the next step's (obs[t] = 100 * episode + t), unless the episode ended there
+        going = ~(td["next", "done"][:, 0])
+        assert torch.equal(td["next", "obs"][going], td["obs"][going] + 1)
+    assert any(td["next", "done"].any() for td in tds)
+
+
+def test_dqn_loss_on_a_discrete_store(torchrl, tmp_path):
+    from torchrl.modules import MLP, QValueActor
+    from torchrl.objectives import DQNLoss, SoftUpdate
+
+    torch.manual_seed(0)
+    actor = QValueActor(MLP(in_features=4, out_features=3, num_cells=[16]), in_keys=["obs"],
+                        action_space="categorical")
+    loss = DQNLoss(actor, action_space="categorical", delay_value=True)
+    loss.make_value_estimator(gamma=0.9)
+    updater = SoftUpdate(loss, eps=0.99)  # (a loss with target networks wants its updater)
+    sampler = store(tmp_path).sampler("prioritized", transitions=True, seed=0)
+    td = next(iter(sampler.dataloader(16, 1, output="torchrl")))
+    assert td["priority_weight"].shape == (16,)
+    out = loss(td)
+    assert out["loss"].shape == () and torch.isfinite(out["loss"])
+    out["loss"].backward()
+    assert all(p.grad is not None for p in actor.parameters())
+    assert td["td_error"].shape == (16, 1)  # what TorchRL's prioritized buffers take back as priorities
+    sampler.update_priorities(td["_key"], td["td_error"][:, 0].numpy())
+    updater.step()
+
+
+def test_sac_loss_on_a_continuous_store(torchrl, tmp_path):
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import SACLoss, SoftUpdate
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(MLP(in_features=4, out_features=4, num_cells=[16]), NormalParamExtractor())
+    actor = ProbabilisticActor(TensorDictModule(net, in_keys=["obs"], out_keys=["loc", "scale"]),
+                               in_keys=["loc", "scale"], distribution_class=TanhNormal, return_log_prob=True)
+    critic = ValueOperator(MLP(in_features=6, out_features=1, num_cells=[16]), in_keys=["obs", "action"])
+    loss = SACLoss(actor, critic, target_entropy=-2.0)
+    loss.make_value_estimator(gamma=0.99)
+    SoftUpdate(loss, eps=0.99)
+    td = next(iter(store(tmp_path, continuous=True).dataloader(16, transitions=True, shuffle=True, seed=0,
+                                                                   output="torchrl")))
+    assert td["action"].shape == (16, 2) and td["action"].dtype == torch.float32
+    out = loss(td)
+    total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
+    assert torch.isfinite(total)
+    total.backward()
+
+
+def test_nstep_is_torchrls_multistep_layout(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    options = dict(n_steps=3, gamma=0.5, shuffle=True, seed=2)
+    for batch, td in zip(buffer.dataloader(8, **options), buffer.dataloader(8, output="torchrl", **options)):
+        assert torch.equal(td["next", "reward"][:, 0], batch["n_step_return"])
+        assert torch.equal(td["next", "reward_orig"][:, 0], batch["reward"])
+        assert torch.equal(td["steps_to_next_obs"][:, 0], batch["n_step_lens"])
+        assert torch.equal(td["next", "terminated"][:, 0], batch["terminal"])
+        assert torch.equal(td["next", "done"], td["next", "terminated"] | td["next", "truncated"])
+        assert torch.equal(td["next", "obs"], batch["next_obs"])
+        assert torch.equal(td["next_action"], batch["next_action"])  # not an observation: at the root, as named
+
+
+def test_nstep_needs_gamma(torchrl, tmp_path):
+    with pytest.raises(OptionError, match=r"output='torchrl' over an n-step view needs gamma="):
+        next(iter(store(tmp_path).dataloader(4, n_steps=2, output="torchrl")))
+
+
+def test_timesteps_nest_the_reward(torchrl, tmp_path):
+    td = next(iter(store(tmp_path).dataloader(4, timestep_level=True, output="torchrl")))
+    assert list(td.batch_size) == [4] and td["next", "reward"].shape == (4, 1)
+    assert set(td["next"].keys()) == {"reward"}
+
+
+def slice_sampler_batch(buffer, slices, length):
+    """TorchRL's own SliceSampler over a LazyTensorStorage holding the store's episodes as its collectors
+    write them (("next", ...) per step), reshaped to [slices, length]; and the storage's rows."""
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    steps = []
+    for number, episode in enumerate(buffer.dataset()):
+        size = int(episode["_lens"])
+        final = torch.zeros(1, 4)  # (the last step's next obs; these episodes store none)
+        terminated = torch.zeros(size, 1, dtype=torch.bool)
+        truncated = torch.zeros(size, 1, dtype=torch.bool)
+        (terminated if number % 2 else truncated)[-1] = True
+        steps.append(TensorDict({
+            "obs": episode["obs"][:size], "action": episode["action"][:size].long(), "episode": torch.full(
+                (size,), number), "task": episode["task"].expand(size),
+            ("next", "obs"): torch.cat([episode["obs"][1:size], final]),
+            ("next", "reward"): episode["reward"][:size, None], ("next", "terminated"): terminated,
+            ("next", "truncated"): truncated, ("next", "done"): terminated | truncated}, batch_size=[size]))
+    rows = torch.cat(steps)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(len(rows)), batch_size=slices * length,
+                                sampler=SliceSampler(slice_len=length, traj_key="episode"))
+    rb.extend(rows)
+    return rb.sample().reshape(slices, length), rows
+
+
+def test_a_window_is_slice_samplers_batch_reshaped(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    T = 3
+    theirs, rows = slice_sampler_batch(buffer, 4, T)
+    ours = next(iter(buffer.dataloader(4, window=T + 1, shuffle=True, seed=0, return_indices=True,
+                                       output="torchrl")))
+    assert list(ours.batch_size) == list(theirs.batch_size) == [4, T]
+    mine = {key for key in ours.keys(True, True) if key not in ("_index", "_t")}
+    their = {key for key in theirs.keys(True, True) if key not in ("episode", "index")}
+    assert mine == their  # obs, action, task, ("next", obs / reward / done / terminated / truncated)
+    for key in mine:
+        assert ours[key].shape == theirs[key].shape and ours[key].dtype == theirs[key].dtype, key
+    # SliceSampler marks each slice's last step truncated (so done) and leaves terminated as stored
+    for td in (ours, theirs):
+        assert td["next", "truncated"][:, -1].all() and not td["next", "truncated"][:, :-1].any()
+        assert torch.equal(td["next", "done"], td["next", "terminated"] | td["next", "truncated"])
+    # the values of each of our windows are the storage's rows of the same steps
+    starts = torch.tensor([0] + [5 + n for n in range(5)]).cumsum(0)
+    first = starts[ours["_index"][:, 0]] + ours["_t"][:, 0]
+    expected = rows[first[:, None] + torch.arange(T)]
+    for key in ("obs", "action", "task", ("next", "obs"), ("next", "reward")):
+        assert torch.equal(ours[key], expected[key]), key
+
+
+def test_trajectories_and_time_major_windows(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    td = next(iter(buffer.dataloader(3, output="torchrl")))  # episodes of 5, 6 and 7 steps
+    assert list(td.batch_size) == [3, 6]
+    assert td["collector", "mask"].sum(1).tolist() == [4, 5, 6]
+    assert td["next", "truncated"][:, :, 0].nonzero().tolist() == [[0, 3], [1, 4], [2, 5]]
+    assert torch.equal(td["next", "obs"][0, :4], td["obs"][0, :4] + 1)
+    plain = next(iter(buffer.dataloader(2, window=4, output="torchrl")))
+    major = next(iter(buffer.dataloader(2, window=4, time_major=True, output="torchrl")))
+    assert list(major.batch_size) == [3, 2]
+    assert torch.equal(major["next", "obs"], plain["next", "obs"].transpose(0, 1))
+    assert torch.equal(major["task"], plain["task"].transpose(0, 1))
+
+
+def test_every_dataloader_takes_it(torchrl, tmp_path):
+    first, second = store(tmp_path, name="a"), store(tmp_path, name="b")
+    sequences = first.sampler("sequence", window=4, seed=0)
+    td = next(iter(sequences.dataloader(2, 1, output="torchrl")))
+    assert list(td.batch_size) == [2, 3] and td["priority_weight"].shape == (2, 3)
+    from memmap_replay import ShardSet
+
+    shards = ShardSet(folders=[first.folder, second.folder])
+    td = next(iter(shards.dataloader(4, transitions=True, output="torchrl")))
+    assert list(td.batch_size) == [4] and td["next", "done"].shape == (4, 1)
+
+
+def test_a_batch_of_its_own_converts(torchrl, tmp_path):
+    sampler = store(tmp_path).sampler("uniform", transitions=True, seed=0)
+    td = torchrl_layout.to_torchrl(sampler.batch(5), sampler.view)
+    assert td["next", "obs"].shape == (5, 4)
+
+
+def test_the_observation_prefixes_are_the_transitions_views(torchrl):
+    assert torchrl_layout.OBSERVATION_PREFIXES == OBSERVATION_PREFIXES
+
+
+def test_named_tuples_do_not_combine(tmp_path):
+    with pytest.raises(OptionError, match=r"output='torchrl' and to_named_tuple=\('obs',\) cannot be combined"):
+        store(tmp_path).dataloader(4, transitions=True, output="torchrl", to_named_tuple=("obs",))
+
+
+def test_without_the_extra_the_error_names_it(tmp_path, monkeypatch):
+    buffer = store(tmp_path)
+    monkeypatch.setitem(sys.modules, "tensordict", None)  # import fails as if it were not installed
+    with pytest.raises(MissingExtraError, match=r"output='torchrl' needs the package tensordict, which is not "
+                                                r"installed: pip install 'memmap-replay\[torchrl\]'"):
+        buffer.dataloader(4, transitions=True, output="torchrl")
