@@ -44,6 +44,7 @@ _COMPUTED = {"dataset_id", "minari_version", "data_format", "jpeg_encoding", "to
             "dataset_size", "observation_space", "action_space", "env_spec", "author", "author_email", "memmap_replay",
             *_CARD_KEYS}
 _ATTRS_KNOWN = {"id", "seed", "total_steps"}
+_INT64_MAX = int(np.iinfo(np.int64).max)
 DATASET_ID = re.compile(r"(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+")
 _MISSING_FINAL = ("error", "repeat", "zeros")
 
@@ -105,7 +106,7 @@ def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_m
     if -1 in lengths:
         lengths = [len(episode.rewards) for episode in dataset.iterate_episodes(indices)]
     notes: list[str] = []
-    meta_fields, meta_values = _episode_meta(attrs, indices, notes)
+    meta_fields, meta_values = _episode_meta(attrs, indices, lengths, notes)
     if _ALSO_TRUNCATED in extra_meta:
         meta_fields[_ALSO_TRUNCATED] = ("bool", ())
     fields = _first_fields(dataset, indices, infos, source) if len(indices) else {}
@@ -114,6 +115,9 @@ def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_m
     if not fields:
         fields = {OBSERVATION: ("float32", ())}
         notes.append("the dataset has no episodes: the store is empty")
+    recorded = _recorded_schema(dataset)
+    fields, meta_fields = _as_recorded(fields, recorded.get("fields")), _as_recorded(meta_fields,
+                                                                                      recorded.get("meta_fields"))
     with StoreBuilder(folder, fields, meta_fields, episodes=len(indices), max_timesteps=max(lengths, default=1),
                       rows=sum(lengths) + len(lengths), overwrite=overwrite, room=room) as builder, \
             progress_bar(sum(lengths), "import", progress) as bar:
@@ -123,7 +127,7 @@ def _import_once(dataset, source, folder, *, infos, overwrite, progress, extra_m
                 notes.append(f"{where} has no step and was left out")
                 continue
             steps, final, end, also = _split_episode(episode, infos, where)
-            meta = meta_values(number)
+            meta = meta_values(number, meta_fields)
             if also:
                 if _ALSO_TRUNCATED not in meta_fields:
                     raise _NeedsField(_ALSO_TRUNCATED)
@@ -176,14 +180,22 @@ def _end_of(terminations: np.ndarray, truncations: np.ndarray, where: str) -> tu
     return ("terminated" if terminated else "truncated" if truncated else None), terminated and truncated
 
 
-def _episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
+def _episode_meta(attrs: list[dict], indices: np.ndarray, lengths: list[int], notes: list[str]):
     """Meta fields from the episodes' attributes, and a function giving episode ``number``'s values."""
     flat = [dict(_flat_attrs(attr)) for attr in attrs]
-    fields: dict[str, tuple] = {"episode_id": ("int64", ())}
-    seeds = [attr.get("seed") for attr in attrs]
-    if any(seed is not None for seed in seeds):
-        dtype = "int64" if any(seed is not None and int(seed) < 0 for seed in seeds) else "uint64"
+    fields: dict[str, tuple] = {}
+    ids = [int(attr.get("id", index)) for attr, index in zip(attrs, indices)]
+    if ids != list(range(len(ids))) or 0 in lengths:  # else an episode's number in the store is its id
+        fields["episode_id"] = ("int64", ())
+    seeds = [None if attr.get("seed") is None else int(attr["seed"]) for attr in attrs]
+    given = [seed for seed in seeds if seed is not None]
+    if given and 0 <= min(given) and max(given) <= _INT64_MAX:  # the recorder's field: -1 is "no seed"
+        fields["seed"] = ("int64", (), -1)
+    elif given:
+        dtype = "int64" if min(given) < 0 else "uint64"
         fields.update(seed=(dtype, ()), seeded=("bool", ()))
+        notes.append(f"the seeds do not all fit in [0, 2**63): 'seed' is {dtype}, and 'seeded' says which "
+                     f"episodes have one (a missing seed is 0)")
     columns = {}
     for key in sorted({key for attr in flat for key in attr} - _ATTRS_KNOWN):
         per_episode = [np.asarray(attr.get(key)) for attr in flat]
@@ -202,16 +214,51 @@ def _episode_meta(attrs: list[dict], indices: np.ndarray, notes: list[str]):
         fields[name] = (per_episode[0].dtype.name, per_episode[0].shape)
         columns[name] = per_episode
 
-    def values(number: int) -> dict[str, Any]:
-        out = {"episode_id": np.int64(attrs[number].get("id", indices[number]))}
-        if "seed" in fields:
+    def values(number: int, meta_fields: dict[str, tuple]) -> dict[str, Any]:
+        out = {"episode_id": np.int64(ids[number])} if "episode_id" in fields else {}
+        if "seeded" in fields:
             seed = seeds[number]
-            out.update(seed=np.dtype(fields["seed"][0]).type(0 if seed is None else int(seed)),
+            out.update(seed=np.dtype(fields["seed"][0]).type(0 if seed is None else seed),
                        seeded=np.bool_(seed is not None))
+        elif "seed" in meta_fields:  # the seed field's default (-1, or the exported store's) when none
+            seed = seeds[number]
+            out["seed"] = np.int64(meta_fields["seed"][2] if seed is None else seed)
         out.update({name: column[number] for name, column in columns.items()})
         return out
 
     return fields, values
+
+
+def _metadata(dataset) -> dict:
+    return json.loads((Path(dataset.storage.data_path) / "metadata.json").read_text())
+
+
+def _recorded_schema(dataset) -> dict:
+    """The schema of the store a dataset was exported from (``export_minari`` writes it), or {}."""
+    ours = _metadata(dataset).get("memmap_replay")
+    schema = ours.get("schema") if isinstance(ours, dict) else None
+    return schema if isinstance(schema, dict) else {}
+
+
+def _as_recorded(specs: dict[str, tuple], recorded: Any) -> dict[str, tuple]:
+    """``specs`` in the exported store's order, with its defaults where a field came back with its dtype and
+    shape; an int ``seed`` it had but whose episodes had no seed to write comes back all default."""
+    if not isinstance(recorded, dict):
+        return specs
+    out = {}
+    for name, record in recorded.items():
+        spec = specs.get(name)
+        if not isinstance(record, dict):
+            continue
+        default = record.get("default")
+        if not isinstance(default, (bool, int, float)):
+            default = None
+        if spec is None and name == "seed" and "seeded" not in specs and record.get("dtype") == "int64" \
+                and record.get("shape") == [] and default is not None:
+            out[name] = ("int64", (), default)
+        elif spec is not None and (spec[0], list(spec[1])) == (record.get("dtype"), record.get("shape")):
+            out[name] = spec if default is None else (spec[0], spec[1], default)
+    return {**out, **{name: spec for name, spec in specs.items() if name not in out}}
 
 
 def _flat_attrs(attr: dict, prefix: str = ""):
@@ -226,7 +273,7 @@ def _card_from(dataset, notes: list[str]) -> tuple[dict, dict]:
     """Card fields and provenance details from the dataset's metadata (and a card an export put there)."""
     from ..sharing.card import DatasetCard, space_to_json
 
-    raw = json.loads((Path(dataset.storage.data_path) / "metadata.json").read_text())
+    raw = _metadata(dataset)
     ours = raw.get("memmap_replay", {}).get("card") if isinstance(raw.get("memmap_replay"), dict) else None
     known = set(DatasetCard.__dataclass_fields__) - {"name", "extra", "unknown"}
     card = {key: value for key, value in (ours or {}).items() if key in known}

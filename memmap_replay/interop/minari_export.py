@@ -156,7 +156,8 @@ class _ExportPlan:
         card.provenance = [*card.provenance,
                            provenance_record("memmap_replay", folder, store_id=self.store.meta.store_id,
                                                               exported_as="minari", fields=self.described())]
-        out["memmap_replay"] = {"card": card.to_json()}
+        # the store's schema: an import restores its defaults and its seed field (see import_minari)
+        out["memmap_replay"] = {"card": card.to_json(), "schema": self.store.schema.to_json()}
         return out
 
     def episode(self, episode, missing_final: str, EpisodeBuffer) -> tuple[Any, dict]:

@@ -167,14 +167,15 @@ def test_cartpole_imports_exactly(root, tmp_path):
     report = import_minari("cartpole/random-v0", tmp_path / "store")
     assert (report.episodes, report.steps) == (dataset.total_episodes, dataset.total_steps)
     stored = store_episodes(tmp_path / "store")
-    for (steps, final, end, meta), episode, attrs in zip(stored, dataset.iterate_episodes(),
-                                                       dataset.storage.get_episode_metadata(dataset.episode_indices)):
+    for number, ((steps, final, end, meta), episode, attrs) in enumerate(zip(
+            stored, dataset.iterate_episodes(), dataset.storage.get_episode_metadata(dataset.episode_indices))):
         assert_same(steps["observation"], episode.observations[:-1])
         assert_same(final["observation"], episode.observations[-1])  # the T + 1-th observation: the final row
         assert_same(steps["action"], episode.actions)
         assert_same(steps["reward"], episode.rewards)
         assert end == (1 if episode.terminations[-1] else 2 if episode.truncations[-1] else 0)
-        assert int(meta["episode_id"]) == episode.id and int(meta["seed"]) == attrs["seed"] and meta["seeded"]
+        assert episode.id == number and meta["seed"] == attrs["seed"] and meta["seed"].dtype == np.int64
+        assert set(meta) == {"seed"}  # ids 0, 1, 2, ... are the episodes' numbers: no episode_id; no 'seeded'
     assert {end for _, _, end, _ in stored} == {1, 2}  # both kinds of end are in the data
     card = json.loads((tmp_path / "store" / "card.json").read_text())
     assert card["name"] == "cartpole/random-v0" and card["author"] == "A. Tester"
