@@ -27,12 +27,21 @@ __all__ = ["Placement", "place", "full_error"]
 Placement = tuple[int, "PendingEpisode", dict[str, int]]
 
 
-def full_error(what: str) -> BufferFullError:
+def full_error(what: str, grow: str = "max_episodes=..., max_steps=...") -> BufferFullError:
+    """``grow``: the ``buffer.grow`` arguments that would make room (e.g. ``max_episodes=7``)."""
     return BufferFullError(
-        f"the buffer is full: {what} and it is not circular; pass circular=True to evict the oldest episodes, "
-        f"raise max_episodes/max_steps when creating it or grow it in place (buffer.grow(max_episodes=..., "
-        f"max_steps=...), or `memmap-replay grow FOLDER --max-episodes N`), or call clear()"
+        f"the buffer is full: {what} and it is not circular; grow it in place: buffer.grow({grow}) makes room for "
+        f"this commit (grow more to store more; `memmap-replay grow FOLDER --max-episodes N` from a shell), or "
+        f"buffer.grow(circular=True) (or circular=True when creating it) to evict the oldest episodes; or raise "
+        f"max_episodes/max_steps when creating it, or call clear()"
     )
+
+
+def _room(capacity: Capacity, live: int, head: int, episodes: Sequence[PendingEpisode]) -> str:
+    """The grow arguments that take ``episodes`` after ``live`` episodes and ``head`` rows."""
+    slots, rows = live + len(episodes), head + sum(episode.num_rows for episode in episodes)
+    return ", ".join([f"max_episodes={slots}"] * (slots > capacity.max_episodes)
+                     + [f"max_steps={rows}"] * (rows > capacity.max_steps))
 
 
 def place(capacity: Capacity, state: State, table: EpisodeTable, files: dict[str, EncodedField],
@@ -56,11 +65,13 @@ def place(capacity: Capacity, state: State, table: EpisodeTable, files: dict[str
         if start + rows > capacity.max_steps:
             if not capacity.circular:
                 raise full_error(f"an episode of {rows} rows does not fit in the {capacity.max_steps - start} "
-                                 f"rows left of max_steps={capacity.max_steps}")
+                                 f"rows left of max_steps={capacity.max_steps}",
+                                 _room(capacity, next_id - first, start, episodes[number:]))
             start = 0
         if next_id - first >= capacity.max_episodes:
             if not capacity.circular:
-                raise full_error(f"all {capacity.max_episodes} episode slots are used")
+                raise full_error(f"all {capacity.max_episodes} episode slots are used",
+                                 _room(capacity, next_id - first, start, episodes[number:]))
             first += 1
         # evict oldest first, up to the newest live episode whose rows or frames the new one would overwrite
         # (after a wrap to row 0 the oldest episodes sit at the end and need not overlap themselves)

@@ -133,15 +133,17 @@ class StagingBuffer:
                               length, end, final is not None, meta)
 
 
-_LONGER = ("; grow max_timesteps (buffer.grow(max_timesteps=...)), or create the buffer with long_episodes='split' to "
-           "store longer episodes as linked segments")
+_LONGER = ("; grow the buffer to take it: buffer.grow(max_timesteps={length}) (and max_steps when it is full: the "
+           "error of a full buffer gives the numbers), or create the buffer with long_episodes='split' to store "
+           "longer episodes as linked segments")
 
 
 def _too_long(max_timesteps: int, who: str, fixes: str) -> InvalidDataError:
     return InvalidDataError(
-        f"{who} must have at most max_timesteps={max_timesteps} steps (got one more); {fixes}create the buffer "
-        f"with a larger max_timesteps (or grow it: buffer.grow(max_timesteps=...)), or with long_episodes='split' "
-        f"to store longer episodes as linked segments")
+        f"{who} must have at most max_timesteps={max_timesteps} steps (got one more); {fixes}grow the buffer "
+        f"to the longest episode it will take, e.g. buffer.grow(max_timesteps={2 * max_timesteps}) (and "
+        f"max_steps when it is full: the error of a full buffer gives the numbers), create it with a larger "
+        f"max_timesteps, or with long_episodes='split' to store longer episodes as linked segments")
 
 
 class EpisodeWriter:
@@ -263,7 +265,7 @@ def whole_episode(schema: Schema, max_timesteps: int, arrays: Mapping[str, Any],
     length = int(shape[0])
     if length < 1 or (length > max_timesteps and not split):
         raise InvalidDataError(f"an episode must have between 1 and max_timesteps={max_timesteps} steps (got {length})"
-                               f"{'' if length < 1 else _LONGER}")
+                               f"{'' if length < 1 else _LONGER.format(length=length)}")
     values = _coerce_steps(schema, step_values, (length,))
     meta = _full_meta(schema, coerce_meta(schema, meta_values))
     final_values = None if final is None else _coerce_steps(schema, final, ())

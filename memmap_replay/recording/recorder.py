@@ -11,7 +11,7 @@ import gymnasium
 import numpy as np
 
 from ..buffer import ReplayBuffer
-from ..errors import OptionError, SchemaMismatchError, StoreNotFoundError
+from ..errors import BufferFullError, OptionError, SchemaMismatchError, StoreNotFoundError
 from ..core.options import choice, flag, integer
 from .fields import FieldMap
 
@@ -20,6 +20,12 @@ __all__ = ["Recorder", "field_copies", "recorder_options", "RECORDER_OPTIONS"]
 
 def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: int | None) -> None:
     """The store must hold every field the recorder writes, with its shape and a dtype of the same kind."""
+    if seed_unsigned(buffer, fieldmap):
+        raise SchemaMismatchError(
+            f"the store at {buffer.folder} cannot record this env's seeds: its meta field {fieldmap.seed_field!r} "
+            f"is {buffer.schema.meta_fields[fieldmap.seed_field].dtype} (an import of a Minari dataset by an older "
+            f"memmap_replay), and the recorder writes int64 seeds, -1 for none; import the dataset again (seeds "
+            f"come in as int64 now), or pass seed_field=None")
     for kind, have, want in (("field", buffer.schema.fields, fieldmap.schema.fields),
                              ("meta field", buffer.schema.meta_fields, fieldmap.schema.meta_fields)):
         for name, spec in want.items():
@@ -30,15 +36,47 @@ def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: i
                     f"{spec.dtype}{list(spec.shape)} or of that kind and shape, and it "
                     f"{'is missing' if got is None else f'is {got.dtype}{list(got.shape)}'}; record into another "
                     f"folder, pass overwrite=True to replace the store, fields=... to match it, or seed_field=None")
-    if max_timesteps is not None and max_timesteps > buffer.max_timesteps and buffer.long_episodes != "split":
-        raise SchemaMismatchError(f"the store at {buffer.folder} takes episodes of at most max_timesteps="
-                                  f"{buffer.max_timesteps} steps, and the env's may have {max_timesteps}; record "
-                                  f"into another folder, pass overwrite=True to replace the store, or pass a buffer "
-                                  f"opened with long_episodes='split' (longer episodes become linked segments)")
+    _check_room(buffer, max_timesteps)
 
 
-def _open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_timesteps: int | None,
-               circular: bool, overwrite: bool) -> tuple[ReplayBuffer, bool, bool]:
+def seed_unsigned(buffer: ReplayBuffer, fieldmap: FieldMap) -> bool:
+    spec = buffer.schema.meta_fields.get(fieldmap.seed_field) if fieldmap.seed_field else None
+    return spec is not None and spec.dtype.kind == "u"
+
+
+def _check_room(buffer: ReplayBuffer, max_timesteps: int | None) -> None:
+    """An existing store must take the env's longest episode, and (unless a ring) have room for one more: else
+    one message with the ``grow`` call that would make room (an imported store is sized to its data)."""
+    too_long = max_timesteps is not None and max_timesteps > buffer.max_timesteps and buffer.long_episodes != "split"
+    longest = max(max_timesteps or 0, buffer.max_timesteps) if too_long else buffer.max_timesteps
+    capacity, state = buffer.episode_store.meta.capacity, buffer.episode_store.meta.state
+    live = state.next_episode - state.first_episode
+    slots = not capacity.circular and live >= capacity.max_episodes
+    rows = not capacity.circular and capacity.max_steps - state.write_head < longest + 1
+    if not (too_long or slots or rows):
+        return
+    lacks = [f"it takes episodes of at most max_timesteps={buffer.max_timesteps} steps and the env's may have "
+             f"{max_timesteps}"] if too_long else []
+    if slots:
+        lacks.append(f"all its {capacity.max_episodes} episode slots are used")
+    if rows:
+        lacks.append(f"{capacity.max_steps - state.write_head} of its max_steps={capacity.max_steps} rows are left, "
+                     f"fewer than an episode of {longest} steps needs")
+    grow = dict(max_episodes=live + 1 if slots else None, max_steps=state.write_head + longest + 1 if rows else None,
+                max_timesteps=longest if too_long else None)
+    call = ", ".join(f"{key}={value}" for key, value in grow.items() if value is not None)
+    error = SchemaMismatchError if too_long else BufferFullError
+    room = ("makes room for one more episode of up to {longest} steps (grow more to record more), or "
+            "buffer.grow(circular=True) makes it a ring that evicts its oldest episodes" if slots or rows
+            else "takes the env's longest episodes").format(longest=longest)
+    raise error(f"the store at {buffer.folder} cannot record this env: {'; '.join(lacks)}. Grow it first: "
+                f"buffer.grow({call}) {room} (from a shell: memmap-replay grow FOLDER --max-episodes ...); or record "
+                f"into another folder" + (", or open it with long_episodes='split' (longer episodes become linked "
+                                          "segments)" if too_long else ""))
+
+
+def _open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_steps: int | None,
+                max_timesteps: int | None, circular: bool, overwrite: bool) -> tuple[ReplayBuffer, bool, bool]:
     """The buffer to record into, whether the recorder owns it (opened it, so closes it) and created it."""
     buffer: ReplayBuffer | None
     if isinstance(target, ReplayBuffer):
@@ -57,9 +95,13 @@ def _open_store(target: Any, fieldmap: FieldMap, *, max_episodes: int, max_times
                 raise OptionError("max_timesteps is needed to create a store for an env without a time limit "
                                   "(env.spec.max_episode_steps is None); pass max_timesteps=...")
             return ReplayBuffer(target, max_episodes, max_timesteps, fieldmap.fields, fieldmap.meta_fields,
-                                circular=circular, overwrite=overwrite), owned, True
+                                circular=circular, overwrite=overwrite, max_steps=max_steps), owned, True
     try:
         buffer.episode_store.require_writable("record episodes")
+        if flag(circular, "circular") and not buffer.circular:
+            raise OptionError(f"circular=True sizes a store the recorder creates, and the store at {buffer.folder} "
+                              f"exists and is not a ring; make it one first with buffer.grow(circular=True) (it then "
+                              f"evicts its oldest episodes, imported ones first), or leave circular out")
         _check_compatible(buffer, fieldmap, max_timesteps)
     except BaseException:
         if owned:
@@ -85,15 +127,12 @@ def _spec_json(spec: Any) -> dict | None:
 class Recorder:
     """What both wrappers share: the field map, the store, the card, the reset seeds.
 
-    Options: ``fields`` (overrides of derived specs), ``info_fields`` (info key -> spec), ``seed_field``
-    (the meta field of reset seeds, None for none), ``partial`` ('commit' or 'discard' an episode cut by
-    reset or close), ``max_episodes``, ``max_timesteps`` (default: the env's time limit), ``circular``,
-    ``overwrite`` (as ReplayBuffer's, for a store the recorder creates), ``card`` (write the dataset card)."""
+    Options: see ``RecordEpisodes`` (its Parameters); the wrappers' signatures repeat this one."""
 
     def __init__(self, env: Any, target: Any, observation_space: Any, action_space: Any, details: dict, *,
                  fields: Any = None, info_fields: Any = None, seed_field: str | None = "seed",
-                 partial: str = "commit", max_episodes: int = 10_000, max_timesteps: int | None = None,
-                 circular: bool = False, overwrite: bool = False, card: bool = True):
+                 partial: str = "commit", max_episodes: int = 10_000, max_steps: int | None = None,
+                 max_timesteps: int | None = None, circular: bool = False, overwrite: bool = False, card: bool = True):
         self.partial = choice(partial, "partial", ("commit", "discard"))
         self.card = flag(card, "card")
         self.fieldmap = FieldMap(observation_space, action_space, info_fields=info_fields, fields=fields,
@@ -104,7 +143,8 @@ class Recorder:
         elif spec is not None:  # make_vec of a native vector env keeps an override in kwargs only
             max_timesteps = spec.kwargs.get("max_episode_steps") or spec.max_episode_steps
         self.buffer, self.owned, created = _open_store(target, self.fieldmap, max_episodes=max_episodes,
-                                             max_timesteps=max_timesteps, circular=circular, overwrite=overwrite)
+                                                       max_steps=max_steps, max_timesteps=max_timesteps,
+                                                       circular=circular, overwrite=overwrite)
         self.seeds: list = []  # the seed argument of every reset that had one, in order
         self.closed = False
         try:

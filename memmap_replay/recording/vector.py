@@ -24,12 +24,57 @@ class RecordVectorEpisodes(VectorWrapper):
     """Records every episode of every sub-env of a ``gymnasium.vector.VectorEnv`` into a store.
 
     ``RecordVectorEpisodes(envs, buffer_or_folder, ...)``, options as RecordEpisodes'. Each sub-env's
-    episode commits on its own when it ends; autoreset modes: see ``memmap_replay.recording``."""
+    episode commits on its own when it ends; autoreset modes: see ``memmap_replay.recording``.
+
+    Parameters
+    ----------
+    env : gymnasium.vector.VectorEnv
+        The vector env recorded.
+    buffer_or_folder : ReplayBuffer or path
+        The store recorded into: an open buffer, or a folder (a store there is appended to, else one is
+        created with the capacity options below).
+    fields : dict, optional
+        Overrides of the derived field specs (name -> spec).
+    info_fields : dict, optional
+        Info keys recorded as fields ``info__<key>`` (info key -> field spec).
+    seed_field : str or None
+        The int64 meta field of each episode's reset seed (-1: none); None records no seed.
+    partial : {'commit', 'discard'}
+        An episode cut by ``reset()`` or ``close()``: committed with an unspecified end, or dropped.
+    max_episodes : int
+        Episode slots of a store the recorder creates (10,000). A full store that is not a ring raises
+        ``BufferFullError`` from ``step``; pass ``circular=True`` to record while training without end.
+    max_steps : int, optional
+        Rows of a store the recorder creates (default ``max_episodes * (max_timesteps + 1)``, sparse on disk);
+        in a ring, the steps kept.
+    max_timesteps : int, optional
+        The longest episode (default: the env's time limit, ``env.spec.max_episode_steps``).
+    circular : bool
+        Create a ring: a full store evicts its oldest episodes. A store that exists keeps its own capacity
+        (``buffer.grow(...)`` changes it; an existing store that is not a ring is refused with
+        ``circular=True``, and one that cannot take an episode gets the ``grow`` call that would make room).
+    overwrite : bool
+        Replace a store at the folder.
+    card : bool
+        Write the dataset card (env spec, spaces, provenance, reset seeds).
+
+    Examples
+    --------
+    >>> import gymnasium
+    >>> from memmap_replay import ReplayBuffer
+    >>> from memmap_replay.recording import RecordVectorEpisodes
+    >>> env = gymnasium.make_vec("CartPole-v1", 2)
+    >>> with RecordVectorEpisodes(env, "cartpole", max_episodes=100, circular=True) as env:
+    ...     _ = env.reset(seed=0)
+    ...     _ = env.step(env.action_space.sample())
+    >>> ReplayBuffer.from_folder("cartpole").max_episodes
+    100
+    """
 
     def __init__(self, env: VectorEnv, buffer_or_folder: Any, *, fields: Any = None, info_fields: Any = None,
                  seed_field: str | None = "seed", partial: str = "commit", max_episodes: int = 10_000,
-                 max_timesteps: int | None = None, circular: bool = False, overwrite: bool = False,
-                 card: bool = True):
+                 max_steps: int | None = None, max_timesteps: int | None = None, circular: bool = False,
+                 overwrite: bool = False, card: bool = True):
         super().__init__(env)
         mode = env.metadata.get("autoreset_mode", _NEXT_STEP)  # gymnasium 1.0 had no key: _NEXT_STEP only
         self.mode = getattr(mode, "value", mode)

@@ -309,7 +309,8 @@ def test_appending_to_an_existing_store_of_another_env_is_refused(tmp_path):
         RecordEpisodes(gymnasium.make("Pendulum-v1"), tmp_path / "data")
     with pytest.raises(SchemaMismatchError, match="holds episodes of 'CartPole-v1'.*not of 'CartPole-v0'"):
         RecordEpisodes(gymnasium.make("CartPole-v0"), tmp_path / "data")
-    with pytest.raises(SchemaMismatchError, match="at most max_timesteps=500 steps, and the env's may have 900"):
+    with pytest.raises(SchemaMismatchError, match=r"at most max_timesteps=500 steps and the env's may have 900\. "
+                                                 r"Grow it first: buffer.grow\(max_timesteps=900\) takes the env's"):
         RecordEpisodes(gymnasium.make("CartPole-v1", max_episode_steps=900), tmp_path / "data")
     recorder = RecordEpisodes(gymnasium.make("Pendulum-v1"), tmp_path / "data", overwrite=True)
     assert recorder.buffer.schema.fields["observation"].shape == (3,)
