@@ -31,11 +31,14 @@ class RandomShift(FieldTransform):
     differ, and ``torch.manual_seed`` before the loop makes it repeat). With a ``seed`` the transform has
     its own generator: in the main process the same seed gives the same sequence of shifts, batch after
     batch; in a DataLoader worker it is seeded by (seed, the worker's seed), so each worker draws its own
-    shifts, new each epoch, and the whole run repeats when the DataLoader's seed does (pass
-    ``generator=torch.Generator().manual_seed(s)`` or call ``torch.manual_seed(s)`` first). With gather
+    shifts, new each epoch, and the whole run repeats when the workers' seeds do: the loader's ``seed=`` (or
+    ``generator=torch.Generator().manual_seed(s)``) seeds them (``views.transport.worker_generator``), else
+    torch's global RNG does (call ``torch.manual_seed(s)`` first). With gather
     threads (``workers="threads"``) each batch draws from (seed, the loader's iteration, the batch's
-    number), or without a seed from (a seed drawn from torch's global RNG as the iteration begins, the
-    batch's number), so the shifts repeat, whichever thread makes which batch, as they do in this process."""
+    number), or without a seed from (a seed drawn as the iteration begins, from the loader's seed or generator
+    as a worker process's seed is, else from torch's global RNG, the batch's number), so the shifts repeat,
+    whichever thread makes which batch, as they do in this process. (Threads and processes draw different
+    shifts from the same seeds; each repeats its own.)"""
 
     def __init__(self, fields: Any, *, pad: int = 4, seed: int | None = None):
         super().__init__(fields)

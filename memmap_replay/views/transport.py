@@ -48,7 +48,7 @@ from .pool import numpy_dtype, set_output_target
 from .slotmemory import SlotMemory
 
 __all__ = ["SLOT_RELEASES", "WORKER_TRANSPORTS", "WORKER_KINDS", "PROCESS_OPTIONS", "SlotPacker", "SlotReader",
-           "SlotBatch", "batch_number", "threaded"]
+           "SlotBatch", "batch_number", "threaded", "worker_generator"]
 
 SLOT_RELEASES = ("unused", "next")
 WORKER_TRANSPORTS = ("slots", "torch")
@@ -303,6 +303,23 @@ class SlotReader:
         for key, root in self.slots.items():
             if key not in busy:
                 root[0] = _FREE
+
+
+def worker_generator(batch_sampler: Any, generator: torch.Generator | None) -> torch.Generator | None:
+    """The generator a loader draws each iteration's worker seeds from (torch's worker processes, and the
+    ``base`` of gather threads): ``generator`` when given, else one seeded by the order's seed (a
+    ``BatchIndexSampler``'s ``seed=``, a sampler's seed), else None (torch's global RNG). So the loader's
+    ``seed=`` seeds the workers too: a random transform (``RandomShift``) draws the same in a run with the same
+    seed, in worker processes as in threads."""
+    if generator is not None:
+        return generator
+    seed = getattr(batch_sampler, "seed", None)
+    if seed is None:
+        seed = getattr(getattr(batch_sampler, "sampler", None), "seed", None)
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        return None
+    state = np.random.SeedSequence([int(seed) & (2**63 - 1), 7]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
 
 
 _BATCH = threading.local()  # in a gather thread: (run, number, base) of the batch it is making

@@ -285,6 +285,26 @@ def test_transforms_run_in_the_dataloader_workers(images, context):
                for a, b in zip(batches, again))  # the same loader seed, the same shifts
 
 
+@pytest.mark.parametrize("workers", ["processes", "threads"])
+@pytest.mark.parametrize("shift_seed", [5, None])
+def test_the_loader_seed_makes_random_shifts_repeat_in_every_kind_of_worker(images, workers, shift_seed):
+    """With workers='processes' the loader's seed= did not seed the workers: torch drew their seeds from its
+    global RNG, so RandomShift (seeded or not) drew new shifts in each run; threads repeated."""
+    transform = RandomShift("image", pad=2, seed=shift_seed)
+
+    def run(global_seed):
+        torch.manual_seed(global_seed)  # torch's global RNG differs between the runs: the loader's seed decides
+        loaders = [images.dataloader(3, timestep_level=True, shuffle=True, seed=4, transform=transform,
+                                     num_workers=2, workers=workers),
+                   images.sampler("uniform", seed=4).dataloader(3, num_batches=4, transform=transform,
+                                                                num_workers=2, workers=workers)]
+        return [batch["image"] for loader in loaders for _ in range(2) for batch in loader]
+
+    first, again = run(1), run(2)
+    assert len(first) == len(again) > 8
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
 def test_main_process_loader_runs_the_transform_here(images):
     batches = list(images.dataloader(8, timestep_level=True, transform=RecordProcess()))
     assert {int(batch["_pid"][0]) for batch in batches} == {os.getpid()}
