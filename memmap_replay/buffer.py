@@ -440,6 +440,46 @@ class ReplayBuffer(BufferReads):
         self._episode = self._vector = None
         self._store.close()
 
+    # ---- training state ----------------------------------------------------------------------------------
+
+    def save_training_state(self, name: str, state: Mapping[str, Any]) -> None:
+        """Save a run's place in the folder, crash-safely, as ``training/<name>.json`` (``core/training.py``).
+
+        Parameters
+        ----------
+        name : str
+            1 to 64 letters, digits, '_' or '-'; a save replaces the last one of that name.
+        state : dict
+            Objects with ``state_dict()`` (loaders, samplers, a ``MixedSampler``, a ``RateLimiter``), saved
+            through it, and plain JSON values (step counters, ...). The priorities of every prioritized sampler
+            among them are saved with it, in the same commit: a kill at any instant leaves the previous state or
+            this one, each with its priorities. A buffer opened read-only saves too (a trainer beside a writer
+            in another process): only ``training/`` is written, never the store's data.
+        """
+        from .samplers.training import save_training_state
+
+        save_training_state(self.folder, name, state, store_id=self._store.meta.store_id)
+
+    def load_training_state(self, name: str) -> dict[str, Any]:
+        """The state saved by ``save_training_state(name, ...)``: each object's ``state_dict()`` (give it to
+        the ``load_state_dict`` of the same object made again with the same arguments) and the plain values.
+
+        Parameters
+        ----------
+        name : str
+            The name it was saved under.
+
+        Returns
+        -------
+        dict
+            As saved; a prioritized sampler's state carries its priorities (a ``PrioritySnapshot``).
+        """
+        from .samplers.training import load_training_state
+
+        capacity = self._store.capacity
+        return load_training_state(self.folder, name, store_id=self._store.meta.store_id,
+                                   array_bytes=8 * max(capacity.max_steps + 1, capacity.max_episodes) + 4096)
+
     def __enter__(self) -> "ReplayBuffer":
         return self
 

@@ -38,6 +38,7 @@ from ..core.options import INT64_MAX, flag, integer, number, priorities_name
 from . import kernels
 from .base import BetaSchedule, ReplaySampler, _optional
 from .priority_files import PriorityFiles, read_stored_priorities
+from .priority_snapshots import PrioritySnapshot, snapshot_key
 from .sumtree import NOTHING_TO_DRAW, SumTree
 
 __all__ = ["PrioritizedSampler", "as_numpy"]
@@ -408,21 +409,62 @@ class PrioritizedSampler(BetaSchedule, ReplaySampler):
     # ---- state ---------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """The sampler's state (JSON-able). Inside ``buffer.save_training_state`` it also names a snapshot of
+        the priorities (``"priorities"``), saved beside the state in the same commit."""
         state = super().state_dict()
         state.update(max_priority=self.max_priority, dropped=self.dropped)
+        key = snapshot_key(self._snapshot)
+        if key is not None:
+            state["priorities"] = key
         return state
+
+    def _snapshot(self) -> PrioritySnapshot:
+        """The tree's leaves, and the episodes of the table the tree matches (``_seen``)."""
+        table = self._seen[0]
+        return PrioritySnapshot(self.tree.leaves.copy(), table.ids.copy(), table.start.copy())
+
+    def _restore(self, snapshot: PrioritySnapshot) -> None:
+        """The tree rebuilt from a snapshot's leaves, for the episodes of the view that it holds (the same id
+        and first row); the view's other episodes enter at the largest priority, as new ones do."""
+        with self._view_lock():
+            table, positions = self.view.table, self.view.positions
+            rows, episode = position_rows(positions, table, np.ones(len(table), dtype=bool))
+            where = np.minimum(np.searchsorted(snapshot.ids, table.ids), max(len(snapshot.ids) - 1, 0))
+            same = ((snapshot.ids[where] == table.ids) & (snapshot.starts[where] == table.start) if len(snapshot.ids)
+                    else np.zeros(len(table), dtype=bool))
+            kept = same[episode] & (rows < len(snapshot.leaves))
+            capacity = min(self.max_steps, max(len(snapshot.leaves), int(rows.max()) + 1 if len(rows) else 1))
+            leaves = np.zeros(capacity)
+            leaves[rows] = np.where(kept, snapshot.leaves[np.minimum(rows, len(snapshot.leaves) - 1)],
+                                    self._leaves_of(np.full(len(rows), self.max_priority)))
+            tree = SumTree(capacity)
+            tree.load_leaves(leaves)
+            self.tree = tree
+            if self.alpha > 0:  # the folder's raw priorities follow (a later sampler opened there starts from them)
+                self._keep(rows, np.minimum(leaves[rows] ** (1.0 / self.alpha), self.max_raw), table)
+            self._seen = (table, positions)
+            self._sort_starts()
 
     def _checked_state(self, state: dict[str, Any]) -> dict[str, Any]:
         values = super()._checked_state(state)
         values["max_priority"] = _optional(state, "max_priority", self.max_priority, number, low=0.0, low_open=True,
                                           high=self.max_raw)
         values["dropped"] = _optional(state, "dropped", 0, integer, low=0)
+        snapshot = state.get("priorities")
+        if isinstance(snapshot, str):
+            raise InvalidDataError(f"the state names priorities saved beside a training state ({snapshot!r}); load "
+                                   f"it with buffer.load_training_state(name), which hands them back")
+        if snapshot is not None and not isinstance(snapshot, PrioritySnapshot):
+            raise InvalidDataError(f"'priorities' must be a PrioritySnapshot (got {type(snapshot).__name__})")
+        values["snapshot"] = snapshot
         return values
 
     def _apply_state(self, values: dict[str, Any]) -> None:
         super()._apply_state(values)
         self._raise_max(values["max_priority"])
         self.dropped = values["dropped"]
+        if values["snapshot"] is not None:
+            self._restore(values["snapshot"])
 
     def close(self) -> None:
         """Flush the priorities to the folder and let another sampler keep them."""
