@@ -20,6 +20,7 @@ SLOW_MODULES = frozenset({
     "tests/core/test_crash.py",
     "tests/core/test_encoded_crash.py",
     "tests/core/test_encoded_live.py",
+    "tests/views/test_resume_kill.py",
     "tests/distributed/test_ray_shards.py",
     "tests/distributed/test_ddp.py",
     "tests/sharing/test_viewer_browser.py",
