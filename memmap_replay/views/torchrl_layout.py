@@ -100,7 +100,10 @@ def torchrl_layout(view: Any) -> TorchRLLayout:
     if isinstance(parts, (list, tuple)) and parts:
         view = parts[0]
     renames = dict(getattr(view, "fieldname_map", None) or {})
-    out = lambda name: renames.get(name, name)  # noqa: E731 - the batch's name of a view output
+
+    def out(name: str) -> str:  # the batch's name of a view output
+        return str(renames.get(name, name))
+
     reward = out(getattr(view, "reward_field", "reward"))
     next_fields = getattr(view, "next_fields", None)
     if next_fields is not None:  # transitions, n-step and hindsight views
@@ -214,7 +217,7 @@ def _sequences(batch: dict, layout: TorchRLLayout) -> tuple[dict, dict, list[int
     truncated = (where == (real - 1)[:, None]).unsqueeze(-1)  # SliceSampler's mark: each sequence's last step
     nested: dict[str, torch.Tensor] = {"terminated": torch.zeros_like(truncated), "truncated": truncated,
                                        "done": truncated.clone()}
-    root: dict[str, torch.Tensor] = {}
+    root: dict[str, Any] = {}
     renames = layout.next_names or {}
     for name, value in batch.items():
         if name == "_mask":
