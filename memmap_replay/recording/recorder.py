@@ -20,10 +20,11 @@ __all__ = ["Recorder", "field_copies", "recorder_options", "RECORDER_OPTIONS"]
 
 def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: int | None) -> None:
     """The store must hold every field the recorder writes, with its shape and a dtype of the same kind."""
-    if seed_unsigned(buffer, fieldmap):
+    unsigned = seed_unsigned(buffer, fieldmap)
+    if unsigned is not None:
         raise SchemaMismatchError(
             f"the store at {buffer.folder} cannot record this env's seeds: its meta field {fieldmap.seed_field!r} "
-            f"is {buffer.schema.meta_fields[fieldmap.seed_field].dtype} (an import of a Minari dataset by an older "
+            f"is {unsigned} (an import of a Minari dataset by an older "
             f"memmap_replay), and the recorder writes int64 seeds, -1 for none; import the dataset again (seeds "
             f"come in as int64 now), or pass seed_field=None")
     for kind, have, want in (("field", buffer.schema.fields, fieldmap.schema.fields),
@@ -39,9 +40,10 @@ def _check_compatible(buffer: ReplayBuffer, fieldmap: FieldMap, max_timesteps: i
     _check_room(buffer, max_timesteps)
 
 
-def seed_unsigned(buffer: ReplayBuffer, fieldmap: FieldMap) -> bool:
+def seed_unsigned(buffer: ReplayBuffer, fieldmap: FieldMap) -> np.dtype | None:
+    """The dtype of the store's seed field if unsigned (older imports of Minari seeds), else None."""
     spec = buffer.schema.meta_fields.get(fieldmap.seed_field) if fieldmap.seed_field else None
-    return spec is not None and spec.dtype.kind == "u"
+    return spec.dtype if spec is not None and spec.dtype.kind == "u" else None
 
 
 def _check_room(buffer: ReplayBuffer, max_timesteps: int | None) -> None:

@@ -45,3 +45,19 @@ def test_a_full_store_that_is_no_ring_says_how_to_go_on(tmp_path):
                                               r"place: buffer.grow\(max_episodes=3\).*circular=True"):
         episodes(env, 1, seed=5)
     env.close()
+
+
+def test_an_older_import_with_uint64_seeds_gets_its_own_message(tmp_path):
+    from memmap_replay import SchemaMismatchError
+    from memmap_replay.recording import gymnasium_fields
+
+    env = gymnasium.make("CartPole-v1")
+    fields, _ = gymnasium_fields(env.observation_space, env.action_space)
+    ReplayBuffer(tmp_path / "old", 10, 500, fields, dict(seed="uint64", seeded="bool")).close()
+    with pytest.raises(SchemaMismatchError, match=r"meta field 'seed' is uint64 \(an import of a Minari dataset by "
+                                                  r"an older memmap_replay\).*import the dataset again.*"
+                                                  r"seed_field=None"):
+        RecordEpisodes(env, tmp_path / "old")
+    with RecordEpisodes(env, tmp_path / "old", seed_field=None) as recorder:
+        episodes(recorder, 1)
+        assert len(recorder.buffer) == 1
