@@ -125,13 +125,17 @@ def checked_loader_state(batches: Any, state: Any, generator: Any) -> dict[str, 
         if saved is not None and generator is not None:
             values["generator"] = _checked_generator(saved, generator)
         if kind == "epochs":
-            if state["shape"] != _shape(batches):
+            saved_shape, shape = dict(state["shape"]), _shape(batches)
+            saved_size = integer(saved_shape.pop("size"), "size", low=0)
+            if saved_shape != {key: value for key, value in shape.items() if key != "size"}:
                 raise InvalidDataError(f"the state_dict is of a loader of {state['shape']}, this one is of "
-                                       f"{_shape(batches)}: make the loader with the same arguments")
+                                       f"{shape}: make the loader with the same arguments")
             values["epoch"] = integer(state["epoch"], "epoch", low=0)
             seed = state["epoch_seed"]
             values["epoch_seed"] = None if seed is None else integer(seed, "epoch_seed", low=None)
-            if values["batch"] > len(batches):
+            if saved_size != batches.size:  # the view changed (a writer appended): the epoch in progress ends
+                values.update(epoch=values["epoch"] + (values["batch"] > 0), epoch_seed=None, batch=0)
+            elif values["batch"] > len(batches):
                 raise InvalidDataError(f"batch {values['batch']} is past the epoch's {len(batches)} batches")
         else:
             values["pending"] = [sample for _, sample in checked_ahead(state["pending"])]

@@ -138,3 +138,15 @@ def test_a_loader_over_a_plain_batch_sampler_has_no_state(buffer):
     loader = ReplayDataLoader(buffer.dataset(timestep_level=True), [np.arange(4)])
     with pytest.raises(OptionError, match="keeps no state"):
         loader.state_dict()
+
+
+def test_an_epoch_over_a_view_that_changed_begins_anew(buffer):
+    loader = buffer.dataloader(8, timestep_level=True, shuffle=True, seed=3)
+    iterator = iter(loader)
+    next(iterator)
+    state = dict(loader.state_dict(), shape=dict(loader.state_dict()["shape"], size=10))  # as if fewer items then
+    resumed = buffer.dataloader(8, timestep_level=True, shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    reference = buffer.dataloader(8, timestep_level=True, shuffle=True, seed=3)
+    reference.batch_sampler.epoch = 1
+    assert [_rewards(batch) for batch in resumed] == [_rewards(batch) for batch in reference]

@@ -91,3 +91,19 @@ def test_saving_refuses_what_is_not_json_and_loading_what_is_not_there(stores, t
         with pytest.raises(StoreNotFoundError, match="no training state 'run'"):
             buffer.load_training_state("run")
         assert not (root / "a" / "training" / "run.json").exists()
+
+
+def test_a_reader_saves_while_a_writer_appends(stores, tmp_path):
+    root = copy_stores(stores, tmp_path / "run")
+    writer = ReplayBuffer.from_folder(root / "a")  # holds the writer lock
+    with ReplayBuffer.from_folder(root / "a", read_only=True) as reader:
+        loader = reader.dataloader(8, timestep_level=True, shuffle=True, seed=1)
+        iterator = iter(loader)
+        next(iterator)
+        for step in range(3):
+            writer.store_episode(obs=np.zeros((4, 2)), reward=np.arange(4.0))
+            reader.save_training_state("reader", {"loader": loader, "step": step})
+        saved = reader.load_training_state("reader")
+        assert saved["step"] == 2 and saved["loader"]["batch"] == 1
+    assert writer.num_episodes == 9 + 3
+    writer.close()
