@@ -130,7 +130,9 @@ class BufferReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -303,7 +305,9 @@ class BufferReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -534,7 +538,9 @@ class BufferReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -727,7 +733,9 @@ class ShardReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -886,7 +894,9 @@ class ShardReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -1104,7 +1114,9 @@ class ShardReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -1279,7 +1291,9 @@ class ConcatReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None
@@ -1438,7 +1452,9 @@ class ConcatReads:
         current_fields : Sequence[str] | str | None, default None
             the fields returned at t (None: every field).
         next_fields : Sequence[str] | str | None, default None
-            the fields returned at t + n as next_<field> (None: every field).
+            the fields returned at the next state as next_<field>: at t + n (n-step; None: every field), or at each
+            step's t + 1, the final observation after an episode's last step, zeros where it has none (windows and
+            trajectories; None: none).
         sequence_fields : Sequence[str] | str | None, default ()
             the fields returned for every step t .. t + n - 1.
         gamma : float | None, default None

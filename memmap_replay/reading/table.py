@@ -142,8 +142,10 @@ VIEW_OPTIONS = (
     # n-step and one-step transitions
     _view("current_fields", "Sequence[str] | str | None", None, "the fields returned at t (None: every field)",
           _NSTEP),
-    _view("next_fields", "Sequence[str] | str | None", None, "the fields returned at t + n as next_<field> (None: "
-          "every field)", _NSTEP),
+    _view("next_fields", "Sequence[str] | str | None", None, "the fields returned at the next state as "
+          "next_<field>: at t + n (n-step; None: every field), or at each step's t + 1, the final observation "
+          "after an episode's last step, zeros where it has none (windows and trajectories; None: none)",
+          (*_NSTEP, "trajectory", "window")),
     _view("sequence_fields", "Sequence[str] | str | None", (), "the fields returned for every step t .. t + n - 1",
           _NSTEP),
     _view("gamma", "float | None", None, "the discount: an n-step view adds the discounted return, a transitions "

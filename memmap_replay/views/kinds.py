@@ -8,6 +8,10 @@ B the batch size:
   ``slice_by_episode_len=False`` gives every episode as max_timesteps rows, padded with the field default;
   ``return_episode_lens=False`` leaves ``_lens`` out (only with sliced episodes: else nothing tells steps
   from padding).
+- ``next_fields`` (trajectories and windows): ``next_<field>`` shaped as the field, at each step the field at
+  the next state t + 1: the next step's row, at an episode's last step its stored final observation, zeros
+  where the episode has none; zeros at padded steps (as the fields). Read in the same gather (the seqlock
+  covers it); ``row_ranges`` reach the row after the sequence.
 - ``episode_flags=True`` (trajectories and windows): ``_is_first``, ``_is_last`` and ``_is_terminal``, bool
   (B, T) like the fields (Dreamer's flags): True at the episode's first step, at its last step, and at its
   last step only when it terminated (not when truncated or of unrecorded end); False at padded steps.
@@ -33,6 +37,7 @@ import torch
 from einops import rearrange
 
 from .dataset import ExplicitPositions, StoreView, flag
+from .next_steps import NextSteps
 from ..errors import OptionError
 from ..core.episodes import step_flags
 from ..core.index import NStepTargets, Positions, stack_rows, window_rows
@@ -50,14 +55,17 @@ def _steps(value: Any, name: str, store: EpisodeStore) -> int:
     return positive(value, name, most=store.capacity.max_timesteps, most_is="the store's max_timesteps=")
 
 
-class TrajectoryView(StoreView):
+
+class TrajectoryView(NextSteps, StoreView):
     """Whole episodes, padded to the longest in the batch, with lengths (and a mask on request)."""
 
     scattered_reads = False  # whole episodes: the kernel's readahead on a fault helps
 
     def __init__(self, store: EpisodeStore, *, return_mask: bool = False, episode_flags: bool = False,
-                 slice_by_episode_len: bool = True, return_episode_lens: bool = True, **options: Any):
+                 slice_by_episode_len: bool = True, return_episode_lens: bool = True, next_fields: Any = None,
+                 **options: Any):
         super().__init__(store, **options)
+        self.setup_next(store, next_fields)
         self.return_mask = flag(return_mask, "return_mask")
         self.episode_flags = flag(episode_flags, "episode_flags")
         self.slice_by_episode_len = flag(slice_by_episode_len, "slice_by_episode_len")
@@ -69,12 +77,17 @@ class TrajectoryView(StoreView):
 
     def output_names(self) -> list[str]:
         lens = ["_lens"] if self.return_episode_lens else []
-        names = super().output_names() + lens + (["_mask"] if self.return_mask else [])
+        names = super().output_names() + self.next_outputs() + lens + (["_mask"] if self.return_mask else [])
         return names + (list(_FLAGS) if self.episode_flags else [])
 
     def sequence_outputs(self) -> tuple[str, ...]:
         """The outputs of one value per step, (B, T, ...); the others hold one value per episode."""
         return _per_step(self)
+
+    def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = self.table.start[episode]
+        end = start + self.table.length[episode]
+        return start, (end + self.table.final[episode]) if self.next_fields else end
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
@@ -84,7 +97,11 @@ class TrajectoryView(StoreView):
             longest, fill = self.key_stride, {name: self.store.schema.fields[name].default_row()
                                               for name in self.fields}
         rows, inside = window_rows(self.table.start[episode], np.zeros_like(episode), longest, length)
-        batch = {name: self.rows_of(name, rows, inside, fill.get(name, 0)) for name in self.fields}
+        if self.next_fields:
+            batch = self.read_steps(episode, np.broadcast_to(np.arange(longest, dtype=np.int64), inside.shape),
+                                    inside, fill)
+        else:
+            batch = {name: self.rows_of(name, rows, inside, fill.get(name, 0)) for name in self.fields}
         if self.return_episode_lens:
             batch["_lens"] = torch.from_numpy(length.copy())
         if self.return_mask:
@@ -153,12 +170,13 @@ class TimestepView(StoreView, _FrameStacking):
         return self.stacked_ranges(self.table.start[episode], t, 1)
 
 
-class WindowView(StoreView):
+class WindowView(NextSteps, StoreView):
     """Windows of ``window`` consecutive steps inside one episode (Dreamer sequences)."""
 
     def __init__(self, store: EpisodeStore, window: int, *, allow_partial: bool = False, time_major: bool = False,
-                 episode_flags: bool = False, **options: Any):
+                 episode_flags: bool = False, next_fields: Any = None, **options: Any):
         super().__init__(store, **options)
+        self.setup_next(store, next_fields)
         self.window = _steps(window, "window", store)
         self.allow_partial = flag(allow_partial, "allow_partial")
         self.time_major = flag(time_major, "time_major")
@@ -178,7 +196,7 @@ class WindowView(StoreView):
         self.positions = Positions.from_counts(length if self.allow_partial else length - self.window + 1)
 
     def output_names(self) -> list[str]:
-        names = super().output_names() + (["_lens", "_mask"] if self.allow_partial else [])
+        names = super().output_names() + self.next_outputs() + (["_lens", "_mask"] if self.allow_partial else [])
         return names + (list(_FLAGS) if self.episode_flags else [])
 
     def sequence_outputs(self) -> tuple[str, ...]:
@@ -187,16 +205,21 @@ class WindowView(StoreView):
         return _per_step(self)
 
     def row_ranges(self, episode: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        start = self.table.start[episode]
-        return start + t, start + np.minimum(t + self.window, self.table.length[episode])
+        start, length = self.table.start[episode], self.table.length[episode]
+        if self.next_fields:  # the row after the window too (the final observation's after the last step)
+            return start + t, start + np.minimum(t + self.window + 1, length + self.table.final[episode])
+        return start + t, start + np.minimum(t + self.window, length)
 
     def gather(self, episode: np.ndarray, t: np.ndarray) -> dict[str, torch.Tensor]:
         length = self.table.length[episode]
         rows, inside = window_rows(self.table.start[episode], t, self.window, length)
         keep = inside if self.allow_partial else None
-        batch = {name: self.rows_of(name, rows, keep) for name in self.fields}
+        steps = t[:, None] + np.arange(self.window, dtype=np.int64)[None, :]
+        if self.next_fields:
+            batch = self.read_steps(episode, steps, keep, {})
+        else:
+            batch = {name: self.rows_of(name, rows, keep) for name in self.fields}
         if self.episode_flags:
-            steps = t[:, None] + np.arange(self.window, dtype=np.int64)[None, :]
             batch.update(zip(_FLAGS, map(torch.from_numpy, step_flags(steps, length, self.table.end[episode], inside))))
         if self.time_major:
             batch = {name: rearrange(value, "b l ... -> l b ...") for name, value in batch.items()}
@@ -329,10 +352,11 @@ class NStepView(StoreView, _FrameStacking):
 
 
 def _per_step(view: StoreView) -> tuple[str, ...]:
-    """A sequence view's per-step output names (its fields, ``_mask`` and the episode flags, renamed by
-    ``fieldname_map``)."""
+    """A sequence view's per-step output names (its fields, ``next_<field>``, ``_mask`` and the episode flags,
+    renamed by ``fieldname_map``)."""
     flags = _FLAGS if getattr(view, "episode_flags", False) else ()
-    return tuple(view.fieldname_map.get(name, name) for name in (*view.fields, "_mask", *flags))
+    nexts = [f"next_{name}" for name in getattr(view, "next_fields", ())]
+    return tuple(view.fieldname_map.get(name, name) for name in (*view.fields, *nexts, "_mask", *flags))
 
 
 def _filtered(store: EpisodeStore, table, positions: Positions, filter_fields: Mapping[str, Any] | None):
