@@ -23,24 +23,42 @@ def is_tensor(value: Any) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
+def _tensor_array(value: Any, label: str) -> np.ndarray:
+    """A torch tensor's values as numpy, or the library's error saying which tensor it was and what to pass."""
+    try:
+        return value.detach().cpu().numpy()
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as error:
+        # (torch's own errors: a dtype numpy lacks, a sparse or nested layout, a tensor holding no data)
+        if getattr(value, "is_nested", False):
+            kind = f"nested {value.dtype} tensor"
+            fix = ("numpy cannot read a nested tensor (its rows may differ in length); pass one dense tensor with a "
+                   "leading batch axis (torch.stack(rows) of rows of one length, or pad them first)")
+        elif getattr(value, "is_sparse", False) or str(getattr(value, "layout", "")).startswith("torch.sparse"):
+            kind, fix = f"sparse {value.dtype} tensor", "pass it dense: .to_dense()"
+        elif str(getattr(value, "device", "")) == "meta":
+            kind, fix = f"{value.dtype} tensor on device meta", "it holds no data: pass a tensor with values"
+        else:
+            kind, fix = f"{value.dtype} tensor: {error}", "convert it with .float() first"
+        raise InvalidDataError(f"{label} must be convertible to numpy (got a {kind}); {fix}") from None
+
+
 def as_array(value: Any, label: str) -> np.ndarray:
-    """Any array-like of numbers as a numpy array (no copy for numpy input)."""
+    """Any array-like of numbers as a numpy array (no copy for numpy input); a list or tuple of tensors is
+    read tensor by tensor."""
     if isinstance(value, np.ndarray):
         array = value
     elif is_tensor(value):
-        try:
-            array = value.detach().cpu().numpy()
-        except TypeError as error:  # e.g. bfloat16 has no numpy dtype
-            raise InvalidDataError(
-                f"{label} must be convertible to numpy (got a {value.dtype} tensor: {error}); "
-                f"convert it with .float() first"
-            ) from None
+        array = _tensor_array(value, label)
     else:
+        if isinstance(value, (list, tuple)) and any(is_tensor(item) for item in value):
+            value = [_tensor_array(item, label) if is_tensor(item) else item for item in value]
         try:
             array = np.asarray(value)
-        except (ValueError, TypeError, OverflowError) as error:
+        except (ValueError, TypeError, OverflowError, RuntimeError) as error:
+            hint = ("; pass one array or tensor with a leading batch axis, its rows of one shape (e.g. "
+                    "torch.stack(rows))" if isinstance(value, (list, tuple)) else "")
             raise InvalidDataError(
-                f"{label} must be an array of numbers (got {type(value).__name__}: {error})") from None
+                f"{label} must be an array of numbers (got {type(value).__name__}: {error}){hint}") from None
     if array.dtype.kind not in "biufc":
         big_ints = array.dtype.kind == "O" and array.size and all(type(x) is int for x in array.flat)
         hint = "an integer too large for int64" if big_ints else "only numbers, bools and arrays of them can be stored"

@@ -8,6 +8,7 @@ The store every test starts from, ``raises`` and the checks that nothing changed
 from __future__ import annotations
 
 import math
+import warnings
 import re
 
 import numpy as np
@@ -341,3 +342,45 @@ def test_scalar_is_stored_exactly_or_refused(scalar_buffer, name, value):
             buf.store(**step)
         assert buf.end_episode() is None  # the episode is empty: nothing is committed
         assert_same(before, committed(buf))
+
+
+# ---- torch values numpy cannot take as they are (issue 30: a bare torch RuntimeError escaped store_batch) ------
+
+
+def _nested(*lengths):
+    with warnings.catch_warnings():  # (torch: nested tensors are a prototype)
+        warnings.simplefilter("ignore")
+        return torch.nested.nested_tensor([torch.ones(length) for length in lengths])
+
+
+@pytest.mark.parametrize("value, match", [
+    pytest.param(lambda: _nested(0, 3), r"'reward' .*must be convertible to numpy \(got a nested torch\.float32 "
+                 r"tensor\); numpy cannot read a nested tensor.*torch\.stack", id="nested-0-and-3"),
+    pytest.param(lambda: _nested(2, 2), r"numpy cannot read a nested tensor", id="nested-2-and-2"),
+    pytest.param(lambda: torch.ones(2).to_sparse(),
+                 r"got a sparse torch\.float32 tensor\); pass it dense: \.to_dense\(\)", id="sparse"),
+    pytest.param(lambda: torch.ones(2, device="meta"), r"on device meta.*holds no data", id="meta-device"),
+])
+@pytest.mark.parametrize("flat", [False, True], ids=["batched_episode", "flat-0.2.3"])
+def test_a_tensor_numpy_cannot_read_is_the_library_error_in_store_batch(buffer, value, match, flat):
+    before = committed(buffer)
+    batch = {**good_batch([5, 6], 0), "reward": value()}
+    with raises(InvalidDataError, match=match):
+        if flat:
+            buffer.store_batch(**batch)
+        else:
+            with buffer.batched_episode(2):
+                buffer.store_batch(**batch)
+    assert_unchanged(buffer, before)
+    assert_no_open_episode(buffer)
+
+
+def test_a_list_of_tensors_is_read_tensor_by_tensor(buffer):
+    """A list of tensors needing gradients: numpy's conversion raised torch's RuntimeError."""
+    rewards = [torch.tensor(1.5, requires_grad=True), torch.tensor(2.5, requires_grad=True)]
+    with buffer.batched_episode(2):
+        buffer.store_batch(**{**good_batch([5, 6], 0), "reward": rewards})
+    assert [episode["reward"].tolist() for episode in list(buffer.episodes())[-2:]] == [[1.5], [2.5]]
+    ragged = [torch.ones(3), torch.ones(0)]
+    with raises(InvalidDataError, match=r"'obs' .*must be an array of numbers \(got list.*one array or tensor"):
+        buffer.store_batch(**{**good_batch([5, 6], 0), "obs": ragged})
