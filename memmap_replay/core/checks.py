@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import folderio
 from . import format as fmt
-from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyError, SchemaMismatchError,
+from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyError, ReplayError, SchemaMismatchError,
                      StoreNotFoundError, UnsafeEntryError, UnsupportedFormatError)
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
@@ -95,7 +96,12 @@ def refuse_mrb_folder(folder: Path, mode: str) -> None:
                           f"deletes another program's files); {how}, or choose another folder for the new store")
 
 
-def make_folder(folder: Path) -> None:
+def make_folder(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; returns the folders it made, outermost first (none if it was there)."""
+    made, path = [], folder
+    while not os.path.lexists(path) and path.parent != path:
+        made.append(path)
+        path = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (NotADirectoryError, FileExistsError):
@@ -105,6 +111,37 @@ def make_folder(folder: Path) -> None:
         raise ReadOnlyError(f"{folder} cannot be created ({error.strerror}); choose a folder you may write") from None
     except OSError as error:
         raise NotAFolderError(f"{folder} cannot be created ({error.strerror}); choose another path") from None
+    return made[::-1]
+
+
+def present_entries(folder: Path) -> set[str]:
+    """The names of a store's own entries (``format._OWNED``) that ``folder`` holds now (links too)."""
+    return {name for name in fmt._OWNED if os.path.lexists(folder / name)}
+
+
+def undo_creation(folder: Path, before: set[str], made: list[Path], *, lock: bool) -> None:
+    """After a creation that failed (a full disk): remove the store's entries it made in ``folder`` (those not
+    in ``before``), the writer lock file if it made it (``lock``), then the folders it made (``make_folder``),
+    innermost first, each only if empty. Only those names: the user's files stay; a link is removed, never
+    followed (``shutil.rmtree`` does not follow links inside a folder). Best effort: the creation's own error
+    is the one the caller raises."""
+    names = [name for name in fmt._OWNED if name not in before]
+    if lock:
+        names.append(fmt.LOCK_FILE)
+    for name in names:
+        path = folder / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                folderio.remove(folder, path)
+        except (OSError, ReplayError):
+            pass
+    for path in reversed(made):
+        try:
+            os.rmdir(path)
+        except OSError:
+            break
 
 
 def check_replaceable(folder: Path) -> None:

@@ -28,7 +28,8 @@ from .format import Capacity, NpyFile, StoreMeta
 from .index import EpisodeTable
 from .lock import WriterLock
 from .grow import grow_store, grown_capacity
-from .checks import MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder
+from .checks import (MODES, check_live_ids, check_matches, check_replaceable, holds_episodes, locate, make_folder,
+                     present_entries, undo_creation)
 from .schema import FieldSpec, Schema
 
 __all__ = ["EpisodeStore", "PendingEpisode", "MODES", "CommitObserver", "observe_commits"]
@@ -142,12 +143,18 @@ class EpisodeStore:
             check_matches(folder, meta, schema, capacity)
             return cls(folder, meta, writable=True, lock=None, durable=durable)
         check_replaceable(folder)  # before any file is made: another program's files are never touched
-        make_folder(folder)
-        lock = WriterLock(folder / fmt.LOCK_FILE, folder=folder)
+        made = make_folder(folder)
+        lock_made = not os.path.lexists(folder / fmt.LOCK_FILE)
+        try:
+            lock = WriterLock(folder / fmt.LOCK_FILE, folder=folder)
+        except BaseException:
+            undo_creation(folder, present_entries(folder), made, lock=False)  # (the folders made, if still empty)
+            raise
+        before, theirs = present_entries(folder), False  # a failed creation removes what it made, no more
         try:
             folderio.remove_temps(folder, fmt.META_FILE)  # a killed writer's
             if mode != "w" and (folder / fmt.META_FILE).exists():
-                # another writer created the store between our first look and taking the lock
+                theirs = True  # another writer created the store between our first look and taking the lock
                 if mode == "w-":
                     raise SchemaMismatchError(f"a store already exists at {folder}; pass overwrite=True to replace it")
                 meta = fmt.read_meta(folder)
@@ -165,6 +172,8 @@ class EpisodeStore:
             return cls(folder, meta, writable=True, lock=lock, durable=durable)
         except BaseException:
             lock.release()
+            if not theirs:
+                undo_creation(folder, before, made, lock=lock_made)
             raise
 
     @staticmethod

@@ -141,3 +141,44 @@ def test_a_real_full_disk(small_filesystem):
     buffer.store_episode(obs=stored[0], reward=np.zeros(100, dtype=np.float32))
     assert buffer.num_episodes == len(stored) + 1
     buffer.close()
+
+
+def _creation_writes(tmp_path, monkeypatch) -> int:
+    counter = FailingWrites(monkeypatch, after=10**9)
+    ReplayBuffer(tmp_path / "probe", 4, 10, fields=SMALL_FIELDS, meta_fields=SMALL_META).close()
+    monkeypatch.undo()
+    return counter.calls
+
+
+def test_a_full_disk_while_creating_a_store_removes_the_folders_it_made(tmp_path, monkeypatch):
+    """The DiskFullError came, but the new folder (and the parents made for it) stayed behind."""
+    writes = _creation_writes(tmp_path, monkeypatch)
+    assert writes > 3
+    for after in range(writes):
+        root = tmp_path / f"new{after}"
+        FailingWrites(monkeypatch, after=after)
+        with pytest.raises(DiskFullError, match="No space left"):
+            ReplayBuffer(root / "parent" / "store", 4, 10, fields=SMALL_FIELDS, meta_fields=SMALL_META)
+        monkeypatch.undo()
+        assert not root.exists(), (after, sorted(str(path.relative_to(root)) for path in root.rglob("*")))
+
+
+def test_a_full_disk_while_creating_a_store_in_a_folder_that_was_there_removes_only_what_it_made(
+        tmp_path, monkeypatch):
+    writes = _creation_writes(tmp_path, monkeypatch)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.npy").write_bytes(b"theirs")
+    for after in range(writes):
+        folder = tmp_path / f"there{after}"
+        folder.mkdir()
+        (folder / "notes.txt").write_text("the user's")
+        (folder / "link").symlink_to(outside)  # a link the creation did not make: left as it is, never followed
+        FailingWrites(monkeypatch, after=after)
+        with pytest.raises(DiskFullError, match="No space left"):
+            ReplayBuffer(folder, 4, 10, fields=SMALL_FIELDS, meta_fields=SMALL_META)
+        monkeypatch.undo()
+        assert sorted(path.name for path in folder.iterdir()) == ["link", "notes.txt"], after
+        assert (folder / "notes.txt").read_text() == "the user's"
+    assert (outside / "keep.npy").read_bytes() == b"theirs"
+    ReplayBuffer(tmp_path / "there0", 4, 10, fields=SMALL_FIELDS, meta_fields=SMALL_META).close()  # and then works
