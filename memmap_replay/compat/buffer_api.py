@@ -355,7 +355,9 @@ class ReplayBuffer(NativeReplayBuffer):
 
     def _slot(self, episode_index: Any, t: Any, name: Any, meta: bool, value: Any):
         """Where ``store_datapoint``'s value goes: (open writer or None, env, row or start + t, coerced value)."""
-        slot = integer(episode_index, "episode_index", low=0, high=self.max_episodes - 1)
+        slot = integer(episode_index, "episode_index", low=None)
+        if not 0 <= slot < self.max_episodes:  # ('out of range': 0.2.3's words, which its users' tests look for)
+            raise OptionError(f"episode_index {slot} is out of range: it must be a slot in [0, {self.max_episodes})")
         specs = self.schema.meta_fields if meta else self.schema.fields
         if not isinstance(name, str) or name not in specs:
             raise InvalidDataError(f"unknown {'meta field' if meta else 'field'} {short(name)}: the store's "
@@ -374,8 +376,8 @@ class ReplayBuffer(NativeReplayBuffer):
         if t is not None:
             t = integer(t, "timestep_index", low=0)
             if t >= length:
-                raise OptionError(f"timestep_index must be below the episode's {length} steps at slot {slot} (got "
-                                  f"{t}); rows past an episode's end are not stored")
+                raise OptionError(f"timestep_index {t} is out of range: it must be below the episode's {length} "
+                                  f"steps at slot {slot}; rows past an episode's end are not stored")
         if staged is not None:
             env = (slot - self.episode_index) % self.max_episodes
             return self._episode or self._flat or self._vector, env, t, value
@@ -446,7 +448,7 @@ class ReplayBuffer(NativeReplayBuffer):
         slots = self._store.live_table().slots
         where = np.flatnonzero(slots == slot)
         if not where.size:
-            raise OptionError(f"episode_index {slot} holds no stored episode (live slots: "
+            raise OptionError(f"episode_index {slot} is out of range: it holds no stored episode (live slots: "
                               f"{sorted(slots.tolist())[:20]})")
         return int(where[0])
 

@@ -356,8 +356,11 @@ def test_store_datapoint_into_a_flat_batch(buf):
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda b: b.store_datapoint(3, 0, "reward", 1.0), OptionError, r"slot 3 holds no episode"),
-    (lambda b: b.store_datapoint(0, 3, "reward", 1.0), OptionError, r"below the episode's 3 steps at slot 0 \(got 3\)"),
-    (lambda b: b.store_datapoint(5, 0, "reward", 1.0), OptionError, r"episode_index must be at most 4 \(got 5\)"),
+    (lambda b: b.store_datapoint(0, 3, "reward", 1.0), OptionError,
+     r"timestep_index 3 is out of range: it must be below the episode's 3 steps at slot 0"),
+    (lambda b: b.store_datapoint(5, 0, "reward", 1.0), OptionError,
+     r"episode_index 5 is out of range: it must be a slot in \[0, 5\)"),
+    (lambda b: b.store_datapoint(-1, 0, "reward", 1.0), OptionError, r"episode_index -1 is out of range"),
     (lambda b: b.store_datapoint(0, 0, "rewrd", 1.0), InvalidDataError,
      r"unknown field 'rewrd'.*did you mean 'reward'"),
     (lambda b: b.store_meta_datapoint(0, "reward", 1.0), InvalidDataError, r"unknown meta field 'reward'"),
@@ -476,7 +479,7 @@ def test_episode_frames_by_slot(images):
     first, second = images.episode(0)["frame"], images.episode(1)["frame"]
     np.testing.assert_array_equal(images.episode_frames(1, field="frame"), second)
     np.testing.assert_array_equal(images.episode_frames([0, 1], field="frame"), np.concatenate([first, second]))
-    with pytest.raises(OptionError, match=r"episode_index 2 holds no stored episode"):
+    with pytest.raises(OptionError, match=r"episode_index 2 is out of range: it holds no stored episode"):
         images.episode_frames(2, field="frame")
     with pytest.raises(OptionError, match=r"unknown field 'frames'"):
         images.episode_frames(0, field="frames")

@@ -142,3 +142,22 @@ def test_get_all_data_pads_with_each_field_s_default_as_0_2_3(tmp_path):
         assert got[name].dtype == expected[name].dtype and torch.equal(got[name], expected[name]), name
     assert got["reward"][1, 2:].tolist() == [-1.0, -1.0] and got["action"][1, 2:].tolist() == [7, 7]
     ours.close()
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda b: b.episode_frames(len(LENGTHS), field="image"), id="episode_frames-past-the-end"),
+    pytest.param(lambda b: b.episode_frames([0, 99], field="image"), id="episode_frames-several"),
+    pytest.param(lambda b: b.store_datapoint(8, 0, "reward", 1.0), id="store_datapoint-past-max_episodes"),
+    pytest.param(lambda b: b.store_datapoint(0, 8, "reward", 1.0), id="store_datapoint-past-max_timesteps"),
+    pytest.param(lambda b: b.store_meta_datapoint(8, "task", 1), id="store_meta_datapoint-past-max_episodes"),
+])
+def test_an_index_past_the_end_says_out_of_range_as_0_2_3(tmp_path, call):
+    """0.2.3's tests look for 'out of range' in these messages (ValueError there, OptionError, a ValueError, here)."""
+    fields = {**FIELDS, "image": ("uint8", (2, 2, 3))}
+    theirs = mrb.ReplayBuffer(tmp_path / "theirs", 8, 8, fields, meta_fields=META)
+    ours = memmap_replay.ReplayBuffer(tmp_path / "ours", 8, 8, fields, meta_fields=META)
+    for buffer in (theirs, ours):
+        fill(buffer)
+        with pytest.raises(ValueError, match="out of range"):
+            call(buffer)
+    ours.close()
