@@ -3,7 +3,9 @@
 ``build_view`` picks the view kind (``n_steps`` -> NStepView, ``timestep_level`` -> TimestepView,
 ``window`` -> WindowView, ``transitions`` -> TransitionView, ``hindsight`` -> HindsightView, else
 TrajectoryView) and refuses an option the table says that kind does not take. ``build_dataloader`` and
-``build_sampler`` put a view under a DataLoader or a sampler.
+``build_sampler`` put a view under a DataLoader or a sampler. A DataLoader with ``output="torchrl"`` over
+windows or trajectories makes its view with ``episode_flags=True`` and ``next_fields`` its observation
+fields unless they are given (``loader_view``): TorchRL's ``("next", ...)`` of every step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..views.hindsight import HindsightView
 from ..views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..views.loader import ReplayDataLoader, with_loader_transform
 from ..views.transforms import loader_transform
+from ..views.torchrl_layout import observation_like
 from ..views.transitions import TransitionView
 from .plan import ReadPlan, hindsight_options
 from .table import BY_NAME, DATASET, SAMPLER
@@ -135,13 +138,28 @@ def loader_view(plan: ReadPlan, make_view: Any) -> Any:
     transform = loader_transform(options.pop("transform", None), options.pop("collate_fn", None))
     dataset = plan.loader.get("dataset")
     if dataset is None:
+        sequences = plan.loader.get("output") == "torchrl" and view_kind(options) in ("window", "trajectory")
+        if sequences:  # TorchRL's layout of a sequence: ('next', 'terminated') from the flags
+            options.setdefault("episode_flags", True)
         dataset = make_view(options)
+        if sequences and options.get("next_fields") is None:
+            _observe_next(dataset)
     elif options:
         raise OptionError(f"view options {sorted(options)} cannot be combined with dataset=")
     elif not isinstance(dataset, Dataset) or not hasattr(dataset, "__getitems__"):
         raise OptionError(f"dataset must be a view, e.g. buffer.dataset(window=8) (a torch Dataset with "
                           f"__getitems__) (got {short(dataset)})")
     return with_loader_transform(dataset, transform)
+
+
+def _observe_next(view: Any) -> None:
+    """``output="torchrl"`` over windows or trajectories made without ``next_fields``: the observation fields
+    (``views.torchrl_layout``'s rule) become its next fields, for ``("next", <obs>)`` (each shard's view)."""
+    for part in getattr(view, "views", None) or [view]:
+        names = [name for name in part.fields if observation_like(name)]
+        if names:
+            part.setup_next(part.store, names)
+            part.check_outputs()
 
 
 def build_dataloader(view: Any, batch_size: int, plan: ReadPlan) -> ReplayDataLoader:

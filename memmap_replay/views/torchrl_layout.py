@@ -12,7 +12,7 @@ samplers give ``priority_weight`` of shape ``[B]``; ``MultiStepTransform`` gives
 
 With B the batch size, a store field ``reward`` (the view's ``reward_field``) and observation fields
 (``next_<obs>``; the transitions view's ``observation_fields``, or fields named ``obs*``, ``state*``,
-``image*``, ``pixel*``):
+``image*``, ``pixel*``; ``observation_like``):
 
 - transitions (``transitions=True``, hindsight), batch size ``[B]``: every field at the root as named
   (``obs``, ``action``, ...), except ``reward`` -> ``("next", "reward")`` ``[B, 1]``; ``next_<obs>`` ->
@@ -26,16 +26,21 @@ With B the batch size, a store field ``reward`` (the view's ``reward_field``) an
   of fields that are not observations too.
 - single timesteps, ``[B]``: every field at the root, ``reward`` -> ``("next", "reward")`` ``[B, 1]``
   (no next observation, no flags: a timestep view has none).
-- sequences (windows, trajectories), ``[B, T]`` (``[T, B]`` with ``time_major=True``): a sequence of L
-  stored steps is T = L - 1 steps of TorchRL's layout: the fields of steps 0 .. L - 2 at the root, the
-  observations of steps 1 .. L - 1 as ``("next", <obs>)``, the rewards of steps 0 .. L - 2 as
-  ``("next", "reward")`` ``[B, T, 1]``. ``window=T + 1`` is thus ``SliceSampler(slice_len=T)``'s batch
-  reshaped to ``[B, T]`` (as TorchRL's own Dreamer reshapes it). No step of a sequence is an episode's
-  last (its next observation is not in the sequence): ``("next", "terminated")`` is False and, as
-  ``SliceSampler`` marks it, ``("next", "truncated")`` (and ``done``) is True at each sequence's last step.
-  Trajectories and partial windows, padded, add ``("collector", "mask")`` ``[B, T]`` (SliceSampler's
-  ``pad_output`` key), True at real steps. Per-sequence outputs (meta fields, ``_lens``, ...) are repeated
-  along T (expanded views, no copy).
+- sequences (windows, trajectories), ``[B, T]`` (``[T, B]`` with ``time_major=True``): a sequence of T
+  stored steps is T steps of TorchRL's layout, so ``window=T`` is ``SliceSampler(slice_len=T)``'s batch
+  reshaped to ``[B, T]`` (as TorchRL's own Dreamer reshapes it). The steps' fields at the root, the view's
+  ``next_<obs>`` (its ``next_fields``: at each step the next state, after an episode's last step its final
+  observation, zeros where it has none) as ``("next", <obs>)``, ``reward`` as ``("next", "reward")``
+  ``[B, T, 1]``; ``("next", "terminated")`` the view's ``_is_terminal`` (True at the last step of an episode
+  that terminated); ``("next", "truncated")`` True at each sequence's last real step, as ``SliceSampler``
+  marks it (a truncated end, a window that stops before the episode ends, and a terminated end too, where
+  ``terminated`` is True as well); ``("next", "done")`` = terminated | truncated. ``buffer.dataloader(...,
+  output="torchrl")`` makes such a view with ``episode_flags=True`` and ``next_fields`` the observation
+  fields, unless given; a view made without the flags (``sampler.dataloader`` over
+  ``buffer.sampler("sequence", window=T)``) is refused, naming both options. Trajectories and partial
+  windows, padded, add ``("collector", "mask")`` ``[B, T]`` (SliceSampler's ``pad_output`` key), True at real
+  steps; padded steps are zeros, flags False. ``_is_first`` and ``_is_last`` stay at the root; per-sequence
+  outputs (meta fields, ``_lens``, ...) are repeated along T (expanded views, no copy).
 
 Everywhere: ``_weight`` (a prioritized draw's importance weights) -> ``priority_weight``, which TorchRL's
 losses read; an integer field named ``action*`` becomes int64 (TorchRL's discrete actions, the index
@@ -54,7 +59,7 @@ import torch
 
 from ..errors import OptionError
 
-__all__ = ["TorchRLLayout", "torchrl_layout", "to_torchrl"]
+__all__ = ["TorchRLLayout", "torchrl_layout", "to_torchrl", "observation_like"]
 
 _FLAGS = ("terminated", "truncated")
 # views.transitions.OBSERVATION_PREFIXES (which this module cannot import: see torchrl_layout; a test holds them equal)
@@ -77,7 +82,9 @@ class TorchRLLayout:
     per_step : tuple of str
         A sequence view's per-step outputs (the others hold one value per sequence).
     time_major : bool
-        A sequence view's per-step outputs come (L, B, ...).
+        A sequence view's per-step outputs come (T, B, ...).
+    flags : tuple of str
+        A sequence view's batch names of ``_is_first``, ``_is_last``, ``_is_terminal``, ``_lens`` and ``_mask``.
     """
 
     kind: str
@@ -85,17 +92,36 @@ class TorchRLLayout:
     next_names: Any = None
     per_step: tuple[str, ...] = ()
     time_major: bool = False
+    flags: tuple[str, ...] = ("_is_first", "_is_last", "_is_terminal", "_lens", "_mask")
 
 
-def _observation_like(name: str) -> bool:
+def observation_like(name: str) -> bool:
+    """Whether a field is an observation by its name (``obs*``, ``state*``, ``image*``, ``pixel*``)."""
     return name.lower().startswith(OBSERVATION_PREFIXES)
+
+
+def _nested(next_fields: Any, reward_field: Any) -> list[str]:
+    """The next fields that go under ``"next"``: the observation-named ones, else every one but the reward."""
+    names = [name for name in next_fields if observation_like(name)]
+    return names or [name for name in next_fields if name != reward_field]
 
 
 def torchrl_layout(view: Any) -> TorchRLLayout:
     """The layout of ``view``'s batches: its kind, reward and next-observation names (after its
     ``fieldname_map``). A ``ConcatView`` (shards) has its first shard's; a Dataset of another library is
     taken as single steps. (Told by what a view has, not its class: ``views.kinds`` imports what imports
-    this module.)"""
+    this module.)
+
+    Parameters
+    ----------
+    view : Dataset
+        A view (``buffer.dataset(...)``, ``sampler.view``, ``loader.dataset``).
+
+    Returns
+    -------
+    TorchRLLayout
+        What ``to_torchrl`` makes of its batches.
+    """
     parts = getattr(view, "views", None)
     if isinstance(parts, (list, tuple)) and parts:
         view = parts[0]
@@ -104,21 +130,22 @@ def torchrl_layout(view: Any) -> TorchRLLayout:
     def out(name: str) -> str:  # the batch's name of a view output
         return str(renames.get(name, name))
 
-    reward = out(getattr(view, "reward_field", "reward"))
+    reward_field = getattr(view, "reward_field", "reward")
+    reward = out(reward_field)
     next_fields = getattr(view, "next_fields", None)
+    sequence = getattr(view, "sequence_outputs", None)
+    if sequence is not None:  # trajectories, windows
+        observed = _nested(next_fields or (), reward_field)
+        return TorchRLLayout("sequence", reward, {out(f"next_{name}"): out(name) for name in observed},
+                             tuple(sequence()), bool(getattr(view, "time_major", False)),
+                             tuple(out(name) for name in ("_is_first", "_is_last", "_is_terminal", "_lens", "_mask")))
     if next_fields is not None:  # transitions, n-step and hindsight views
-        observed = getattr(view, "observation_fields", None)  # a transitions view's
-        if observed is None:  # an n-step view: its observation-named next fields, else every one but the reward
-            names = [name for name in next_fields if _observation_like(name)]
-            observed = names or [name for name in next_fields if name != view.reward_field]
+        chosen = getattr(view, "observation_fields", None)  # a transitions view's
+        # an n-step view: its observation-named next fields, else every one but the reward
+        observed = _nested(next_fields, reward_field) if chosen is None else list(chosen)
         kind = ("transitions" if getattr(view, "kind", None) == "transitions" else
                 "nstep" if getattr(view, "gamma", None) is not None else "nstep-without-gamma")
         return TorchRLLayout(kind, reward, {out(f"next_{name}"): out(name) for name in observed})
-    sequence = getattr(view, "sequence_outputs", None)
-    if sequence is not None:  # trajectories, windows
-        return TorchRLLayout("sequence", reward, {out(name): out(name) for name in getattr(view, "fields", ())
-                                                  if _observation_like(name)},
-                             tuple(sequence()), bool(getattr(view, "time_major", False)))
     return TorchRLLayout("steps", reward, {})
 
 
@@ -202,33 +229,39 @@ def _steps(batch: dict, layout: TorchRLLayout) -> tuple[dict, dict]:
 
 
 def _sequences(batch: dict, layout: TorchRLLayout) -> tuple[dict, dict, list[int]]:
-    """A sequence batch (B, L, ...) as T = L - 1 of TorchRL's steps, [B, T] (see the module docstring)."""
+    """A sequence batch (B, T, ...) as T of TorchRL's steps, [B, T] (see the module docstring)."""
+    _, _, terminal, lens_name, mask_name = layout.flags
+    if terminal not in batch:
+        raise OptionError(
+            "output='torchrl' over windows and trajectories needs the episode flags (('next', 'terminated') is "
+            "_is_terminal) and the next observations: make the view with episode_flags=True and next_fields=[the "
+            "observation fields], e.g. buffer.sampler('sequence', window=8, episode_flags=True, next_fields=['obs']) "
+            "(buffer.dataloader(..., output='torchrl') adds both unless given)")
     steps = [name for name in layout.per_step if name in batch]
     if layout.time_major:  # worked on batch-major; transposed back at the end
         batch = {name: (value.transpose(0, 1) if name in steps else value) for name, value in batch.items()}
-    rows, length = batch[steps[0]].shape[:2]
-    span = max(length - 1, 0)
-    lens = batch.get("_lens")
-    if lens is None and "_mask" in batch:
-        lens = batch["_mask"].sum(1)
-    # a row's real steps of the layout: its steps but the last (whose next observation is not read)
-    real = torch.full((rows,), span, dtype=torch.int64) if lens is None else (lens.to(torch.int64) - 1).clamp(0, span)
+    rows, span = batch[steps[0]].shape[:2]
+    lens = batch.get(lens_name)
+    if lens is None and mask_name in batch:
+        lens = batch[mask_name].sum(1)
+    real = torch.full((rows,), span, dtype=torch.int64) if lens is None else lens.to(torch.int64).clamp(0, span)
     where = torch.arange(span)[None, :]
-    truncated = (where == (real - 1)[:, None]).unsqueeze(-1)  # SliceSampler's mark: each sequence's last step
-    nested: dict[str, torch.Tensor] = {"terminated": torch.zeros_like(truncated), "truncated": truncated,
-                                       "done": truncated.clone()}
+    truncated = (where == (real - 1)[:, None]).unsqueeze(-1)  # SliceSampler's mark: each sequence's last real step
+    terminated = _scalar(batch[terminal], 2)
+    nested: dict[str, torch.Tensor] = {"terminated": terminated, "truncated": truncated,
+                                       "done": terminated | truncated}
     root: dict[str, Any] = {}
     renames = layout.next_names or {}
     for name, value in batch.items():
-        if name == "_mask":
-            continue  # ("collector", "mask") below
-        if name in steps:
-            if name in renames:
-                nested[renames[name]] = value[:, 1:]
+        if name in (mask_name, terminal):
+            continue  # ("collector", "mask") below; ("next", "terminated") above
+        if name in renames:
+            nested[renames[name]] = value
+        elif name in steps:
             if name == layout.reward:
-                nested[name] = _scalar(value[:, :span], 2)
+                nested[name] = _scalar(value, 2)
             else:
-                root[name] = value[:, :span].long() if _is_action(name, value) else value[:, :span]
+                root[name] = value.long() if _is_action(name, value) else value
         else:  # one value per sequence: along T as an expanded view
             root["priority_weight" if name == "_weight" else name] = value.unsqueeze(1).expand(
                 rows, span, *value.shape[1:])

@@ -20,7 +20,8 @@ def torchrl():
 
 def store(tmp_path, *, continuous=False, episodes=6, name="s"):
     """Episodes of 5.. steps, ends alternating truncated / terminated; obs (4,) float, a scalar int action
-    (or a (2,) float one), a reward; obs[t] = 100 * episode + t (every entry) tells rows apart."""
+    (or a (2,) float one), a reward; obs[t] = 100 * episode + t (every entry) tells rows apart. Episodes 1 and
+    3 (terminated) store a final observation (100 * episode + 50), episode 5 (terminated) none."""
     action = ("float", 2) if continuous else "int"
     buffer = ReplayBuffer(tmp_path / name, 10, 20, fields={"obs": ("float", 4), "action": action, "reward": "float"},
                           meta_fields={"task": "int"})
@@ -29,8 +30,9 @@ def store(tmp_path, *, continuous=False, episodes=6, name="s"):
         length = 5 + number
         obs = (100 * number + np.arange(length, dtype=np.float32))[:, None].repeat(4, 1)
         act = rng.uniform(-1, 1, (length, 2)) if continuous else rng.integers(0, 3, length)
+        final = dict(obs=np.full(4, 100 * number + 50, np.float32)) if number in (1, 3) else None
         buffer.store_episode(obs=obs, action=act, reward=rng.normal(size=length), task=number % 2,
-                             end="terminated" if number % 2 else "truncated")
+                             end="terminated" if number % 2 else "truncated", final=final)
     return buffer
 
 
@@ -125,16 +127,18 @@ def test_timesteps_nest_the_reward(torchrl, tmp_path):
     assert set(td["next"].keys()) == {"reward"}
 
 
-def slice_sampler_batch(buffer, slices, length):
+def slice_sampler_batch(buffer, slices, length, seed=0):
     """TorchRL's own SliceSampler over a LazyTensorStorage holding the store's episodes as its collectors
-    write them (("next", ...) per step), reshaped to [slices, length]; and the storage's rows."""
+    write them (("next", ...) per step, the last step's next obs the final observation, zeros if none),
+    reshaped to [slices, length]; and the storage's rows."""
     from tensordict import TensorDict
     from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
     steps = []
     for number, episode in enumerate(buffer.dataset()):
         size = int(episode["_lens"])
-        final = torch.zeros(1, 4)  # (the last step's next obs; these episodes store none)
+        stored = buffer.episode(number).final
+        final = torch.zeros(1, 4) if stored is None else torch.from_numpy(stored["obs"])[None]
         terminated = torch.zeros(size, 1, dtype=torch.bool)
         truncated = torch.zeros(size, 1, dtype=torch.bool)
         (terminated if number % 2 else truncated)[-1] = True
@@ -145,6 +149,7 @@ def slice_sampler_batch(buffer, slices, length):
             ("next", "reward"): episode["reward"][:size, None], ("next", "terminated"): terminated,
             ("next", "truncated"): truncated, ("next", "done"): terminated | truncated}, batch_size=[size]))
     rows = torch.cat(steps)
+    torch.manual_seed(seed)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(len(rows)), batch_size=slices * length,
                                 sampler=SliceSampler(slice_len=length, traj_key="episode"))
     rb.extend(rows)
@@ -153,52 +158,103 @@ def slice_sampler_batch(buffer, slices, length):
 
 def test_a_window_is_slice_samplers_batch_reshaped(torchrl, tmp_path):
     buffer = store(tmp_path)
-    T = 3
-    theirs, rows = slice_sampler_batch(buffer, 4, T)
-    ours = next(iter(buffer.dataloader(4, window=T + 1, shuffle=True, seed=0, return_indices=True,
-                                       output="torchrl")))
-    assert list(ours.batch_size) == list(theirs.batch_size) == [4, T]
-    mine = {key for key in ours.keys(True, True) if key not in ("_index", "_t")}
-    their = {key for key in theirs.keys(True, True) if key not in ("episode", "index")}
-    assert mine == their  # obs, action, task, ("next", obs / reward / done / terminated / truncated)
-    for key in mine:
-        assert ours[key].shape == theirs[key].shape and ours[key].dtype == theirs[key].dtype, key
-    # SliceSampler marks each slice's last step truncated (so done) and leaves terminated as stored
-    for td in (ours, theirs):
-        assert td["next", "truncated"][:, -1].all() and not td["next", "truncated"][:, :-1].any()
-        assert torch.equal(td["next", "done"], td["next", "terminated"] | td["next", "truncated"])
-    # the values of each of our windows are the storage's rows of the same steps
-    starts = torch.tensor([0] + [5 + n for n in range(5)]).cumsum(0)
-    first = starts[ours["_index"][:, 0]] + ours["_t"][:, 0]
-    expected = rows[first[:, None] + torch.arange(T)]
-    for key in ("obs", "action", "task", ("next", "obs"), ("next", "reward")):
-        assert torch.equal(ours[key], expected[key]), key
+    T = 4
+    theirs, rows = slice_sampler_batch(buffer, 64, T)
+    loader = buffer.dataloader(8, window=T, shuffle=True, seed=0, output="torchrl")
+    ours = next(iter(loader))
+    assert list(ours.batch_size) == [8, T] and list(theirs.batch_size) == [64, T]
+    # each of their slices, as our window at the same (episode, t): the loader's view, in our layout
+    view = loader.dataset
+    episode, index = theirs["episode"][:, 0].numpy(), theirs["index"][:, 0].reshape(-1).numpy()
+    starts = np.cumsum([0] + [5 + n for n in range(5)])
+    t = index - starts[episode]
+    mine = torchrl_layout.to_torchrl(view.batch(view.positions.first_item[episode] + t), view)
+    assert list(mine.batch_size) == [64, T]
+    keys = {key for key in mine.keys(True, True) if key not in ("_is_first", "_is_last")}
+    assert keys == {key for key in theirs.keys(True, True) if key not in ("episode", "index")}
+    assert keys == {key for key in ours.keys(True, True) if key not in ("_is_first", "_is_last")}
+    for key in keys:  # obs, action, task, ("next", obs / reward / done / terminated / truncated)
+        assert mine[key].shape == theirs[key].shape and mine[key].dtype == theirs[key].dtype, key
+        assert torch.equal(mine[key], theirs[key]), key
+    # among them slices that end at a terminated end (with and without a final observation) and truncated ones
+    ends = t + T == np.array([5 + n for n in range(6)])[episode]
+    assert {1, 3, 5} <= set(episode[ends].tolist()) and set(episode[ends].tolist()) - {1, 3, 5}
+    assert mine["next", "terminated"][ends, -1, 0].tolist() == (episode[ends] % 2 == 1).tolist()
+    assert not mine["next", "terminated"][:, :-1].any() and not mine["next", "terminated"][~ends].any()
+    assert mine["next", "truncated"][:, -1].all() and not mine["next", "truncated"][:, :-1].any()
+    assert torch.equal(mine["next", "done"], mine["next", "terminated"] | mine["next", "truncated"])
+    terminal_obs = mine["next", "obs"][ends, -1, 0].tolist()
+    assert {150.0, 350.0, 0.0} <= set(terminal_obs)  # the final observations, and zeros where none is stored
+    assert set(view.next_fields) == {"obs"} and view.episode_flags
 
 
 def test_trajectories_and_time_major_windows(torchrl, tmp_path):
     buffer = store(tmp_path)
     td = next(iter(buffer.dataloader(3, output="torchrl")))  # episodes of 5, 6 and 7 steps
-    assert list(td.batch_size) == [3, 6]
-    assert td["collector", "mask"].sum(1).tolist() == [4, 5, 6]
-    assert td["next", "truncated"][:, :, 0].nonzero().tolist() == [[0, 3], [1, 4], [2, 5]]
-    assert torch.equal(td["next", "obs"][0, :4], td["obs"][0, :4] + 1)
+    assert list(td.batch_size) == [3, 7]
+    assert td["collector", "mask"].sum(1).tolist() == [5, 6, 7]
+    assert td["next", "truncated"][:, :, 0].nonzero().tolist() == [[0, 4], [1, 5], [2, 6]]
+    assert td["next", "terminated"][:, :, 0].nonzero().tolist() == [[1, 5]]  # episode 1 terminated
+    assert torch.equal(td["next", "done"], td["next", "terminated"] | td["next", "truncated"])
+    assert torch.equal(td["next", "obs"][0, :4], td["obs"][0, 1:5])
+    assert td["next", "obs"][1, 5].tolist() == [150.0] * 4  # the terminal step's next obs: the final observation
+    assert td["next", "obs"][2, 6].tolist() == [0.0] * 4  # none stored: zeros
+    assert not td["next", "obs"][0, 5:].any() and not td["next", "reward"][0, 5:].any()  # padding
+    assert td["next", "reward"].shape == (3, 7, 1) and td["_lens"].shape == (3, 7)
     plain = next(iter(buffer.dataloader(2, window=4, output="torchrl")))
     major = next(iter(buffer.dataloader(2, window=4, time_major=True, output="torchrl")))
-    assert list(major.batch_size) == [3, 2]
+    assert list(plain.batch_size) == [2, 4] and list(major.batch_size) == [4, 2]
     assert torch.equal(major["next", "obs"], plain["next", "obs"].transpose(0, 1))
+    assert torch.equal(major["next", "terminated"], plain["next", "terminated"].transpose(0, 1))
     assert torch.equal(major["task"], plain["task"].transpose(0, 1))
+
+
+def test_partial_windows_mark_their_last_real_step(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    loader = buffer.dataloader(64, window=6, allow_partial=True, output="torchrl")
+    td = next(iter(loader))
+    real = td["collector", "mask"].sum(1)
+    last = td["next", "truncated"][:, :, 0].float().argmax(1)
+    assert torch.equal(last, real - 1) and td["next", "truncated"].sum() == len(real)
+    ends = td["_is_last"].any(1)  # windows that reach their episode's end
+    assert torch.equal(td["next", "terminated"].any(1)[:, 0], ends & (td["task"][:, 0] == 1))
+
+
+def test_explicit_options_are_kept(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    td = next(iter(buffer.dataloader(2, window=3, next_fields=["obs", "action"], output="torchrl")))
+    assert td["next", "obs"].shape == (2, 3, 4) and td["next_action"].shape == (2, 3)  # not an obs: at the root
+    td = next(iter(buffer.dataloader(2, window=3, next_fields=[], output="torchrl")))
+    assert "obs" not in td["next"].keys() and td["next", "terminated"].shape == (2, 3, 1)
+    loader = buffer.dataloader(2, window=3, fields=["action", "reward"], output="torchrl")
+    assert loader.dataset.next_fields == ()  # no observation field: nothing under "next" but reward and flags
+    assert set(next(iter(loader))["next"].keys()) == {"reward", "terminated", "truncated", "done"}
+
+
+def test_a_view_without_the_flags_is_refused(torchrl, tmp_path):
+    sampler = store(tmp_path).sampler("sequence", window=4, seed=0)
+    with pytest.raises(OptionError, match=r"output='torchrl' over windows and trajectories needs the episode "
+                                          r"flags .* episode_flags=True and next_fields="):
+        next(iter(sampler.dataloader(2, 1, output="torchrl")))
 
 
 def test_every_dataloader_takes_it(torchrl, tmp_path):
     first, second = store(tmp_path, name="a"), store(tmp_path, name="b")
-    sequences = first.sampler("sequence", window=4, seed=0)
+    sequences = first.sampler("sequence", window=4, seed=0, next_fields="obs", episode_flags=True)
     td = next(iter(sequences.dataloader(2, 1, output="torchrl")))
-    assert list(td.batch_size) == [2, 3] and td["priority_weight"].shape == (2, 3)
+    assert list(td.batch_size) == [2, 4] and td["priority_weight"].shape == (2, 4)
+    assert td["next", "obs"].shape == (2, 4, 4)
     from memmap_replay import ShardSet
 
     shards = ShardSet(folders=[first.folder, second.folder])
     td = next(iter(shards.dataloader(4, transitions=True, output="torchrl")))
     assert list(td.batch_size) == [4] and td["next", "done"].shape == (4, 1)
+    td = next(iter(shards.dataloader(4, window=3, output="torchrl")))  # each shard's view gets the defaults
+    assert list(td.batch_size) == [4, 3] and td["next", "obs"].shape == (4, 3, 4)
+    from memmap_replay import ConcatReplayBuffer
+
+    td = next(iter(ConcatReplayBuffer([first.folder, second.folder]).dataloader(2, output="torchrl")))
+    assert td["next", "obs"].shape[-1] == 4 and td["next", "terminated"].dtype == torch.bool
 
 
 def test_a_batch_of_its_own_converts(torchrl, tmp_path):
