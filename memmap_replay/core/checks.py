@@ -37,6 +37,9 @@ _OWN_FILES: dict[str, Callable[[str], object]] = {  # folder -> whether an entry
     fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
     fmt.PRIORITIES_DIR: re.compile(r".+\.(npy|json|lock)").fullmatch,  # a sampler's files, by any name
     fmt.RATELIMIT_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}\.(npy|json|lock)(\.tmp)?").fullmatch,
+    # a training state's files (core/training.py): name.json, name.lock, name.<generation>.<i>.npy, their temps
+    fmt.TRAINING_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}(\.json|\.lock|\.[0-9a-f]{12}\.\d+\.npy)(\.\d+\.[0-9a-f]+\.tmp)?")
+    .fullmatch,
 }
 
 

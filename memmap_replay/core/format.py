@@ -37,6 +37,7 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
     checksums.sha256   the manifest (below); a writer deletes it before its first change
     stats/running.npz  running per-field statistics (derived data; ``memmap_replay.sharing.stats``)
     ratelimit/         a rate limiter's shared counters and limits (run state, not data; never packed)
+    training/          saved training states (``buffer.save_training_state``: run state, not data; never packed)
 
 - ``card.json`` is a UTF-8 JSON object; every key is optional and MAY be null: ``name``
   ("namespace/name-vN": ``(NS/)*NAME-vN``, each part of ``[A-Za-z0-9_.-]`` starting with a letter, digit
@@ -73,8 +74,8 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
   its data: 4 MiB for meta.json, 64 MiB for checksums.sha256, card.json and README.md, what the capacity
   in meta.json allows for the others, and in all ``max_bytes``; tar headers take at most 64 KiB per
   member and 64 MiB in all.
-- ``overwrite`` deletes ``stats/``, ``ratelimit/`` and ``checksums.sha256`` with the store; card.json and
-  README.md stay.
+- ``overwrite`` deletes ``stats/``, ``ratelimit/``, ``training/`` and ``checksums.sha256`` with the store;
+  card.json and README.md stay.
 
 meta.json
 ---------
@@ -187,7 +188,7 @@ a store is resolved once and MAY itself be a link (that is how a store goes on a
   names created with ``O_EXCL``, then renamed; ``writer.lock`` is opened without following links.
 - Before its first write, a writer refuses a folder whose entries (``meta.json``, ``writer.lock``,
   ``steps/``, ``meta/``, ``episodes/`` and their files, ``priorities/``, ``stats/``, ``ratelimit/``,
-  ``card.json``, ``README.md``, ``checksums.sha256``) are links of any kind, special files, or regular
+  ``training/``, ``card.json``, ``README.md``, ``checksums.sha256``) are links of any kind, special files, or regular
   files with more than one hard link. So a field file MUST NOT be linked to another disk: put the whole
   folder there instead (or mount the disk at the folder).
 - A refused entry raises ``UnsafeEntryError`` naming it; ``verify`` reports every such entry, so a folder
@@ -230,9 +231,10 @@ LINKS = "continues"
 LINKS_SINCE = (1, 1)
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
-STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR = "stats", "checksums.sha256", "ratelimit"
+STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR, TRAINING_DIR = "stats", "checksums.sha256", "ratelimit", "training"
 # what overwrite=True may delete (card.json and README.md are the user's words: they stay)
-_OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR)
+_OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR,
+          TRAINING_DIR)
 
 
 @dataclass(frozen=True)
@@ -421,7 +423,7 @@ def _writer_entries(schema: Schema) -> dict[str, bool]:
     file or folder of its own, never a link, a special file or a shared hard link."""
     entries = {META_FILE: True, LOCK_FILE: True, _MANIFEST_FILE: True, "card.json": True, "README.md": True,
                STEPS_DIR: False, META_DIR: False, EPISODES_DIR: False, PRIORITIES_DIR: False, STATS_DIR: False,
-               RATELIMIT_DIR: False, f"{STATS_DIR}/running.npz": True}
+               RATELIMIT_DIR: False, TRAINING_DIR: False, f"{STATS_DIR}/running.npz": True}
     capacity = Capacity(1, 1, 2, False)  # the layout's names do not depend on the capacity
     entries.update((str(path), True) for _, _, path, _ in layout(schema, capacity))
     return entries

@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import folderio
+from .format import TRAINING_DIR
 from ..errors import CorruptStoreError, InvalidDataError, MissingFileError, OptionError, StoreNotFoundError
 
 try:
@@ -41,7 +42,6 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = ["TRAINING_DIR", "training_state_name", "write_training_state", "read_training_state"]
 
-TRAINING_DIR = "training"
 FORMAT_NAME = "memmap_replay.training_state"
 VERSION = 1
 _DTYPES = ("float64", "int64")

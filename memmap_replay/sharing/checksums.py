@@ -305,7 +305,8 @@ def _is_data_path(rel: str) -> bool:
 
 def stray_files(folder: Path, schema) -> list[tuple[str, str]]:
     """(path, why) of every file in the folder that is not the store's: verify warns about them."""
-    known, strays = {fmt.LOCK_FILE, MANIFEST, fmt.RATELIMIT_DIR, *_TOP_FILES, *_STORE_DIRS}, []  # ratelimit/: run state
+    known = {fmt.LOCK_FILE, MANIFEST, fmt.RATELIMIT_DIR, fmt.TRAINING_DIR, *_TOP_FILES, *_STORE_DIRS}  # run state too
+    strays: list[tuple[str, str]] = []
     with folderio.errors_named(folder, "list"):
         paths = sorted(folder.iterdir())
     for path in paths:

@@ -61,7 +61,8 @@ _CHECKED_WORDS = {"meta_json": "meta.json", "npy_files": ".npy header", "live_ep
                  "live_rows": "live row", "priority_files": "priorities file", "checksums": "checksummed file",
                  "entries": "folder entry", "frames": "decoded frame"}
 _TOP_FILES = (fmt.META_FILE, fmt.LOCK_FILE, MANIFEST, "card.json", "README.md")
-_LAYOUT_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, fmt.STATS_DIR, fmt.RATELIMIT_DIR)
+_LAYOUT_DIRS = (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR, fmt.PRIORITIES_DIR, fmt.STATS_DIR, fmt.RATELIMIT_DIR,
+                fmt.TRAINING_DIR)
 _RUNNING = f"{fmt.STATS_DIR}/{RUNNING_FILE}"
 _STATS_DEPTH = 4  # stats/ may hold folders this deep (checksums covers them)
 # the size caps of the files the library reads whole (folderio, stats)
@@ -439,7 +440,7 @@ class _StoreChecker:
             return {path.as_posix() for _, _, path, _ in layout if path.parts[0] == top}
         if top == fmt.EPISODES_DIR:
             return {f"{top}/{name}.npy" for name in fmt.TABLE}
-        return None  # priorities/, ratelimit/: run state the library owns, every entry
+        return None  # priorities/, ratelimit/, training/: run state the library owns, every entry
 
     # ---- stats/running.npz -------------------------------------------------------------------------------
 

@@ -133,3 +133,34 @@ def test_a_link_in_place_of_the_folder_is_never_written_through(tmp_path):
         write_training_state(folder, "run", {}, _arrays(1.0), store_id=STORE)
     assert os.listdir(outside) == []
     assert training.FORMAT_NAME == "memmap_replay.training_state"
+
+
+def _saved_store(folder):
+    from memmap_replay import ReplayBuffer
+
+    buffer = ReplayBuffer(folder, 4, 8, fields=dict(obs=("float", 2)), overwrite=True)
+    buffer.store_episode(obs=np.zeros((3, 2)))
+    buffer.save_training_state("run", {"step": 3})
+    return buffer
+
+
+def test_training_states_are_run_state_verify_and_overwrite_know(tmp_path):
+    from memmap_replay import ReplayBuffer
+    from memmap_replay.sharing.verify import verify
+
+    _saved_store(tmp_path / "store").close()
+    report = verify(tmp_path / "store")
+    assert report.ok and not [line for line in report.warnings if TRAINING_DIR in line], report.warnings
+    ReplayBuffer(tmp_path / "store", 4, 8, fields=dict(obs=("float", 2)), overwrite=True).close()
+    assert not (tmp_path / "store" / TRAINING_DIR).exists()  # a new store does not inherit the old run's states
+
+
+def test_a_foreign_file_in_training_keeps_overwrite_from_deleting_it(tmp_path):
+    from memmap_replay import ReplayBuffer
+    from memmap_replay.errors import NotAFolderError
+
+    _saved_store(tmp_path / "store").close()
+    (tmp_path / "store" / TRAINING_DIR / "notes.txt").write_text("mine")
+    with pytest.raises(NotAFolderError, match="notes.txt is not one of a store's files"):
+        ReplayBuffer(tmp_path / "store", 4, 8, fields=dict(obs=("float", 2)), overwrite=True)
+    assert (tmp_path / "store" / TRAINING_DIR / "notes.txt").read_text() == "mine"
