@@ -178,3 +178,27 @@ def test_renamed_and_refused(tmp_path):
         buffer.dataset(timestep_level=True, next_fields="obs")
     with pytest.raises(OptionError, match=r"would output \['next_obs'\] twice"):
         WindowView(buffer.episode_store, 2, next_fields="obs", fieldname_map={"obs": "next_obs"})
+
+
+def test_the_next_rows_are_read_under_the_writers_check(tmp_path):
+    """The next rows are read in the view's gather: a ring writer evicting the batch's episodes while it is
+    gathered makes the batch refused (the seqlock), never torn next observations."""
+    from memmap_replay import SampleExpiredError
+
+    rng = np.random.default_rng(2)
+    fields = {"obs": ("float", 3), "reward": "float"}
+    with ReplayBuffer(tmp_path / "w", 4, 8, fields=fields, max_steps=40, circular=True) as writer, \
+            ReplayBuffer.from_folder(tmp_path / "w", read_only=True) as reader:
+        fill(writer, rng, [6, 6, 6, 6])
+        reader.refresh()
+        view = reader.dataset(window=3, next_fields="obs")
+        gather = view.gather
+
+        def gather_while_the_writer_evicts(episode, t):
+            batch = gather(episode, t)
+            fill(writer, rng, [8, 8, 8, 8])
+            return batch
+
+        view.gather = gather_while_the_writer_evicts
+        with pytest.raises(SampleExpiredError, match="evicted by the ring writer"):
+            view.batch(np.arange(len(view)))
