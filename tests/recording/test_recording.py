@@ -711,3 +711,11 @@ def test_both_recorders_spell_out_the_recorders_options():
         spelled = {name: p for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
         assert [(p.name, p.default, p.annotation) for p in spelled.values()] == \
             [(p.name, p.default, p.annotation) for p in own.values()], wrapper
+
+
+def test_both_recorders_document_the_options_in_the_same_words():
+    def options_section(cls) -> str:  # the Parameters section after the env's entry
+        doc = cls.__doc__
+        return doc[doc.index("buffer_or_folder :"):doc.index("Examples")]
+
+    assert options_section(RecordEpisodes) == options_section(RecordVectorEpisodes)
