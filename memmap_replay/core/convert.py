@@ -26,7 +26,8 @@ def is_tensor(value: Any) -> bool:
 def _tensor_array(value: Any, label: str) -> np.ndarray:
     """A torch tensor's values as numpy, or the library's error saying which tensor it was and what to pass."""
     try:
-        return value.detach().cpu().numpy()
+        array: np.ndarray = value.detach().cpu().numpy()
+        return array
     except (TypeError, ValueError, RuntimeError, NotImplementedError) as error:
         # (torch's own errors: a dtype numpy lacks, a sparse or nested layout, a tensor holding no data)
         if getattr(value, "is_nested", False):
