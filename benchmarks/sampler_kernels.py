@@ -61,8 +61,9 @@ def available() -> list[str]:
     return ["numpy", "numba"]
 
 
-def first_use() -> dict[str, float]:
-    """Seconds: 'import numba', 'compile' (first use, empty cache), 'cached' (first use, cache written)."""
+def first_use(repeats: int = 3) -> dict[str, float]:
+    """Seconds: 'import numba', 'compile' (first use, empty cache), 'cached' (first use, cache written); the
+    import and the cached use are the best of ``repeats`` fresh processes."""
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         env.pop("MEMMAP_REPLAY_KERNELS", None)
@@ -72,9 +73,9 @@ def first_use() -> dict[str, float]:
             out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
             return [float(x) for x in out.stdout.split()]
 
-        imported = min(run(False)[0] for _ in range(3))  # (the first one may read numba's files from disk)
+        imported = min(run(False)[0] for _ in range(repeats))  # (the first one may read numba's files from disk)
         compiled = run(True)[1]
-        cached = min(run(True)[1] for _ in range(3))
+        cached = min(run(True)[1] for _ in range(repeats))
     return {"import numba": imported, "compile": compiled, "cached": cached}
 
 
@@ -148,12 +149,13 @@ def print_ratios(results: dict, limit: str) -> None:
         print("\n".join(lines))
 
 
-def print_kernels(use_cpprb: bool) -> None:
-    """Which kernels this run measures, the first use's compile time, and whether cpprb is compared."""
+def print_kernels(use_cpprb: bool, repeats: int = 3) -> None:
+    """Which kernels this run measures, the first use's compile time (``first_use(repeats)``), and whether
+    cpprb is compared."""
     names = available()
     if "numba" in names:
         import numba
-        times = first_use()
+        times = first_use(repeats)
         print(f"sum tree kernels: numpy and numba {numba.__version__}; first use in a fresh process "
               f"{times['compile']:.2f} s with an empty numba cache (import numba {times['import numba']:.2f} s, "
               f"compiling {times['compile'] - times['import numba']:.2f} s), {times['cached']:.2f} s from the cache",

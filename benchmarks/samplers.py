@@ -443,7 +443,7 @@ def main(argv=None) -> int:
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'}); RAM warm-up {args.warm_mb} MB "
           f"before each timed run; {allocator}; timed by the {args.clock} clock")
     print(f"memcpy (256 MiB, touched memory): {read.memcpy_gbs():.2f} GB/s", flush=True)
-    sampler_kernels.print_kernels(args.cpprb)
+    sampler_kernels.print_kernels(args.cpprb, repeats=1 if args.quick else 3)  # (fresh processes: seconds each)
     try:
         print("generating data (seeded) ...", flush=True)
         data = read.Data(episodes, T_STEPS)

@@ -7,10 +7,14 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+# examples a test of their own runs, checking more than that they run (each is run once)
+RUN_ELSEWHERE = {"ddp_shards.py": "tests/distributed/test_ddp.py::test_example_trains_with_two_ranks"}
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs(example, tmp_path):
+    if example.name in RUN_ELSEWHERE:
+        pytest.skip(f"run (and its results checked) by {RUN_ELSEWHERE[example.name]}")
     if example.name in ("record_gymnasium.py", "share_dataset.py", "offline_to_online.py"):
         pytest.importorskip("gymnasium")  # the [io] extra
     if example.name == "offline_to_online.py":
@@ -25,3 +29,8 @@ def test_example_runs(example, tmp_path):
 
 def test_there_are_examples():
     assert EXAMPLES
+    root = Path(__file__).parent.parent
+    for name, test in RUN_ELSEWHERE.items():  # the test that runs it is still there and names the example
+        path, function = test.split("::")
+        source = (root / path).read_text()
+        assert f"def {function}(" in source and name in source, test

@@ -120,12 +120,14 @@ def test_a_killed_worker_is_reported_and_leaks_nothing(filled):
                                multiprocessing_context="fork")
     expected = inline(filled, "timestep", 4)
     received, ours = [], {os.getpid()}
+    before = {child.pid for child in multiprocessing.active_children()}  # (children other tests left running)
     with pytest.raises((RuntimeError, ConnectionError), match=KILLED):
         for number, batch in enumerate(loader):
             received.append({k: v.clone() for k, v in batch.items()})
             if number == 2:
-                ours.update(child.pid for child in multiprocessing.active_children())
-                victim = multiprocessing.active_children()[0]
+                workers = [child for child in multiprocessing.active_children() if child.pid not in before]
+                ours.update(child.pid for child in workers)
+                victim = workers[0]
                 os.kill(victim.pid, signal.SIGKILL)
                 victim.join(10)
                 time.sleep(0.2)
