@@ -15,6 +15,7 @@ SLOW_MODULES = frozenset({
     "tests/test_faults.py",
     "tests/test_examples.py",
     "tests/test_readme.py",
+    "tests/test_snippet_runner.py",
     "tests/test_docs.py",
     "tests/test_types.py",
     "tests/core/test_crash.py",

@@ -3,9 +3,11 @@
 
 The rules, for whoever edits the README:
 
-- Each ```python block (an indented one too) is written to a file and run on its own in a fresh
-  subprocess (``sys.executable -W error``), with a fresh temporary folder as the working directory, so
-  relative paths such as ``"./replay_data"`` land there. It must exit with 0 within its timeout.
+- Each ```python block (an indented one too) is written to a file and run on its own in a process of its
+  own as ``sys.executable -W error`` would run it (forked from a server that has imported torch and the
+  library: tests/snippet_runner.py; a block that needs Ray runs in a fresh interpreter), with a fresh
+  temporary folder as the working directory, so relative paths such as ``"./replay_data"`` land there. It
+  must exit with 0 within its timeout.
 - A block that needs an optional extra says so on the line just before its fence, in an HTML comment a
   reader does not see: ``<!-- needs: ray -->`` or ``<!-- needs: gymnasium, h5py -->`` (module names). The
   test skips, naming the module, when one is missing.
@@ -27,12 +29,11 @@ The rules, for whoever edits the README:
 
 import ast
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from snippet_runner import SnippetServer, run_fresh
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -41,6 +42,7 @@ DOCS = sorted((ROOT / "docs").rglob("*.md"))  # the site's pages (mkdocs.yml); t
 GENERATED = {ROOT / "docs" / name for name in
              re.findall(r'^[A-Z_]+ = "([\w/.-]+\.md)"$', (ROOT / "docs" / "hooks.py").read_text(), flags=re.M)}
 TIMEOUT = 120  # seconds per block; the slowest (Ray's start) takes about 15 s
+FRESH = {"ray"}  # blocks that need these start from a fresh interpreter (tests/snippet_runner.py: the others fork)
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*(?P<key>needs|continues)\s*:?\s*(?P<value>[^>]*?)\s*-->\s*$")
@@ -119,8 +121,15 @@ def program(block: Block) -> tuple:
     return "\n".join(b.code for b in chain), needs
 
 
+@pytest.fixture(scope="module")
+def snippets():
+    server = SnippetServer()
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("block", PYTHON, ids=[block.id for block in PYTHON])
-def test_readme_block_runs(block, tmp_path):
+def test_readme_block_runs(block, tmp_path, snippets):
     code, needs = program(block)
     for module in needs:
         pytest.importorskip(module, reason=f"{block.page} block {block.id} needs {module} (an optional extra)")
@@ -128,9 +137,9 @@ def test_readme_block_runs(block, tmp_path):
     script.write_text(code, encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
-    result = subprocess.run([sys.executable, "-W", "error", str(script)], cwd=work, capture_output=True,
-                            text=True, timeout=TIMEOUT)
-    assert result.returncode == 0, f"{block.page} line {block.line} ({block.id}):\n{code}\n{result.stderr[-4000:]}"
+    run = run_fresh if FRESH.intersection(needs) else snippets.run
+    status, stderr = run(script, work, TIMEOUT)
+    assert status == 0, f"{block.page} line {block.line} ({block.id}):\n{code}\n{stderr[-4000:]}"
 
 
 def test_readme_has_python_blocks():
