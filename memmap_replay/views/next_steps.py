@@ -7,6 +7,15 @@ rows are read in the view's gather, so the check against the writer (``views.sna
 ring evicts the final row with its episode (``core.placement``: an episode's rows run to start + length +
 final), so reading it adds no eviction hazard. ``output="torchrl"`` builds its ``("next", <obs>)`` from them
 (``views.torchrl_layout``).
+
+A field read both now and next (``obs`` and ``next_obs``) is read once: the L + 1 rows of each sequence into
+one (B, L + 1, ...) array of batch output memory (``views.pool``), ``<field>`` its ``[:, :L]`` and
+``next_<field>`` its ``[:, 1:]``, two views that share L - 1 steps (``obs[:, 1:]`` is ``next_obs[:, :-1]``;
+change one in place only after a ``.clone()``). Where the two would differ at a shared step (a padded step
+after an episode's stored final observation, a padded default), where the view has a ``transform`` (which
+may change the batch in place) and where gathers write into a DataLoader worker's shared-memory slot (whose
+packing wants contiguous tensors), a raw field takes two gathers straight into the output memory instead and
+a compressed field two copies of its one decoded read: the same values either way.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import torch
 from ..core.options import check_names
 from ..core.store import EpisodeStore
 from .gather import take
+from .pool import OUTPUTS
 
 __all__ = ["NextSteps"]
 
@@ -62,9 +72,16 @@ class NextSteps:
         for name in dict.fromkeys((*self.fields, *self.next_fields)):
             source = self._map(name)
             both = name in self.fields and name in self.next_fields
-            if both and not isinstance(source, np.ndarray):  # a compressed field: each row decoded once
-                values = take(source, rows, np.empty(rows.shape + source.shape[1:], source.dtype))
-                current, following = values[:, :span].copy(), values[:, 1:].copy()
+            shared = both and self._shareable(name, keep, stored, fill)
+            raw = isinstance(source, np.ndarray)
+            current: np.ndarray | None
+            following: np.ndarray | None
+            if shared or (both and not raw):  # one read of rows 0 .. L (a compressed field: each row decoded once)
+                values = (OUTPUTS.take(source, rows) if shared else
+                          take(source, rows, np.empty(rows.shape + source.shape[1:], source.dtype)))
+                current, following = values[:, :span], values[:, 1:]
+                if not shared:
+                    current, following = values[:, :span].copy(), values[:, 1:].copy()
             else:
                 current = self.values_of(name, now) if name in self.fields else None
                 following = self.values_of(name, then) if name in self.next_fields else None
@@ -79,3 +96,13 @@ class NextSteps:
                         following[~inside] = fill[name]
                 batch[f"next_{name}"] = torch.from_numpy(following)
         return batch
+
+    def _shareable(self, name: str, keep: np.ndarray | None, stored: np.ndarray, fill: Mapping[str, Any]) -> bool:
+        """Whether ``<name>`` and ``next_<name>`` can be two views of one (B, L + 1, ...) read: they agree at
+        every step they share (step t + 1 of the field is step t of the next field: kept there exactly where
+        the next state was stored, zeros at both otherwise), no transform may change one in place, and the
+        gathers write into the process's own memory (not a worker's slot, whose packing copies views)."""
+        if name in fill or getattr(self, "transform", None) is not None or OUTPUTS.target is not None:
+            return False
+        head = stored[:, :-1]
+        return bool(head.all()) if keep is None else bool(np.array_equal(head, keep[:, 1:]))

@@ -202,3 +202,106 @@ def test_the_next_rows_are_read_under_the_writers_check(tmp_path):
         view.gather = gather_while_the_writer_evicts
         with pytest.raises(SampleExpiredError, match="evicted by the ring writer"):
             view.batch(np.arange(len(view)))
+
+
+def shares(batch, name):
+    """Whether ``name`` and ``next_<name>`` are views of one read (the fused path), one step apart."""
+    return np.shares_memory(batch[name].numpy(), batch[f"next_{name}"].numpy())
+
+
+def two_gathers(view, items):
+    """The view's batch through the reference path: each of field and next field its own gather."""
+    view._shareable = lambda *args: False
+    try:
+        return view.batch(items)
+    finally:
+        del view._shareable
+
+
+@pytest.mark.parametrize("options, fused", [
+    (dict(window=3), "all"),  # whole windows: the two always agree where they overlap
+    (dict(window=3, time_major=True), "all"),
+    (dict(window=6, allow_partial=True), "some"),  # padding after a stored final observation: two gathers
+    (dict(window=6, allow_partial=True, time_major=True), "some"),
+    (dict(return_mask=True), "some"),  # trajectories: shorter episodes with a final observation pad after it
+    (dict(slice_by_episode_len=False), "none"),  # padded with the field's default
+])
+def test_a_field_read_now_and_next_is_one_read(tmp_path, options, fused):
+    """obs and next_obs come from one read of L + 1 rows (two views sharing L - 1 steps) where the two agree at
+    every shared step, and equal the two-gather reference in every case (padding, time-major, missing finals)."""
+    buffer, episodes = make(tmp_path)
+    view = buffer.dataset(next_fields=["obs"], episode_flags=True, **options)
+    every = np.arange(len(view))
+    rng = np.random.default_rng(3)
+    batches = [every, every[::-1], rng.choice(every, 5), every[every % 4 == 1]]
+    if "window" in options:  # and windows that end inside their episodes
+        episode, t = view.positions.locate(every)
+        batches.append(every[t + options["window"] < view.table.length[episode]])
+    for items in batches:
+        batch, reference = view.batch(items), two_gathers(view, items)
+        assert list(batch) == list(reference)
+        for name in batch:
+            assert batch[name].shape == reference[name].shape, name
+            assert torch.equal(batch[name], reference[name]), name
+        assert not shares(reference, "obs")
+    taken = [shares(view.batch(items), "obs") for items in batches]
+    assert {"all": all(taken), "some": any(taken) and not all(taken), "none": not any(taken)}[fused], taken
+    if options == dict(window=3):
+        batch = view.batch(every)
+        assert torch.equal(batch["obs"][:, 1:], batch["next_obs"][:, :-1])
+        assert batch["next_obs"].data_ptr() - batch["obs"].data_ptr() == batch["obs"][0, 0].nbytes  # a step on
+
+
+def test_the_fused_read_keeps_what_a_partial_window_needs(tmp_path):
+    """Partial windows whose episodes end inside them without a stored final observation pad with zeros at
+    both outputs, so they still share one read; one ending before a stored final observation does not."""
+    buffer, episodes = make(tmp_path)
+    view = buffer.dataset(window=6, allow_partial=True, next_fields=["obs"])
+    firsts = view.positions.first_item
+    last_of = lambda number: firsts[number] + len(episodes[number][0]) - 1  # noqa: E731 (a window of one step)
+    without_final, with_final = last_of(1), last_of(0)  # episode 1 stores no final observation, 0 does
+    batch = view.batch([without_final, firsts[1]])  # (episode 1's first window ends inside it)
+    assert shares(batch, "obs") and not batch["next_obs"][0].any() and not batch["obs"][0, 1:].any()
+    batch = view.batch([with_final, firsts[1]])
+    assert not shares(batch, "obs")
+    assert np.array_equal(batch["next_obs"][0, 0].numpy(), episodes[0][1]) and not batch["obs"][0, 1:].any()
+
+
+def test_transforms_and_worker_slots_get_their_own_memory(tmp_path):
+    """A transform may change the batch in place, and a worker's slot packs contiguous tensors: both get
+    field and next field in memory of their own (the same values)."""
+    from memmap_replay.views.pool import set_output_target
+
+    buffer, _ = make(tmp_path)
+    items = np.arange(8)
+    plain = buffer.dataset(window=3, next_fields=["obs"]).batch(items)
+
+    def shift(batch):
+        batch["obs"].add_(1)  # in place, as the transform contract allows
+        return batch
+
+    changed = buffer.dataset(window=3, next_fields=["obs"], transform=shift).batch(items)
+    assert torch.equal(changed["obs"], plain["obs"] + 1) and torch.equal(changed["next_obs"], plain["next_obs"])
+    assert not shares(changed, "obs") and changed["next_obs"].is_contiguous()
+    view = buffer.dataset(window=3, next_fields=["obs"])
+    set_output_target(lambda shape, dtype: np.empty(shape, dtype))  # (as a worker's slot: the outputs go there)
+    try:
+        batch = view.batch(items)
+    finally:
+        set_output_target(None)
+    assert not shares(batch, "obs") and batch["obs"].is_contiguous() and batch["next_obs"].is_contiguous()
+    assert torch.equal(batch["obs"], plain["obs"]) and torch.equal(batch["next_obs"], plain["next_obs"])
+
+
+@pytest.mark.parametrize("workers", ["processes", "threads"])
+def test_fused_batches_through_workers(tmp_path, workers):
+    """Batches of the fused read through worker processes (shared-memory slots) and gather threads equal
+    the main process's."""
+    buffer, _ = make(tmp_path)
+    options = dict(window=3, next_fields=["obs"], episode_flags=True, shuffle=True, seed=1)
+    here = list(buffer.dataloader(4, **options))
+    there = list(buffer.dataloader(4, num_workers=2, workers=workers, **options))
+    assert len(here) == len(there) > 1
+    for mine, theirs in zip(here, there):
+        assert set(mine) == set(theirs)
+        assert all(torch.equal(mine[name], theirs[name]) for name in mine)
