@@ -180,12 +180,57 @@ def to_torchrl(batch: dict[str, torch.Tensor], view: Any, *, device: Any = None)
     else:
         root, nested = _steps(batch, layout)
         size = [len(next(iter(batch.values())))] if batch else [0]
-    out = tensordict.TensorDict(root, batch_size=size, device=device)
     if nested:
-        out["next"] = tensordict.TensorDict(nested, batch_size=size, device=device)
+        root["next"] = nested
+    out = _build(tensordict.TensorDict, root, size, device)
     if layout.time_major and len(size) == 2:
         out = out.transpose(0, 1)
     return out
+
+
+def _fits(source: dict, size: torch.Size) -> bool:
+    """Every leaf of ``source`` (nested dicts walked) a tensor whose leading dimensions are ``size``."""
+    dims = len(size)
+    for value in source.values():
+        if isinstance(value, dict):
+            if not _fits(value, size):
+                return False
+        elif not isinstance(value, torch.Tensor) or value.shape[:dims] != size:
+            return False
+    return True
+
+
+def _build(cls: Any, source: dict, size: list[int], device: Any) -> Any:
+    """``cls(source, batch_size=size, device=device)`` (nested dicts as nested TensorDicts of the same batch
+    size). Its constructor checks each value's type and batch dimensions, which costs more than the rest of the
+    conversion; where this module has made sure of both already (every leaf a tensor of those leading
+    dimensions, no device to move to), tensordict's own unchecked constructor (``_new_unsafe``, which its
+    operations use for results known to fit) builds the same TensorDict. Anything else (a transform's
+    stranger outputs, a device, a tensordict without it) goes through the checked constructor, which says
+    what does not fit."""
+    unchecked = getattr(cls, "_new_unsafe", None)
+    batch_size = torch.Size(size)
+    if device is not None or unchecked is None or not _fits(source, batch_size):
+        return cls(source, batch_size=size, device=device)
+
+    def make(values: dict) -> Any:
+        return unchecked({name: make(value) if isinstance(value, dict) else value for name, value in values.items()},
+                         batch_size=batch_size)
+
+    return make(source)
+
+
+_ARANGES: dict[int, torch.Tensor] = {}
+
+
+def _arange(span: int) -> torch.Tensor:
+    """``torch.arange(span)[None, :]``, made once per span (only compared against: never handed out)."""
+    found = _ARANGES.get(span)
+    if found is None:
+        if len(_ARANGES) > 64:
+            _ARANGES.clear()
+        found = _ARANGES[span] = torch.arange(span)[None, :]
+    return found
 
 
 def _scalar(value: torch.Tensor, dims: int) -> torch.Tensor:
@@ -244,9 +289,13 @@ def _sequences(batch: dict, layout: TorchRLLayout) -> tuple[dict, dict, list[int
     lens = batch.get(lens_name)
     if lens is None and mask_name in batch:
         lens = batch[mask_name].sum(1)
-    real = torch.full((rows,), span, dtype=torch.int64) if lens is None else lens.to(torch.int64).clamp(0, span)
-    where = torch.arange(span)[None, :]
-    truncated = (where == (real - 1)[:, None]).unsqueeze(-1)  # SliceSampler's mark: each sequence's last real step
+    where = _arange(span)
+    if lens is None:  # every sequence whole: the last step is each one's last real step
+        truncated = torch.zeros((rows, span, 1), dtype=torch.bool)
+        truncated[:, -1:] = True
+    else:
+        real = lens.to(torch.int64).clamp(0, span)
+        truncated = (where == (real - 1)[:, None]).unsqueeze(-1)  # SliceSampler's mark: each one's last real step
     terminated = _scalar(batch[terminal], 2)
     nested: dict[str, torch.Tensor] = {"terminated": terminated, "truncated": truncated,
                                        "done": terminated | truncated}

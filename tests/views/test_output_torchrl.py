@@ -278,3 +278,36 @@ def test_without_the_extra_the_error_names_it(tmp_path, monkeypatch):
     with pytest.raises(MissingExtraError, match=r"output='torchrl' needs the package tensordict, which is not "
                                                 r"installed: pip install 'memmap-replay\[torchrl\]'"):
         buffer.dataloader(4, transitions=True, output="torchrl")
+
+
+@pytest.mark.parametrize("options", [dict(transitions=True, gamma=0.9), dict(n_steps=3, gamma=0.9),
+                                     dict(window=4), dict(window=4, time_major=True),
+                                     dict(window=6, allow_partial=True), dict()])
+def test_the_unchecked_build_is_the_checked_constructors(torchrl, tmp_path, options):
+    """Batches whose every entry fits are built without tensordict's per-key checks; the TensorDict is the one
+    its checked constructor builds (taken with a device to move to), nested TensorDicts and batch sizes too."""
+    tensordict = pytest.importorskip("tensordict")
+    loader = store(tmp_path).dataloader(3, shuffle=True, seed=2, output="torchrl", **options)
+    batch = loader.dataset.batch(np.arange(3))
+    fast, checked = (torchrl_layout.to_torchrl(batch, loader.dataset, device=device) for device in (None, "cpu"))
+    assert fast.device is None and checked.device == torch.device("cpu")
+    assert fast.batch_size == checked.batch_size and type(fast) is type(checked)
+    assert sorted(fast.keys(True, True), key=str) == sorted(checked.keys(True, True), key=str)
+    for key in fast.keys(True):
+        a, b = fast[key], checked[key]
+        if isinstance(b, tensordict.TensorDictBase):
+            assert isinstance(a, tensordict.TensorDictBase) and a.batch_size == b.batch_size, key
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+    assert fast.clone().batch_size == fast.batch_size and (fast == checked).all()
+
+
+def test_an_entry_that_does_not_fit_is_refused_by_tensordict(torchrl, tmp_path):
+    buffer = store(tmp_path)
+    for options, name, value in ((dict(window=4), "action", torch.zeros(3, 5)),  # (a transform's other shape)
+                                 (dict(transitions=True), "extra", torch.zeros(2))):
+        loader = buffer.dataloader(3, output="torchrl", **options)
+        batch = loader.dataset.batch(np.arange(3))
+        batch[name] = value
+        with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+            torchrl_layout.to_torchrl(batch, loader.dataset)
