@@ -60,14 +60,15 @@ class NextSteps:
         steps + 1: the next row, the final observation's row after an episode's last step, zeros where the
         episode has none (the final row is the episode's: a ring evicts it with the episode)."""
         table = self.table
-        length, final = table.length[episode][:, None], table.final[episode][:, None]
-        inside = steps < length
+        length = table.length[episode][:, None]
+        # the episode's last row, relative to its first: its last step's, or its final observation's
+        reach = length - 1 + table.final[episode][:, None]
         # rows of steps 0 .. L (the step after the last too), clipped to the episode's rows (final row included)
         ahead = np.concatenate((steps, steps[:, -1:] + 1), axis=1)
-        rows = table.start[episode][:, None] + np.minimum(ahead, length - 1 + final)
-        stored = inside & ((steps + 1 < length) | final)  # the next state was stored
+        rows = table.start[episode][:, None] + np.minimum(ahead, reach)
+        stored = steps < reach  # the next state (row step + 1) was stored, so the step is a real one too
         span = steps.shape[1]
-        now, then = np.ascontiguousarray(rows[:, :span]), np.ascontiguousarray(rows[:, 1:])
+        now = then = None
         batch = {}
         for name in dict.fromkeys((*self.fields, *self.next_fields)):
             source = self._map(name)
@@ -83,6 +84,8 @@ class NextSteps:
                 if not shared:
                     current, following = values[:, :span].copy(), values[:, 1:].copy()
             else:
+                if now is None or then is None:
+                    now, then = np.ascontiguousarray(rows[:, :span]), np.ascontiguousarray(rows[:, 1:])
                 current = self.values_of(name, now) if name in self.fields else None
                 following = self.values_of(name, then) if name in self.next_fields else None
             if current is not None:
@@ -93,7 +96,7 @@ class NextSteps:
                 if not stored.all():
                     following[~stored] = 0
                     if name in fill:
-                        following[~inside] = fill[name]
+                        following[steps >= length] = fill[name]
                 batch[f"next_{name}"] = torch.from_numpy(following)
         return batch
 
