@@ -54,6 +54,13 @@ DataLoader, batch 256, shuffle, the same three fields and no meta, on the same d
 
     python benchmarks/read.py            # the canonical workload, about 2.5-3 minutes on 2 cores
     python benchmarks/read.py --quick    # a smoke run (20 episodes, 1 repeat, a few batches)
+    python benchmarks/read.py --outputs  # only what output="tensordict" / "torchrl" cost (below), about 20 s
+
+``--outputs``: batches/s of ``output="dict"``, ``"tensordict"`` and ``"torchrl"`` through ``buffer.dataloader``
+(batch 256, w=0) on a store of small fields (100 episodes x 500 steps; obs float32 (17,), action (6,), reward;
+every episode with a final observation), for transitions (``gamma``) and windows of 16 steps (for
+``"torchrl"`` with ``next_fields=["obs"]`` and the episode flags, which it adds), as ratios to ``"dict"``:
+medians of ``--repeats`` runs of ``--batches`` batches, the three interleaved, each run a fresh loader.
 """
 
 from __future__ import annotations
@@ -561,6 +568,53 @@ def measure_torchrl(bench: Bench, rb, batches: int, repeats: int) -> None:
     bench.record("T", "torchrl rb.sample()", seconds, times, batches, nbytes)
 
 
+# ---- --outputs: what the TensorDict outputs cost over the dict ---------------------------------------------------
+
+OUTPUT_CASES = {"transitions": dict(transitions=True, gamma=GAMMA), "window 16": dict(window=16)}
+
+
+def outputs(args, parent: Path) -> int:
+    """``--outputs`` (see the module docstring): batches/s of each ``output`` and its ratio to ``"dict"``."""
+    kinds = ["dict"] + (["tensordict", "torchrl"] if importlib.util.find_spec("tensordict") else [])
+    episodes = args.episodes or (4 if args.quick else 100)
+    torch.set_num_threads(1)
+    root = Path(tempfile.mkdtemp(prefix=".bench-outputs-", dir=parent))
+    try:
+        buffer = ReplayBuffer(root / "small", episodes, T_STEPS, fields=dict(obs=("float", 17), action=("float", 6),
+                                                                             reward="float"))
+        rng = np.random.default_rng(SEED)
+        for number in range(episodes):
+            buffer.store_episode(obs=rng.random((T_STEPS, 17)), action=rng.random((T_STEPS, 6)),
+                                 reward=rng.random(T_STEPS), end="terminated" if number % 2 else "truncated",
+                                 final=dict(obs=rng.random(17)))
+        print(f"output= figures: {episodes} episodes x {T_STEPS} steps (obs (17,), action (6,), reward), batch 256, "
+              f"w=0; medians of {args.repeats} run(s) of {args.batches} batches, interleaved; torch "
+              f"{torch.__version__}, {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
+        if len(kinds) == 1:
+            print("  tensordict not importable: only output='dict' (pip install 'memmap-replay[torchrl]')")
+        for case, options in OUTPUT_CASES.items():
+            rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+            for _ in range(args.repeats):
+                for kind in kinds:
+                    loader = buffer.dataloader(256, shuffle=True, seed=SEED, output=kind, **options)
+                    warm = min(args.warm_batches, len(loader) - 1)
+                    count = min(args.batches, len(loader) - warm)  # (within one epoch)
+                    batches = iter(loader)
+                    for _ in range(warm):
+                        next(batches)
+                    began = time.perf_counter()
+                    for _ in range(count):
+                        next(batches)
+                    rates[kind].append(count / (time.perf_counter() - began))
+            median = {kind: statistics.median(values) for kind, values in rates.items()}
+            print(f"  {case:<12} " + "   ".join(f"{kind} {rate:,.0f}/s ({rate / median['dict']:.2f} x dict)"
+                                               for kind, rate in median.items()), flush=True)
+        buffer.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
 # ---- main ------------------------------------------------------------------------------------------------------
 
 
@@ -590,6 +644,8 @@ def main(argv=None) -> int:
                              "episodes (default 60)")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's adaptive thresholds as they are (see pin_malloc)")
+    parser.add_argument("--outputs", action="store_true",
+                        help="only the output='dict' / 'tensordict' / 'torchrl' figures (see the docstring)")
     parser.add_argument("--warm-mb", type=int, default=256,
                         help="MB of RAM touched and freed before each measured block (0: none; see the docstring)")
     args = parser.parse_args(argv)
@@ -603,9 +659,12 @@ def main(argv=None) -> int:
     if min(episodes, big_episodes, args.batches, args.repeats) < 1 or args.warm_batches < 0 or args.warm_mb < 0:
         parser.error("--episodes, --big-episodes, --batches and --repeats must be positive, --warm-batches and "
                      "--warm-mb not negative")
+    parent = args.folder if args.folder is not None else Path.cwd()
+    if args.outputs:
+        parent.mkdir(parents=True, exist_ok=True)
+        return outputs(args, parent)
     if episodes < 9:
         parser.error("--episodes must be at least 9 (a trajectory batch is 8 episodes)")
-    parent = args.folder if args.folder is not None else Path.cwd()
     parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=".bench-read-", dir=parent))
     # our gathers are numpy's and do not use torch's threads; TorchRL's do, and on this 2-core machine its

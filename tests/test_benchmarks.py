@@ -73,3 +73,26 @@ def test_compressed_benchmark_smoke(tmp_path):
     assert "codec study (one thread)" in out and "per-frame blocks" in out and "chunks of 16 frames" in out
     assert "same bytes: checked" in out and "MISMATCH" not in out
     assert "warm T" in out and "cold T" in out and "x raw" in out and "Goals (issue 29)" in out
+
+
+def test_read_benchmark_outputs_in_process(tmp_path, monkeypatch, capsys):
+    """read.py --outputs (output='dict' / 'tensordict' / 'torchrl' figures), run in this process: a fresh
+    interpreter would spend seconds importing torch for well under one of figures."""
+    import importlib.util
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # (read.py imports workload.py)
+    spec = importlib.util.spec_from_file_location("read_benchmark", BENCHMARKS / "read.py")
+    read = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(read)
+    threads = torch.get_num_threads()
+    try:
+        assert read.main(["--quick", "--outputs", "--folder", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "output= figures" in out and "transitions" in out and "window 16" in out
+    if importlib.util.find_spec("tensordict"):
+        assert "x dict)" in out and "torchrl" in out
+    assert list(tmp_path.iterdir()) == []
