@@ -68,7 +68,8 @@ def test_gathers_split_only_when_they_may(parallel):
     threads.set_threads(1)  # (the fixture puts it back)
     assert copied() == 0
     threads.set_threads(4)
-    for count, min_bytes, parts in ((50, 0, 4), (50, 400, 3), (50, 800, 2), (50, 801, 1), (1, 0, 1)):
+    # 50 rows of 16 bytes (800 in all): split from MIN_BYTES, into parts of a quarter of it or more
+    for count, min_bytes, parts in ((50, 0, 4), (50, 400, 4), (50, 800, 3), (50, 801, 1), (1, 0, 1)):
         gather.MIN_BYTES = min_bytes  # (the fixture puts it back)
         assert gather.parts(source, count, np.empty((count, 4), np.float32)) == parts
     objects = np.array([object()] * 8)
@@ -83,8 +84,10 @@ def test_default_sizes_split_a_batch_of_images_and_leave_small_fields_alone(monk
     try:
         images = np.zeros((1000, 3, 64, 64), np.uint8)
         assert gather.parts(images, 256, np.empty((256, 3, 64, 64), np.uint8)) == 4  # 3 MB: on by default
-        assert gather.parts(images, 16, np.empty((16, 3, 64, 64), np.uint8)) == 1  # 192 KiB
-        assert gather.parts(images, 32, np.empty((32, 3, 64, 64), np.uint8)) == 2  # 384 KiB: parts of 128 KiB or more
+        assert gather.parts(images, 128, np.empty((128, 3, 64, 64), np.uint8)) == 1  # 1.5 MiB: below 2 MiB
+        assert gather.parts(images, 192, np.empty((192, 3, 64, 64), np.uint8)) == 4  # 2.25 MiB: parts of 512 KiB+
+        states = np.zeros((100_000, 17), np.float32)  # a window batch of vector states (272 KiB): one take
+        assert gather.parts(states, 4096, np.empty((4096, 17), np.float32)) == 1
         rewards = np.zeros(1000, np.float32)
         assert gather.parts(rewards, 256, np.empty(256, np.float32)) == 1
     finally:
