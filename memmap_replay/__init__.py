@@ -51,6 +51,8 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .cli.inspect_replay_buffer import inspect_replay_buffer
     from .sharing.viewer import view
     from .sharing.recode import compress_fields, decompress_fields
+    from .sharing.editing import EditReport, merge
+    from .sharing.splitting import split
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
 # every command and every numpy-only user would pay for nothing.
@@ -90,6 +92,10 @@ _LAZY = {
     # (numpy only: rewriting fields compressed or raw, used rarely)
     "compress_fields": "sharing.recode",
     "decompress_fields": "sharing.recode",
+    # (numpy only: edits that make new stores, used rarely)
+    "merge": "sharing.editing",
+    "split": "sharing.splitting",
+    "EditReport": "sharing.editing",
     # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``
     # works on the core install (listed by dir() all the same)
     "RecordEpisodes": "recording",
@@ -191,5 +197,8 @@ __all__ = [
     "view",
     "compress_fields",
     "decompress_fields",
+    "merge",
+    "split",
+    "EditReport",
     *errors.__all__,
 ]

@@ -36,6 +36,8 @@ SLOW_TESTS = frozenset({
     "tests/sharing/test_verify.py::test_cli_on_every_damage_kind",
     "tests/sharing/test_pack.py::test_pack_fault_injection",
     "tests/sharing/test_pack.py::test_unpack_fault_injection",
+    "tests/sharing/test_merge.py::test_a_merge_killed_at_any_instant_leaves_no_output_or_a_whole_one",
+    "tests/sharing/test_split.py::test_a_split_killed_at_any_instant_leaves_each_output_absent_or_whole",
     "tests/distributed/test_shards.py::test_a_resumed_sharded_sampler_serves_its_draws_ahead",
     "tests/distributed/test_shards.py::test_prioritized_across_shards_matches_one_store",
     "tests/distributed/test_shards.py::test_a_reader_follows_writers_while_they_write",

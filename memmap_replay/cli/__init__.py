@@ -49,7 +49,7 @@ def not_a_store(args: argparse.Namespace, message: str) -> int:
 
 # one module per command, each with ``add(commands)``; the parser lists them in this order
 _COMMAND_MODULES = ("info", "stats", "verify", "card", "checksum", "pack", "unpack", "import_", "export", "frames",
-                    "grow", "compress", "decompress", "view", "inspect_replay_buffer")
+                    "grow", "compress", "decompress", "edit", "view", "inspect_replay_buffer")
 
 
 def _commands() -> list:

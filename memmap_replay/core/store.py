@@ -83,6 +83,9 @@ class PendingEpisode:
     # -1: it starts an episode
     continues: "int | PendingEpisode" = -1
     id: int | None = None  # set when it commits
+    # a compressed field's rows already encoded by the same codec, as (lengths, frames back to back): committed
+    # as they are, never decoded (a merge copies frames so); such a field needs no entry in ``rows``
+    encoded: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:
@@ -464,10 +467,11 @@ class EpisodeStore:
             # the slot's id goes to -1 while its entries are rewritten, and the new id comes last: a reader
             # that reads the ids after the entries (``live_table``) never takes a torn entry for a whole one
             self.table["id"].write_rows(slot, np.array([-1], dtype=fmt.TABLE["id"]))
+            for name, encoded_file in self._encoded_files().items():
+                encoded_file.write(start, at[name], *encoded[offset][name])
             for name, chunks in episode.rows.items():
                 file = self.steps[name]
                 if isinstance(file, EncodedField):
-                    file.write(start, at[name], *encoded[offset][name])
                     continue
                 position = start
                 for chunk in chunks:
@@ -542,7 +546,8 @@ class EpisodeStore:
     def _encode(self, episodes: list[PendingEpisode]) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
         """Each episode's compressed fields as (lengths, frames), encoded before anything on disk changes."""
         files = self._encoded_files()
-        return [{name: file.encode(episode.rows[name]) for name, file in files.items()} for episode in episodes]
+        return [{name: episode.encoded[name] if name in episode.encoded else file.encode(episode.rows[name])
+                 for name, file in files.items()} for episode in episodes]
 
     def _ensure_frames(self, plan: list[Placement], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]],
                        heads: dict[str, int]) -> dict[str, dict[str, int]]:

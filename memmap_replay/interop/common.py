@@ -18,7 +18,6 @@ and truncated at its last step (its end code says terminated); the formats add t
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,11 +29,11 @@ from ..core.progress import progress_bar
 from ..core import folderio
 from ..core import format as fmt
 from ..buffer import ReplayBuffer
+from ..sharing.building import check_room, place, remove as _remove, temporary_sibling
 from ..sharing.checksums import check_new_path
 from ..errors import (CorruptStoreError, InvalidDataError, NotAFolderError, OptionError, ReplayError, SchemaError,
                       StoreNotFoundError)
 from ..core.extras import require_extra
-from ..core.options import flag, positive_int
 from ..core.schema import NAME_PATTERN, RESERVED_NAMES
 from ..core.store import EpisodeStore
 from ..core.writer import whole_episode
@@ -133,22 +132,6 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 # ---- placing a finished result -----------------------------------------------------------------------------
 
 
-def temporary_sibling(target: Path, what: str, suffix: str = "") -> Path:
-    """A hidden path beside ``target`` to build into, removed first if a crashed run left it."""
-    tmp = target.parent / f".{target.name}.{what}-{os.getpid()}{suffix}"
-    _remove(tmp)
-    return tmp
-
-
-def _remove(path: Path) -> None:
-    """Remove a file, a link (never its target) or a folder tree; absent is fine. Errors name the path."""
-    with folderio.errors_named(path, "remove"):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-
-
 def _check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False) -> None:
     """``target`` may be written: absent, an empty folder (unless it is to be a ``file``), or (with
     overwrite) something ``is_ours`` accepts; never a symbolic link, nor inside a store's folder."""
@@ -170,51 +153,7 @@ def _check_target(target: Path, overwrite: bool, is_ours, *, file: bool = False)
                                 f"Minari dataset or a D4RL file); remove it yourself or choose another target")
 
 
-def place(tmp: Path, target: Path) -> None:
-    """Move the finished ``tmp`` onto ``target``: an old target is moved aside first and removed after."""
-    old = None
-    with folderio.errors_named(target, "replace"):
-        if target.exists() and not (target.is_dir() and not any(target.iterdir())):
-            old = temporary_sibling(target, "old")
-            os.replace(target, old)
-        elif target.is_dir():
-            target.rmdir()
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if old is not None:  # put the old target back: a failed export or import leaves it as it was
-                try:
-                    os.replace(old, target)
-                except OSError:
-                    pass  # (the old target stays beside it, under its hidden name)
-            raise
-    if old is not None:
-        _remove(old)
-
-
 # ---- building a store ----------------------------------------------------------------------------------------
-
-_ROOM = ("max_episodes", "max_steps", "max_timesteps", "circular")
-
-
-def check_room(room: Mapping[str, Any] | None, *, episodes: int, max_timesteps: int, rows: int) -> dict:
-    """An import's ``max_episodes``/``max_steps``/``max_timesteps``/``circular`` (None: as the dataset needs):
-    room for episodes stored after the import; each must hold the dataset. Returns the options to grow by."""
-    room = {key: value for key, value in (room or {}).items() if value is not None}
-    needed = {"max_episodes": (max(1, episodes), "episodes"),
-              "max_timesteps": (max(1, max_timesteps), "steps in its longest episode"),
-              "max_steps": (max(rows, max_timesteps + 1), "rows (steps plus final observations)")}
-    for key, value in room.items():
-        if key == "circular":
-            flag(value, "circular")
-            continue
-        positive_int(value, key)
-        if value < needed[key][0]:
-            raise OptionError(f"{key} must hold the dataset's {needed[key][0]} {needed[key][1]} (got {value}); "
-                              f"leave it out to size the store to the dataset, or pass at least {needed[key][0]}")
-    if room.get("circular") is False:
-        del room["circular"]
-    return room
 
 
 class StoreBuilder:

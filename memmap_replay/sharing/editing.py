@@ -1,0 +1,369 @@
+"""Edits that make new stores: ``merge`` (several stores into one) here, ``split`` (one store into several) in
+``sharing/splitting.py``, and what both share: episodes copied whole from a store opened read-only into a new
+store written by the store's own commit. Numpy only.
+
+Each episode keeps its steps, its end, its final row, its meta values and its link to the segment it continues
+(``continues``); the new store numbers episodes from 0 in the order they are copied. A compressed field whose codec
+and level are the same in the source and the new store is copied frame by frame, never decoded
+(``PendingEpisode.encoded``); any other field is read (decoded where it is compressed) and written by the commit.
+
+Crash safety: each new store is built in a hidden folder beside its target (``sharing/building.py``) and moved
+onto the target when complete, so a kill at any instant leaves no target or a complete one; the hidden folder a
+killed run left behind is removed by the next run that builds the same target. Running statistics are not copied
+(they are rebuilt when first read); the card is (merged), with a provenance record of the edit, and a checksum
+manifest is written when the sources had one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..core import format as fmt
+from ..core.codecs import frame_bound
+from ..core.encoded import EncodedField, bad_entries
+from ..core.options import flag
+from ..core.progress import progress_bar
+from ..core.schema import Schema
+from ..core.store import EpisodeStore, PendingEpisode
+from ..errors import CorruptStoreError, OptionError, SchemaMismatchError
+from .building import check_room, place, remove, temporary_sibling
+from .checksums import MANIFEST, check_new_path, store_folder
+
+__all__ = ["EditReport", "merge", "open_source", "build_store"]
+
+_COMMIT_BYTES = 64 << 20  # episodes are committed together up to about this many bytes (one meta.json write)
+
+
+@dataclass
+class EditReport:
+    """What ``merge`` or ``split`` did: the sources, each new store (its folder, episodes, steps, and how its data
+    came: ``'copied'``), how each step field was copied (``'frames copied'``: compressed, never decoded;
+    ``'copied'``; ``'re-encoded'``) and notes."""
+
+    kind: str
+    sources: list = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        lines = [f"{self.kind}: {', '.join(self.sources)}"]
+        for name, out in self.outputs.items():
+            lines.append(f"  {name} -> {out['folder']}: {out['episodes']} episodes, {out['steps']} steps "
+                         f"({out['data']})")
+        lines += [f"  {name}: {how}" for name, how in self.fields.items()]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+# ---- reading the sources ----------------------------------------------------------------------------------
+
+
+def open_source(folder: str | os.PathLike) -> EpisodeStore:
+    """A source store opened read-only; a folder without one is StoreNotFoundError (NotAFolderError: a file)."""
+    return EpisodeStore.open(store_folder(folder), "r")
+
+
+def _frames_of(store: EpisodeStore, name: str, start: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``start..start+rows`` of compressed field ``name`` as (lengths, frames back to back), not decoded."""
+    file = store.steps[name]
+    assert isinstance(file, EncodedField)  # (the caller checked)
+    committed = int(store.meta.state.frames[name]["bytes"])
+    entries = np.array(file.index.array()[start:start + rows], dtype=np.int64)
+    offsets, lengths = entries[:, 0], entries[:, 1]
+    if bad_entries(offsets, lengths, committed, frame_bound(file.spec.row_nbytes)).any():
+        raise CorruptStoreError(f"{store.folder}: field {name!r}, rows {start}..{start + rows - 1}: their index "
+                                f"entries lie outside the {committed} committed bytes of frames; the store's frames "
+                                f"are damaged (`python -m memmap_replay verify {store.folder}` lists every row)")
+    frames = file.frames.array()
+    lo = int(offsets[0])
+    if np.array_equal(offsets, lo + np.concatenate([[0], np.cumsum(lengths[:-1])])):  # back to back (as written)
+        return lengths, np.array(frames[lo:lo + int(lengths.sum())], dtype=np.uint8)
+    return lengths, np.concatenate([np.asarray(frames[o:o + n]) for o, n in zip(offsets.tolist(), lengths.tolist())])
+
+
+def episodes_of(store: EpisodeStore, table: Any, schema: Schema, positions: Iterable[int], links: dict,
+                copied: dict[str, str]) -> Iterable[PendingEpisode]:
+    """The live episodes at ``positions`` of ``table`` (``store``'s) as pending episodes of a store of ``schema``.
+    ``links`` maps a source episode id to the episode copied from it (so that a segment continues its copy);
+    ``copied`` gets how each field was copied."""
+    source_links = store.links(table)
+    metas = {name: store.meta_array(name) for name in schema.meta_fields}
+    for position in positions:
+        start, length = int(table.start[position]), int(table.length[position])
+        final, slot = bool(table.final[position]), int(table.slots[position])
+        rows, encoded = {}, {}
+        for name, spec in schema.fields.items():
+            if spec.codec is not None and spec.codec == store.schema.fields[name].codec:
+                encoded[name] = _frames_of(store, name, start, length + final)
+                copied.setdefault(name, "frames copied")
+            else:
+                rows[name] = [np.asarray(store.step_array(name).take(np.arange(start, start + length + final), axis=0))]
+                copied.setdefault(name, "copied" if spec.codec == store.schema.fields[name].codec else "re-encoded")
+        meta = {name: np.array(array[slot], dtype=schema.meta_fields[name].dtype) for name, array in metas.items()}
+        previous = links.get(int(source_links[position]), -1)
+        episode = PendingEpisode(rows, length, fmt.END_NAMES[int(table.end[position])], final, meta,
+                                 continues=previous, encoded=encoded)
+        links[int(table.ids[position])] = episode
+        yield episode
+
+
+def _nbytes(episode: PendingEpisode) -> int:
+    return (sum(chunk.nbytes for chunks in episode.rows.values() for chunk in chunks)
+            + sum(blob.nbytes for _, blob in episode.encoded.values()))
+
+
+# ---- writing a new store ----------------------------------------------------------------------------------
+
+
+def check_target(target: str | os.PathLike, what: str) -> Path:
+    """``target`` may become a new store: absent or an empty folder, its parent a folder, outside any store."""
+    target = Path(target)
+    check_new_path(target, what, OptionError)
+    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        raise OptionError(f"{what} must be a new folder (absent or empty) for the new store (got {target}, which "
+                          f"holds files); choose another path, or remove it")
+    return target
+
+
+def _remove_leftovers(target: Path, kind: str) -> None:
+    """The hidden folders a killed run building ``target`` left (their process is gone)."""
+    if not target.parent.is_dir():
+        return
+    prefix = f".{target.name}.{kind}-"
+    for path in target.parent.iterdir():
+        pid = path.name[len(prefix):]
+        if path.name.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+            remove(path)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # (this process's own leftover: an earlier call that failed)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[EpisodeStore, Sequence[int]]], *,
+                room: dict, finish: Callable[[Path], None], bar: Any) -> dict[str, Any]:
+    """A new store at ``target`` holding the episodes at ``positions`` of each ``(store, positions)`` of ``parts``
+    in that order, built in a hidden sibling; ``finish(tmp)`` writes the card before it is moved in. Returns its
+    counts and how each field was copied."""
+    tables = [store.live_table() for store, _ in parts]
+    chosen = [(table.length[list(positions)], table.final[list(positions)])
+              for table, (_, positions) in zip(tables, parts)]
+    episodes = sum(len(lengths) for lengths, _ in chosen)
+    steps = sum(int(lengths.sum()) for lengths, _ in chosen)
+    rows = steps + sum(int(finals.sum()) for _, finals in chosen)
+    longest = max((int(lengths.max()) for lengths, _ in chosen if len(lengths)), default=1)
+    room = check_room(room, episodes=episodes, max_timesteps=longest, rows=rows)
+    capacity = fmt.Capacity(max(1, episodes), max(1, longest), max(rows, longest + 1, 2), False)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(target, kind)
+    tmp = temporary_sibling(target, kind)
+    copied: dict[str, str] = {}
+    try:
+        store = EpisodeStore.open(tmp, "w-", schema=schema, capacity=capacity)
+        store.track_stats = False  # (rebuilt from the rows when first read)
+        try:
+            pending, size = [], 0
+            for (source, positions), table in zip(parts, tables):
+                links: dict = {}
+                for episode in episodes_of(source, table, schema, positions, links, copied):
+                    pending.append(episode)
+                    size += _nbytes(episode)
+                    if size >= _COMMIT_BYTES:
+                        _commit(store, pending, links, bar)
+                        pending, size = [], 0
+                _commit(store, pending, links, bar)
+                pending, size = [], 0
+            if room:
+                store.grow(**room)
+            store.sync()
+        finally:
+            store.close()
+        for (source, _), table in zip(parts, tables):
+            _check_still_live(source, table)
+        finish(tmp)
+        place(tmp, target)
+    finally:
+        remove(tmp)
+    return {"folder": str(target), "episodes": episodes, "steps": steps, "data": "copied", "fields": copied}
+
+
+def _commit(store: EpisodeStore, pending: list[PendingEpisode], links: dict, bar: Any) -> None:
+    store.commit(pending)
+    for key, value in list(links.items()):  # (committed: keep the id, not the rows)
+        if isinstance(value, PendingEpisode) and value.id is not None:
+            links[key] = value.id
+    bar.update(sum(episode.length for episode in pending))
+
+
+def _check_still_live(store: EpisodeStore, table: Any) -> None:
+    from .recode_files import check_still_live
+
+    check_still_live(store, table, store.capacity)
+
+
+def source_details(folder: Path, store: EpisodeStore) -> dict[str, Any]:
+    """A source as a provenance record names it: its folder, card name and store id."""
+    from .card import read_card
+
+    card = read_card(folder)
+    return {"folder": str(folder), "name": None if card is None else card.name, "store_id": store.meta.store_id,
+            "episodes": store.num_episodes}
+
+
+def has_checksums(folders: Iterable[Path]) -> bool:
+    return any((Path(folder) / MANIFEST).is_file() for folder in folders)
+
+
+# ---- merge ------------------------------------------------------------------------------------------------
+
+
+def merge(out: str | os.PathLike, *folders: str | os.PathLike, fields: str = "same", progress: bool = False,
+          max_episodes: int | None = None, max_steps: int | None = None, max_timesteps: int | None = None,
+          circular: bool = False) -> EditReport:
+    """Merge stores into one new store.
+
+    Every live episode of each store goes into the new store whole (steps, end, final observation, meta
+    values, links between the segments of a long episode), the stores in the order given, each store's
+    episodes oldest first. A compressed field stored with the same codec in a source and in the new store is
+    copied frame by frame without decoding. The new store is built in a hidden folder beside ``out`` and moved
+    onto it when complete: a kill at any instant leaves no ``out`` or a complete one.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The new store's folder: absent or empty (its parent is created if need be).
+    *folders : str or os.PathLike
+        The stores to merge, at least one.
+    fields : {'same', 'common'}, default 'same'
+        ``'same'``: every store must have the same step fields and meta fields (names, dtypes, shapes), else
+        ``SchemaMismatchError`` naming the fields that differ, and nothing is written. ``'common'``: the new
+        store has the step and meta fields every store has with the same dtype and shape. A field's default and
+        codec are the first store's.
+    progress : bool, default False
+        Draw a progress bar on stderr.
+    max_episodes, max_steps, max_timesteps : int, optional
+        Room for episodes stored later; None sizes the new store to the merged data. Each must hold it.
+    circular : bool, default False
+        Make the new store a ring (``ReplayBuffer.grow``).
+
+    Returns
+    -------
+    EditReport
+        The sources, the new store's folder and counts, how each field was copied.
+
+    Examples
+    --------
+    >>> report = merge("merged", "run_a", "run_b")  # doctest: +SKIP
+    """
+    progress = flag(progress, "progress")
+    if fields not in ("same", "common"):
+        raise OptionError(f"fields must be 'same' or 'common' (got {fields!r})")
+    if not folders:
+        raise OptionError("merge needs at least one store folder to merge (got none)")
+    target = check_target(out, "out")
+    paths = [Path(folder) for folder in folders]
+    stores: list[EpisodeStore] = []
+    try:
+        for path in paths:
+            stores.append(open_source(path))
+        schema = merged_schema([store.schema for store in stores], paths, fields)
+        report = EditReport("merge", [str(path) for path in paths])
+        total = sum(int(store.live_table().length.sum()) for store in stores)
+        details = [source_details(path, store) for path, store in zip(paths, stores)]
+
+        def finish(tmp: Path) -> None:
+            _merged_card(tmp, paths, details, fields, report)
+
+        with progress_bar(total, "merge", progress) as bar:
+            out_info = build_store("merge", target, schema,
+                                   [(store, range(store.num_episodes)) for store in stores],
+                                   room=dict(max_episodes=max_episodes, max_steps=max_steps,
+                                             max_timesteps=max_timesteps, circular=circular),
+                                   finish=finish, bar=bar)
+        report.fields = out_info.pop("fields")
+        report.outputs["merged"] = out_info
+    finally:
+        for store in stores:
+            store.close()
+    return report
+
+
+def merged_schema(schemas: list[Schema], paths: list[Path], fields: str) -> Schema:
+    """The new store's schema: the first store's, which every store must share (``'same'``), or the step and
+    meta fields all of them have with one dtype and shape (``'common'``)."""
+    first = schemas[0]
+
+    def key(spec: Any) -> tuple:
+        return spec.dtype, tuple(spec.shape)
+
+    kept = {}
+    for group in ("fields", "meta_fields"):
+        specs = getattr(first, group)
+        kept[group] = {name: spec for name, spec in specs.items()
+                       if all(name in getattr(other, group) and key(getattr(other, group)[name]) == key(spec)
+                              for other in schemas[1:])}
+        if fields == "same":
+            differing = []
+            for path, other in zip(paths[1:], schemas[1:]):
+                theirs = getattr(other, group)
+                for name in sorted(set(specs) | set(theirs)):
+                    if name not in kept[group]:
+                        differing.append(_difference(name, specs.get(name), theirs.get(name), paths[0], path))
+            if differing:
+                what = "step fields" if group == "fields" else "meta fields"
+                raise SchemaMismatchError(
+                    f"the stores to merge must have the same {what} (names, dtypes, shapes); these differ: "
+                    f"{'; '.join(dict.fromkeys(differing))}. Pass fields='common' (--fields common) to merge the "
+                    f"fields every store has alike; nothing was written")
+    if not kept["fields"]:
+        raise SchemaMismatchError(f"the stores to merge have no step field in common (same name, dtype and shape): "
+                                  f"{[list(schema.fields) for schema in schemas]}; nothing was written")
+    return Schema(kept["fields"], kept["meta_fields"])
+
+
+def _difference(name: str, ours: Any, theirs: Any, first: Path, other: Path) -> str:
+    def text(spec: Any, path: Path) -> str:
+        return f"absent in {path}" if spec is None else f"{spec.dtype}{tuple(spec.shape)} in {path}"
+
+    return f"{name!r}: {text(ours, first)}, {text(theirs, other)}"
+
+
+def _merged_card(tmp: Path, paths: list[Path], details: list[dict], fields: str, report: EditReport) -> None:
+    """The sources' cards merged: the values all cards that have them agree on, the provenance of each source
+    in turn, then a record of the merge naming every source."""
+    from .card import DatasetCard, add_provenance, read_card, write_card
+    from .checksums import write_manifest
+
+    cards = [card for card in (read_card(path) for path in paths) if card is not None]
+    if cards:
+        merged = DatasetCard()
+        for key in DatasetCard.__dataclass_fields__:
+            if key in ("provenance", "unknown"):
+                continue
+            values = [getattr(card, key) for card in cards if getattr(card, key) not in (None, {}, [])]
+            if values and all(value == values[0] for value in values):
+                setattr(merged, key, values[0])
+            elif values:
+                report.notes.append(f"the cards differ on {key!r}: the merged card leaves it out")
+        merged.provenance = [record for card in cards for record in card.provenance]
+        write_card(tmp, merged)
+    add_provenance(tmp, "merge", " + ".join(str(path) for path in paths), sources=details, fields=fields)
+    if has_checksums(paths):
+        write_manifest(tmp)
