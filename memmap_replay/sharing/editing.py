@@ -5,7 +5,9 @@ store written by the store's own commit. Numpy only.
 Each episode keeps its steps, its end, its final row, its meta values and its link to the segment it continues
 (``continues``); the new store numbers episodes from 0 in the order they are copied. A compressed field whose codec
 and level are the same in the source and the new store is copied frame by frame, never decoded
-(``PendingEpisode.encoded``); any other field is read (decoded where it is compressed) and written by the commit.
+(``PendingEpisode.encoded``); a field raw in both is copied as byte ranges (``sharing/rowcopy.py``:
+``os.copy_file_range``) once the commit has placed the episodes; any other field is read (decoded) and written by
+the commit.
 
 Crash safety: each new store is built in a hidden folder beside its target (``sharing/building.py``) and moved
 onto the target when complete, so a kill at any instant leaves no target or a complete one; the hidden folder a
@@ -33,17 +35,19 @@ from ..core.store import EpisodeStore, PendingEpisode
 from ..errors import CorruptStoreError, OptionError, SchemaMismatchError
 from .building import check_room, place, remove, temporary_sibling
 from .checksums import MANIFEST, check_new_path, store_folder
+from .rowcopy import RowCopier
 
 __all__ = ["EditReport", "merge", "open_source", "build_store"]
 
 _COMMIT_BYTES = 64 << 20  # episodes are committed together up to about this many bytes (one meta.json write)
+_COMMIT_EPISODES = 4096  # or this many episodes (their raw fields' rows are not in memory: copied after)
 
 
 @dataclass
 class EditReport:
-    """What ``merge`` or ``split`` did: the sources, each new store (its folder, episodes, steps, and how its data
-    came: ``'copied'``), how each step field was copied (``'frames copied'``: compressed, never decoded;
-    ``'copied'``; ``'re-encoded'``) and notes."""
+    """What ``merge`` or ``split`` did: the sources, each new store (its folder, episodes, steps, and how its raw
+    rows came: ``'copy_file_range'`` or ``'copied'``), how each step field was copied (``'frames copied'``:
+    compressed, never decoded; ``'copy_file_range'``, ``'copied'``; ``'re-encoded'``) and notes."""
 
     kind: str
     sources: list = field(default_factory=list)
@@ -91,29 +95,47 @@ def _frames_of(store: EpisodeStore, name: str, start: int, rows: int) -> tuple[n
 
 
 def episodes_of(store: EpisodeStore, table: Any, schema: Schema, positions: Iterable[int], links: dict,
-                copied: dict[str, str]) -> Iterable[PendingEpisode]:
-    """The live episodes at ``positions`` of ``table`` (``store``'s) as pending episodes of a store of ``schema``.
-    ``links`` maps a source episode id to the episode copied from it (so that a segment continues its copy);
-    ``copied`` gets how each field was copied."""
+                copied: dict[str, str]) -> Iterable[tuple[PendingEpisode, int]]:
+    """The live episodes at ``positions`` of ``table`` (``store``'s) as pending episodes of a store of ``schema``,
+    each with its first row in ``store``. The fields raw in both stores are left out of the episodes' rows: they
+    are copied as byte ranges once the episodes are placed (``ranged``). ``links`` maps a source episode id to
+    the episode copied from it (so that a segment continues its copy); ``copied`` gets how each field was copied."""
     source_links = store.links(table)
+    by_range = ranged(store, schema)
     metas = {name: store.meta_array(name) for name in schema.meta_fields}
     for position in positions:
         start, length = int(table.start[position]), int(table.length[position])
         final, slot = bool(table.final[position]), int(table.slots[position])
         rows, encoded = {}, {}
         for name, spec in schema.fields.items():
+            if name in by_range:
+                _note(copied, name, "ranged")
+                continue
             if spec.codec is not None and spec.codec == store.schema.fields[name].codec:
                 encoded[name] = _frames_of(store, name, start, length + final)
-                copied.setdefault(name, "frames copied")
+                _note(copied, name, "frames copied")
             else:
                 rows[name] = [np.asarray(store.step_array(name).take(np.arange(start, start + length + final), axis=0))]
-                copied.setdefault(name, "copied" if spec.codec == store.schema.fields[name].codec else "re-encoded")
+                _note(copied, name, "copied" if spec.codec == store.schema.fields[name].codec else "re-encoded")
         meta = {name: np.array(array[slot], dtype=schema.meta_fields[name].dtype) for name, array in metas.items()}
         previous = links.get(int(source_links[position]), -1)
         episode = PendingEpisode(rows, length, fmt.END_NAMES[int(table.end[position])], final, meta,
                                  continues=previous, encoded=encoded)
         links[int(table.ids[position])] = episode
-        yield episode
+        yield episode, start
+
+
+def _note(copied: dict[str, str], name: str, how: str) -> None:
+    """Add a way field ``name`` was copied (``'frames copied + re-encoded'`` when sources differ)."""
+    ways = copied[name].split(" + ") if name in copied else []
+    if how not in ways:
+        copied[name] = " + ".join([*ways, how])
+
+
+def ranged(store: EpisodeStore, schema: Schema) -> list[str]:
+    """The step fields raw in ``store`` and in ``schema``: copied row range by row range."""
+    return [name for name, spec in schema.fields.items()
+            if spec.codec is None and store.schema.fields[name].codec is None]
 
 
 def _nbytes(episode: PendingEpisode) -> int:
@@ -175,6 +197,7 @@ def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[E
     _remove_leftovers(target, kind)
     tmp = temporary_sibling(target, kind)
     copied: dict[str, str] = {}
+    copier = RowCopier()
     try:
         store = EpisodeStore.open(tmp, "w-", schema=schema, capacity=capacity)
         store.track_stats = False  # (rebuilt from the rows when first read)
@@ -182,34 +205,47 @@ def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[E
             pending, size = [], 0
             for (source, positions), table in zip(parts, tables):
                 links: dict = {}
-                for episode in episodes_of(source, table, schema, positions, links, copied):
-                    pending.append(episode)
+                for episode, first_row in episodes_of(source, table, schema, positions, links, copied):
+                    pending.append((episode, first_row))
                     size += _nbytes(episode)
-                    if size >= _COMMIT_BYTES:
-                        _commit(store, pending, links, bar)
+                    if size >= _COMMIT_BYTES or len(pending) >= _COMMIT_EPISODES:
+                        _commit(store, source, pending, links, copier, bar)
                         pending, size = [], 0
-                _commit(store, pending, links, bar)
+                _commit(store, source, pending, links, copier, bar)
                 pending, size = [], 0
             if room:
                 store.grow(**room)
             store.sync()
         finally:
             store.close()
+            copier.close()
         for (source, _), table in zip(parts, tables):
             _check_still_live(source, table)
         finish(tmp)
         place(tmp, target)
     finally:
         remove(tmp)
-    return {"folder": str(target), "episodes": episodes, "steps": steps, "data": "copied", "fields": copied}
+    copied.update({name: how.replace("ranged", copier.how) for name, how in copied.items()})
+    return {"folder": str(target), "episodes": episodes, "steps": steps, "data": copier.how, "fields": copied}
 
 
-def _commit(store: EpisodeStore, pending: list[PendingEpisode], links: dict, bar: Any) -> None:
-    store.commit(pending)
+def _commit(store: EpisodeStore, source: EpisodeStore, pending: list[tuple[PendingEpisode, int]], links: dict,
+            copier: RowCopier, bar: Any) -> None:
+    """Commit the episodes (their table entries, meta values and the fields given as rows or frames), then copy
+    the rows of the raw fields to where the commit placed them. The store is in its hidden folder until it is
+    complete, so that no reader sees an episode before its rows."""
+    if not pending:
+        return
+    store.commit([episode for episode, _ in pending])
+    table = store.live_table()
+    starts = dict(zip(table.ids.tolist(), table.start.tolist()))
+    runs = [(first_row, starts[episode.id], episode.num_rows) for episode, first_row in pending]
+    for name in ranged(source, store.schema):
+        copier.copy(source.steps[name], store.steps[name], runs)
     for key, value in list(links.items()):  # (committed: keep the id, not the rows)
         if isinstance(value, PendingEpisode) and value.id is not None:
             links[key] = value.id
-    bar.update(sum(episode.length for episode in pending))
+    bar.update(sum(episode.length for episode, _ in pending))
 
 
 def _check_still_live(store: EpisodeStore, table: Any) -> None:

@@ -4,9 +4,10 @@ value. Numpy only; the copying, the hidden build folders and the cards are ``sha
 The unit of a split is a whole episode: the linked segments of a long episode (``continues``) go to the same
 output, together. Every live episode goes to exactly one output, in the source's order within it.
 
-Data: an output holds a subset of the source's rows, so its files cannot be hard links of the source's; its rows
-are copied through the store's commit (a compressed field's frames copied without decoding), and the report says
-``'copied'`` for each output.
+Data: an output holds a subset of the source's rows, so its files cannot be hard links of the source's. The rows of
+raw fields are copied as byte ranges with ``os.copy_file_range`` (``sharing/rowcopy.py``: a reflink on btrfs/XFS, an
+in-kernel copy elsewhere), a compressed field's frames without decoding; the report says for each output
+``'copy_file_range'``, or ``'copied'`` when the kernel refused and the rows were read and written.
 """
 
 from __future__ import annotations

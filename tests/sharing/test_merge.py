@@ -208,11 +208,21 @@ def _fork_merge(out, *folders) -> int:
     return pid
 
 
+def reap(pid: int, timeout: float = 120.0) -> None:
+    """Wait for a forked child; one still running after ``timeout`` seconds is killed and the test fails."""
+    deadline = time.monotonic() + timeout
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the child {pid} did not end within {timeout} s")
+        time.sleep(0.005)
+
+
 def test_a_merge_killed_at_any_instant_leaves_no_output_or_a_whole_one(tmp_path):
     want = make_store(tmp_path / "a", 1, 30) + make_store(tmp_path / "b", 2, 30)
     started = time.monotonic()
-    pid = _fork_merge(tmp_path / "timed", tmp_path / "a", tmp_path / "b")
-    os.waitpid(pid, 0)
+    reap(_fork_merge(tmp_path / "timed", tmp_path / "a", tmp_path / "b"))
     took = time.monotonic() - started
     seen = set()
     for step in range(48):  # (until every outcome was seen, at least 16 kills: a loaded machine is slower)
@@ -222,7 +232,7 @@ def test_a_merge_killed_at_any_instant_leaves_no_output_or_a_whole_one(tmp_path)
         pid = _fork_merge(out, tmp_path / "a", tmp_path / "b")
         time.sleep(took * step / 12)
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        reap(pid)
         if out.exists():
             assert_same(read_back(out), want)
             assert verify(out).ok
@@ -233,3 +243,28 @@ def test_a_merge_killed_at_any_instant_leaves_no_output_or_a_whole_one(tmp_path)
             assert_same(read_back(out), want)
         assert not [name for name in os.listdir(tmp_path) if name.startswith(f".{out.name}.")]
     assert seen == {"whole", "none"}
+
+
+def test_a_ring_source_gives_its_live_episodes(tmp_path):
+    rng = np.random.default_rng(5)
+    with ReplayBuffer(tmp_path / "ring", 6, 8, fields=dict(obs=("float", 3)), meta_fields=dict(task_id="int"),
+                      max_steps=30, circular=True) as buffer:
+        for number in range(25):  # evicts, and wraps the rows
+            buffer.store_episode(obs=rng.standard_normal((int(rng.integers(1, 8)), 3)).astype(np.float32),
+                                 task_id=number, end=ENDS[number % 3])
+    want = read_back(tmp_path / "ring")
+    assert 0 < len(want) <= 6
+    report = merge(tmp_path / "m", tmp_path / "ring", tmp_path / "ring")
+    assert_same(read_back(tmp_path / "m"), want + want)
+    assert report.fields["obs"] in ("copy_file_range", "copied") and verify(tmp_path / "m").ok
+
+
+def test_a_field_compressed_differently_is_re_encoded(tmp_path):
+    pytest.importorskip("zstandard")
+    want = make_store(tmp_path / "a", 1, 3) + make_store(tmp_path / "b", 2, 2)
+    compress_fields(tmp_path / "a", "image", level=3)
+    compress_fields(tmp_path / "b", "image", level=9)
+    report = merge(tmp_path / "m", tmp_path / "a", tmp_path / "b")
+    assert report.fields["image"] == "frames copied + re-encoded"  # (a's codec, the first store's, for b's too)
+    assert_same(read_back(tmp_path / "m"), want)
+    assert verify(tmp_path / "m").ok

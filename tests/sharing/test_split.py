@@ -4,6 +4,7 @@ a SIGKILL at any instant leaving each output absent or complete."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import OptionError, StoreNotFoundError, read_card, split, update_card, verify, write_manifest
-from tests.sharing.test_merge import assert_same, make_store, read_back
+from tests.sharing.test_merge import assert_same, make_store, read_back, reap
 
 
 def by_task(episodes: list[dict]) -> dict[int, list[dict]]:
@@ -48,7 +49,7 @@ def test_split_at_fractions_deals_every_whole_episode_once(tmp_path):
     assert [len(episodes) for episodes in got.values()] == [16, 5, 2]  # 16.1, 4.6, 2.3: the rest to 'val'
     assert {name: out["folder"] for name, out in report.outputs.items()} == {
         name: str(tmp_path / "splits" / name) for name in got}
-    assert all(out["data"] == "copied" for out in report.outputs.values())
+    assert all(out["data"] in ("copy_file_range", "copied") for out in report.outputs.values())
     # each whole episode in one output, in the source's order there (its task_id is its number)
     numbers = {name: [int(episode["meta"]["task_id"]) - 100 for episode in episodes] for name, episodes in got.items()}
     assert sorted(sum(numbers.values(), [])) == list(range(23))
@@ -63,6 +64,28 @@ def test_split_at_fractions_deals_every_whole_episode_once(tmp_path):
     assert [read_back(tmp_path / "other" / "val")[i]["meta"] for i in range(5)] != [got["val"][i]["meta"]
                                                                                     for i in range(5)]
     assert len(read_back(tmp_path / "other" / "val")) == 5 and len(other.outputs) == 3
+
+
+@pytest.mark.parametrize("kernel", ["works", "refused"])
+def test_rows_are_copied_by_range_with_copy_file_range_or_by_hand(tmp_path, monkeypatch, kernel):
+    want = make_store(tmp_path / "run", 1, 12)
+    calls = []
+
+    def copy_file_range(reader, writer, count, at, to):
+        calls.append((at, to, count))
+        if kernel == "refused":
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(reader, writer, count, at, to)
+    real = os.copy_file_range
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    report = split(tmp_path / "run", {"a": 0.5, "b": 0.5}, out=tmp_path / "s", seed=2)
+    assert {out["data"] for out in report.outputs.values()} == {"copy_file_range" if kernel == "works" else "copied"}
+    assert report.fields["obs"] == report.outputs["a"]["data"] and report.fields["image"] == report.outputs["a"]["data"]
+    numbers = [int(episode["meta"]["task_id"]) - 100 for episode in read_back(tmp_path / "s" / "a")]
+    assert_same(read_back(tmp_path / "s" / "a"), [want[number] for number in numbers])
+    assert verify(tmp_path / "s" / "b").ok
+    # episodes next to each other in the source and in an output are one range per field
+    assert len(calls) < 3 * 12 if kernel == "works" else len(calls) == 2  # (refused once per output)
 
 
 def test_split_by_a_meta_field(tmp_path):
@@ -138,7 +161,7 @@ def test_a_split_killed_at_any_instant_leaves_each_output_absent_or_whole(tmp_pa
     split(tmp_path / "run", {"train": 0.5, "val": 0.5}, out=tmp_path / "reference", seed=1)
     want = {name: read_back(tmp_path / "reference" / name) for name in ("train", "val")}
     started = time.monotonic()
-    os.waitpid(_fork_split(tmp_path / "run", tmp_path / "timed"), 0)
+    reap(_fork_split(tmp_path / "run", tmp_path / "timed"))
     took = time.monotonic() - started
     seen = set()
     for step in range(48):  # (until every outcome was seen, at least 16 kills: a loaded machine is slower)
@@ -148,7 +171,7 @@ def test_a_split_killed_at_any_instant_leaves_each_output_absent_or_whole(tmp_pa
         pid = _fork_split(tmp_path / "run", out)
         time.sleep(took * step / 12)
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        reap(pid)
         present = [name for name in ("train", "val") if (out / name).exists()]
         seen.add(len(present))
         for name in present:
