@@ -128,15 +128,17 @@ def run_edit_split(args: argparse.Namespace) -> int:
     from ..sharing.splitting import split
 
     args.prog = args.prog.replace("edit_split", "edit split")
+    into: dict | None = None
     if args.by is None:
-        into = {}
+        fractions: dict[str, float] = {}
         for name, text in args.into or []:
             try:
-                into[name] = float(text)
+                fractions[name] = float(text)
             except ValueError:
                 return _fail(args, f"--into {name}={text}: the fraction must be a number such as 0.9", EXIT_USAGE)
-    else:
-        into = {value: name for value, name in args.into} if args.into else None
+        into = fractions
+    elif args.into:
+        into = {value: name for value, name in args.into}
     return _run(args, lambda: split(args.folder, into, out=args.out, seed=args.seed, by=args.by,
                                     progress=_show_progress(args)), store=True)
 

@@ -241,7 +241,9 @@ def _commit(store: EpisodeStore, source: EpisodeStore, pending: list[tuple[Pendi
     starts = dict(zip(table.ids.tolist(), table.start.tolist()))
     runs = [(first_row, starts[episode.id], episode.num_rows) for episode, first_row in pending]
     for name in ranged(source, store.schema):
-        copier.copy(source.steps[name], store.steps[name], runs)
+        source_file, target_file = source.steps[name], store.steps[name]
+        assert isinstance(source_file, fmt.NpyFile) and isinstance(target_file, fmt.NpyFile)  # (raw in both)
+        copier.copy(source_file, target_file, runs)
     for key, value in list(links.items()):  # (committed: keep the id, not the rows)
         if isinstance(value, PendingEpisode) and value.id is not None:
             links[key] = value.id
