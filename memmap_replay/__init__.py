@@ -51,7 +51,8 @@ if _typing.TYPE_CHECKING:  # for type checkers, IDEs and pyflakes; at run time t
     from .cli.inspect_replay_buffer import inspect_replay_buffer
     from .sharing.viewer import view
     from .sharing.recode import compress_fields, decompress_fields
-    from .sharing.editing import EditReport, merge
+    from .sharing.editing import EditReport
+    from .sharing.merging import merge
     from .sharing.splitting import split
 
 # name -> submodule, imported on first access. The torch side: importing torch takes seconds, which
@@ -93,7 +94,7 @@ _LAZY = {
     "compress_fields": "sharing.recode",
     "decompress_fields": "sharing.recode",
     # (numpy only: edits that make new stores, used rarely)
-    "merge": "sharing.editing",
+    "merge": "sharing.merging",
     "split": "sharing.splitting",
     "EditReport": "sharing.editing",
     # gymnasium recording needs the [io] extra: kept out of __all__ so that ``from memmap_replay import *``

@@ -116,7 +116,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 
 def run_edit_merge(args: argparse.Namespace) -> int:
-    from ..sharing.editing import merge
+    from ..sharing.merging import merge
 
     args.prog = args.prog.replace("edit_merge", "edit merge")
     return _run(args, lambda: merge(args.out, *args.folders, fields=args.fields, progress=_show_progress(args),

@@ -1,6 +1,6 @@
-"""Edits that make new stores: ``merge`` (several stores into one) here, ``split`` (one store into several) in
-``sharing/splitting.py``, and what both share: episodes copied whole from a store opened read-only into a new
-store written by the store's own commit. Numpy only.
+"""Edits that make new stores, ``merge`` (``sharing/merging.py``: several stores into one) and ``split``
+(``sharing/splitting.py``: one store into several), and what both share here: episodes copied whole from a store
+opened read-only into a new store written by the store's own commit. Numpy only.
 
 Each episode keeps its steps, its end, its final row, its meta values and its link to the segment it continues
 (``continues``); the new store numbers episodes from 0 in the order they are copied. A compressed field whose codec
@@ -28,16 +28,14 @@ import numpy as np
 from ..core import format as fmt
 from ..core.codecs import frame_bound
 from ..core.encoded import EncodedField, bad_entries
-from ..core.options import flag
-from ..core.progress import progress_bar
 from ..core.schema import Schema
 from ..core.store import EpisodeStore, PendingEpisode
-from ..errors import CorruptStoreError, OptionError, SchemaMismatchError
+from ..errors import CorruptStoreError, OptionError
 from .building import check_room, place, remove, temporary_sibling
 from .checksums import MANIFEST, check_new_path, store_folder
 from .rowcopy import RowCopier
 
-__all__ = ["EditReport", "merge", "open_source", "build_store"]
+__all__ = ["EditReport", "open_source", "build_store", "check_target", "source_details", "has_checksums"]
 
 _COMMIT_BYTES = 64 << 20  # episodes are committed together up to about this many bytes (one meta.json write)
 _COMMIT_EPISODES = 4096  # or this many episodes (their raw fields' rows are not in memory: copied after)
@@ -267,141 +265,3 @@ def source_details(folder: Path, store: EpisodeStore) -> dict[str, Any]:
 
 def has_checksums(folders: Iterable[Path]) -> bool:
     return any((Path(folder) / MANIFEST).is_file() for folder in folders)
-
-
-# ---- merge ------------------------------------------------------------------------------------------------
-
-
-def merge(out: str | os.PathLike, *folders: str | os.PathLike, fields: str = "same", progress: bool = False,
-          max_episodes: int | None = None, max_steps: int | None = None, max_timesteps: int | None = None,
-          circular: bool = False) -> EditReport:
-    """Merge stores into one new store.
-
-    Every live episode of each store goes into the new store whole (steps, end, final observation, meta
-    values, links between the segments of a long episode), the stores in the order given, each store's
-    episodes oldest first. A compressed field stored with the same codec in a source and in the new store is
-    copied frame by frame without decoding. The new store is built in a hidden folder beside ``out`` and moved
-    onto it when complete: a kill at any instant leaves no ``out`` or a complete one.
-
-    Parameters
-    ----------
-    out : str or os.PathLike
-        The new store's folder: absent or empty (its parent is created if need be).
-    *folders : str or os.PathLike
-        The stores to merge, at least one.
-    fields : {'same', 'common'}, default 'same'
-        ``'same'``: every store must have the same step fields and meta fields (names, dtypes, shapes), else
-        ``SchemaMismatchError`` naming the fields that differ, and nothing is written. ``'common'``: the new
-        store has the step and meta fields every store has with the same dtype and shape. A field's default and
-        codec are the first store's.
-    progress : bool, default False
-        Draw a progress bar on stderr.
-    max_episodes, max_steps, max_timesteps : int, optional
-        Room for episodes stored later; None sizes the new store to the merged data. Each must hold it.
-    circular : bool, default False
-        Make the new store a ring (``ReplayBuffer.grow``).
-
-    Returns
-    -------
-    EditReport
-        The sources, the new store's folder and counts, how each field was copied.
-
-    Examples
-    --------
-    >>> report = merge("merged", "run_a", "run_b")  # doctest: +SKIP
-    """
-    progress = flag(progress, "progress")
-    if fields not in ("same", "common"):
-        raise OptionError(f"fields must be 'same' or 'common' (got {fields!r})")
-    if not folders:
-        raise OptionError("merge needs at least one store folder to merge (got none)")
-    target = check_target(out, "out")
-    paths = [Path(folder) for folder in folders]
-    stores: list[EpisodeStore] = []
-    try:
-        for path in paths:
-            stores.append(open_source(path))
-        schema = merged_schema([store.schema for store in stores], paths, fields)
-        report = EditReport("merge", [str(path) for path in paths])
-        total = sum(int(store.live_table().length.sum()) for store in stores)
-        details = [source_details(path, store) for path, store in zip(paths, stores)]
-
-        def finish(tmp: Path) -> None:
-            _merged_card(tmp, paths, details, fields, report)
-
-        with progress_bar(total, "merge", progress) as bar:
-            out_info = build_store("merge", target, schema,
-                                   [(store, range(store.num_episodes)) for store in stores],
-                                   room=dict(max_episodes=max_episodes, max_steps=max_steps,
-                                             max_timesteps=max_timesteps, circular=circular),
-                                   finish=finish, bar=bar)
-        report.fields = out_info.pop("fields")
-        report.outputs["merged"] = out_info
-    finally:
-        for store in stores:
-            store.close()
-    return report
-
-
-def merged_schema(schemas: list[Schema], paths: list[Path], fields: str) -> Schema:
-    """The new store's schema: the first store's, which every store must share (``'same'``), or the step and
-    meta fields all of them have with one dtype and shape (``'common'``)."""
-    first = schemas[0]
-
-    def key(spec: Any) -> tuple:
-        return spec.dtype, tuple(spec.shape)
-
-    kept = {}
-    for group in ("fields", "meta_fields"):
-        specs = getattr(first, group)
-        kept[group] = {name: spec for name, spec in specs.items()
-                       if all(name in getattr(other, group) and key(getattr(other, group)[name]) == key(spec)
-                              for other in schemas[1:])}
-        if fields == "same":
-            differing = []
-            for path, other in zip(paths[1:], schemas[1:]):
-                theirs = getattr(other, group)
-                for name in sorted(set(specs) | set(theirs)):
-                    if name not in kept[group]:
-                        differing.append(_difference(name, specs.get(name), theirs.get(name), paths[0], path))
-            if differing:
-                what = "step fields" if group == "fields" else "meta fields"
-                raise SchemaMismatchError(
-                    f"the stores to merge must have the same {what} (names, dtypes, shapes); these differ: "
-                    f"{'; '.join(dict.fromkeys(differing))}. Pass fields='common' (--fields common) to merge the "
-                    f"fields every store has alike; nothing was written")
-    if not kept["fields"]:
-        raise SchemaMismatchError(f"the stores to merge have no step field in common (same name, dtype and shape): "
-                                  f"{[list(schema.fields) for schema in schemas]}; nothing was written")
-    return Schema(kept["fields"], kept["meta_fields"])
-
-
-def _difference(name: str, ours: Any, theirs: Any, first: Path, other: Path) -> str:
-    def text(spec: Any, path: Path) -> str:
-        return f"absent in {path}" if spec is None else f"{spec.dtype}{tuple(spec.shape)} in {path}"
-
-    return f"{name!r}: {text(ours, first)}, {text(theirs, other)}"
-
-
-def _merged_card(tmp: Path, paths: list[Path], details: list[dict], fields: str, report: EditReport) -> None:
-    """The sources' cards merged: the values all cards that have them agree on, the provenance of each source
-    in turn, then a record of the merge naming every source."""
-    from .card import DatasetCard, add_provenance, read_card, write_card
-    from .checksums import write_manifest
-
-    cards = [card for card in (read_card(path) for path in paths) if card is not None]
-    if cards:
-        merged = DatasetCard()
-        for key in DatasetCard.__dataclass_fields__:
-            if key in ("provenance", "unknown"):
-                continue
-            values = [getattr(card, key) for card in cards if getattr(card, key) not in (None, {}, [])]
-            if values and all(value == values[0] for value in values):
-                setattr(merged, key, values[0])
-            elif values:
-                report.notes.append(f"the cards differ on {key!r}: the merged card leaves it out")
-        merged.provenance = [record for card in cards for record in card.provenance]
-        write_card(tmp, merged)
-    add_provenance(tmp, "merge", " + ".join(str(path) for path in paths), sources=details, fields=fields)
-    if has_checksums(paths):
-        write_manifest(tmp)
