@@ -193,6 +193,29 @@ def test_cli_edit_merge(tmp_path):
     assert done.returncode == 2 and "edit merge: error: no store at nowhere" in done.stderr
 
 
+def test_a_killed_runs_hidden_folder_is_removed_by_the_next_run(tmp_path):
+    make_store(tmp_path / "a", 1, 2)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # (a process id that has ended)
+    leftover = tmp_path / f".m.merge-{pid}"
+    (leftover / "steps").mkdir(parents=True)
+    (leftover / "steps" / "obs.npy").write_bytes(b"half")
+    mine = tmp_path / f".m.merge-{os.getppid()}"  # (a live process's: left alone)
+    mine.mkdir()
+    merge(tmp_path / "m", tmp_path / "a")
+    assert not leftover.exists() and mine.exists()
+    assert verify(tmp_path / "m").ok
+
+
+def test_cli_edit_without_a_verb_shows_its_help(capsys):
+    from memmap_replay.cli import EXIT_USAGE, main
+
+    assert main(["edit"]) == EXIT_USAGE
+    assert "merge" in capsys.readouterr().err
+
+
 # ---- a kill at any instant -------------------------------------------------------------------------------
 
 
