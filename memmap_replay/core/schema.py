@@ -27,7 +27,15 @@ import numpy as np
 from ..errors import SchemaError
 from .codecs import CodecSpec, codec_from_json, parse_codec
 
-__all__ = ["FieldSpec", "Schema", "parse_field", "RESERVED_NAMES"]
+__all__ = ["FieldSpec", "Schema", "parse_field", "RESERVED_NAMES", "OBSERVATION_PREFIXES", "observation_like"]
+
+# a step field named so is an observation (transitions and TorchRL's layout give it a next_<field>)
+OBSERVATION_PREFIXES = ("obs", "state", "image", "pixel")
+
+
+def observation_like(name: str) -> bool:
+    """Whether a field is an observation by its name (``obs*``, ``state*``, ``image*``, ``pixel*``)."""
+    return name.lower().startswith(OBSERVATION_PREFIXES)
 
 # the seed package's short names; any other numpy numeric dtype name is accepted as well
 _SHORT_DTYPES = {"float": "float32", "int": "int32", "bool": "bool", "uint8": "uint8"}

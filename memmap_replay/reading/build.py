@@ -25,7 +25,7 @@ from ..views.hindsight import HindsightView
 from ..views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 from ..views.loader import ReplayDataLoader, with_loader_transform
 from ..views.transforms import loader_transform
-from ..views.torchrl_layout import observation_like
+from ..core.schema import observation_like
 from ..views.transitions import TransitionView
 from .plan import ReadPlan, hindsight_options
 from .table import BY_NAME, DATASET, SAMPLER

@@ -55,7 +55,6 @@ def _steps(value: Any, name: str, store: EpisodeStore) -> int:
     return positive(value, name, most=store.capacity.max_timesteps, most_is="the store's max_timesteps=")
 
 
-
 class TrajectoryView(NextSteps, StoreView):
     """Whole episodes, padded to the longest in the batch, with lengths (and a mask on request)."""
 

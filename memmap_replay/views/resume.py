@@ -22,6 +22,7 @@ draws happen at the same points between the caller's steps (after the same prior
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Any, Iterable, Iterator
 
@@ -174,9 +175,4 @@ def resumed_items(batches: Any, values: dict[str, Any], generator: Any) -> Itera
     if values["exhausted"]:
         return pending
     batches.resume_after(values["batch"] + len(pending))
-    return _chain(pending, batches)
-
-
-def _chain(first: list, then: Iterable) -> Iterator:
-    yield from first
-    yield from then
+    return itertools.chain(pending, batches)

@@ -58,13 +58,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.schema import OBSERVATION_PREFIXES, observation_like  # noqa: F401  (OBSERVATION_PREFIXES: the rule, for readers)
 from ..errors import OptionError
 
 __all__ = ["TorchRLLayout", "torchrl_layout", "to_torchrl", "observation_like"]
 
 _FLAGS = ("terminated", "truncated")
-# views.transitions.OBSERVATION_PREFIXES (which this module cannot import: see torchrl_layout; a test holds them equal)
-OBSERVATION_PREFIXES = ("obs", "state", "image", "pixel")
 _NARROW_INTS = (torch.int8, torch.int16, torch.int32, torch.uint8)
 
 
@@ -94,11 +93,6 @@ class TorchRLLayout:
     per_step: tuple[str, ...] = ()
     time_major: bool = False
     flags: tuple[str, ...] = ("_is_first", "_is_last", "_is_terminal", "_lens", "_mask")
-
-
-def observation_like(name: str) -> bool:
-    """Whether a field is an observation by its name (``obs*``, ``state*``, ``image*``, ``pixel*``)."""
-    return name.lower().startswith(OBSERVATION_PREFIXES)
 
 
 def _nested(next_fields: Any, reward_field: Any) -> list[str]:

@@ -32,13 +32,13 @@ import torch
 
 from ..core.format import END_CODES
 from ..core.options import check_names, number
+from ..core.schema import OBSERVATION_PREFIXES, observation_like
 from ..errors import OptionError
 from .dataset import check_store
 from .kinds import NStepView
 
 __all__ = ["TransitionView", "OBSERVATION_PREFIXES", "observation_fields_of"]
 
-OBSERVATION_PREFIXES = ("obs", "state", "image", "pixel")
 _TRUNCATED = END_CODES["truncated"]
 # NStepView's options that a transitions view sets itself
 _NSTEP_ONLY = ("n_steps", "current_fields", "next_fields", "sequence_fields", "reward_field")
@@ -48,7 +48,7 @@ def observation_fields_of(fields: tuple[str, ...], chosen: Any = None, known: An
     """The observation fields among ``fields``: ``chosen`` (checked: step fields of ``known``, the store's,
     among ``fields``, at least one), else those named like observations (``OBSERVATION_PREFIXES``)."""
     if chosen is None:
-        found = tuple(name for name in fields if name.lower().startswith(OBSERVATION_PREFIXES))
+        found = tuple(name for name in fields if observation_like(name))
         if not found:
             *most, last = OBSERVATION_PREFIXES
             prefixes = ", ".join(map(repr, most)) + f" or {last!r}"
