@@ -28,7 +28,7 @@ import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from types import FrameType
-from typing import Any, Callable, Literal, TypeVar, cast, overload
+from typing import Any, Callable, Literal, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
 
@@ -311,16 +311,26 @@ def named_tuple_option(value: Any) -> tuple[str, ...] | None:
     return names
 
 
+_FILE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_file_name(name: Any, *, not_only_marks: bool = True) -> TypeGuard[str]:
+    """Whether ``name`` names the library's files in a store folder (priorities/, ratelimit/, training/): ASCII
+    letters, digits, '_' and '-', at most 64 (non-ASCII letters take up to 4 bytes each: 64 of them would not
+    fit a file system's 255-byte names), and (``not_only_marks``) not only '_' and '-'."""
+    return (isinstance(name, str) and _FILE_NAME.fullmatch(name) is not None
+            and (not not_only_marks or bool(name.strip("_-"))))
+
+
 def priorities_name(name: Any) -> str:
-    """A name of files under priorities/: ASCII letters, digits, '_' and '-' (not only those two), at most 64
-    (non-ASCII letters take up to 4 bytes each: 64 of them would not fit a file system's 255-byte names)."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
+    """A name of files under priorities/ (``is_file_name``)."""
+    if not is_file_name(name):
         raise OptionError(f"name must be letters, digits, '_' or '-' (at most 64), a file name (got {name!r})")
     return name
 
 
 def limiter_name(name: Any) -> str:
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+    if not is_file_name(name, not_only_marks=False):
         raise OptionError(f"name must be 1 to 64 letters, digits, '_' or '-' (a file name) (got {short(name)})")
     return name
 

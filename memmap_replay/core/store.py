@@ -460,14 +460,14 @@ class EpisodeStore:
             self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1))
         self._ensure_rows(max(start + episode.num_rows for start, episode, _ in plan))
         frames = self._ensure_frames(plan, encoded, heads)
-        slots = []
+        slots, encoded_files = [], self._encoded_files()
         for offset, (start, episode, at) in enumerate(plan):
             episode_id = state.next_episode + offset
             slot = episode_id % self.capacity.max_episodes
             # the slot's id goes to -1 while its entries are rewritten, and the new id comes last: a reader
             # that reads the ids after the entries (``live_table``) never takes a torn entry for a whole one
             self.table["id"].write_rows(slot, np.array([-1], dtype=fmt.TABLE["id"]))
-            for name, encoded_file in self._encoded_files().items():
+            for name, encoded_file in encoded_files.items():
                 encoded_file.write(start, at[name], *encoded[offset][name])
             for name, chunks in episode.rows.items():
                 file = self.steps[name]

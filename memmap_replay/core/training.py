@@ -33,6 +33,7 @@ import numpy as np
 
 from . import folderio
 from .format import TRAINING_DIR
+from .options import is_file_name
 from ..errors import CorruptStoreError, InvalidDataError, MissingFileError, OptionError, StoreNotFoundError
 
 try:
@@ -50,7 +51,7 @@ _KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 def training_state_name(name: Any) -> str:
     """A training state's name: 1 to 64 ASCII letters, digits, '_' or '-' (a file name), not only '_' and '-'."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or not name.strip("_-"):
+    if not is_file_name(name):
         raise OptionError(f"a training state's name must be 1 to 64 letters, digits, '_' or '-' (a file name), e.g. "
                           f"'run1' (got {name!r})")
     return name

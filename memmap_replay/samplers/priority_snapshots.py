@@ -41,7 +41,7 @@ class PrioritySnapshot:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The parts by name (what the training-state file stores)."""
-        return {"leaves": self.leaves, "ids": self.ids, "starts": self.starts}
+        return {part: getattr(self, part) for part in self.PARTS}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "PrioritySnapshot":
