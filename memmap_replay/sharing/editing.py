@@ -177,14 +177,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[EpisodeStore, Sequence[int]]], *,
-                room: dict, finish: Callable[[Path], None], bar: Any) -> dict[str, Any]:
-    """A new store at ``target`` holding the episodes at ``positions`` of each ``(store, positions)`` of ``parts``
-    in that order, built in a hidden sibling; ``finish(tmp)`` writes the card before it is moved in. Returns its
-    counts and how each field was copied."""
-    tables = [store.live_table() for store, _ in parts]
-    chosen = [(table.length[list(positions)], table.final[list(positions)])
-              for table, (_, positions) in zip(tables, parts)]
+def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[EpisodeStore, Any, Sequence[int]]],
+                *, room: dict, finish: Callable[[Path], None], bar: Any) -> dict[str, Any]:
+    """A new store at ``target`` holding the episodes at ``positions`` of each ``(store, table, positions)`` of
+    ``parts`` in that order (``table``: the store's live table the positions were chosen from, read once: a
+    writer's later commit cannot move them), built in a hidden sibling; ``finish(tmp)`` writes the card before
+    it is moved in. Returns its counts and how each field was copied."""
+    chosen = [(table.length[list(positions)], table.final[list(positions)]) for _, table, positions in parts]
     episodes = sum(len(lengths) for lengths, _ in chosen)
     steps = sum(int(lengths.sum()) for lengths, _ in chosen)
     rows = steps + sum(int(finals.sum()) for _, finals in chosen)
@@ -201,7 +200,7 @@ def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[E
         store.track_stats = False  # (rebuilt from the rows when first read)
         try:
             pending, size = [], 0
-            for (source, positions), table in zip(parts, tables):
+            for source, table, positions in parts:
                 links: dict = {}
                 for episode, first_row in episodes_of(source, table, schema, positions, links, copied):
                     pending.append((episode, first_row))
@@ -217,7 +216,7 @@ def build_store(kind: str, target: Path, schema: Schema, parts: Sequence[tuple[E
         finally:
             store.close()
             copier.close()
-        for (source, _), table in zip(parts, tables):
+        for source, table, _ in parts:
             _check_still_live(source, table)
         finish(tmp)
         place(tmp, target)

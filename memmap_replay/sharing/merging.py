@@ -69,7 +69,8 @@ def merge(out: str | os.PathLike, *folders: str | os.PathLike, fields: str = "sa
             stores.append(open_source(path))
         schema = merged_schema([store.schema for store in stores], paths, fields)
         report = EditReport("merge", [str(path) for path in paths])
-        total = sum(int(store.live_table().length.sum()) for store in stores)
+        tables = [store.live_table() for store in stores]  # (read once: the episodes copied are these)
+        total = sum(int(table.length.sum()) for table in tables)
         details = [source_details(path, store) for path, store in zip(paths, stores)]
 
         def finish(tmp: Path) -> None:
@@ -77,7 +78,7 @@ def merge(out: str | os.PathLike, *folders: str | os.PathLike, fields: str = "sa
 
         with progress_bar(total, "merge", progress) as bar:
             out_info = build_store("merge", target, schema,
-                                   [(store, range(store.num_episodes)) for store in stores],
+                                   [(store, table, range(len(table))) for store, table in zip(stores, tables)],
                                    room=dict(max_episodes=max_episodes, max_steps=max_steps,
                                              max_timesteps=max_timesteps, circular=circular),
                                    finish=finish, bar=bar)

@@ -86,7 +86,7 @@ def split(folder: str | os.PathLike, into: Mapping[Any, Any] | None = None, *,
             for name in names:
                 positions = sorted(int(p) for chain, output in assignment.items() if output == name
                                    for p in chains[chain])
-                info = build_store("split", targets[name], store.schema, [(store, positions)], room={},
+                info = build_store("split", targets[name], store.schema, [(store, table, positions)], room={},
                                    finish=_card(source, details, name, into, by, seed), bar=bar)
                 report.fields = info.pop("fields") or report.fields
                 report.outputs[name] = info
