@@ -30,6 +30,7 @@ from .core.update import plan_update
 from .core.vector import VectorEpisodeWriter
 from .core.writer import EpisodeWriter, StagingBuffer, segments, whole_episode
 from .reading.entries import BufferReads
+from .sharing.inplace import BufferEdits
 
 if TYPE_CHECKING:
     from .samplers.base import ReplaySampler
@@ -51,7 +52,7 @@ class EpisodeMeta(dict):
         self._writer.set_end(end, final)
 
 
-class ReplayBuffer(BufferReads):
+class ReplayBuffer(BufferReads, BufferEdits):
     """A folder of memory-mapped episodes (the native facade; ``memmap_replay.ReplayBuffer`` adds 0.2.3's methods).
 
     Parameters
@@ -219,6 +220,11 @@ class ReplayBuffer(BufferReads):
         table = self._store.live_table()
         lens[table.slots] = table.length
         return lens
+
+    @property
+    def episode_ids(self) -> np.ndarray:
+        """Ids of the live episodes, oldest first (what ``delete_episodes``, ``trim`` and ``relabel`` take)."""
+        return self._store.live_table().ids
 
     @property
     def live_episodes(self) -> np.ndarray:

@@ -217,9 +217,10 @@ from .schema import NAME_PATTERN, FieldSpec, Schema
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Capacity", "State", "StoreMeta", "read_meta", "write_meta"]
 
 FORMAT_NAME = "memmap_replay"
-FORMAT_VERSION = "2.0"  # the spec's version; a store without a codec is written as 1.1 (``StoreMeta.version``)
+FORMAT_VERSION = "3.0"  # the spec's version; a store without removed episodes or an edit in flight is written as
+ENCODED_VERSION = "2.0"  # 2.0 when it has compressed fields, else as 1.1 (``StoreMeta.version``): older readers open it
 PLAIN_VERSION = "1.1"  # the version of a store without compressed fields: older readers (1.x) open it
-READ_MAJORS = ("1", "2")
+READ_MAJORS = ("1", "2", "3")
 META_FILE = "meta.json"
 LOCK_FILE = "writer.lock"
 STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR = "steps", "meta", "episodes", "priorities"
@@ -231,6 +232,8 @@ LINKS = "continues"
 LINKS_SINCE = (1, 1)
 END_CODES = {None: 0, "terminated": 1, "truncated": 2}
 END_NAMES = {code: name for name, code in END_CODES.items()}
+REMOVED = 255  # the end code of a removed episode (``delete_episodes``; 3.0): no reader shows it
+JOURNAL_FILE = "journal.npy"  # in episodes/: the new entries of the edit in flight (see "Edits")
 STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR, TRAINING_DIR = "stats", "checksums.sha256", "ratelimit", "training"
 # what overwrite=True may delete (card.json and README.md are the user's words: they stay)
 _OWNED = (META_FILE, STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR, STATS_DIR, _MANIFEST_FILE, RATELIMIT_DIR,
@@ -252,6 +255,10 @@ class State:
     write_head: int = 0
     rows: int = 0
     commits: int = 0
+    # edit commits, two per edit: odd while an edit's journal is in flight (see "Edits"); 0 in a store never edited
+    edits: int = 0
+    # how many episodes with ids first_episode <= id < next_episode are removed (end code REMOVED)
+    removed: int = 0
     # per compressed field: {"head": where the next episode's frames go, "bytes": bytes its frames file holds}
     frames: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -259,7 +266,15 @@ class State:
         data = asdict(self)
         if not self.frames:  # (a store without codecs keeps 1.1's state)
             del data["frames"]
+        for key in ("edits", "removed"):  # (a store never edited keeps the state older readers know)
+            if not data[key]:
+                del data[key]
         return data
+
+    @property
+    def journal(self) -> bool:
+        """An edit's journal is in flight: its entries override the episode table's and meta files' (odd ``edits``)."""
+        return bool(self.edits & 1)
 
 
 @dataclass
@@ -278,8 +293,11 @@ class StoreMeta:
 
     @property
     def version(self) -> str:
-        """The version this store is written as: 2.0 with compressed fields, else 1.1 (which 1.x readers open)."""
-        return FORMAT_VERSION if self.schema.encoded else PLAIN_VERSION
+        """The version this store is written as: 3.0 with removed episodes or an edit in flight, else 2.0 with
+        compressed fields, else 1.1 (which 1.x readers open)."""
+        if self.state.removed or self.state.journal:
+            return FORMAT_VERSION
+        return ENCODED_VERSION if self.schema.encoded else PLAIN_VERSION
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -306,7 +324,9 @@ class StoreMeta:
         try:
             schema = Schema.from_json(data["schema"])
             capacity = Capacity(**{key: data["capacity"][key] for key in Capacity.__dataclass_fields__})
-            state = State(**{key: data["state"][key] for key in State.__dataclass_fields__ if key != "frames"})
+            optional = {"frames": None, "edits": 0, "removed": 0}  # (keys a 1.x store's state has not)
+            state = State(**{key: data["state"].get(key, optional[key]) if key in optional else data["state"][key]
+                             for key in State.__dataclass_fields__ if key != "frames"})
             state.frames = _frames_state(data["state"].get("frames", {}), schema, where)
             store_id = str(data["store_id"])
         except SchemaError as error:
@@ -316,6 +336,9 @@ class StoreMeta:
         if schema.encoded and major == "1":
             raise CorruptStoreError(f"{where} declares version {version!r} but has compressed fields "
                                     f"{sorted(schema.encoded)} (they are a 2.0 feature): it was altered by hand")
+        if (state.removed or state.edits & 1) and major != "3":
+            raise CorruptStoreError(f"{where} declares version {version!r} but has removed episodes or an edit in "
+                                    f"flight (a 3.0 feature): it was altered by hand")
         _check_numbers(capacity, state, where)
         return cls(schema, capacity, state, store_id, links=has_links(version))
 
@@ -357,7 +380,8 @@ def _check_numbers(capacity: Capacity, state: State, where: str) -> None:
             f"max_timesteps + 1 (got {asdict(capacity)})"
         )
     live = state.next_episode - state.first_episode
-    if live < 0 or live > capacity.max_episodes or state.write_head > capacity.max_steps:
+    if (live < 0 or live > capacity.max_episodes or state.write_head > capacity.max_steps
+            or state.removed > max(live, 0)):
         raise CorruptStoreError(f"{where} has inconsistent counters: {asdict(state)} for capacity {asdict(capacity)}")
 
 
@@ -426,6 +450,7 @@ def _writer_entries(schema: Schema) -> dict[str, bool]:
                RATELIMIT_DIR: False, TRAINING_DIR: False, f"{STATS_DIR}/running.npz": True}
     capacity = Capacity(1, 1, 2, False)  # the layout's names do not depend on the capacity
     entries.update((str(path), True) for _, _, path, _ in layout(schema, capacity))
+    entries[f"{EPISODES_DIR}/{JOURNAL_FILE}"] = True
     return entries
 
 

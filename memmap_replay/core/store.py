@@ -22,6 +22,7 @@ from . import folderio
 from . import format as fmt
 from ..errors import (CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsupportedFormatError)
+from .edits import Journal, read_journal
 from .encoded import EncodedField, frames_limit
 from .placement import Placement, place
 from .format import Capacity, NpyFile, StoreMeta
@@ -54,6 +55,12 @@ class CommitObserver:
 
     def committed(self, store: "EpisodeStore", episodes: list["PendingEpisode"]) -> None:
         pass
+
+    def editing(self, store: "EpisodeStore") -> None:
+        """Before an edit of committed episodes (``edit``, ``add_field``, ``compact``): after ``changing``."""
+
+    def edited(self, store: "EpisodeStore") -> None:
+        """After an edit is committed and written."""
 
     def flush(self, store: "EpisodeStore", *, closing: bool) -> None:
         pass
@@ -112,6 +119,9 @@ class EpisodeStore:
         self._closed = False
         self.track_stats = True  # read by the running statistics' observer (sharing/stats.py)
         self._observers: list[CommitObserver] | None = None  # made at the first change
+        # the journal of the edit in flight (odd ``state.edits``), and the meta files with it put over them
+        self._journal: Journal | None = None
+        self._overlaid: dict[str, np.ndarray] = {}
         self._state_lock, self._state_pid = threading.RLock(), os.getpid()
         self.steps: dict[str, StepFile] = {}
         self.metas: dict[str, NpyFile] = {}
@@ -268,7 +278,27 @@ class EpisodeStore:
 
     @property
     def num_episodes(self) -> int:
-        return self.meta.state.next_episode - self.meta.state.first_episode
+        state = self.meta.state
+        return state.next_episode - state.first_episode - state.removed
+
+    def journal(self) -> Journal | None:
+        """The journal of the edit in flight in ``meta`` (None: none). A reader whose meta.json is older than the
+        journal on disk (the writer finished that edit and began another) takes the newer meta.json first."""
+        for _ in range(_CONSISTENCY_RETRIES):
+            edits = self.meta.state.edits
+            if not edits & 1:
+                return None
+            if self._journal is not None and self._journal.number == edits:
+                return self._journal
+            journal = read_journal(self.folder, self.meta)
+            if journal is not None:
+                self._journal, self._overlaid = journal, {}
+                return journal
+            if self.is_writer or not self.refresh() and self.meta.state.edits == edits:
+                break
+        raise CorruptStoreError(f"{self.folder}/{fmt.EPISODES_DIR}/{fmt.JOURNAL_FILE} must hold the journal of edit "
+                                f"{self.meta.state.edits}, which meta.json says is in flight (edits is odd): it is "
+                                f"missing or another edit's; the edit's journal was lost")
 
     @property
     def is_writer(self) -> bool:
@@ -297,6 +327,14 @@ class EpisodeStore:
         return info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size
 
     def live_table(self, *, catch_up: bool = True) -> EpisodeTable:
+        """The live episodes (oldest first) with their entries in the episode table, removed ones left out (see
+        ``_live_table``)."""
+        with self.state_lock:
+            table = self._live_table(catch_up)
+        shown = table.end != fmt.REMOVED
+        return table if shown.all() else table.select(shown)
+
+    def _live_table(self, catch_up: bool) -> EpisodeTable:
         """The live episodes (oldest first) with their entries in the episode table. The writer's own store
         reads its own state. Any other reader gets a consistent snapshot while a writer in another process (or
         another store object) commits, as a seqlock around the read of the table:
@@ -307,11 +345,9 @@ class EpisodeStore:
         live then were never touched while their entries were read; the ones evicted meanwhile are left out.
         ``catch_up=True`` (the default): then the newer meta.json is taken instead (as ``refresh`` does) and
         the table read again, up to ``_CONSISTENCY_RETRIES`` times, so that ``meta`` (``num_episodes``) and
-        the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out."""
-        with self.state_lock:
-            return self._live_table(catch_up)
-
-    def _live_table(self, catch_up: bool) -> EpisodeTable:
+        the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out. An edit
+        committed meanwhile (``state.edits`` changed) rewrote entries in place: the newer meta.json is taken
+        and the table read again, as after a grow."""
         table, stored = self._table_of(self.meta.state)
         if self.is_writer:
             return table
@@ -324,7 +360,8 @@ class EpisodeStore:
             fresh = fmt.read_meta(self.folder)
             if fresh.store_id != self.meta.store_id:
                 raise CorruptStoreError(f"{self.folder} was replaced by a new store (overwrite); open it again")
-            if fresh.capacity != self.meta.capacity:  # a writer grew the store: the slots of ``meta`` are gone
+            # a writer grew the store (the slots of ``meta`` are gone), or edited entries in place
+            if fresh.capacity != self.meta.capacity or fresh.state.edits != self.meta.state.edits:
                 self.read_stamp = stamp
                 self._adopt(fresh)
                 return self._live_table(catch_up)
@@ -353,8 +390,10 @@ class EpisodeStore:
         """The table of ``state``'s live episodes as the slots hold it now, and the ids the slots hold."""
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
         slots = ids % self.meta.capacity.max_episodes
+        journal = self.journal()
         def get(name: str) -> np.ndarray:
-            return np.asarray(self.table[name].array()[slots])
+            values = np.asarray(self.table[name].array()[slots])
+            return values if journal is None or name == "id" else journal.over(fmt.EPISODES_DIR, name, slots, values)
         table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
         return table, (get("id") if not self.is_writer else ids)
 
@@ -365,7 +404,17 @@ class EpisodeStore:
         return cast(np.ndarray, self.steps[name].array(random=random))
 
     def meta_array(self, name: str) -> np.ndarray:
-        return self.metas[name].array()
+        """A meta field's values by slot: its read-only map, or while an edit is in flight a copy with the
+        journal's values put over it (so a reader never sees an edit half written)."""
+        journal = self.journal()
+        if journal is None:
+            return self.metas[name].array()
+        if name not in self._overlaid:
+            values = np.array(self.metas[name].array())
+            values[journal.slots] = journal.records[f"meta.{name}"]
+            values.flags.writeable = False
+            self._overlaid[name] = values
+        return self._overlaid[name]
 
     def refresh(self) -> bool:
         """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
@@ -457,7 +506,9 @@ class EpisodeStore:
         # that a later one evicts were never live, so the committed first id stops at next_episode)
         evicted_first = min(first, state.next_episode)
         if evicted_first != state.first_episode:
-            self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1))
+            self._write_meta(replace(state, first_episode=evicted_first, commits=state.commits + 1,
+                                     removed=state.removed - self._removed_between(state.first_episode,
+                                                                                   evicted_first)))
         self._ensure_rows(max(start + episode.num_rows for start, episode, _ in plan))
         frames = self._ensure_frames(plan, encoded, heads)
         slots, encoded_files = [], self._encoded_files()
@@ -506,7 +557,49 @@ class EpisodeStore:
             self._observers = [observer for factory in _OBSERVERS if (observer := factory(self)) is not None]
         return self._observers
 
+    def _removed_between(self, first: int, stop: int) -> int:
+        """How many episodes of ids ``first <= id < stop`` are removed (before their slots are reused)."""
+        if not self.meta.state.removed or stop <= first:
+            return 0
+        slots = np.arange(first, stop, dtype=np.int64) % self.capacity.max_episodes
+        return int(np.count_nonzero(self.table["end"].array()[slots] == fmt.REMOVED))
+
+    def edit(self, journal: Journal, *, removed: int = 0) -> None:
+        """Commit new entries and meta values for some live slots (``journal``) as one edit (``core/edits.py``):
+        the journal, then meta.json (the commit point), then the entries in place, then meta.json again.
+        ``removed``: how many episodes the edit removes."""
+        self.require_writable("edit the store")
+        for observer in self._changing():
+            observer.editing(self)
+        state = self.meta.state
+        try:
+            journal.write(self, state.edits + 1)
+            self._write_meta(replace(state, edits=state.edits + 1, removed=state.removed + removed,
+                                     commits=state.commits + 1))
+        except OSError as error:
+            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
+                raise
+            raise DiskFullError(f"no space left for {self.folder} to commit the edit ({error}): the store is as it "
+                                f"was; free some space and try again") from None
+        self._journal, self._overlaid = journal, {}
+        self._finish_edit()
+        for observer in self.observers:
+            observer.edited(self)
+
+    def _finish_edit(self) -> None:
+        """Write the entries of the edit in flight (this writer's, or one a killed writer committed) in place, then
+        commit meta.json with ``edits`` even."""
+        journal = self.journal()
+        if journal is None:
+            return
+        journal.apply(self)
+        state = self.meta.state
+        self._write_meta(replace(state, edits=state.edits + 1, commits=state.commits + 1))
+        self._journal, self._overlaid = None, {}
+        folderio.remove(self.folder, self.folder / fmt.EPISODES_DIR / fmt.JOURNAL_FILE)
+
     def _changing(self) -> list[CommitObserver]:
+        self._finish_edit()
         self._ensure_links()
         for observer in self.observers:
             observer.changing(self)
@@ -562,7 +655,9 @@ class EpisodeStore:
     def _plan(self, episodes: list[PendingEpisode], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]]
               ) -> tuple[int, list[Placement], dict[str, int]]:
         """Where each episode goes, and the evictions that makes necessary (``core/placement.py``)."""
-        return place(self.capacity, self.meta.state, self.live_table(), self._encoded_files(), episodes, encoded)
+        # (removed episodes too: they hold their slots and rows until evicted)
+        return place(self.capacity, self.meta.state, self._table_of(self.meta.state)[0], self._encoded_files(),
+                     episodes, encoded)
 
     def _ensure_rows(self, rows: int) -> None:
         state = self.meta.state
@@ -611,7 +706,8 @@ class EpisodeStore:
         self.require_writable("clear")
         self._changing()
         state = self.meta.state
-        self._write_meta(replace(state, first_episode=state.next_episode, write_head=0, commits=state.commits + 1))
+        self._write_meta(replace(state, first_episode=state.next_episode, write_head=0, commits=state.commits + 1,
+                                 removed=0))
 
     def update_rows(self, name: str, start: int, values: np.ndarray) -> None:
         self.require_writable("update")

@@ -40,11 +40,12 @@ import numpy as np
 from ..core import folderio
 from ..core import format as fmt
 from .checksums import MANIFEST, check_manifest, _judge, read_manifest, stray_files
-from ..errors import (OptionError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError, SchemaError,
-                     StoreIOError, StoreNotFoundError)
+from ..errors import (OptionError, CorruptStoreError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError,
+                     SchemaError, StoreIOError, StoreNotFoundError, UnsafeEntryError)
 from .stats import _MAX_RUNNING_BYTES, _NPY_HEADER_ROOM, RUNNING_FILE, _expected_members
 from .verify_encoded import FieldFramesCheck, check_frames_state
-from ..core.format import Capacity, State
+from ..core.edits import read_journal
+from ..core.format import Capacity, State, StoreMeta
 from ..core.schema import Schema
 
 if TYPE_CHECKING:
@@ -262,7 +263,8 @@ class _StoreChecker:
         if not isinstance(data, dict):
             self.problem("meta.json", f"'{section}' must be a JSON object with {names} (found {data!r})")
             return None
-        good = True
+        good, optional = True, {"edits": 0, "removed": 0}  # (state keys since 3.0: absent is 0)
+        data = {**{key: value for key, value in optional.items() if key in names}, **data}
         for key in names:
             value = data.get(key)
             if key not in data:
@@ -439,7 +441,7 @@ class _StoreChecker:
             layout = fmt.layout(self.schema, Capacity(1, 1, 2, False))  # (the names do not depend on the capacity)
             return {path.as_posix() for _, _, path, _ in layout if path.parts[0] == top}
         if top == fmt.EPISODES_DIR:
-            return {f"{top}/{name}.npy" for name in fmt.TABLE}
+            return {f"{top}/{name}.npy" for name in fmt.TABLE} | {f"{top}/{fmt.JOURNAL_FILE}"}
         return None  # priorities/, ratelimit/, training/: run state the library owns, every entry
 
     # ---- stats/running.npz -------------------------------------------------------------------------------
@@ -580,6 +582,7 @@ class _StoreChecker:
         slots = ids % capacity.max_episodes
         table = {name: np.asarray(array[slots]) for name, array in self.table.items()}
         self.table.clear()
+        table = self.with_journal(table, slots)
         self.report.checked["live_episodes"] = len(ids)
         start, length, end, final = table["start"], table["length"], table["end"], table["final"].view(np.uint8)
         def episode(i):
@@ -590,8 +593,12 @@ class _StoreChecker:
                     f"has length {length[i]} (expected 1 .. {capacity.max_timesteps}, capacity.max_timesteps)")
         self.listed("episodes/start.npy", (start < 0) | (start > state.rows), lambda i: f"{episode(i)} starts at row "
                     f"{start[i]} (expected a row in 0 .. {state.rows - 1}, state.rows = {state.rows})")
-        self.listed("episodes/end.npy", end > max(fmt.END_NAMES), lambda i: f"{episode(i)} has end code {end[i]} "
-                    f"(expected {_END_CODES_TEXT})")
+        removed = end == fmt.REMOVED
+        self.listed("episodes/end.npy", (end > max(fmt.END_NAMES)) & ~removed, lambda i: f"{episode(i)} has end code "
+                    f"{end[i]} (expected {_END_CODES_TEXT}, or {fmt.REMOVED} removed)")
+        if int(removed.sum()) != state.removed:
+            self.problem("episodes/end.npy", f"{int(removed.sum())} episodes in the live range are removed (end code "
+                                             f"{fmt.REMOVED}) (expected state.removed = {state.removed} of meta.json)")
         if self.links:
             self.check_links(table[fmt.LINKS], ids, end, final, episode)
         self.listed("episodes/final.npy", final > 1, lambda i: f"{episode(i)} has byte {final[i]} (expected 0 or 1; "
@@ -604,10 +611,31 @@ class _StoreChecker:
         inside = sane & ~beyond
         self.check_overlaps(ids[inside], start[inside], stop[inside])
         self.live = ids[inside], start[inside], stop[inside]
-        if len(ids) and inside[-1] and state.write_head not in (0, stop[-1]):
-            self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[-1]}, the row after "
+        # (at or after the newest episode's rows: a trim of its tail leaves rows between them)
+        if len(ids) and inside[-1] and state.write_head != 0 and state.write_head < stop[-1]:
+            self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[-1]} or more, after "
                                       f"the newest live episode {ids[-1]}, or 0); a writer would overwrite live rows")
         self.report.checked["live_rows"] = int((stop - start)[inside].sum())
+
+    def with_journal(self, table: dict[str, np.ndarray], slots: np.ndarray) -> dict[str, np.ndarray]:
+        """The live entries with the journal of an edit in flight (odd ``state.edits``) put over them, as readers
+        see them; a journal that cannot be read is a problem."""
+        if self.schema is None or self.capacity is None or self.state is None or not self.state.journal:
+            return table
+        rel = f"{fmt.EPISODES_DIR}/{fmt.JOURNAL_FILE}"
+        try:
+            journal = read_journal(self.folder, StoreMeta(self.schema, self.capacity, self.state, ""))
+        except (CorruptStoreError, UnsafeEntryError, OSError) as error:
+            self.problem(rel, f"the journal of the edit in flight cannot be read: {error}", error)
+            return table
+        if journal is None:
+            self.problem(rel, f"is missing or another edit's (expected edit {self.state.edits}'s journal: meta.json "
+                              f"says it is in flight)")
+            return table
+        self.warn(rel, f"edit {self.state.edits} is in flight (its writer was killed, or is writing now): readers see "
+                       f"it done, and the next writer finishes it")
+        return {name: journal.over(fmt.EPISODES_DIR, name, slots, values) if name != "id" else values
+                for name, values in table.items()}
 
     def check_frames(self) -> None:
         """Each compressed field's live rows: index entries, contiguous frames, and every frame decoded."""

@@ -108,6 +108,7 @@ class StoreView(SnapshotChecks, BatchDataset):
         state = store.meta.state
         self.state = (state.first_episode, state.next_episode)
         self._capacity = store.capacity
+        self._edits = state.edits
 
     @property
     def kind(self) -> str:

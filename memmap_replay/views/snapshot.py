@@ -46,6 +46,7 @@ class SnapshotChecks:
     table: EpisodeTable
     key_stride: int
     _capacity: Capacity
+    _edits: int
     _stamp: tuple[int, ...] | None
     _generation: int
 
@@ -87,7 +88,12 @@ class SnapshotChecks:
             if not store.is_writer and store.meta_stamp() != self._stamp:
                 store.refresh()
                 self._stamp = store.read_stamp
-            capacity, first = store.capacity, store.meta.state.first_episode
+            capacity, first, edits = store.capacity, store.meta.state.first_episode, store.meta.state.edits
+        if edits != self._edits:  # an edit rewrote entries or meta values in place while this batch was read
+            raise SampleExpiredError(
+                f"{store.folder} was edited (delete_episodes, trim, relabel, add_field or compact) since this view's "
+                f"snapshot, so this batch may hold rows or meta of the store before the edit; draw again (a "
+                f"sampler's batch() does), or refresh() the view (a DataLoader: make a new one)")
         if capacity != self._capacity:  # a grow moved slots (or made a ring) while this batch was read
             self._check_stride(store)
             raise SampleExpiredError(

@@ -1,0 +1,191 @@
+"""Edits of a writable buffer in place: ``delete_episodes``, ``trim`` and ``relabel`` (this module's ``BufferEdits``,
+a base of ``ReplayBuffer``). Each is one crash-safe commit of new episode-table entries and meta values
+(``core/edits.py``) whose cost follows the episodes it changes, never the store's size: no step row is read or
+written (a compressed field's frames included). After the commit the card records the edit in its provenance, and a
+checksum manifest that was current is brought up to date (``checksums`` observer).
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from ..core import format as fmt
+from ..core.convert import as_array, coerce
+from ..core.edits import Journal
+from ..core.episodes import meta_mask
+from ..core.index import EpisodeTable
+from ..core.options import did_you_mean, short
+from ..core.store import EpisodeStore
+from ..errors import IndexRangeError, IndexTypeError, InvalidDataError, OptionError
+from .card import add_provenance
+
+__all__ = ["BufferEdits"]
+
+_LISTED = 1000  # ids a provenance record lists (then it says how many more)
+
+
+class BufferEdits:
+    """``ReplayBuffer``'s edits of committed episodes in place (its ``_check_idle`` and ``_store``)."""
+
+    _store: EpisodeStore
+
+    def _check_idle(self, action: str, *, leaves_open: bool = False) -> None:  # (ReplayBuffer's)
+        raise NotImplementedError
+
+    def delete_episodes(self, ids: int | Iterable[int]) -> int:
+        """Remove the episodes with these ids (``buffer.episode_ids`` lists them; ``Episode.id``) from every reader
+        at one commit; returns how many. Their rows stay on disk, unread, until ``compact()`` frees them (a ring
+        overwrites them as it wraps). Crash-safe: killed at any instant, the folder reopens with all of them or
+        none. Readers in other processes see them gone at their next refresh; a batch read across the edit is
+        never returned (``SampleExpiredError``: a sampler draws again). Prioritized samplers drop their
+        priorities; running statistics are recomputed from the episodes left at their next use."""
+        self._check_idle("delete episodes")
+        store = self._store
+        table, positions = _live_positions(store, ids, "delete_episodes")
+        journal = Journal.of(store, table.slots[positions])
+        journal.records["end"] = fmt.REMOVED
+        store.edit(journal, removed=len(positions))
+        _record(store, "delete_episodes", episodes=_listed(table.ids[positions]))
+        return len(positions)
+
+    def trim(self, id: int, start: int | None = None, stop: int | None = None) -> int:
+        """Keep steps ``start:stop`` of episode ``id`` (a Python slice of its steps: negative counts from its end;
+        ``trim(id, stop=-10)`` drops the last 10 steps); returns its new length. A cut tail makes the episode
+        truncated, with the first step cut off as its final observation (so ``next_obs`` at the new last step is
+        the observation that followed it); a kept tail keeps its end and final observation. Cutting the head of a
+        segment of a split episode (``long_episodes='split'``) makes it start an episode, and cutting its tail ends
+        the link of the segment that continued it. One crash-safe commit; no step row is read or written (the cut
+        rows are freed by ``compact()``)."""
+        self._check_idle("trim an episode")
+        store = self._store
+        table, positions = _live_positions(store, [id], "trim")
+        position = int(positions[0])
+        length = int(table.length[position])
+        first, last, step = slice(start, stop).indices(length)
+        if step != 1 or last - first < 1 or not _is_index(start) or not _is_index(stop):
+            raise IndexRangeError(
+                f"trim(id={int(table.ids[position])}, start={start!r}, stop={stop!r}) must keep at least one of the "
+                f"episode's {length} steps (start and stop are ints or None, as in episode[start:stop]: "
+                f"0 <= start < stop <= {length} after negative ones count from the end; got steps {first}:{last})")
+        if first == 0 and last == length:
+            return length
+        slot = int(table.slots[position])
+        changed = [slot]
+        cut_tail = last < length
+        successor = _successor(store, table, position) if cut_tail else None
+        if successor is not None:
+            changed.append(successor)
+        journal = Journal.of(store, np.array(changed))
+        entry = journal.records[journal.position(slot)]
+        entry["start"] = int(table.start[position]) + first
+        entry["length"] = last - first
+        if first:
+            entry["continues"] = 0
+        if cut_tail:
+            entry["end"], entry["final"] = fmt.END_CODES["truncated"], True
+        if successor is not None:
+            journal.records["continues"][journal.position(successor)] = 0
+        store.edit(journal)
+        _record(store, "trim", episode=int(table.ids[position]), steps=[first, last], length=length)
+        return last - first
+
+    def relabel(self, ids_or_filter: int | Iterable[int] | Mapping[str, Any], **meta: Any) -> int:
+        """Set meta values of episodes: ``relabel([3, 7], task_id=2)`` (episode ids), or every live episode
+        whose meta values equal a filter's, ``relabel({"task_id": 1}, task_id=2)``. A value is one for every
+        episode, or one per episode (in the order of the ids, or oldest first for a filter). Returns how many
+        episodes changed (0 when a filter matches none). One crash-safe commit: readers see all the new values
+        or none."""
+        self._check_idle("relabel episodes")
+        store = self._store
+        if not meta:
+            raise OptionError(f"relabel needs at least one meta value to set, as relabel(ids, name=value) "
+                              f"(meta fields: {sorted(store.schema.meta_fields)})")
+        unknown = sorted(set(meta) - set(store.schema.meta_fields))
+        if unknown:
+            raise InvalidDataError(f"relabel sets meta fields; {unknown} are not meta fields of the store (its meta "
+                                   f"fields: {sorted(store.schema.meta_fields)}){did_you_mean(unknown, store.schema.meta_fields)}")
+        if isinstance(ids_or_filter, Mapping):
+            table = store.live_table()
+            keep = meta_mask(store, table.slots, ids_or_filter)
+            positions = np.flatnonzero(keep) if keep is not None else np.arange(len(table))
+            chosen = {"filter": {key: short(value) for key, value in ids_or_filter.items()}}
+        else:
+            table, positions = _live_positions(store, ids_or_filter, "relabel", unique=True)
+            chosen = {"episodes": _listed(table.ids[positions])}
+        values = {name: _values(store, name, value, len(positions)) for name, value in meta.items()}
+        if not len(positions):
+            return 0
+        slots = table.slots[positions]
+        journal = Journal.of(store, slots)
+        order = np.argsort(slots, kind="stable")  # the journal's records are by slot
+        for name, rows in values.items():
+            journal.records[f"meta.{name}"] = rows[order]
+        store.edit(journal)
+        _record(store, "relabel", **chosen, values={name: short(value) for name, value in meta.items()})
+        return len(positions)
+
+
+def _is_index(value: Any) -> bool:
+    return value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
+
+
+def _live_positions(store: EpisodeStore, ids: Any, verb: str, *, unique: bool = False
+                    ) -> tuple[EpisodeTable, np.ndarray]:
+    """The live table and the positions in it of the episodes ``ids`` names (ints; each live). Repeated ids
+    count once (``unique``: they are refused, for values given per id)."""
+    table = store.live_table()
+    listed = [ids] if isinstance(ids, numbers.Integral) else ids
+    try:
+        values = [operator.index(value) for value in listed]
+    except TypeError:
+        raise IndexTypeError(f"{verb} takes episode ids: an int or a list of ints, as buffer.episode_ids lists them "
+                             f"(got {short(ids)})") from None
+    if not values:
+        raise OptionError(f"{verb} needs at least one episode id (got {short(ids)}); buffer.episode_ids lists them")
+    wanted = np.asarray(values, dtype=np.int64)
+    if unique and len(np.unique(wanted)) != len(wanted):
+        raise OptionError(f"{verb} got an episode id twice in {short(ids)}: name each episode once")
+    where = np.minimum(np.searchsorted(table.ids, wanted), max(len(table) - 1, 0))
+    found = (table.ids[where] == wanted) if len(table) else np.zeros(len(wanted), bool)
+    if not found.all():
+        missing = wanted[~found][:10].tolist()
+        span = f"{int(table.ids[0])}..{int(table.ids[-1])}" if len(table) else "none"
+        raise IndexRangeError(f"{verb}: episode id(s) {missing} are not live in {store.folder} (never stored, "
+                              f"evicted by the ring, or deleted; live ids: {len(table)} in {span}, "
+                              f"buffer.episode_ids lists them); nothing was changed")
+    return table, (where if unique else np.unique(where))
+
+
+def _successor(store: EpisodeStore, table: EpisodeTable, position: int) -> int | None:
+    """The slot of the live segment that continues the episode at ``position`` (a split episode's), if any."""
+    if table.end[position] != 0 or not table.final[position]:  # (only a segment with a successor ends so)
+        return None
+    links = store.links(table)
+    after = np.flatnonzero(links == table.ids[position])
+    return int(table.slots[after[0]]) if len(after) else None
+
+
+def _values(store: EpisodeStore, name: str, value: Any, count: int) -> np.ndarray:
+    """``value`` for meta field ``name``: one for every episode or one per episode, as (count, *shape)."""
+    spec = store.schema.meta_fields[name]
+    array = as_array(value, f"meta field {name!r}")
+    per_episode = array.ndim == len(spec.shape) + 1
+    if per_episode and len(array) != count:
+        raise InvalidDataError(f"relabel: meta field {name!r} must have one value for every episode, or one per "
+                               f"episode: shape {spec.shape} or ({count}, *{spec.shape}) (got shape {array.shape})")
+    rows = coerce(spec, array, (count,) if per_episode else (), kind="meta field")
+    return np.ascontiguousarray(np.broadcast_to(rows, (count, *spec.shape)))
+
+
+def _listed(ids: np.ndarray) -> list[int] | dict[str, Any]:
+    """Episode ids for a provenance record: all of them, or the first ``_LISTED`` and how many."""
+    values = sorted(int(value) for value in ids)
+    return values if len(values) <= _LISTED else {"first": values[:_LISTED], "count": len(values)}
+
+
+def _record(store: EpisodeStore, kind: str, **details: Any) -> None:
+    add_provenance(store.folder, kind, str(store.folder), **details)
