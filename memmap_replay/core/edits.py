@@ -6,8 +6,9 @@ length, end, final, continues) and every meta value. The writer writes it (temp 
 ``meta.json`` with ``state.edits`` made odd (the commit point: from here on the edit is the store's), writes the
 records into ``episodes/`` and ``meta/`` in place, then commits ``meta.json`` again with ``edits`` even. While
 ``edits`` is odd, readers take the journal's records over the files' (``Journal.over``), so that a reader never sees
-an entry half written (the journal is removed once ``edits`` is even again); a writer that finds it odd (its predecessor was killed) writes the records again before its
-first change. A kill before the first commit leaves the old store (the journal is ignored), after it the new one.
+an entry half written (the journal is removed once ``edits`` is even again); a writer that finds it odd (its
+predecessor was killed) writes the records again before its first change. A kill before the first commit leaves the
+old store (the journal is ignored), after it the new one.
 """
 
 from __future__ import annotations

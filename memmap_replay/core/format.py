@@ -221,6 +221,7 @@ FORMAT_VERSION = "3.0"  # the spec's version; a store without removed episodes o
 ENCODED_VERSION = "2.0"  # 2.0 when it has compressed fields, else as 1.1 (``StoreMeta.version``): older readers open it
 PLAIN_VERSION = "1.1"  # the version of a store without compressed fields: older readers (1.x) open it
 READ_MAJORS = ("1", "2", "3")
+MAJORS_TEXT = f"{', '.join(READ_MAJORS[:-1])} and {READ_MAJORS[-1]}"  # "1, 2 and 3"
 META_FILE = "meta.json"
 LOCK_FILE = "writer.lock"
 STEPS_DIR, META_DIR, EPISODES_DIR, PRIORITIES_DIR = "steps", "meta", "episodes", "priorities"
@@ -255,12 +256,12 @@ class State:
     write_head: int = 0
     rows: int = 0
     commits: int = 0
+    # per compressed field: {"head": where the next episode's frames go, "bytes": bytes its frames file holds}
+    frames: dict[str, dict[str, int]] = field(default_factory=dict)
     # edit commits, two per edit: odd while an edit's journal is in flight (see "Edits"); 0 in a store never edited
     edits: int = 0
     # how many episodes with ids first_episode <= id < next_episode are removed (end code REMOVED)
     removed: int = 0
-    # per compressed field: {"head": where the next episode's frames go, "bytes": bytes its frames file holds}
-    frames: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -319,7 +320,7 @@ class StoreMeta:
         if major not in READ_MAJORS:
             raise UnsupportedFormatError(
                 f"{where} has format version {version!r}; this memmap_replay reads major versions "
-                f"{' and '.join(READ_MAJORS)} only; upgrade memmap_replay to open it"
+                f"{MAJORS_TEXT} only; upgrade memmap_replay to open it"
             )
         try:
             schema = Schema.from_json(data["schema"])

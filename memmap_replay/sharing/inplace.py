@@ -106,8 +106,9 @@ class BufferEdits:
                               f"(meta fields: {sorted(store.schema.meta_fields)})")
         unknown = sorted(set(meta) - set(store.schema.meta_fields))
         if unknown:
+            known = store.schema.meta_fields
             raise InvalidDataError(f"relabel sets meta fields; {unknown} are not meta fields of the store (its meta "
-                                   f"fields: {sorted(store.schema.meta_fields)}){did_you_mean(unknown, store.schema.meta_fields)}")
+                                   f"fields: {sorted(known)}){did_you_mean(unknown, known)}")
         if isinstance(ids_or_filter, Mapping):
             table = store.live_table()
             keep = meta_mask(store, table.slots, ids_or_filter)

@@ -240,7 +240,7 @@ class _StoreChecker:
             self.problem("meta.json", f"'version' is missing (expected \"MAJOR.MINOR\" such as {fmt.FORMAT_VERSION!r})")
             return False
         if str(version).split(".")[0] not in fmt.READ_MAJORS:
-            majors = " and ".join(fmt.READ_MAJORS)
+            majors = fmt.MAJORS_TEXT
             self.problem("meta.json", f"format version {version!r} is not readable by this memmap_replay "
                                       f"(it reads major versions {majors}); upgrade memmap_replay")
             return False

@@ -439,7 +439,7 @@ META_LIES = {
         "codec", {"name": "zstd", "level": 3}), r"state\.frames|steps/action\.(index|frames)\.npy"),
     "version 1.1": (lambda meta: meta.__setitem__("version", "1.1"), r"version '1\.1'.*compressed fields \['image'\]"),
     "version 1.0": (lambda meta: meta.__setitem__("version", "1.0"), r"version '1\.0'.*compressed fields \['image'\]"),
-    "version 3.0": (lambda meta: meta.__setitem__("version", "3.0"), r"version '3\.0'.*upgrade"),
+    "version 4.0": (lambda meta: meta.__setitem__("version", "4.0"), r"version '4\.0'.*upgrade"),
     "frames a list": (frames_state([]), r"state\.frames"),
     "frames null": (frames_state(None), r"state\.frames"),
     "frames of another field": (frames_state({"image": {"head": 0, "bytes": 0}, "action": {"head": 0, "bytes": 0}}),

@@ -111,8 +111,8 @@ def test_unknown_major_version_is_refused_unknown_keys_ignored(make_buffer):
     reopened = ReplayBuffer.from_folder(buffer.folder, read_only=True)
     assert reopened.num_episodes == 1
     reopened.close()
-    edit_meta(buffer.folder, lambda d: d.update(version="3.0"))
-    with pytest.raises(UnsupportedFormatError, match="major versions 1 and 2 only"):
+    edit_meta(buffer.folder, lambda d: d.update(version="4.0"))
+    with pytest.raises(UnsupportedFormatError, match="major versions 1, 2 and 3 only"):
         ReplayBuffer.from_folder(buffer.folder, read_only=True)
 
 

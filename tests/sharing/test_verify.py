@@ -167,8 +167,8 @@ DAMAGE = [
                  r"must declare format 'memmap_replay'", id="meta-json-list"),
     pytest.param(edit_meta(lambda d: d.update(format="zarr")), "meta.json", UnsupportedFormatError, r"got 'zarr'",
                  id="meta-wrong-format"),
-    pytest.param(edit_meta(lambda d: d.update(version="3.0")), "meta.json", UnsupportedFormatError,
-                 r"major versions 1 and 2 only", id="meta-version-3"),
+    pytest.param(edit_meta(lambda d: d.update(version="4.0")), "meta.json", UnsupportedFormatError,
+                 r"major versions 1, 2 and 3 only", id="meta-version-4"),
     pytest.param(edit_meta(lambda d: d.pop("schema")), "meta.json", CorruptStoreError,
                  r"meta\.json is missing or has malformed entries", id="meta-no-schema"),
     pytest.param(edit_meta(lambda d: d["state"].pop("rows")), "meta.json", CorruptStoreError,
@@ -727,7 +727,7 @@ def test_cli_json_on_a_damaged_store(folder):
     report = json.loads(done.stdout)
     assert report["ok"] is False and report["is_store"] is True and report["checked"]["live_episodes"] == 3
     assert report["problems"] == ["episodes/end.npy: live episode 2 (slot 2) has end code 7 (expected 0 unspecified, "
-                                  "1 terminated, 2 truncated)"]
+                                  "1 terminated, 2 truncated, or 255 removed)"]
 
 
 def test_cli_on_every_damage_kind(tmp_path, capsys):
