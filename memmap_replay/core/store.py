@@ -59,8 +59,8 @@ class CommitObserver:
     def editing(self, store: "EpisodeStore") -> None:
         """Before an edit of committed episodes (``edit``, ``add_field``, ``compact``): after ``changing``."""
 
-    def edited(self, store: "EpisodeStore") -> None:
-        """After an edit is committed and written."""
+    def edited(self, store: "EpisodeStore", paths: list[str]) -> None:
+        """After an edit is committed and written; ``paths``: the files it wrote besides meta.json (relative)."""
 
     def flush(self, store: "EpisodeStore", *, closing: bool) -> None:
         pass
@@ -583,8 +583,13 @@ class EpisodeStore:
                                 f"was; free some space and try again") from None
         self._journal, self._overlaid = journal, {}
         self._finish_edit()
+        self._edited([*self.table.values(), *self.metas.values()])
+
+    def _edited(self, files: list[NpyFile]) -> None:
+        """Tell the observers that an edit wrote ``files``."""
+        paths = [file.path.relative_to(self.folder).as_posix() for file in files]
         for observer in self.observers:
-            observer.edited(self)
+            observer.edited(self, paths)
 
     def _finish_edit(self) -> None:
         """Write the entries of the edit in flight (this writer's, or one a killed writer committed) in place, then

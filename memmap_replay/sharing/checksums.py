@@ -396,15 +396,40 @@ def _writer_locked(folder: Path, action: str) -> Iterator[None]:
 
 class _ManifestObserver(CommitObserver):
     """A write makes checksums.sha256 stale: it goes before a writer's first change (``checksum`` writes it
-    again)."""
+    again). An edit in place (``delete_episodes``, ``trim``, ``relabel``, ``add_field``, ``compact``) brings a manifest
+    that was current before it up to date instead: the files the edit wrote are hashed again, the others keep their
+    lines (so an edit's cost still follows what it changed)."""
 
     def __init__(self) -> None:
         self.dropped = False
+        # the entries of a manifest that was current before this writer's changes, while every change since is an
+        # edit's (which rewrote it); ``candidate``: those entries, during a change not yet known to be an edit
+        self.kept: dict[str, str] | None = None
+        self.candidate: dict[str, str] | None = None
 
     def changing(self, store) -> None:
+        folder = Path(store.folder)
         if not self.dropped:
-            folderio.remove(store.folder, Path(store.folder) / MANIFEST)
+            if self.kept is None:
+                entries, problems = read_manifest(folder)
+                self.kept = entries if entries and not problems else None
+            folderio.remove(store.folder, folder / MANIFEST)
             self.dropped = True
+        self.candidate, self.kept = self.kept, None  # (a change that is no edit leaves it stale for good)
+
+    def editing(self, store) -> None:
+        self.kept = self.candidate
+
+    def edited(self, store, paths) -> None:
+        if self.kept is None:
+            return
+        folder = Path(store.folder)
+        with _folder_lock(folder):
+            written = [rel for rel in {fmt.META_FILE, *paths} if (folder / rel).is_file()]
+            entries = {rel: digest for rel, digest in self.kept.items() if (folder / rel).exists()}
+            entries.update(_hash_files(folder, written))
+            _write_atomic(folder / MANIFEST, "".join(f"{entries[rel]}  {rel}\n" for rel in sorted(entries)).encode())
+        self.kept, self.dropped = entries, False
 
 
 observe_commits(lambda store: _ManifestObserver())

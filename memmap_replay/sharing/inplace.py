@@ -109,6 +109,7 @@ class BufferEdits:
             known = store.schema.meta_fields
             raise InvalidDataError(f"relabel sets meta fields; {unknown} are not meta fields of the store (its meta "
                                    f"fields: {sorted(known)}){did_you_mean(unknown, known)}")
+        chosen: dict[str, Any]
         if isinstance(ids_or_filter, Mapping):
             table = store.live_table()
             keep = meta_mask(store, table.slots, ids_or_filter)

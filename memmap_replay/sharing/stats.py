@@ -497,6 +497,12 @@ class _StatsObserver(CommitObserver):
             self.running = RunningStats.load(store.folder, store.meta.schema, store.meta.store_id)
             self.running.catch_up(store)
 
+    def editing(self, store) -> None:
+        """An edit changes which rows the moments cover: they are recomputed from the episodes left when next
+        needed (the file goes now, so that no reader takes it)."""
+        self.running = None
+        folderio.remove(store.folder, Path(store.folder) / STATS_DIR / RUNNING_FILE)
+
     def committed(self, store, episodes) -> None:
         # (committing() loaded them)
         cast(RunningStats, self.running).committed(episodes, store.meta.state.next_episode, store.folder)
