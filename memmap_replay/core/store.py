@@ -431,7 +431,8 @@ class EpisodeStore:
     def _adopt(self, meta: StoreMeta) -> None:
         """Take a newer meta.json; the step files have grown to its row count before it was written. A new
         capacity (a writer grew the store) reopens every file, whose headers have grown before it was written."""
-        grown = meta.capacity != self.meta.capacity
+        # (a new schema: a field was added, and its file is new)
+        grown = meta.capacity != self.meta.capacity or meta.schema != self.meta.schema
         if not meta.links and fmt.LINKS in self.table:  # a 1.0 writer wrote it: its links file is stale, and the
             self.table.pop(fmt.LINKS).close()           # next writer of this version makes a new one
         # a writer upgraded a 1.0 store (its links file is new): open it as a grow would
@@ -674,8 +675,8 @@ class EpisodeStore:
                 file.grow(grown)
         state.rows = grown  # committed with the next meta.json; files never shrink, so this is safe
 
-    def _write_meta(self, state: fmt.State, *, capacity: Capacity | None = None) -> None:
-        meta = StoreMeta(self.meta.schema, capacity or self.meta.capacity, state, self.meta.store_id)
+    def _write_meta(self, state: fmt.State, *, capacity: Capacity | None = None, schema: Schema | None = None) -> None:
+        meta = StoreMeta(schema or self.meta.schema, capacity or self.meta.capacity, state, self.meta.store_id)
         try:
             fmt.write_meta(self.folder, meta, durable=self.durable)
         except OSError as error:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,10 +18,12 @@ from ..core.convert import as_array, coerce
 from ..core.edits import Journal
 from ..core.episodes import meta_mask
 from ..core.index import EpisodeTable
+from ..core.schema import FieldSpec
 from ..core.options import did_you_mean, short
 from ..core.store import EpisodeStore
 from ..errors import IndexRangeError, IndexTypeError, InvalidDataError, OptionError
 from .card import add_provenance
+from .derived import add_field
 
 __all__ = ["BufferEdits"]
 
@@ -65,12 +67,18 @@ class BufferEdits:
         table, positions = _live_positions(store, [id], "trim")
         position = int(positions[0])
         length = int(table.length[position])
+        if not _is_index(start) or not _is_index(stop):
+            raise IndexTypeError(f"trim(id={int(table.ids[position])}, start={start!r}, stop={stop!r}): start and stop "
+                                 f"must be ints or None, as in episode[start:stop] (got {type(start).__name__} and "
+                                 f"{type(stop).__name__})")
         first, last, step = slice(start, stop).indices(length)
-        if step != 1 or last - first < 1 or not _is_index(start) or not _is_index(stop):
+        outside = [value for value in (start, stop) if value is not None and not -length <= value <= length]
+        if step != 1 or last - first < 1 or outside:
             raise IndexRangeError(
                 f"trim(id={int(table.ids[position])}, start={start!r}, stop={stop!r}) must keep at least one of the "
                 f"episode's {length} steps (start and stop are ints or None, as in episode[start:stop]: "
-                f"0 <= start < stop <= {length} after negative ones count from the end; got steps {first}:{last})")
+                f"0 <= start < stop <= {length} after negative ones count from the end; got "
+                f"{f'{outside} outside -{length}..{length}' if outside else f'steps {first}:{last}'})")
         if first == 0 and last == length:
             return length
         slot = int(table.slots[position])
@@ -131,6 +139,27 @@ class BufferEdits:
         return len(positions)
 
 
+    def add_field(self, name: str, values: Any, *, per: str | None = None, dtype: Any = None, default: Any = None,
+                  reads: Sequence[str] | None = None, block: int = 256, progress: bool = False) -> FieldSpec:
+        """Add a field computed from the live episodes, or given: ``values`` is a function of an ``Episode``
+        (returning ``(T, *shape)`` per step, or one value per episode), or an array with one row per step of the live
+        episodes (oldest first, as ``buffer.episode_ids`` orders them) or, with ``per="episode"``, one per episode.
+        ``per``: "step" (a step field) or "episode" (a meta field); the ready-made ``returns_to_go()`` and
+        ``discounted_return()`` say theirs. ``dtype``: the values' unless given; ``default``: what rows of no live
+        episode hold (a final row, say). ``reads``: the fields the function's episodes hold (default: what the
+        function says, else all). Episodes are read and written ``block`` at a time (``progress``: a bar). The file
+        is written beside the others and one commit of meta.json adds the field: killed before it, the store is
+        as it was. Returns the new field's spec. Existing views and samplers do not see it: make new ones."""
+        self._check_idle("add a field")
+        store = self._store
+        spec = add_field(store, name, values, per=per, dtype=dtype, default=default, reads=reads, block=block,
+                         progress=progress)
+        _record(store, "add_field", field=name, per=per or getattr(values, "per", "step"),
+                values=repr(values) if callable(values) else "an array", dtype=spec.dtype.name,
+                shape=list(spec.shape))
+        return spec
+
+
 def _is_index(value: Any) -> bool:
     return value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
@@ -140,9 +169,9 @@ def _live_positions(store: EpisodeStore, ids: Any, verb: str, *, unique: bool = 
     """The live table and the positions in it of the episodes ``ids`` names (ints; each live). Repeated ids
     count once (``unique``: they are refused, for values given per id)."""
     table = store.live_table()
-    listed = [ids] if isinstance(ids, numbers.Integral) else ids
+    listed = [ids] if isinstance(ids, (numbers.Integral, bool, np.bool_)) else ids
     try:
-        values = [operator.index(value) for value in listed]
+        values = [operator.index(value) for value in _no_bools(listed)]
     except TypeError:
         raise IndexTypeError(f"{verb} takes episode ids: an int or a list of ints, as buffer.episode_ids lists them "
                              f"(got {short(ids)})") from None
@@ -160,6 +189,14 @@ def _live_positions(store: EpisodeStore, ids: Any, verb: str, *, unique: bool = 
                               f"evicted by the ring, or deleted; live ids: {len(table)} in {span}, "
                               f"buffer.episode_ids lists them); nothing was changed")
     return table, (where if unique else np.unique(where))
+
+
+def _no_bools(values: Iterable[Any]) -> Iterable[Any]:
+    """``values``, with a TypeError at a bool (True is not episode 1)."""
+    for value in values:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError("a bool is not an episode id")
+        yield value
 
 
 def _successor(store: EpisodeStore, table: EpisodeTable, position: int) -> int | None:
