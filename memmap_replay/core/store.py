@@ -565,10 +565,10 @@ class EpisodeStore:
         slots = np.arange(first, stop, dtype=np.int64) % self.capacity.max_episodes
         return int(np.count_nonzero(self.table["end"].array()[slots] == fmt.REMOVED))
 
-    def edit(self, journal: Journal, *, removed: int = 0) -> None:
+    def edit(self, journal: Journal, *, removed: int = 0, write_head: int | None = None) -> None:
         """Commit new entries and meta values for some live slots (``journal``) as one edit (``core/edits.py``):
         the journal, then meta.json (the commit point), then the entries in place, then meta.json again.
-        ``removed``: how many episodes the edit removes."""
+        ``removed``: how many episodes the edit removes; ``write_head``: a new one (``compact`` moves rows)."""
         self.require_writable("edit the store")
         for observer in self._changing():
             observer.editing(self)
@@ -576,7 +576,8 @@ class EpisodeStore:
         try:
             journal.write(self, state.edits + 1)
             self._write_meta(replace(state, edits=state.edits + 1, removed=state.removed + removed,
-                                     commits=state.commits + 1))
+                                     commits=state.commits + 1,
+                                     write_head=state.write_head if write_head is None else write_head))
         except OSError as error:
             if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
                 raise
@@ -661,9 +662,8 @@ class EpisodeStore:
     def _plan(self, episodes: list[PendingEpisode], encoded: list[dict[str, tuple[np.ndarray, np.ndarray]]]
               ) -> tuple[int, list[Placement], dict[str, int]]:
         """Where each episode goes, and the evictions that makes necessary (``core/placement.py``)."""
-        # (removed episodes too: they hold their slots and rows until evicted)
-        return place(self.capacity, self.meta.state, self._table_of(self.meta.state)[0], self._encoded_files(),
-                     episodes, encoded)
+        # (not removed episodes: their rows are free, and their slots are counted by the state's ids)
+        return place(self.capacity, self.meta.state, self.live_table(), self._encoded_files(), episodes, encoded)
 
     def _ensure_rows(self, rows: int) -> None:
         state = self.meta.state

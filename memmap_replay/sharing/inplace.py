@@ -23,6 +23,7 @@ from ..core.options import did_you_mean, short
 from ..core.store import EpisodeStore
 from ..errors import IndexRangeError, IndexTypeError, InvalidDataError, OptionError
 from .card import add_provenance
+from .compacting import CompactReport, compact
 from .derived import add_field
 
 __all__ = ["BufferEdits"]
@@ -158,6 +159,22 @@ class BufferEdits:
                 values=repr(values) if callable(values) else "an array", dtype=spec.dtype.name,
                 shape=list(spec.shape))
         return spec
+
+
+    def compact(self, *, progress: bool = False) -> CompactReport:
+        """Rewrite the rows of the live episodes contiguously from row 0 and free the rest: rows of deleted episodes,
+        trimmed-off steps, and a compressed field's frames that no live row uses (their disk blocks go back to the
+        file system: holes punched in the files). Readers keep reading the old rows until the commit that moves
+        them. Episodes keep their ids and slots (deleted ones keep their slots: a store that is not a ring never
+        reuses an id). Episodes move in rounds through the free rows after the last one; killed at any instant,
+        every episode is whole, and ``compact()`` again finishes. Not for rings (they reuse free rows as they wrap).
+        Returns a ``CompactReport`` (rows before and after, disk bytes freed, ...)."""
+        self._check_idle("compact the store")
+        store = self._store
+        report = compact(store, progress=progress)
+        _record(store, "compact", moved_episodes=report.moved_episodes, rows_before=report.rows_before,
+                rows_after=report.rows_after, freed_bytes=report.freed_bytes)
+        return report
 
 
 def _is_index(value: Any) -> bool:

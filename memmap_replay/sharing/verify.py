@@ -589,11 +589,13 @@ class _StoreChecker:
             return f"live episode {ids[i]} (slot {slots[i]})"
         self.listed("episodes/id.npy", table["id"] != ids, lambda i: f"slot {slots[i]} must hold live episode "
                     f"{ids[i]} (found {table['id'][i]}); the table and meta.json disagree")
-        self.listed("episodes/length.npy", (length < 1) | (length > capacity.max_timesteps), lambda i: f"{episode(i)} "
+        removed = table["end"] == fmt.REMOVED
+        self.listed("episodes/length.npy", ((length < 1) | (length > capacity.max_timesteps)) & ~removed,
+                    lambda i: f"{episode(i)} "
                     f"has length {length[i]} (expected 1 .. {capacity.max_timesteps}, capacity.max_timesteps)")
-        self.listed("episodes/start.npy", (start < 0) | (start > state.rows), lambda i: f"{episode(i)} starts at row "
+        self.listed("episodes/start.npy", ((start < 0) | (start > state.rows)) & ~removed,
+                    lambda i: f"{episode(i)} starts at row "
                     f"{start[i]} (expected a row in 0 .. {state.rows - 1}, state.rows = {state.rows})")
-        removed = end == fmt.REMOVED
         self.listed("episodes/end.npy", (end > max(fmt.END_NAMES)) & ~removed, lambda i: f"{episode(i)} has end code "
                     f"{end[i]} (expected {_END_CODES_TEXT}, or {fmt.REMOVED} removed)")
         if int(removed.sum()) != state.removed:
@@ -603,7 +605,8 @@ class _StoreChecker:
             self.check_links(table[fmt.LINKS], ids, end, final, episode)
         self.listed("episodes/final.npy", final > 1, lambda i: f"{episode(i)} has byte {final[i]} (expected 0 or 1; "
                     f"numpy reads it as true)", warn=True)
-        sane = (start >= 0) & (start <= state.rows) & (length >= 1) & (length <= capacity.max_timesteps)
+        # (a removed episode's rows are free: a ring or compact() may have reused them)
+        sane = (start >= 0) & (start <= state.rows) & (length >= 1) & (length <= capacity.max_timesteps) & ~removed
         stop = np.where(sane, start + length + (final > 0), 0)
         beyond = sane & (stop > state.rows)
         self.listed("episodes/start.npy and episodes/length.npy", beyond, lambda i: f"{episode(i)} covers rows "
@@ -612,9 +615,12 @@ class _StoreChecker:
         self.check_overlaps(ids[inside], start[inside], stop[inside])
         self.live = ids[inside], start[inside], stop[inside]
         # (at or after the newest episode's rows: a trim of its tail leaves rows between them)
-        if len(ids) and inside[-1] and state.write_head != 0 and state.write_head < stop[-1]:
-            self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[-1]} or more, after "
-                                      f"the newest live episode {ids[-1]}, or 0); a writer would overwrite live rows")
+        shown = np.flatnonzero(~removed)
+        newest = int(shown[-1]) if len(shown) else -1
+        if newest >= 0 and inside[newest] and state.write_head != 0 and state.write_head < stop[newest]:
+            self.problem("meta.json", f"state.write_head is {state.write_head} (expected {stop[newest]} or more, after "
+                                      f"the newest live episode {ids[newest]}, or 0); a writer would overwrite live "
+                                      f"rows")
         self.report.checked["live_rows"] = int((stop - start)[inside].sum())
 
     def with_journal(self, table: dict[str, np.ndarray], slots: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,0 +1,196 @@
+"""``ReplayBuffer.compact()``: the rows of the live episodes rewritten contiguously from row 0, in id order, and the
+rest freed (rows of removed episodes and trimmed-off steps, a compressed field's frames no live row uses).
+
+No row a reader may read is ever overwritten before a commit says it is free, so readers keep reading the old rows
+until the commit that moves them (their batch is then refused as read across an edit, and drawn again). Episodes move
+in rounds through the free rows past the write head (the scratch): a round copies its episodes' rows there and
+commits (an edit of their entries: ``core/edits.py``), then copies them down to their places and commits again. A
+kill at any instant leaves every episode whole, each at its old place, in the scratch or at its new place; run
+``compact()`` again to finish. Each round moves as many episodes as the scratch holds: a store with less room past its
+write head than its longest episode needs ``grow(max_steps=...)`` first. A compressed field's rows move as index
+entries (its frames stay where they are and are never decoded); frames of no live row are freed.
+
+Freeing is a hole punched in each file (``fallocate(PUNCH_HOLE)``): the files keep their size, and the blocks go back
+to the file system. Where the file system cannot punch holes, the rows are only marked free (the next episodes go
+there) and ``CompactReport.freed_bytes`` says 0. Only stores that are not rings: a ring reuses the rows of removed
+episodes as it wraps, oldest first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..core import folderio
+from ..core.edits import Journal
+from ..core.encoded import EncodedField
+from ..core.format import NpyFile
+from ..core.store import EpisodeStore
+from ..errors import BufferFullError, OptionError
+from .rowcopy import RowCopier
+
+__all__ = ["CompactReport", "compact"]
+
+_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01  # linux/falloc.h
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    """What ``compact()`` did: episodes moved, rows copied (each moved row is copied twice: to the scratch and to its
+    place), the rows the live episodes take now and took before (``rows_after``/``rows_before``: the write head),
+    the disk blocks given back (``freed_bytes``, measured), the commits made."""
+
+    moved_episodes: int
+    copied_rows: int
+    rows_before: int
+    rows_after: int
+    freed_bytes: int
+    commits: int
+
+
+def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
+    """Compact a writer's store (see the module)."""
+    from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
+
+    if store.capacity.circular:
+        raise OptionError("compact() is for stores that are not rings: a ring (circular=True) reuses the rows of "
+                          "removed and trimmed episodes as it wraps, oldest first; there is nothing to compact")
+    table = store.live_table()
+    rows = table.length + table.final
+    targets = np.r_[0, np.cumsum(rows)[:-1]].astype(np.int64) if len(table) else np.zeros(0, np.int64)
+    moving = np.flatnonzero(targets != table.start)
+    state = store.meta.state
+    head, before_blocks, commits = state.write_head, _blocks(store), 0
+    room = store.capacity.max_steps - head
+    if len(moving) and rows[moving].max() > room:
+        longest = int(rows[moving].max())
+        raise BufferFullError(
+            f"compact() moves episodes through the free rows after the last one, and {store.folder} has {room} of "
+            f"them, fewer than its longest episode's {longest} rows: grow it first, "
+            f"buffer.grow(max_steps={store.capacity.max_steps + longest - room}), then compact()")
+    copier, scratch_end = RowCopier(), head
+    try:
+        with tqdm(total=2 * int(rows[moving].sum()), unit="row", desc="compact", disable=not progress) as bar:
+            for round_ in _rounds(moving, rows, room):
+                scratch = head + np.r_[0, np.cumsum(rows[round_])[:-1]].astype(np.int64)
+                scratch_end = max(scratch_end, int(scratch[-1] + rows[round_][-1]))
+                commits += _move(store, copier, table.slots[round_], table.start[round_], scratch, rows[round_],
+                                 write_head=int(scratch[-1] + rows[round_][-1]))
+                bar.update(int(rows[round_].sum()))
+                last = round_[-1] == len(table) - 1
+                final_head = int(targets[-1] + rows[-1]) if last else head
+                commits += _move(store, copier, table.slots[round_], scratch, targets[round_], rows[round_],
+                                 write_head=final_head)
+                bar.update(int(rows[round_].sum()))
+    finally:
+        copier.close()
+    after = int(targets[-1] + rows[-1]) if len(table) else 0
+    if after != store.meta.state.write_head:  # (nothing moved, but rows after the last episode are free)
+        commits += _set_head(store, table, after)
+    _free(store, store.live_table(), after, scratch_end)  # (the entries after the moves)
+    return CompactReport(len(moving), 2 * int(rows[moving].sum()), head, after, max(before_blocks - _blocks(store), 0),
+                         commits)
+
+
+def _rounds(moving: np.ndarray, rows: np.ndarray, room: int) -> Iterator[np.ndarray]:
+    """The moving episodes in id order, cut into runs whose rows fit in the scratch."""
+    first, used = 0, 0
+    for position in range(len(moving)):
+        size = int(rows[moving[position]])
+        if used + size > room:
+            yield moving[first:position]
+            first, used = position, 0
+        used += size
+    if first < len(moving):
+        yield moving[first:]
+
+
+def _move(store: EpisodeStore, copier: RowCopier, slots: np.ndarray, sources: np.ndarray, places: np.ndarray,
+          rows: np.ndarray, *, write_head: int) -> int:
+    """Copy each episode's rows from ``sources`` to ``places`` (free rows), then commit the new starts as one edit."""
+    store._ensure_rows(int((places + rows).max()))
+    runs = list(zip(sources.tolist(), places.tolist(), rows.tolist()))
+    for file in _row_files(store):
+        copier.copy(file, file, runs)
+    if store.durable:
+        for file in _row_files(store):
+            file.sync()
+    journal = Journal.of(store, slots)
+    order = np.argsort(slots, kind="stable")
+    journal.records["start"] = places[order]
+    store.edit(journal, write_head=write_head)
+    return 2
+
+
+def _set_head(store: EpisodeStore, table: Any, head: int) -> int:
+    """Commit ``head`` as the write head (rows after the last live episode are free: a trimmed tail)."""
+    if not len(table):
+        from dataclasses import replace  # noqa: PLC0415
+        store._changing()
+        state = store.meta.state
+        store._write_meta(replace(state, write_head=head, commits=state.commits + 1))
+        return 1
+    store.edit(Journal.of(store, table.slots[-1:]), write_head=head)
+    return 2
+
+
+def _row_files(store: EpisodeStore) -> list[NpyFile]:
+    """The files with one entry per row: raw fields' and compressed fields' index files."""
+    return [file.index if isinstance(file, EncodedField) else file for file in store.steps.values()]
+
+
+def _free(store: EpisodeStore, table: Any, head: int, end: int) -> None:
+    """Punch out rows ``head .. end`` of every row file, and the frames no live row uses."""
+    for file in _row_files(store):
+        stop = min(end, file.rows)
+        if stop > head:
+            _punch(file, file.offset + head * file.spec.row_nbytes, (stop - head) * file.spec.row_nbytes)
+    for file in store.steps.values():
+        if not isinstance(file, EncodedField) or not len(table):
+            continue
+        lo, hi = file.span(table.start, table.start + table.length + table.final - 1)
+        order = np.argsort(lo)
+        lo, hi = lo[order], np.maximum.accumulate(hi[order])
+        used_until = 0
+        for begin, stop in zip(lo.tolist(), hi.tolist()):
+            if begin > used_until:
+                _punch(file.frames, file.frames.offset + used_until, begin - used_until)
+            used_until = max(used_until, stop)
+        limit = store.meta.state.frames[file.spec.name]["bytes"]
+        if limit > used_until:
+            _punch(file.frames, file.frames.offset + used_until, limit - used_until)
+
+
+_libc: Any = None
+
+
+def _punch(file: NpyFile, offset: int, length: int) -> None:
+    """Give the blocks of ``length`` bytes at ``offset`` back to the file system (reads there give zeros)."""
+    global _libc
+    if length <= 0:
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    if _libc.fallocate(file._writer(), _PUNCH_HOLE | _KEEP_SIZE, offset, length) != 0:
+        code = ctypes.get_errno()
+        if code not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            with folderio.errors_named(file.path, "free rows of"):
+                raise OSError(code, os.strerror(code))
+
+
+def _blocks(store: EpisodeStore) -> int:
+    """Bytes of disk the step files take now."""
+    files = [part for file in store.steps.values()
+             for part in ((file.index, file.frames) if isinstance(file, EncodedField) else (file,))]
+    total = 0
+    for file in files:
+        with folderio.errors_named(file.path, "look at"):
+            total += os.stat(file.path).st_blocks * 512
+    return total
