@@ -147,10 +147,10 @@ def _row_files(store: EpisodeStore) -> list[NpyFile]:
 
 def _free(store: EpisodeStore, table: Any, head: int, end: int) -> None:
     """Punch out rows ``head .. end`` of every row file, and the frames no live row uses."""
-    for file in _row_files(store):
-        stop = min(end, file.rows)
+    for rowfile in _row_files(store):
+        stop = min(end, rowfile.rows)
         if stop > head:
-            _punch(file, file.offset + head * file.spec.row_nbytes, (stop - head) * file.spec.row_nbytes)
+            _punch(rowfile, rowfile.offset + head * rowfile.spec.row_nbytes, (stop - head) * rowfile.spec.row_nbytes)
     for file in store.steps.values():
         if not isinstance(file, EncodedField) or not len(table):
             continue
