@@ -75,6 +75,12 @@ def test_compressed_benchmark_smoke(tmp_path):
     assert "warm T" in out and "cold T" in out and "x raw" in out and "Goals (issue 29)" in out
 
 
+def test_edit_benchmark_smoke(tmp_path):
+    out = smoke(tmp_path, "edit.py", timeout=300)
+    assert "Edit figures" in out and "delete_episodes (10)" in out and "relabel (filter, 1%)" in out
+    assert "merge(out, store, store)" in out and "split 0.9 / 0.1" in out
+    assert "episodes changed [1, 1]" in out  # the filter names one group, 1% of the episodes, each time
+
 def test_read_benchmark_outputs_in_process(tmp_path, monkeypatch, capsys):
     """read.py --outputs (output='dict' / 'tensordict' / 'torchrl' figures), run in this process: a fresh
     interpreter would spend seconds importing torch for well under one of figures."""
