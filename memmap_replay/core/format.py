@@ -1,4 +1,4 @@
-"""The memmap_replay on-disk format, version 2.0 (this docstring is the spec; tests parse its examples).
+"""The memmap_replay on-disk format, version 3.0 (this docstring is the spec; tests parse its examples).
 
 The key words MUST, MUST NOT, SHOULD and MAY are used as in RFC 2119.
 
@@ -155,6 +155,34 @@ With numpy and the zstandard package alone::
         assert zstandard.frame_content_size(data) == nbytes  # never inflate more than a row
         return np.frombuffer(zstandard.ZstdDecompressor().decompress(data), np.uint8).reshape(shape)
     first_episode = np.stack([row(r) for r in range(start[0], start[0] + length[0])])
+
+Edits (3.0)
+-----------
+Committed episodes MAY be edited in place (``delete_episodes``, ``trim``, ``relabel``, ``compact``): their entries in
+``episodes/`` (never ``id.npy``) and their values in ``meta/`` change. ``state.edits`` counts edit commits, two per
+edit, and ``state.removed`` counts the episodes of ids ``first_episode <= id < next_episode`` that are removed; both
+are absent (0) in a store never edited.
+
+- A **removed** episode has end code 255 in ``episodes/end.npy``. A reader MUST NOT show it (it is not live), and
+  its rows are free: a writer MAY overwrite them without evicting it (its entries then name rows it no longer
+  has). It keeps its id and slot until its id is evicted. A store with a removed episode (``state.removed`` > 0)
+  has ``version`` "3.0", so that 1.x and 2.x readers, which would show it, refuse it.
+- **An edit** first writes ``episodes/journal.npy`` (present only while an edit is in flight) (a temp file, fsync, ``os.replace``): a 1-D array of records,
+  one per edited slot, slots ascending, of the dtype ``[("edit", "<i8"), ("slot", "<i8"), ("start", "<i8"),
+  ("length", "<i8"), ("end", "u1"), ("final", "?"), ("continues", "<i8")]`` followed by ``("meta.<name>", dtype,
+  shape)`` for each meta field in schema order: each record is its slot's whole new entry and meta values, and
+  ``edit`` is the new ``state.edits``. It then replaces ``meta.json`` with ``state.edits`` odd (the commit point,
+  ``version`` "3.0"), writes the records into the files in place, replaces ``meta.json`` with ``state.edits``
+  even, and removes the journal.
+- While ``state.edits`` is odd, a reader MUST take the journal's records over the files' entries and meta values
+  of those slots (a record whose ``edit`` is larger means the writer finished this edit and began another since
+  meta.json was read: read meta.json again). A writer that finds ``state.edits`` odd MUST write the records into the
+  files and commit ``meta.json`` with ``state.edits`` even before any other change. A journal while
+  ``state.edits`` is even is stale: ignore it.
+- A reader that took a snapshot of the table MUST read it again, and MUST NOT return a batch gathered, across a
+  change of ``state.edits``: the edit may have moved rows (``compact``) or changed meta values under it.
+- ``add_field`` writes ``steps/<name>.npy`` (or ``meta/<name>.npy``) first, a file no schema names yet, then
+  commits ``meta.json`` with the field in the schema: a plain commit, no journal.
 
 Commit protocol
 ---------------

@@ -199,7 +199,7 @@ def test_the_spec_reads_a_compressed_field_with_numpy_and_zstandard_alone(tmp_pa
     buffer.store_episode(image=images)
     buffer.close()
     doc = fmt.__doc__
-    block = doc[doc.index("    import numpy as np, zstandard"): doc.index("\nCommit protocol")]
+    block = doc[doc.index("    import numpy as np, zstandard"): doc.index("\nEdits (3.0)")]
     source = "\n".join(line[4:] for line in block.splitlines())
     scope = {"folder": str(tmp_path / "store")}
     exec(compile(source, "the spec's example", "exec"), scope)
