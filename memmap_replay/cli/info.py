@@ -181,7 +181,7 @@ def _describe(store: EpisodeStore) -> dict:
                      "max_steps": meta.capacity.max_steps, "circular": meta.capacity.circular},
         "counts": {"episodes": store.num_episodes, "steps": int(table.length.sum()),
                    "first_episode": state.first_episode, "next_episode": state.next_episode,
-                   "rows": state.rows, "commits": state.commits},
+                   "removed": state.removed, "rows": state.rows, "commits": state.commits},
         "episodes": episodes,
         "sizes": _sizes(store),
         "compression": compression_summary(store),
@@ -240,7 +240,8 @@ def _render(report: dict) -> str:
     lines = [title]
     if report["description"]:
         lines += ["  " + line for line in report["description"].strip().splitlines()[:6]]
-    ids = (f"ids {_figure(counts['first_episode'])}..{_figure(counts['next_episode'] - 1)}; the next is "
+    removed = f", {_figure(counts['removed'])} removed" if counts["removed"] else ""
+    ids = (f"ids {_figure(counts['first_episode'])}..{_figure(counts['next_episode'] - 1)}{removed}; the next is "
            f"{_figure(counts['next_episode'])}" if counts["episodes"]
            else f"the next id is {_figure(counts['next_episode'])}")
     ring = "circular: the oldest episodes are evicted" if capacity["circular"] else "not circular: it fills up"

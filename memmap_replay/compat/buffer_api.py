@@ -221,10 +221,12 @@ class ReplayBuffer(NativeReplayBuffer):
             raise EpisodeStateError(f"cannot {action} outside batched_episode while an episode is open (from store(), "
                                     f"one_episode or begin_episode); commit it with advance_episode() first")
         if self._flat is None:
-            if not self.circular and self.num_episodes >= self.max_episodes:
-                raise BufferFullError(f"the buffer is full: all {self.max_episodes} episode slots are used and it is "
-                                      f"not circular; pass circular=True to evict the oldest episodes, grow it "
-                                      f"(buffer.grow(max_episodes=...)), or call clear()")
+            state = self._store.meta.state  # (removed episodes hold their slots too: not num_episodes)
+            if not self.circular and state.next_episode - state.first_episode >= self.max_episodes:
+                removed = f" ({state.removed} by removed episodes)" if state.removed else ""
+                raise BufferFullError(f"the buffer is full: all {self.max_episodes} episode slots are used{removed} "
+                                      f"and it is not circular; pass circular=True to evict the oldest episodes, "
+                                      f"grow it (buffer.grow(max_episodes=...)), or call clear()")
             self._flat, self._next_t = FlatBatch(self.schema, self.max_timesteps, self._next_t,
                                                     split=self._split), 0
         return self._flat

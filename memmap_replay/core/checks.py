@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .store import EpisodeStore
 
 __all__ = ["MODES", "MRB_CONFIG", "refuse_mrb_folder", "locate", "make_folder", "check_replaceable", "check_live_ids",
-           "holds_episodes", "check_matches"]
+           "slot_entries", "holds_episodes", "check_matches"]
 
 MODES = ("r", "r+", "a", "w", "w-")
 _LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (_check_claim)
@@ -240,10 +240,36 @@ def check_live_ids(store: EpisodeStore) -> bool:
         i = int(order[clash[0] + 1])
         raise CorruptStoreError(f"{where(i, 'episodes/start.npy, episodes/length.npy')} has rows "
                                 f"{table.start[i]}..{ends[i] - 1}, which another live episode also holds")
-    if state.write_head not in (0, ends[-1]):
+    if len(table) > len(ids) - state.removed:  # (fewer: evicted since meta.json was read, or more removed)
+        raise CorruptStoreError(f"{store.folder}: episodes/end.npy marks {len(ids) - len(table)} of the episodes "
+                                f"{ids[0]}..{ids[-1]} removed (end code {fmt.REMOVED}), but meta.json's "
+                                f"state.removed counts {state.removed}; the episode table or meta.json is damaged")
+    newest = ends[-1] if table.ids[-1] == ids[-1] else _removed_end(store, int(ids[-1]))
+    # (at or after the newest episode's rows: a trim of its tail leaves rows between them)
+    if newest is not None and state.write_head != 0 and state.write_head < newest:
         raise CorruptStoreError(f"{store.folder}: meta.json's state.write_head is {state.write_head} (expected "
-                                f"{ends[-1]}, the row after the newest live episode {ids[-1]}, or 0)")
+                                f"{newest}, the row after the newest episode {ids[-1]}, or beyond it, or 0)")
     return True
+
+
+def _removed_end(store: EpisodeStore, episode: int) -> int | None:
+    """The row after the rows of the removed episode ``episode`` (its entry stays in the table: removed
+    episodes keep their rows until evicted), or None when its slot holds another episode by now."""
+    entry = slot_entries(store, np.array([episode % store.meta.capacity.max_episodes]))
+    end = int(entry["start"][0]) + int(entry["length"][0]) + int(entry["final"][0])
+    return end if int(entry["id"][0]) == episode else None
+
+
+def slot_entries(store: EpisodeStore, slots: np.ndarray) -> dict[str, np.ndarray]:
+    """The episode-table entries of ``slots`` (one array per column of ``format.TABLE``) as readers see them:
+    the journal of an edit in flight over the files' (a removed episode's ``end`` is ``format.REMOVED``)."""
+    journal = store.journal()
+    entries = {}
+    for name in fmt.TABLE:
+        values = np.asarray(store.table[name].array()[slots])
+        entries[name] = (values if journal is None or name == "id"
+                         else journal.over(fmt.EPISODES_DIR, name, slots, values))
+    return entries
 
 
 def _check_claim(store: EpisodeStore) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import (CorruptStoreError, EpisodeStateError, IndexRangeError, IndexTypeError, OptionError,
                       SampleExpiredError)
 from . import format as fmt
+from .checks import slot_entries
 from .index import EpisodeTable
 from .options import check_filter, check_names, count, flag, seed_option, short
 
@@ -237,8 +238,10 @@ class EpisodeList:
         self._successors: tuple[np.ndarray, np.ndarray] | None = None  # (continued ids sorted, their successors)
         if not flag(join_segments, "join_segments"):
             self.table = select_episodes(store, filter_meta)
+            self._edits = store.meta.state.edits  # (of the meta.json the table was read with)
             return
         self.table = store.live_table(catch_up=True)
+        self._edits = store.meta.state.edits
         self._chains = order, bounds = chains(self.table.ids, store.links(self.table))
         keep = meta_mask(store, self.table.slots[order[bounds[1:] - 1]], filter_meta)  # by the last segment's
         self._items = np.arange(len(bounds) - 1) if keep is None else np.flatnonzero(keep)
@@ -354,16 +357,16 @@ class EpisodeList:
         start, length, slot = int(table.start[position]), int(table.length[position]), int(table.slots[position])
         has_final = bool(table.final[position])
         episode_id = int(table.ids[position])
-        self._check_live(episode_id)  # before: an episode evicted already may have no rows left to copy
+        self._check_live(position)  # before: an episode evicted already may have no rows left to copy
         stop = start + length + has_final
         try:
             rows = {name: np.array(store.step_array(name)[start:stop]) for name in self.fields}
         except CorruptStoreError:  # a compressed field's frames the ring overwrote while they were decoded
-            self._check_live(episode_id)
+            self._check_live(position)
             raise
         meta = {name: np.array(store.meta_array(name)[slot])[()] for name in self.meta_fields}
         continues = store.links(table.select(np.array([position])))[0]
-        self._check_live(episode_id)  # after: its rows were not overwritten while they were copied
+        self._check_live(position)  # after: its rows were not overwritten while they were copied
         end = fmt.END_NAMES.get(int(table.end[position]))
         return Episode(id=episode_id, slot=slot, length=length, end=end, rows=rows, has_final=has_final, meta=meta,
                        continues=None if continues < 0 else int(continues), continued_by=self._successor(episode_id))
@@ -382,12 +385,12 @@ class EpisodeList:
         where = np.searchsorted(continued, episode_id)
         return int(ids[where]) if where < len(continued) and continued[where] == episode_id else None
 
-    def _check_live(self, episode_id: int) -> None:
-        """Raise if the store no longer holds the episode where the list says (a ring writer evicted it,
-        ``clear()``, or a grow moved its slot). The writer's own store holds the newest state; a reader reads
-        meta.json again when its stamp changed (a writer commits an eviction there before it overwrites a
-        row), as views do."""
-        store = self._store
+    def _check_live(self, position: int) -> None:
+        """Raise if the store no longer holds the episode at table ``position`` where the list says (a ring
+        writer evicted it, ``clear()``, a grow moved its slot, an edit removed or trimmed it). The writer's own
+        store holds the newest state; a reader reads meta.json again when its stamp changed (a writer commits
+        an eviction there before it overwrites a row), as views do."""
+        store, episode_id = self._store, int(self.table.ids[position])
         if not store.is_writer and store.meta_stamp() != store.read_stamp:
             store.refresh()  # (also: the store_id check, and a grown capacity adopted)
         first = store.meta.state.first_episode
@@ -400,3 +403,15 @@ class EpisodeList:
             raise SampleExpiredError(
                 "the buffer was grown since the list of episodes was made (episode slots moved); read the list "
                 "again with buffer.episodes()")
+        if store.meta.state.edits != self._edits:  # an edit since: is this episode's entry still the list's?
+            slot = int(self.table.slots[position])
+            entry = slot_entries(store, np.array([slot]))
+            if int(entry["end"][0]) == fmt.REMOVED or int(entry["id"][0]) != episode_id:
+                raise SampleExpiredError(
+                    f"episode {episode_id} is no longer in the buffer (delete_episodes removed it since the list of "
+                    f"episodes was made); read the list again with buffer.episodes()")
+            if any(int(entry[name][0]) != int(getattr(self.table, name)[position])
+                   for name in ("start", "length", "end", "final")):
+                raise SampleExpiredError(
+                    f"episode {episode_id} was trimmed since the list of episodes was made (its steps or end "
+                    f"changed); read the list again with buffer.episodes()")

@@ -51,7 +51,7 @@ from ..core.store import EpisodeStore
 from ..errors import OptionError, StoreNotFoundError
 from .checksums import check_new_path, store_folder
 from .recode_files import (build_store, check_still_live, place_folder, progress_bar, remove_tree, rows_of,
-                           write_field)
+                           with_removed, write_field)
 
 __all__ = ["Recoded", "compress_fields", "decompress_fields", "remove_leftovers"]
 
@@ -185,8 +185,9 @@ def _in_place(kind: str, folder: Path, choose: Callable[[Schema], dict[str, Code
         made: list[Path] = []
         try:
             with progress_bar(kind, report.rows * len(changes), progress) as bar:
+                kept = with_removed(store, table)  # (removed episodes stay removed: their rows too)
                 for name in changes:
-                    entry, stored = write_field(store, table, new.fields[name], store.folder, bar, made)
+                    entry, stored = write_field(store, kept, new.fields[name], store.folder, bar, made)
                     report.fields[name].update(after=_form(changes[name]), stored_bytes_after=stored)
                     if entry is not None:
                         frames[name] = entry
@@ -248,8 +249,9 @@ def _into(kind: str, folder: Path, out: Path, choose: Callable[[Schema], dict[st
             with folderio.errors_named(tmp, "make the folder"):
                 os.mkdir(tmp)
             capacity = store.capacity
-            stored = build_store(kind, store, table, new, tmp, progress)
-            check_still_live(store, table, capacity)
+            kept = with_removed(store, table)  # (removed episodes stay removed: their ids name slots of the range)
+            stored = build_store(kind, store, kept, new, tmp, progress)
+            check_still_live(store, kept, capacity)
             for name, info in report.fields.items():
                 info.update(after=_form(new.fields[name].codec), stored_bytes_after=stored[name])
             card_of(folder, tmp)

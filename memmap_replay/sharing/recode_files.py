@@ -25,12 +25,13 @@ from ..core.codecs import frame_bound
 from ..core.encoded import EncodedField, bad_entries, frames_limit
 from ..core.progress import progress_bar as bar
 from ..core.format import NpyFile, StoreMeta
+from ..core.checks import slot_entries
 from ..core.index import EpisodeTable
 from ..core.schema import FieldSpec, Schema
 from ..core.store import EpisodeStore
 from ..errors import CorruptStoreError, SampleExpiredError
 
-__all__ = ["build_store", "write_field", "rows_of", "check_still_live", "place_folder", "remove_tree",
+__all__ = ["build_store", "write_field", "rows_of", "with_removed", "check_still_live", "place_folder", "remove_tree",
            "progress_bar"]
 
 _BLOCK_BYTES = 32 << 20  # decoded bytes of rows read, encoded or decoded at a time (memory stays about this)
@@ -64,7 +65,9 @@ def build_store(kind: str, store: EpisodeStore, table: EpisodeTable, schema: Sch
                 frames[spec.name] = entry
     for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
         fmt._fsync_folder(tmp / name)
-    meta = StoreMeta(schema, capacity, replace(state, commits=state.commits + 1, frames=frames), uuid.uuid4().hex)
+    # (an edit in flight when the table was read is done in the copy: the table was read with its journal)
+    meta = StoreMeta(schema, capacity, replace(state, commits=state.commits + 1, frames=frames,
+                                               edits=state.edits + (state.edits & 1)), uuid.uuid4().hex)
     fmt.write_meta(tmp, meta, durable=True)
     return stored
 
@@ -191,6 +194,28 @@ def _episode_blocks(table: EpisodeTable, position: int, spec: FieldSpec) -> Iter
     step = max(1, _BLOCK_BYTES // max(spec.row_nbytes, 1))
     for lo in range(start, stop, step):
         yield lo, min(lo + step, stop)
+
+
+def with_removed(store: EpisodeStore, table: EpisodeTable) -> EpisodeTable:
+    """``table`` (the live table of ``store.meta``) and the removed episodes of its id range, ids ascending: a
+    rewrite keeps them removed (their entries and rows as they are; ``compact`` frees them), since the ids of a
+    store's range all name a slot. An episode evicted since the table was read: ``SampleExpiredError``."""
+    state = store.meta.state
+    if not state.removed:
+        return table
+    ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
+    ids = ids[~np.isin(ids, table.ids, assume_unique=True)]
+    slots = ids % store.capacity.max_episodes
+    entries = slot_entries(store, slots)
+    if not np.array_equal(entries["id"], ids) or (entries["end"] != fmt.REMOVED).any():
+        raise SampleExpiredError(f"a writer changed episodes of {store.folder} (ids from {int(ids[0])}) while they "
+                                 f"were read: nothing was written; stop the writer (or rewrite while it is idle) "
+                                 f"and run again")
+    removed = EpisodeTable(ids, slots, entries["start"].astype(np.int64), entries["length"].astype(np.int64),
+                           entries["end"], entries["final"].astype(bool))
+    order = np.argsort(np.concatenate([table.ids, ids]), kind="stable")
+    return EpisodeTable(**{name: np.concatenate([getattr(table, name), getattr(removed, name)])[order]
+                           for name in ("ids", "slots", "start", "length", "end", "final")})
 
 
 def rows_of(table: EpisodeTable) -> np.ndarray:

@@ -144,8 +144,9 @@ class StoreView(SnapshotChecks, BatchDataset):
                 store.refresh()
             self._check_stride(store)
             state = store.meta.state
-            if (state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity:
-                return False  # (a grown capacity moves slots: the snapshot is taken again)
+            if ((state.first_episode, state.next_episode) == self.state and store.capacity == self._capacity
+                    and state.edits == self._edits):
+                return False  # (a grown capacity moves slots, an edit removes or changes entries: taken again)
             self._generation += 1  # odd while the snapshot changes: a batch read meanwhile is read again or refused
             try:
                 self._snapshot(store)
@@ -243,8 +244,10 @@ class StoreView(SnapshotChecks, BatchDataset):
         for attempt in range(_SNAPSHOT_RETRIES + 1):
             with self.lock:  # the keys located in one snapshot (another thread may be taking a newer one)
                 store = self._store
-                if store is not None and (store.meta.state.first_episode, store.meta.state.next_episode) != self.state:
-                    self.refresh(reread=False)  # the writer in this process committed or evicted since the snapshot
+                state = store.meta.state if store is not None else None
+                if state is not None and ((state.first_episode, state.next_episode) != self.state
+                                          or state.edits != self._edits):
+                    self.refresh(reread=False)  # the writer in this process committed, evicted or edited since
                 known = sample.positions_in(self)
                 if known is not None:  # drawn from this very snapshot: the sampler located the keys already
                     episode, t = known

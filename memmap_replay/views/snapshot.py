@@ -72,6 +72,12 @@ class SnapshotChecks:
                 f"the sample refers to episode {int(gone[0])}, which is no longer in the buffer (the ring evicted "
                 f"it, or clear() dropped it, since the draw); draw again"
             )
+        removed = np.setdiff1d(ids, self.store.live_table(catch_up=False).ids)
+        if len(removed):  # (live ids the view leaves out are its filter's)
+            raise SampleExpiredError(
+                f"the sample refers to episode {int(removed[0])}, which is no longer in the buffer "
+                f"(delete_episodes removed it since the draw); draw again"
+            )
         raise InvalidDataError(f"the sample names episodes {sorted(set(ids.tolist()) - set(self.table.ids.tolist()))} "
                                f"that this view does not hold (its filter_meta leaves them out); draw from a sampler "
                                f"over this view")

@@ -432,3 +432,23 @@ def test_text_helpers():
                                                                                   "2.5"]
     assert _columns([["a", "1"], ["a note that is long"], ["bbb", "22"]], right={1}) == \
         ["a     1", "a note that is long", "bbb  22"]
+
+
+def test_info_of_an_edited_store_counts_no_removed_episode(tmp_path, capsys):
+    """A store whose newest episode was trimmed (rows after it) and two deleted opens, and info leaves the
+    removed ones out of every figure and says how many there are."""
+    episodes = episodes_of(np.random.default_rng(3), LENGTHS)
+    with ReplayBuffer(tmp_path / "edited", 8, 32, FIELDS) as buffer:
+        for data, end in zip(episodes, ENDS):
+            buffer.store_episode(**data, end=end)
+        buffer.delete_episodes([1, 2])
+        buffer.trim(4, stop=5)
+    code, out, err = run(capsys, "info", tmp_path / "edited")
+    assert (code, err) == (0, "")
+    assert re.search(r"^contents +3 episodes \(ids 0\.\.4, 2 removed; the next is 5\), 11 steps", out, re.M)
+    assert re.search(r"^ends +2 terminated, 1 truncated; 1 with a final observation$", out, re.M)
+    report = json.loads(run(capsys, "info", tmp_path / "edited", "--json")[1])
+    assert (report["counts"]["episodes"], report["counts"]["removed"], report["counts"]["steps"]) == (3, 2, 11)
+    returns = [episodes[0]["reward"].astype(np.float64).sum(), episodes[3]["reward"].astype(np.float64).sum(),
+               episodes[4]["reward"][:5].astype(np.float64).sum()]
+    assert math.isclose(report["episodes"]["return"]["mean"], np.mean(returns), rel_tol=1e-9)

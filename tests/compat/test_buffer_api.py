@@ -574,3 +574,14 @@ def test_store_datapoint_with_a_name_that_is_no_string_names_the_fields(buf, nam
         buf.store_datapoint(0, 0, name, 1.0)
     with pytest.raises(InvalidDataError, match=r"unknown meta field .*: the store's meta fields are "):
         buf.store_meta_datapoint(0, name, 1.0)
+
+
+def test_removed_episodes_hold_their_slots_so_a_flat_batch_is_refused_at_once(buf):
+    """Removed episodes keep their slots until evicted: a full flat store with some removed is still full."""
+    for n in range(5):
+        buf.store_episode(reward=np.full(2, float(n)), action=np.zeros(2))
+    buf.delete_episodes([1, 3])
+    assert buf.num_episodes == 3 and buf.meta_data["episode_lens"][:].tolist() == [2, 0, 2, 0, 2]
+    with pytest.raises(BufferFullError, match=r"all 5 episode slots are used \(2 by removed episodes\)"):
+        buf.store_batch(reward=np.ones(1))
+    assert buf.timestep_index == 0  # (nothing was opened)

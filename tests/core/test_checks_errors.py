@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from memmap_replay import (EpisodeStore, NotAFolderError, OptionError, ReplayBuffer, SchemaMismatchError,
-                           StoreNotFoundError)
+from memmap_replay import (CorruptStoreError, EpisodeStore, NotAFolderError, OptionError, ReplayBuffer,
+                           SchemaMismatchError, StoreNotFoundError)
 
 from catalogue import (ERRORS_FIELDS as FIELDS, ERRORS_META as META, make_errors_store as make, raises,
                        committed, assert_episode, assert_unchanged, files_of)
@@ -116,3 +116,42 @@ def test_missing_meta_json_is_not_a_store(folder):
 def test_episode_store_open_with_unknown_mode(folder):
     with raises(OptionError, match=r"mode must be one of"):
         EpisodeStore.open(folder, "x")
+
+
+# ---- removed and trimmed episodes (edits in place) ---------------------------------------------------------
+
+
+def test_a_store_whose_newest_episode_was_trimmed_or_removed_opens(tmp_path):
+    """Rows after the newest live episode (its tail trimmed, or it removed) are no damage: the store opens."""
+    import numpy as np
+
+    with ReplayBuffer(tmp_path / "flat", 6, 10, dict(x="float")) as buffer:
+        for n in range(4):
+            buffer.store_episode(x=np.full(4, float(n)))
+        buffer.trim(3, stop=1)
+        buffer.delete_episodes([2])
+    with ReplayBuffer.from_folder(tmp_path / "flat", read_only=True) as reader:
+        assert reader.episode_ids.tolist() == [0, 1, 3] and reader.episode_lens[:4].tolist() == [4, 4, 0, 1]
+    with ReplayBuffer(tmp_path / "ring", 3, 4, dict(x="float"), max_steps=12, circular=True) as ring:
+        for n in range(4):  # the newest (3) starts over at row 0 after 2 at rows 8..11
+            ring.store_episode(x=np.full(4, float(n)))
+        ring.delete_episodes([3])
+    with ReplayBuffer.from_folder(tmp_path / "ring", read_only=True) as reader:
+        assert reader.episode_ids.tolist() == [1, 2] and reader.num_episodes == 2
+
+
+def test_a_table_with_fewer_removed_episodes_than_meta_json_counts_is_refused(tmp_path):
+    import json
+
+    import numpy as np
+
+    with ReplayBuffer(tmp_path / "store", 6, 10, dict(x="float")) as buffer:
+        for n in range(4):
+            buffer.store_episode(x=np.full(4, float(n)))
+        buffer.delete_episodes([1])
+    meta = json.loads((tmp_path / "store" / "meta.json").read_text())
+    meta["state"]["removed"] = 2
+    (tmp_path / "store" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CorruptStoreError, match=r"episodes/end\.npy marks 1 of the episodes 0\.\.3 removed \(end code "
+                                                r"255\), but meta\.json's state\.removed counts 2"):
+        ReplayBuffer.from_folder(tmp_path / "store", read_only=True)

@@ -240,3 +240,23 @@ def test_an_eviction_while_the_rows_are_copied_is_caught(make_buffer, monkeypatc
         assert writes and episodes[1].meta["task_id"] == 1
     finally:
         reader.close()
+
+
+def test_a_list_made_before_an_edit_refuses_removed_and_trimmed_episodes_and_reads_the_others(filled):
+    episodes = filled.episodes()
+    filled.delete_episodes(1)
+    filled.trim(2, stop=2)
+    filled.relabel(3, task_id=7)
+    assert episodes[0].id == 0 and len(episodes[0]) == 5
+    with pytest.raises(SampleExpiredError, match=r"episode 1 is no longer in the buffer \(delete_episodes removed "
+                                                 r"it since the list of episodes was made\)"):
+        episodes[1]
+    with pytest.raises(SampleExpiredError, match=r"episode 2 was trimmed since the list of episodes was made"):
+        episodes[2]
+    assert int(episodes[3].meta["task_id"]) == 7 and len(episodes[3]) == 8
+    read = []
+    for episode in filled.episodes():  # deleting the one just read: the next ones are read as they are
+        read.append(episode.id)
+        if episode.id % 2:
+            filled.delete_episodes(episode.id)
+    assert read == [0, 2, 3, 4, 5] and filled.episode_ids.tolist() == [0, 2, 4]

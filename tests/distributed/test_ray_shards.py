@@ -297,6 +297,22 @@ def test_draws_evicted_before_they_are_read_are_drawn_again_by_their_shard(clust
     sampler.close()
 
 
+def test_draws_removed_before_they_are_read_are_drawn_again_by_their_shard(cluster, tmp_path):
+    """Episodes removed by delete_episodes keep their ids below the first live one's: the draws of them (and
+    only those) are drawn again (they were taken for live, read, refused, and all 64 drawn again)."""
+    shard = create_shard(tmp_path / "edited", 8, STRIDE, FIELDS)
+    for number in range(4):
+        call_shard(shard, "add_episode", dict(obs=values(0, number, 6), reward=np.zeros(6)))
+    sampler = RayShardedSampler([shard], seed=9, draw_ahead=1)
+    check_rows(sampler.batch(64))  # and one request sent ahead, drawn from episodes 0..3
+    assert ray.get(shard.__ray_call__.remote(lambda server: server.buffer.delete_episodes([0, 2]))) == 2
+    batch = sampler.batch(64)
+    check_rows(batch)
+    episodes = batch["_key"].numpy() // SHARD_STRIDE // STRIDE
+    assert 0 < sampler.redrawn < 64 and set(episodes.tolist()) <= {1, 3}
+    sampler.close()
+
+
 # ---- the sampler contract (tests/samplers/test_samplers.py::TestSamplerContract), as it applies here -------
 
 

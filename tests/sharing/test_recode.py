@@ -295,3 +295,27 @@ def test_a_rewrite_killed_anywhere_leaves_the_old_store_or_the_new_one(tmp_path,
     assert steps_files(folder) == sorted(["action.npy", "reward.npy", *wanted])
     report = verify(folder)
     assert report.ok and not report.warnings
+
+
+@pytest.mark.parametrize("capacity", [LINEAR, RING], ids=["linear", "ring"])
+def test_an_edited_store_rewritten_keeps_its_removed_episodes_removed_and_its_trims(tmp_path, capacity):
+    """A rewrite into a new folder wrote the removed episodes' slots empty (ids 0): the copy did not open. The
+    copy (and a rewrite in place) shows what the source shows; the removed episodes stay removed."""
+    folder = tmp_path / "s"
+    make_store(folder, capacity, count=16 if capacity["circular"] else 8)
+    with ReplayBuffer.from_folder(folder) as buffer:
+        ids = buffer.episode_ids.tolist()
+        buffer.delete_episodes([ids[0], ids[3]])
+        buffer.trim(ids[1], start=1)
+        buffer.trim(ids[-1], stop=-1)
+    before = snapshot(folder)
+    compress_fields(folder, out=tmp_path / "copy")
+    assert snapshot(tmp_path / "copy") == before
+    assert meta_json(tmp_path / "copy")["state"]["removed"] == 2 and verify(tmp_path / "copy").ok
+    compress_fields(folder)
+    assert snapshot(folder) == before and verify(folder).ok
+    decompress_fields(folder, out=tmp_path / "raw")
+    assert snapshot(tmp_path / "raw") == before and verify(tmp_path / "raw").ok
+    with ReplayBuffer.from_folder(tmp_path / "copy") as buffer:  # the copy takes new episodes
+        store_episodes(buffer, range(20, 24))
+    assert verify(tmp_path / "copy").ok

@@ -414,3 +414,18 @@ def test_compression_summary_is_the_live_rows_raw_over_encoded(tmp_path):
                                          (None, "-")])
 def test_ratio_text(ratio, text):
     assert ratio_text(ratio) == text
+
+
+def test_an_edit_before_the_first_save_and_the_statistics_of_the_episodes_left(tmp_path):
+    """delete_episodes on a store whose stats/ folder is not made yet (no save so far) failed: the running
+    statistics' file was removed from a folder that did not exist. The moments are those of the episodes left,
+    a trimmed one counted as trimmed."""
+    with ReplayBuffer(tmp_path / "store", 8, 16, dict(x="float")) as buffer:
+        for n in range(4):
+            buffer.store_episode(x=np.full(3 + n, float(n)))
+        assert not (tmp_path / "store" / STATS_DIR).exists()
+        assert buffer.delete_episodes([0, 2]) == 2
+        buffer.trim(3, stop=2)
+        stats = buffer.stats()
+        assert stats.episodes_counted == 2
+        assert stats.fields["x"].count == 4 + 2 and np.isclose(stats.fields["x"].mean, (4 * 1.0 + 2 * 3.0) / 6)

@@ -427,7 +427,7 @@ def test_frames_and_assets_are_checked_again_and_name_their_store(tmp_path):
             assert status == 304 and body == b"" and again["ETag"] == headers["ETag"]
             status, data = get_json(running, "/api/frame?store=0123abcd&field=obs&id=0&t=0")
             assert status == 410 and "replaced by a new store" in data["error"]
-            assert (store, "obs", 0, 0, "last") in running.api.frames._items
+            assert (store, 0, "obs", 0, 0, "last") in running.api.frames._items  # (0: the edits so far)
             for path in _ASSETS:
                 status, headers, _ = get(running, path)
                 assert headers["Cache-Control"] == "no-cache" and headers["ETag"], path
@@ -583,3 +583,25 @@ def test_http_server_errors_have_the_security_headers(server):
         got, headers, body = get(server, path, method=method)
         assert got == status and "default-src 'self'" in headers["Content-Security-Policy"], (got, headers)
         assert headers["X-Content-Type-Options"] == "nosniff" and b"memmap-replay view" in body
+
+
+def test_edits_are_followed_removed_episodes_unlisted_and_a_trimmed_one_shown_as_trimmed(folder, server):
+    """delete_episodes, trim and relabel change neither the first nor the next id: the state says the edit
+    (the page reloads on it), the table leaves removed episodes out, and a trimmed episode's return and
+    frames are its steps' now (the cached ones were of its old steps)."""
+    assert get(server, "/api/frame?field=obs&id=2&t=0")[0] == 200  # cached, of the episode before the trim
+    assert get_json(server, "/api/episodes?limit=50")[1]["total"] == 6  # returns summed before the trim
+    before = get_json(server, "/api/state")[1]
+    with ReplayBuffer.from_folder(folder) as buffer:
+        buffer.delete_episodes([1, 4])
+        buffer.trim(2, start=3)
+        state = get_json(server, "/api/state")[1]
+        assert (state["episodes"], state["first"], state["next"]) == (4, before["first"], before["next"])
+        assert state["edits"] != before["edits"]
+        page = get_json(server, "/api/episodes?limit=50")[1]
+        assert [row[0] for row in page["rows"]] == [0, 2, 3, 5] and page["total"] == 4
+        episodes = {episode.id: episode for episode in buffer.episodes()}
+    row = next(row for row in page["rows"] if row[0] == 2)
+    assert row[1] == 9 and np.isclose(row[2], episodes[2]["reward"].astype(np.float64).sum(), rtol=1e-6)
+    assert np.array_equal(png_pixels(get(server, "/api/frame?field=obs&id=2&t=0")[2]), picture(2, 3))
+    assert get_json(server, "/api/episode?id=1")[0] == 404

@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memmap_replay import InvalidDataError, ReplayBuffer
+from memmap_replay import InvalidDataError, ReplayBuffer, SampleExpiredError
 from memmap_replay.views.hindsight import HindsightView
 from memmap_replay.views.kinds import NStepView, TimestepView, TrajectoryView, WindowView
 
@@ -440,3 +440,30 @@ def test_min_episode_len_keeps_the_longer_episodes(three, options):
     assert view.position_spec()["min_episode_len"] == 4
     with pytest.raises(InvalidDataError, match=r"min_episode_len must be a positive int \(got 0\)"):
         three.dataset(min_episode_len=0, **options)
+
+
+# ---- edits in place: delete_episodes and trim -----------------------------------------------------------
+
+
+def test_a_view_refreshes_across_an_edit_and_leaves_removed_episodes_out(filled):
+    view = TrajectoryView(filled.episode_store)
+    assert len(view) == 6
+    filled.delete_episodes([1, 4])
+    filled.trim(2, stop=3)
+    assert view.refresh() is True and view.table.ids.tolist() == [0, 2, 3, 5]  # (it kept the old snapshot)
+    batch = everything(view)
+    assert batch["_lens"].tolist() == [5, 3, 8, 10] and batch["task_id"].tolist() == [0, 0, 1, 1]
+    assert batch["reward"][1, :3].tolist() == [2000, 2001, 2002]
+
+
+def test_a_sampler_draws_no_removed_episode_and_a_draw_made_before_the_delete_is_drawn_again(filled):
+    sampler = filled.sampler("uniform", timestep_level=True, seed=3)
+    stale = sampler.sample(64)
+    assert 1 in set((stale.keys // filled.max_timesteps).tolist())
+    filled.delete_episodes([0, 1, 2])
+    episodes = sampler.batch(256)["reward"].numpy() // 1000
+    assert set(episodes.tolist()) == {3, 4, 5}
+    view = sampler.view
+    with pytest.raises(SampleExpiredError,
+                       match=r"no longer in the buffer \(delete_episodes removed it since the draw\); draw again"):
+        view.__getitems__(stale)

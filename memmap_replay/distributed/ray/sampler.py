@@ -299,14 +299,14 @@ class RayShardedSampler(BetaSchedule, SamplerBase):
         return part
 
     def _renew(self, shard: int, request: _Request, answer: dict) -> tuple[dict, dict[str, torch.Tensor]]:
-        """A share some of whose episodes a ring evicted before this process read them: the live draws are
-        read here, the others drawn again by the shard, which gathers them itself (in the writer's process
-        nothing is evicted meanwhile). Returns the share's new answer and its batch."""
+        """A share some of whose episodes a ring evicted (or ``delete_episodes`` removed) before this process read
+        them: the live draws are read here, the others drawn again by the shard, which gathers them itself (in the
+        writer's process nothing is evicted meanwhile). Returns the share's new answer and its batch."""
         view, keys = self.views[shard], np.array(answer["keys"])
         leaves = answer["leaves"]
         for attempt in range(1, REDRAWS + 1):
             view.refresh()
-            alive = keys // view.key_stride >= view.store.meta.state.first_episode
+            alive = np.isin(keys // view.key_stride, view.table.ids)  # (not evicted, nor removed by an edit)
             try:
                 kept = self._part(shard, dict(answer, keys=keys[alive], batch=None)) if alive.any() else None
             except SampleExpiredError:  # evicted while it was read: look again

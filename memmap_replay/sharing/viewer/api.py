@@ -104,8 +104,9 @@ class StoreApi:
         if self._table is None or store.meta_stamp() != store.read_stamp:
             store.refresh()
         if self._table is None or store.meta.state != self._state:
+            edited = self._state is not None and store.meta.state.edits != self._state.edits
             self._table, self._state = store.live_table(), store.meta.state
-            if len(self._ranges) > _MAX_RANGES:
+            if len(self._ranges) > _MAX_RANGES or edited:  # (a trim moves an episode's steps: its range too)
                 self._ranges.clear()
         if columns and self._columns_state != self._state:
             for _ in range(_CATCH_UP):
@@ -132,7 +133,8 @@ class StoreApi:
         with self._lock:
             store, table = self._current()
             return {"store": store.meta.store_id, "episodes": len(table), "steps": int(table.length.sum()),
-                    "first": store.meta.state.first_episode, "next": store.meta.state.next_episode}
+                    "first": store.meta.state.first_episode, "next": store.meta.state.next_episode,
+                    "edits": store.meta.state.edits}  # (delete_episodes, trim and relabel change no other one)
 
     # ---- overview ------------------------------------------------------------------------------------
 
@@ -238,8 +240,9 @@ class StoreApi:
         """Step ``step`` of an image field of an episode as PNG (step = length: its final observation)."""
         with self._lock:
             store, table = self._current()
-            # the store's identity in the key: a folder overwritten by a new store has other frames for the same ids
-            key = (store.meta.store_id, field, episode_id, step, stack)
+            # the store's identity in the key: a folder overwritten by a new store has other frames for the same ids;
+            # its edits: a trim moves an episode's steps (a frame read before it is put after the edit is not taken)
+            key = (store.meta.store_id, store.meta.state.edits, field, episode_id, step, stack)
             cached = self.frames.get(key)
             if cached is not None:
                 return cached

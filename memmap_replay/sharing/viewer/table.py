@@ -104,7 +104,7 @@ class EpisodeColumns:
                 column = f"meta.{column}"
             self.meta_columns[column] = name
         self.columns: tuple[str, ...] = (*base, *self.meta_columns)
-        self.ids = np.zeros(0, np.int64)
+        self.ids = self.starts = np.zeros(0, np.int64)
         self.values: dict[str, np.ndarray] = {name: np.zeros(0) for name in self.columns}
 
     def update(self, store, table) -> None:
@@ -113,6 +113,10 @@ class EpisodeColumns:
         if self.reward:
             returns = np.full(len(table), np.nan)
             known = np.isin(table.ids, self.ids, assume_unique=True)
+            where = np.searchsorted(self.ids, table.ids[known])
+            # (an episode trimmed since keeps its id, not its rows: its return is summed again)
+            known[known] = (self.starts[where] == table.start[known]) & (self.values["length"][where]
+                                                                         == table.length[known])
             if known.any():
                 where = np.searchsorted(self.ids, table.ids[known])
                 returns[known] = self.values["return"][where]
@@ -122,7 +126,7 @@ class EpisodeColumns:
             values["return"] = returns
         for column, name in self.meta_columns.items():
             values[column] = np.asarray(store.meta_array(name)[table.slots])
-        self.ids, self.values = table.ids.copy(), values
+        self.ids, self.starts, self.values = table.ids.copy(), table.start.copy(), values
 
     def __len__(self) -> int:
         return len(self.ids)

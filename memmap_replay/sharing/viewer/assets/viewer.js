@@ -34,7 +34,8 @@
       if (known && now.store !== known.store) {  // the folder was overwritten by a new store: show it
         if (onOverview) await Promise.all([overview(), MR.table.load(), stats()]);
         else await route();
-      } else if (known && (now.first !== known.first || now.next !== known.next) && onOverview) {
+      } else if (known && (now.first !== known.first || now.next !== known.next || now.edits !== known.edits)
+                 && onOverview) {
         await Promise.all([overview(), MR.table.load(), stats()]);
       }
       known = now;
