@@ -75,7 +75,7 @@ class NewField:
             store.steps[self.spec.name] = self.file
         else:
             store.metas[self.spec.name] = self.file
-        store._edited([self.file])
+        store._edited([self.file], np.zeros(0, dtype=np.int64))
 
     def discard(self) -> None:
         """Remove the file (the store is as it was)."""

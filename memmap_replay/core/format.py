@@ -167,13 +167,13 @@ are absent (0) in a store never edited.
   its rows are free: a writer MAY overwrite them without evicting it (its entries then name rows it no longer
   has). It keeps its id and slot until its id is evicted. A store with a removed episode (``state.removed`` > 0)
   has ``version`` "3.0", so that 1.x and 2.x readers, which would show it, refuse it.
-- **An edit** first writes ``episodes/journal.npy`` (present only while an edit is in flight) (a temp file, fsync, ``os.replace``): a 1-D array of records,
-  one per edited slot, slots ascending, of the dtype ``[("edit", "<i8"), ("slot", "<i8"), ("start", "<i8"),
-  ("length", "<i8"), ("end", "u1"), ("final", "?"), ("continues", "<i8")]`` followed by ``("meta.<name>", dtype,
-  shape)`` for each meta field in schema order: each record is its slot's whole new entry and meta values, and
-  ``edit`` is the new ``state.edits``. It then replaces ``meta.json`` with ``state.edits`` odd (the commit point,
-  ``version`` "3.0"), writes the records into the files in place, replaces ``meta.json`` with ``state.edits``
-  even, and removes the journal.
+- **An edit** first writes ``episodes/journal.npy`` (present only while an edit is in flight; a temp file, fsync,
+  ``os.replace``): a 1-D array of records, one per edited slot, slots ascending, of the dtype ``[("edit", "<i8"),
+  ("slot", "<i8"), ("start", "<i8"), ("length", "<i8"), ("end", "u1"), ("final", "?"), ("continues", "<i8")]``
+  followed by ``("meta.<name>", dtype, shape)`` for each meta field in schema order: each record is its slot's whole
+  new entry and meta values, and ``edit`` is the new ``state.edits``. It then replaces ``meta.json`` with
+  ``state.edits`` odd (the commit point, ``version`` "3.0"), writes the records into the files in place, replaces
+  ``meta.json`` with ``state.edits`` even, and removes the journal.
 - While ``state.edits`` is odd, a reader MUST take the journal's records over the files' entries and meta values
   of those slots (a record whose ``edit`` is larger means the writer finished this edit and began another since
   meta.json was read: read meta.json again). A writer that finds ``state.edits`` odd MUST write the records into the

@@ -59,8 +59,9 @@ class CommitObserver:
     def editing(self, store: "EpisodeStore") -> None:
         """Before an edit of committed episodes (``edit``, ``add_field``, ``compact``): after ``changing``."""
 
-    def edited(self, store: "EpisodeStore", paths: list[str]) -> None:
-        """After an edit is committed and written; ``paths``: the files it wrote besides meta.json (relative)."""
+    def edited(self, store: "EpisodeStore", paths: list[str], slots: np.ndarray) -> None:
+        """After an edit is committed and written; ``paths``: the files it wrote besides meta.json (relative);
+        ``slots``: the episode slots whose entries it changed."""
 
     def flush(self, store: "EpisodeStore", *, closing: bool) -> None:
         pass
@@ -585,13 +586,13 @@ class EpisodeStore:
                                 f"was; free some space and try again") from None
         self._journal, self._overlaid = journal, {}
         self._finish_edit()
-        self._edited([*self.table.values(), *self.metas.values()])
+        self._edited([*self.table.values(), *self.metas.values()], journal.slots)
 
-    def _edited(self, files: list[NpyFile]) -> None:
-        """Tell the observers that an edit wrote ``files``."""
+    def _edited(self, files: list[NpyFile], slots: np.ndarray) -> None:
+        """Tell the observers that an edit wrote ``files`` and changed the entries of ``slots``."""
         paths = [file.path.relative_to(self.folder).as_posix() for file in files]
         for observer in self.observers:
-            observer.edited(self, paths)
+            observer.edited(self, paths, slots)
 
     def _finish_edit(self) -> None:
         """Write the entries of the edit in flight (this writer's, or one a killed writer committed) in place, then
@@ -635,7 +636,11 @@ class EpisodeStore:
         """The id of the segment each episode of ``table`` continues (-1: it starts an episode), as read now."""
         if not self.meta.links:
             return np.full(len(table), -1, dtype=np.int64)
-        links = np.asarray(self.table[fmt.LINKS].array()[table.slots], dtype=np.int64) - 1
+        links = np.asarray(self.table[fmt.LINKS].array()[table.slots], dtype=np.int64)
+        journal = self.journal()
+        if journal is not None:  # (an edit in flight: its entries)
+            links = journal.over(fmt.EPISODES_DIR, fmt.LINKS, table.slots, links)
+        links = links - 1
         if not self.is_writer:  # a slot the ring reused since ``table`` was read: its episode is gone
             links[np.asarray(self.table["id"].array()[table.slots]) != table.ids] = -1
         return links

@@ -420,7 +420,7 @@ class _ManifestObserver(CommitObserver):
     def editing(self, store) -> None:
         self.kept = self.candidate
 
-    def edited(self, store, paths) -> None:
+    def edited(self, store, paths, slots) -> None:
         if self.kept is None:
             return
         folder = Path(store.folder)

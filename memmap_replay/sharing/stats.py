@@ -57,6 +57,7 @@ from ..core.format import STATS_DIR, parse_npy_header
 from ..core.options import check_quantiles, names as option_names
 from ..core.store import CommitObserver, observe_commits
 from .images import image_layout
+from .returns_cache import ReturnsCache, cached_returns
 
 __all__ = ["FieldStats", "StoreStats", "RunningStats", "TRACK_LIMIT", "channel_layout", "compression_summary",
            "ratio_text"]
@@ -383,15 +384,19 @@ def _summary(values: np.ndarray) -> dict:
             "std": float(values.std())}
 
 
+def return_field(schema) -> str | None:
+    """The field whose sum over an episode is its return: the first scalar number field named as a reward."""
+    return next((name for name in _REWARD_FIELDS if name in schema.fields and schema.fields[name].shape == ()
+                 and schema.fields[name].dtype.kind in "biuf"), None)
+
+
 def episode_summary(store) -> dict:
     table = store.live_table()
     out = {"count": int(len(table.ids)), "steps": int(table.length.sum()), "length": _summary(table.length)}
-    reward = next((name for name in _REWARD_FIELDS if name in store.meta.schema.fields
-                   and store.meta.schema.fields[name].shape == ()
-                   and store.meta.schema.fields[name].dtype.kind in "biuf"), None)
+    reward = return_field(store.meta.schema)
     if reward is not None:
         out["return_field"] = reward
-        out["return"] = _summary(_episode_returns(store, reward, table.start, table.length))
+        out["return"] = _summary(cached_returns(store, table, reward, _episode_returns))
     return out
 
 
@@ -487,6 +492,7 @@ class _StatsObserver(CommitObserver):
 
     def __init__(self) -> None:
         self.running: RunningStats | None = None
+        self.returns: ReturnsCache | None = None  # each episode's return, for the card's summary
 
     def changing(self, store) -> None:
         if self.running is None:
@@ -504,13 +510,35 @@ class _StatsObserver(CommitObserver):
         if (Path(store.folder) / STATS_DIR).is_dir():  # (none before the first save)
             folderio.remove(store.folder, Path(store.folder) / STATS_DIR / RUNNING_FILE)
 
+    def edited(self, store, paths, slots) -> None:
+        """The returns of the episodes an edit changed (a trim) are summed again; the first edit of a store written
+        before the returns were kept sums every episode's, once."""
+        returns = self._returns(store)
+        if returns is None:
+            return
+        table = store.live_table()
+        changed = table.select(np.isin(table.slots, slots))
+        returns.edited(changed.ids, changed.start, changed.length, _episode_returns)
+        returns.fill(table, _episode_returns)
+
+    def _returns(self, store) -> ReturnsCache | None:
+        field = return_field(store.meta.schema)
+        if field is not None and (self.returns is None or self.returns.field != field):
+            self.returns = ReturnsCache(store, field)
+        return self.returns if field is not None else None
+
     def committed(self, store, episodes) -> None:
+        returns = self._returns(store)
+        if returns is not None:
+            returns.committed(episodes)
         # (committing() loaded them)
         cast(RunningStats, self.running).committed(episodes, store.meta.state.next_episode, store.folder)
 
     def flush(self, store, *, closing: bool) -> None:
         if self.running is not None:
             self.running.save(store.folder)
+        if closing and self.returns is not None:
+            self.returns.close()
 
 
 @observe_commits

@@ -42,6 +42,7 @@ from ..core import format as fmt
 from .checksums import MANIFEST, check_manifest, _judge, read_manifest, stray_files
 from ..errors import (OptionError, CorruptStoreError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError,
                      SchemaError, StoreIOError, StoreNotFoundError, UnsafeEntryError)
+from .returns_cache import RETURNS_FILE
 from .stats import _MAX_RUNNING_BYTES, _NPY_HEADER_ROOM, RUNNING_FILE, _expected_members
 from .verify_encoded import FieldFramesCheck, check_frames_state
 from ..core.edits import read_journal
@@ -434,7 +435,7 @@ class _StoreChecker:
     def known_names(self, top: str) -> set[str] | None:
         """The entries of a layout folder the library reads or writes (None: every entry is the library's)."""
         if top == fmt.STATS_DIR:
-            return {_RUNNING}
+            return {_RUNNING, f"{fmt.STATS_DIR}/{RETURNS_FILE}"}
         if top in (fmt.STEPS_DIR, fmt.META_DIR):
             if self.schema is None:
                 return None

@@ -28,8 +28,8 @@ from conftest import SMALL_FIELDS, SMALL_META, episode_arrays
 STORE_FILES = ["README.md", "card.json", "episodes/continues.npy", "episodes/end.npy", "episodes/final.npy",
                "episodes/id.npy",
                "episodes/length.npy", "episodes/start.npy", "meta.json", "meta/task_id.npy", "priorities/steps.json",
-               "priorities/steps.npy", "priorities/steps.owner.npy", "stats/obs/mean.npy", "stats/running.npz",
-               "steps/action.npy",
+               "priorities/steps.npy", "priorities/steps.owner.npy", "stats/obs/mean.npy", "stats/returns.npy",
+               "stats/running.npz", "steps/action.npy",
                "steps/obs.npy", "steps/reward.npy"]
 
 

@@ -1,0 +1,124 @@
+"""Each episode's return, kept by the writer in ``stats/returns.npy`` (derived data, like ``stats/running.npz``), so
+that the card's summary of a large store (``episode_summary``: the returns' min, max, mean and std, rendered into
+README.md whenever the card changes, e.g. by an edit's provenance record) reads one number per episode instead of
+every reward row.
+
+The file is a ``.npy`` of records ``[("id", "<i8"), ("value", "<f8")]``; episode ``id``'s entry is at ``id % len``,
+and counts only while its ``id`` is the episode's (-1: none). The writer fills the entries of the episodes it commits
+(their rows are in memory then) and of the episodes an edit changed (it sums their rows again), writing an entry's
+value before its id. A reader takes the entries whose id matches, reads the ids again after the values (an entry
+rewritten meanwhile is not taken), and sums the rows of the others; it never writes. A missing, damaged or foreign
+file is a cache miss, nothing more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+
+from ..core import folderio
+from ..core import format as fmt
+from ..core.format import NpyFile
+from ..core.schema import FieldSpec
+from ..errors import ReplayError
+
+if TYPE_CHECKING:
+    from ..core.index import EpisodeTable
+    from ..core.store import EpisodeStore, PendingEpisode
+
+__all__ = ["RETURNS_FILE", "ReturnsCache", "cached_returns"]
+
+RETURNS_FILE = "returns.npy"
+_SPEC = FieldSpec("returns", np.dtype([("id", "<i8"), ("value", "<f8")]))
+
+
+def _path(store: EpisodeStore) -> Path:
+    return Path(store.folder) / fmt.STATS_DIR / RETURNS_FILE
+
+
+def cached_returns(store: EpisodeStore, table: EpisodeTable, name: str, compute: Any) -> np.ndarray:
+    """The return (sum of field ``name``) of each episode of ``table``: from the cache where it holds it, else
+    ``compute(store, name, starts, lengths)`` over the episodes' rows."""
+    returns = np.full(len(table), np.nan)
+    hit = np.zeros(len(table), dtype=bool)
+    try:
+        file = NpyFile.open(store.folder, _path(store), _SPEC, 0, writable=False)
+    except (ReplayError, OSError):
+        file = None
+    if file is not None and file.rows and len(table):
+        try:
+            entries = file.array()
+            where = table.ids % file.rows
+            before = np.asarray(entries["id"][where])
+            values = np.asarray(entries["value"][where])
+            # (the ids again after the values: an entry the writer rewrote meanwhile is not taken)
+            hit = (before == table.ids) & (np.asarray(entries["id"][where]) == table.ids) & np.isfinite(values)
+            returns[hit] = values[hit]
+        except (ReplayError, OSError, ValueError):
+            hit[:] = False
+        finally:
+            file.close()
+    missing = np.flatnonzero(~hit)
+    if len(missing):
+        returns[missing] = compute(store, name, table.start[missing], table.length[missing])
+    return returns
+
+
+class ReturnsCache:
+    """The writer's side: entries of committed and edited episodes (``field``: the reward field summed)."""
+
+    def __init__(self, store: EpisodeStore, field: str):
+        self.field = field
+        self.file: NpyFile | None = None
+        self._store = store
+
+    def _open(self) -> NpyFile:
+        store, path = self._store, _path(self._store)
+        if self.file is None:
+            try:
+                self.file = NpyFile.open(store.folder, path, _SPEC, store.capacity.max_episodes, writable=True)
+            except (ReplayError, OSError):  # none yet, or one to start afresh (below)
+                pass
+        if self.file is None or self.file.rows < store.capacity.max_episodes:
+            if self.file is not None:
+                self.file.close()
+            folderio.make_dir(store.folder, path.parent)
+            folderio.remove(store.folder, path)  # (a cache: one of another capacity, or damaged, starts afresh)
+            fmt._create_npy(store.folder, path, _SPEC, store.capacity.max_episodes)
+            self.file = NpyFile.open(store.folder, path, _SPEC, store.capacity.max_episodes, writable=True)
+            self.file.write_rows(0, np.full(store.capacity.max_episodes, -1, dtype=_SPEC.dtype))
+        return self.file
+
+    def committed(self, episodes: Iterable[PendingEpisode]) -> None:
+        values = {int(episode.id): float(sum(np.sum(chunk, dtype=np.float64) for chunk in episode.rows[self.field]))
+                  for episode in episodes if episode.id is not None and self.field in episode.rows}
+        self._put(values)
+
+    def fill(self, table: EpisodeTable, compute: Any) -> None:
+        """Entries for the episodes of ``table`` that have none (a store written before the cache existed): read
+        once, so that later summaries read one number per episode."""
+        file = self._open()
+        where = table.ids % file.rows
+        missing = np.flatnonzero(np.asarray(file.array()["id"][where]) != table.ids)
+        if len(missing):
+            self.edited(table.ids[missing], table.start[missing], table.length[missing], compute)
+
+    def edited(self, ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, compute: Any) -> None:
+        if len(ids):
+            self._put(dict(zip(ids.tolist(), compute(self._store, self.field, starts, lengths).tolist())))
+
+    def _put(self, values: dict[int, float]) -> None:
+        if not values:
+            return
+        file = self._open()
+        for episode_id, value in values.items():
+            slot = episode_id % file.rows
+            file.write_rows(slot, np.array([(-1, value)], dtype=_SPEC.dtype))  # the value first, then the id
+            file.write_rows(slot, np.array([(episode_id, value)], dtype=_SPEC.dtype))
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
