@@ -3,7 +3,8 @@
 Each command is a module of this package with a function ``add(subparsers)`` that declares its
 arguments and sets ``run``, a function of the parsed arguments returning the exit code;
 ``_COMMAND_MODULES`` lists them, so a new command is one more module and one more entry. Shared here:
-the exit codes and ``not_a_store`` (the message and exit code for a path that holds no store).
+the exit codes, ``not_a_store`` (the message and exit code for a path that holds no store), and ``args.prog``,
+the command's name as typed ("memmap-replay edit merge") for its messages.
 """
 
 from __future__ import annotations
@@ -76,7 +77,19 @@ def _build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in _commands():
         add(subparsers)
+    _name_commands(parser)
     return parser
+
+
+def _name_commands(parser: argparse.ArgumentParser) -> None:
+    """Give every command's parser, at any depth, its full name as the default of ``args.prog`` (argparse made it:
+    "memmap-replay edit merge", "memmap-replay inspect-replay-buffer"); the innermost parsed one's wins, so messages
+    name the command as it was typed."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.set_defaults(prog=command.prog)
+                _name_commands(command)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -101,8 +114,7 @@ def _run_command(argv: list[str] | None, prog: str | None) -> int:
     if not hasattr(args, "run"):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    args.prog = f"{parser.prog} {args.run.__name__.removeprefix('run_')}"
-    return args.run(args)
+    return args.run(args)  # (args.prog: the command's name, _name_commands)
 
 
 def _quiet_stdout() -> None:

@@ -1,7 +1,8 @@
 """``checksum FOLDER``: write (or, with ``--check``, check) the store's ``checksums.sha256``.
 
-Also here, shared by the sharing commands (card, checksum, pack, unpack): ``_guarded``, which turns the
-library's errors into a message on stderr and an exit code, and ``_show_progress``.
+Also here, shared by the sharing commands (card, checksum, pack, unpack, compress, edit): ``_guarded``, which turns
+the library's errors into a message on stderr and an exit code, ``_reported`` (``_guarded`` for a call that returns a
+report to print, with the errors of rewrites and edits), and ``_show_progress``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..sharing.checksums import MANIFEST, check_manifest, read_manifest, store_folder, write_manifest
-from ..errors import (CorruptStoreError, DiskFullError, InvalidDataError, NotAFolderError, StoreLockedError,
-                      StoreIOError, StoreNotFoundError, UnsupportedFormatError)
+from ..errors import (BufferFullError, CorruptStoreError, DiskFullError, InvalidDataError, MissingExtraError,
+                      NotAFolderError, SampleExpiredError, SchemaError, StoreLockedError, StoreIOError,
+                      StoreNotFoundError, UnsupportedFormatError)
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, not_a_store
 
 _SHARE_EXIT_CODES = f"""exit codes:
@@ -76,6 +78,23 @@ def _guarded(args: argparse.Namespace, action: Callable[[], int], *, folder_is_s
         return _fail(args, str(error), EXIT_PROBLEMS)
     except OSError as error:  # a path the user gave that cannot be read or written
         return _fail(args, f"{error.filename or ''}: {error.strerror or error}".lstrip(": "), EXIT_USAGE)
+
+
+def _reported(args: argparse.Namespace, call: Callable, *, folder_is_store: bool = True) -> int:
+    """Run ``call`` (a rewrite or an edit: it returns a report with ``to_json()``) under ``_guarded`` and print its
+    report (``--json``: as JSON, with ``"ok": true``). Besides ``_guarded``'s errors: a bad option of the edit (schemas
+    that differ, a level out of range, a missing extra) is a usage error; episodes a ring writer evicted while they
+    were copied, or a store without the room the edit needs, are problems (nothing was changed)."""
+    def action() -> int:
+        try:
+            report = call()
+        except (SchemaError, MissingExtraError) as error:
+            return _fail(args, str(error), EXIT_USAGE)
+        except (SampleExpiredError, BufferFullError) as error:
+            return _fail(args, str(error), EXIT_PROBLEMS)
+        print(json.dumps({"ok": True, **report.to_json()}, indent=2) if args.json else report)
+        return EXIT_OK
+    return _guarded(args, action, folder_is_store=folder_is_store)
 
 
 def run_checksum(args: argparse.Namespace) -> int:

@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Callable
 
-from ..errors import MissingExtraError, SampleExpiredError, SchemaError
-from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
-from .checksum import _SHARE_EXIT_CODES, _add_common, _fail, _guarded, _show_progress
+from .checksum import _SHARE_EXIT_CODES, _add_common, _reported, _show_progress
 
 _REWRITE = """\
 A crash-safe rewrite: in place (the default), the new files are written beside the old ones and meta.json,
@@ -67,13 +64,4 @@ def run_compress(args: argparse.Namespace) -> int:
 
 
 def run_rewrite(args: argparse.Namespace, rewrite: Callable) -> int:
-    def action() -> int:
-        try:
-            report = rewrite()
-        except (SchemaError, MissingExtraError) as error:  # a bad level; zstandard not installed
-            return _fail(args, str(error), EXIT_USAGE)
-        except SampleExpiredError as error:  # a ring writer evicted episodes while --out copied them
-            return _fail(args, str(error), EXIT_PROBLEMS)
-        print(json.dumps({"ok": True, **report.to_json()}, indent=2) if args.json else report)
-        return EXIT_OK
-    return _guarded(args, action)
+    return _reported(args, rewrite)  # a bad level or no zstandard: 2; a ring evicting what --out copies: 1

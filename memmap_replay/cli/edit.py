@@ -1,17 +1,17 @@
 """``edit VERB ...``: edits of a dataset, one sub-command per verb. ``edit merge OUT FOLDER...`` and
 ``edit split FOLDER --into NAME=FRACTION ... --out DIR`` make new stores (``memmap_replay.merge``,
-``memmap_replay.split``); later verbs (edits in place) are more sub-commands of the same ``edit``."""
+``memmap_replay.split``); the edits in place (``edit delete|trim|relabel|add-field|compact FOLDER ...``) are in
+``edit_inplace.py``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Callable
 
-from ..errors import SampleExpiredError, SchemaError
 from . import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
-from .checksum import _add_common, _fail, _guarded, _show_progress
+from .checksum import _add_common, _fail, _reported, _show_progress
+from .edit_inplace import EXAMPLES, VERBS_HELP, add_verbs
 
 _EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done
@@ -28,14 +28,19 @@ checksums are written when the sources had them."""
 
 _EDIT_HELP = f"""\
 Edit a dataset. Verbs that make new stores:
-  merge   several stores into one
-  split   one store into several, at fractions of its episodes or by a meta field
+  merge      several stores into one
+  split      one store into several, at fractions of its episodes or by a meta field
 
 {_NEW_STORES}
 
+{VERBS_HELP}
+
+Run '%(prog)s VERB --help' for a verb's options.
+
 examples:
   %(prog)s merge merged run_a run_b
-  %(prog)s split run --into train=0.9 --into val=0.1 --seed 0 --out splits"""
+  %(prog)s split run --into train=0.9 --into val=0.1 --seed 0 --out splits
+{EXAMPLES}"""
 
 _MERGE_HELP = f"""\
 Merge stores into the new store OUT: every episode of each FOLDER, in the order given. The stores must have
@@ -72,7 +77,8 @@ examples:
 
 
 def add(commands) -> None:
-    parser = commands.add_parser("edit", help="edit a dataset: merge stores, split a store", description=_EDIT_HELP,
+    parser = commands.add_parser("edit", help="edit a dataset: merge, split, delete, trim, relabel, add-field, "
+                                 "compact", description=_EDIT_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(title="verbs", metavar="VERB")
     merge = verbs.add_parser("merge", help="merge stores into one new store", description=_MERGE_HELP,
@@ -97,6 +103,7 @@ def add(commands) -> None:
     split.add_argument("--by", metavar="META_FIELD", help="split by this meta field's value")
     _add_common(split)
     split.set_defaults(run=run_edit_split)
+    add_verbs(verbs)
     parser.set_defaults(run=_usage(parser))
 
 
@@ -118,7 +125,6 @@ def _pair(text: str) -> tuple[str, str]:
 def run_edit_merge(args: argparse.Namespace) -> int:
     from ..sharing.merging import merge
 
-    args.prog = args.prog.replace("edit_merge", "edit merge")
     return _run(args, lambda: merge(args.out, *args.folders, fields=args.fields, progress=_show_progress(args),
                                     max_episodes=args.max_episodes, max_steps=args.max_steps,
                                     max_timesteps=args.max_timesteps, circular=args.circular), store=False)
@@ -127,7 +133,6 @@ def run_edit_merge(args: argparse.Namespace) -> int:
 def run_edit_split(args: argparse.Namespace) -> int:
     from ..sharing.splitting import split
 
-    args.prog = args.prog.replace("edit_split", "edit split")
     into: dict | None = None
     if args.by is None:
         fractions: dict[str, float] = {}
@@ -144,13 +149,4 @@ def run_edit_split(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, edit: Callable, *, store: bool) -> int:
-    def action() -> int:
-        try:
-            report = edit()
-        except SampleExpiredError as error:  # a ring writer evicted episodes while they were copied
-            return _fail(args, str(error), EXIT_PROBLEMS)
-        except SchemaError as error:  # schemas that differ, a meta field to split by that is not one value
-            return _fail(args, str(error), EXIT_USAGE)
-        print(json.dumps({"ok": True, **report.to_json()}, indent=2) if args.json else report)
-        return EXIT_OK
-    return _guarded(args, action, folder_is_store=store)
+    return _reported(args, edit, folder_is_store=store)  # schemas that differ: 2; a ring evicting what is copied: 1

@@ -146,7 +146,6 @@ def run_inspect_replay_buffer(args: argparse.Namespace) -> int:
     try:
         _inspect(args)
     except _Usage as error:
-        prog = args.prog.replace("inspect_replay_buffer", "inspect-replay-buffer")  # (the command's own spelling)
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        print(f"{args.prog}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_OK
