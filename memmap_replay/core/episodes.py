@@ -76,10 +76,11 @@ def chains(ids: np.ndarray, continues: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return order, bounds
 
 
-def meta_mask(store: EpisodeStore, slots: np.ndarray, filter_meta: Mapping[str, Any] | None) -> np.ndarray | None:
+def meta_mask(store: EpisodeStore, slots: np.ndarray, filter_meta: Mapping[str, Any] | None, *,
+              option: str = "filter_meta") -> np.ndarray | None:
     """Which of the episodes in ``slots`` have meta values equal to every value of ``filter_meta`` (None: no
-    filter)."""
-    if not check_filter(filter_meta, store.schema.meta_fields, "filter_meta", "meta field") or filter_meta is None:
+    filter). ``option``: what the caller calls the filter, in errors."""
+    if not check_filter(filter_meta, store.schema.meta_fields, option, "meta field") or filter_meta is None:
         return None
     keep = np.ones(len(slots), dtype=bool)
     for name in filter_meta:
@@ -89,7 +90,7 @@ def meta_mask(store: EpisodeStore, slots: np.ndarray, filter_meta: Mapping[str, 
         except (ValueError, TypeError):  # a ragged list, ...
             wanted = np.asarray(None)
         if wanted.shape not in ((), spec.shape) or wanted.dtype.kind not in "biufc":
-            raise OptionError(f"filter_meta value for {name!r} must be a number or an array of shape {spec.shape} "
+            raise OptionError(f"{option} value for {name!r} must be a number or an array of shape {spec.shape} "
                               f"(got {short(filter_meta[name])})")
         values = store.meta_array(name)[slots]
         equal = values == wanted

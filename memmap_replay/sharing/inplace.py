@@ -102,7 +102,7 @@ class BufferEdits:
         _record(store, "trim", episode=int(table.ids[position]), steps=[first, last], length=length)
         return last - first
 
-    def relabel(self, ids_or_filter: int | Iterable[int] | Mapping[str, Any], **meta: Any) -> int:
+    def relabel(self, ids_or_filter: int | Iterable[int] | Mapping[str, Any], /, **meta: Any) -> int:
         """Set meta values of episodes: ``relabel([3, 7], task_id=2)`` (episode ids), or every live episode
         whose meta values equal a filter's, ``relabel({"task_id": 1}, task_id=2)``. A value is one for every
         episode, or one per episode (in the order of the ids, or oldest first for a filter). Returns how many
@@ -121,7 +121,7 @@ class BufferEdits:
         chosen: dict[str, Any]
         if isinstance(ids_or_filter, Mapping):
             table = store.live_table()
-            keep = meta_mask(store, table.slots, ids_or_filter)
+            keep = meta_mask(store, table.slots, ids_or_filter, option="relabel's filter")
             positions = np.flatnonzero(keep) if keep is not None else np.arange(len(table))
             chosen = {"filter": {key: short(value) for key, value in ids_or_filter.items()}}
         else:

@@ -584,7 +584,7 @@ class _StoreChecker:
         table = {name: np.asarray(array[slots]) for name, array in self.table.items()}
         self.table.clear()
         table = self.with_journal(table, slots)
-        self.report.checked["live_episodes"] = len(ids)
+        self.report.checked["live_episodes"] = len(ids) - int(np.count_nonzero(table["end"] == fmt.REMOVED))
         start, length, end, final = table["start"], table["length"], table["end"], table["final"].view(np.uint8)
         def episode(i):
             return f"live episode {ids[i]} (slot {slots[i]})"

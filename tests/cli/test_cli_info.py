@@ -196,6 +196,11 @@ def test_info_reads_no_step_data_but_rewards(known, capsys, monkeypatch):
     monkeypatch.setattr(NpyFile, "array", lambda self: mapped.add(self.path.relative_to(known[0]).as_posix())
                         or real(self))
     assert run(capsys, "info", known[0])[0] == 0
+    # the returns the writer kept (stats/returns.npy), one number per episode
+    assert {path for path in mapped if not path.startswith("episodes/")} == {"stats/returns.npy"}
+    (known[0] / "stats" / "returns.npy").unlink()  # (a cache: without it, the rewards are summed)
+    mapped.clear()
+    assert run(capsys, "info", known[0])[0] == 0
     assert {path for path in mapped if not path.startswith("episodes/")} == {"steps/reward.npy"}
 
 

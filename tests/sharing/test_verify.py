@@ -188,8 +188,8 @@ DAMAGE = [
     pytest.param(set_state(first_episode=3, next_episode=2), "meta.json", CorruptStoreError, r"inconsistent counters",
                  id="first-after-next"),
     pytest.param(set_state(write_head=4), "meta.json", CorruptStoreError,
-                 r"meta\.json's state\.write_head is 4 \(expected 13, the row after the newest episode 2, or beyond it, "
-                 r"or 0\)",
+                 r"meta\.json's state\.write_head is 4 \(expected 13, the row after the newest episode 2, or beyond "
+                 r"it, or 0\)",
                  id="write-head-inside-live-rows"),
     # the live episode table
     pytest.param(poke("episodes/id.npy", 1, 7), "episodes/id.npy", CorruptStoreError,
