@@ -23,8 +23,10 @@ each timed run ``os.sync()`` writes back dirty pages (untimed), so that the byte
 "written" is the growth of ``write_bytes`` in ``/proc/self/io`` over the timed run (bytes this process sent towards
 the disk, page by page, at the moment it dirtied them: meta.json, the journal, the episode-table and meta pages
 written in place, the card), and "write()" the growth of ``wchar`` (bytes passed to write calls). The time is the
-wall clock of the verb's calls (the edits are not durable: the store is opened with ``durable=False``, the default;
-``--durable`` times them with their fsyncs).
+wall clock of the verb's calls, and beside it this process's CPU time (``time.process_time``: without the waits
+for the disk and for other processes, steadier on a shared machine). The stores are opened with ``durable=False``,
+the default (each file an edit replaces is still fsynced before its rename: meta.json twice, the journal, the
+card's two files); ``--durable`` adds the fsyncs of folders and of the files written in place.
 
 For reference, the edits that make new stores (their cost follows the rows: they copy them) on the smallest store
 (after its edits): ``merge(out, store, store)`` and ``split(store, {"train": 0.9, "val": 0.1}, seed=0)``, each into
@@ -34,7 +36,7 @@ The table gives, per verb, the median ms per store size, the ratio of the larges
 ("flat" means close to 1: the cost follows the episodes changed, not the store's size), and the bytes written per
 store size.
 
-    python benchmarks/edit.py            # 100k, 1M and 10M steps: about 2 minutes on 2 cores
+    python benchmarks/edit.py            # 100k, 1M and 10M steps: under a minute on 2 cores
     python benchmarks/edit.py --quick    # a smoke run (stores of 5,000 and 50,000 steps, 2 repeats), seconds
 """
 
@@ -122,6 +124,7 @@ def io_counters() -> dict[str, int] | None:
 @dataclass
 class Figure:
     times: list[float]
+    cpu: list[float]
     written: list[int]
     calls: list[int]
     changed: list[int]
@@ -129,6 +132,10 @@ class Figure:
     @property
     def seconds(self) -> float:
         return statistics.median(self.times)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return statistics.median(self.cpu)
 
     @property
     def nbytes(self) -> float | None:
@@ -139,9 +146,10 @@ def timed(run: Callable[[], Any], figure: Figure) -> Any:
     """``run()`` after an untimed ``os.sync()``: its seconds and bytes written go into ``figure``."""
     os.sync()
     before = io_counters()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = run()
     figure.times.append(time.perf_counter() - started)
+    figure.cpu.append(time.process_time() - cpu)
     after = io_counters()
     if before is not None and after is not None:
         figure.written.append(after["written"] - before["written"])
@@ -211,7 +219,7 @@ class Pools:
 
 def measure_store(folder: Path, args, verbs: list[Verb]) -> dict[str, Figure]:
     """Every verb's figures on the store in ``folder``: the plain verbs interleaved, then the manifest ones."""
-    figures = {verb.name: Figure([], [], [], []) for verb in verbs}
+    figures = {verb.name: Figure([], [], [], [], []) for verb in verbs}
     buffer = ReplayBuffer.from_folder(folder, durable=args.durable)
     removing = [verb for verb in verbs if verb.removes]
     if len(removing) > 1:
@@ -241,7 +249,7 @@ def reference_edits(folder: Path, scratch: Path, args, steps: int) -> list[tuple
     ways = [("merge(out, store, store)", lambda out: merge(out, folder, folder)),
             ("split 0.9 / 0.1", lambda out: split(folder, {"train": 0.9, "val": 0.1}, out=out, seed=0))]
     for label, run in ways:
-        figure, report = Figure([], [], [], []), None
+        figure, report = Figure([], [], [], [], []), None
         for repeat in range(args.repeats):
             out = scratch / f"out-{repeat}"
             report = timed(lambda: run(out), figure)
@@ -265,16 +273,19 @@ def table(sizes: list[int], results: dict[int, dict[str, Figure]], verbs: list[V
     first, last = sizes[0], sizes[-1]
     print(f"\nEdit figures: ms per edit (median), by store size ({' / '.join(f'{episodes[s]:,}' for s in sizes)} "
           f"episodes); x: the {names[-1]} store's time / the {names[0]} store's (flat: close to 1); KiB written "
-          f"(write_bytes of /proc/self/io) per store size")
+          f"(write_bytes of /proc/self/io) per store size; CPU: this process's CPU time (no waits for the disk or "
+          f"for other processes: steadier on a shared machine)")
     ms_head = "".join(f"{n + ' ms':>11}" for n in names)
-    kib_head = " / ".join(names)
-    print(f"  {'verb':<30}{ms_head} {'x':>7}   KiB written ({kib_head})")
+    cpu_head = "".join(f"{n + ' CPU':>10}" for n in names)
+    print(f"  {'verb':<30}{ms_head} {'x':>6}{cpu_head} {'x CPU':>6}   KiB written ({' / '.join(names)})")
     for verb in verbs:
         figures = [results[s][verb.name] for s in sizes]
         ms = "".join(f"{f.seconds * 1e3:>11,.2f}" for f in figures)
+        cpu = "".join(f"{f.cpu_seconds * 1e3:>10,.2f}" for f in figures)
         ratio = results[last][verb.name].seconds / results[first][verb.name].seconds
+        cpu_ratio = results[last][verb.name].cpu_seconds / max(results[first][verb.name].cpu_seconds, 1e-9)
         written = " / ".join(kib(f.nbytes) for f in figures)
-        print(f"  {verb.name:<30}{ms} {ratio:>7.2f}   {written}")
+        print(f"  {verb.name:<30}{ms} {ratio:>6.2f}{cpu} {cpu_ratio:>6.2f}   {written}")
 
 
 def main(argv=None) -> int:
@@ -328,7 +339,8 @@ def main(argv=None) -> int:
                 figure = results[size][verb.name]
                 calls = statistics.median(figure.calls) if figure.calls else None
                 changed = f", episodes changed {figure.changed}" if verb.counts else ""
-                print(f"  {verb.name:<30} {figure.seconds * 1e3:>9,.2f} ms  written {kib(figure.nbytes):>6} KiB, "
+                print(f"  {verb.name:<30} {figure.seconds * 1e3:>9,.2f} ms ({figure.cpu_seconds * 1e3:,.2f} CPU)  "
+                      f"written {kib(figure.nbytes):>6} KiB, "
                       f"write() {kib(calls):>6} KiB{changed}   [{', '.join(f'{t * 1e3:.2f}' for t in figure.times)}]",
                       flush=True)
             if number == 0 and args.reference:
