@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .store import EpisodeStore
 
 __all__ = ["MODES", "MRB_CONFIG", "refuse_mrb_folder", "locate", "make_folder", "check_replaceable", "check_live_ids",
-           "slot_entries", "holds_episodes", "check_matches"]
+           "holds_episodes", "check_matches"]
 
 MODES = ("r", "r+", "a", "w", "w-")
 _LARGE_TABLE = 1 << 24  # live episodes beyond which their count must be backed by ids on disk (_check_claim)
@@ -244,8 +244,9 @@ def check_live_ids(store: EpisodeStore) -> bool:
         raise CorruptStoreError(f"{store.folder}: episodes/end.npy marks {len(ids) - len(table)} of the episodes "
                                 f"{ids[0]}..{ids[-1]} removed (end code {fmt.REMOVED}), but meta.json's "
                                 f"state.removed counts {state.removed}; the episode table or meta.json is damaged")
-    newest = ends[-1] if table.ids[-1] == ids[-1] else _removed_end(store, int(ids[-1]))
-    # (at or after the newest episode's rows: a trim of its tail leaves rows between them)
+    # at or after the newest live episode's rows (a trim of its tail leaves rows between them, and compact() may
+    # free a removed newest episode's rows); in a ring, after the newest episode placed, removed or not
+    newest = ends[-1] if table.ids[-1] == ids[-1] or not store.capacity.circular else _removed_end(store, ids[-1])
     if newest is not None and state.write_head != 0 and state.write_head < newest:
         raise CorruptStoreError(f"{store.folder}: meta.json's state.write_head is {state.write_head} (expected "
                                 f"{newest}, the row after the newest episode {ids[-1]}, or beyond it, or 0)")
@@ -253,23 +254,11 @@ def check_live_ids(store: EpisodeStore) -> bool:
 
 
 def _removed_end(store: EpisodeStore, episode: int) -> int | None:
-    """The row after the rows of the removed episode ``episode`` (its entry stays in the table: removed
-    episodes keep their rows until evicted), or None when its slot holds another episode by now."""
-    entry = slot_entries(store, np.array([episode % store.meta.capacity.max_episodes]))
+    """The row after the rows of the removed episode ``episode`` (a ring's newest, whose rows the write head
+    follows), or None when its slot holds another episode by now."""
+    entry = store.entries(np.array([episode % store.meta.capacity.max_episodes]))
     end = int(entry["start"][0]) + int(entry["length"][0]) + int(entry["final"][0])
     return end if int(entry["id"][0]) == episode else None
-
-
-def slot_entries(store: EpisodeStore, slots: np.ndarray) -> dict[str, np.ndarray]:
-    """The episode-table entries of ``slots`` (one array per column of ``format.TABLE``) as readers see them:
-    the journal of an edit in flight over the files' (a removed episode's ``end`` is ``format.REMOVED``)."""
-    journal = store.journal()
-    entries = {}
-    for name in fmt.TABLE:
-        values = np.asarray(store.table[name].array()[slots])
-        entries[name] = (values if journal is None or name == "id"
-                         else journal.over(fmt.EPISODES_DIR, name, slots, values))
-    return entries
 
 
 def _check_claim(store: EpisodeStore) -> None:

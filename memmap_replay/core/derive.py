@@ -41,6 +41,7 @@ class NewField:
             kind = "field" if spec.name in schema.fields else "meta field"
             raise SchemaError(f"the store already has a {kind} {spec.name!r}: give the new field another name")
         self.store, self.spec, self.per = store, spec, per
+        store.begin_edit("add_field")
         group = fmt.STEPS_DIR if per == "step" else fmt.META_DIR
         self.path = store.folder / group / f"{spec.name}.npy"
         self.rows = store.meta.state.rows if per == "step" else store.capacity.max_episodes
@@ -75,7 +76,7 @@ class NewField:
             store.steps[self.spec.name] = self.file
         else:
             store.metas[self.spec.name] = self.file
-        store._edited([self.file], np.zeros(0, dtype=np.int64))
+        store.end_edit(np.zeros(0, dtype=np.int64), [self.file])
 
     def discard(self) -> None:
         """Remove the file (the store is as it was)."""

@@ -52,7 +52,10 @@ class Journal:
 
     @classmethod
     def of(cls, store: EpisodeStore, slots: np.ndarray) -> "Journal":
-        """The current entries of ``slots`` (live slots of the writer's store), to be changed before the commit."""
+        """The current entries of ``slots`` (live slots of the writer's store, after its ``begin_edit``), to be
+        changed before the commit."""
+        if store.meta.state.journal:  # (begin_edit finishes an edit a killed writer left: its entries are the base)
+            store._finish_edit()
         slots = np.unique(np.asarray(slots, dtype=np.int64))
         records = np.zeros(len(slots), journal_dtype(store.schema))
         records["slot"] = slots
@@ -68,6 +71,11 @@ class Journal:
 
     def position(self, slot: int) -> int:
         return int(np.searchsorted(self.slots, slot))
+
+    def put(self, name: str, slots: np.ndarray, values: np.ndarray) -> None:
+        """Set column ``name`` (a table column, or ``meta.<field>``) of the records of ``slots`` (any order) to
+        ``values`` (one per slot, in the order of ``slots``)."""
+        self.records[name][np.searchsorted(self.slots, slots)] = values
 
     def over(self, group: str, name: str, slots: np.ndarray, values: np.ndarray) -> np.ndarray:
         """``values`` (read from the file of ``group``/``name`` at ``slots``) with the journal's entries put over

@@ -20,7 +20,6 @@ import numpy as np
 from ..errors import (CorruptStoreError, EpisodeStateError, IndexRangeError, IndexTypeError, OptionError,
                       SampleExpiredError)
 from . import format as fmt
-from .checks import slot_entries
 from .index import EpisodeTable
 from .options import check_filter, check_names, count, flag, seed_option, short
 
@@ -406,7 +405,7 @@ class EpisodeList:
                 "again with buffer.episodes()")
         if store.meta.state.edits != self._edits:  # an edit since: is this episode's entry still the list's?
             slot = int(self.table.slots[position])
-            entry = slot_entries(store, np.array([slot]))
+            entry = store.entries(np.array([slot]))
             if int(entry["end"][0]) == fmt.REMOVED or int(entry["id"][0]) != episode_id:
                 raise SampleExpiredError(
                     f"episode {episode_id} is no longer in the buffer (delete_episodes removed it since the list of "

@@ -36,6 +36,7 @@ Beside the layout a store MAY hold these; a reader MUST NOT need them to read th
     README.md          the card rendered as Markdown, rewritten whenever card.json is
     checksums.sha256   the manifest (below); a writer deletes it before its first change
     stats/running.npz  running per-field statistics (derived data; ``memmap_replay.sharing.stats``)
+    stats/returns.npy  each episode's return, for the card's summary (derived data; ``sharing/returns_cache.py``)
     ratelimit/         a rate limiter's shared counters and limits (run state, not data; never packed)
     training/          saved training states (``buffer.save_training_state``: run state, not data; never packed)
 

@@ -14,7 +14,8 @@ import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, TypeVar, cast
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar, cast
 
 import numpy as np
 
@@ -41,6 +42,17 @@ _CONSISTENCY_RETRIES = 20
 _REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
 
 
+@contextmanager
+def _disk_full(message: str) -> Iterator[None]:
+    """A full disk (or quota) met inside as ``DiskFullError(message)``; other errors as they are."""
+    try:
+        yield
+    except OSError as error:
+        if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
+            raise
+        raise DiskFullError(message) from None
+
+
 class CommitObserver:
     """What another room does around a writer's changes (running statistics, the checksum manifest): the
     store calls these hooks and nothing else. ``changing`` before each change (the first one of a store is
@@ -56,8 +68,9 @@ class CommitObserver:
     def committed(self, store: "EpisodeStore", episodes: list["PendingEpisode"]) -> None:
         pass
 
-    def editing(self, store: "EpisodeStore") -> None:
-        """Before an edit of committed episodes (``edit``, ``add_field``, ``compact``): after ``changing``."""
+    def editing(self, store: "EpisodeStore", kind: str) -> None:
+        """Before an edit of committed episodes writes anything (``begin_edit``), after ``changing``; ``kind``: the
+        verb ("delete_episodes", "trim", "relabel", "add_field", "compact")."""
 
     def edited(self, store: "EpisodeStore", paths: list[str], slots: np.ndarray) -> None:
         """After an edit is committed and written; ``paths``: the files it wrote besides meta.json (relative);
@@ -65,6 +78,8 @@ class CommitObserver:
 
     def flush(self, store: "EpisodeStore", *, closing: bool) -> None:
         pass
+
+    last = False  # its hooks run after those of the observers without it (the checksum manifest's)
 
 
 # factories of the observers each writing store gets (None: none for this store); rooms register theirs
@@ -123,6 +138,7 @@ class EpisodeStore:
         # the journal of the edit in flight (odd ``state.edits``), and the meta files with it put over them
         self._journal: Journal | None = None
         self._overlaid: dict[str, np.ndarray] = {}
+        self._journal_checked = False  # a stale journal removed (at this writer's first change)
         self._state_lock, self._state_pid = threading.RLock(), os.getpid()
         self.steps: dict[str, StepFile] = {}
         self.metas: dict[str, NpyFile] = {}
@@ -285,6 +301,10 @@ class EpisodeStore:
     def journal(self) -> Journal | None:
         """The journal of the edit in flight in ``meta`` (None: none). A reader whose meta.json is older than the
         journal on disk (the writer finished that edit and began another) takes the newer meta.json first."""
+        with self.state_lock:
+            return self._journal_now()
+
+    def _journal_now(self) -> Journal | None:
         for _ in range(_CONSISTENCY_RETRIES):
             edits = self.meta.state.edits
             if not edits & 1:
@@ -299,7 +319,9 @@ class EpisodeStore:
                 break
         raise CorruptStoreError(f"{self.folder}/{fmt.EPISODES_DIR}/{fmt.JOURNAL_FILE} must hold the journal of edit "
                                 f"{self.meta.state.edits}, which meta.json says is in flight (edits is odd): it is "
-                                f"missing or another edit's; the edit's journal was lost")
+                                f"missing or another edit's, so the edit cannot be read or finished; restore the "
+                                f"folder from a copy (`python -m memmap_replay verify {self.folder}` lists every "
+                                f"problem)")
 
     @property
     def is_writer(self) -> bool:
@@ -349,7 +371,7 @@ class EpisodeStore:
         the table agree; ``catch_up=False`` keeps ``meta`` and leaves the evicted episodes out. An edit
         committed meanwhile (``state.edits`` changed) rewrote entries in place: the newer meta.json is taken
         and the table read again, as after a grow."""
-        table, stored = self._table_of(self.meta.state)
+        table, stored = self._table_of()
         if self.is_writer:
             return table
         for attempt in range(_CONSISTENCY_RETRIES if catch_up else 1):
@@ -384,19 +406,30 @@ class EpisodeStore:
                 break
             self.read_stamp = stamp
             self._adopt(fresh)
-            table, stored = self._table_of(fresh.state)
+            table, stored = self._table_of()
         return table.select(live)
 
-    def _table_of(self, state: fmt.State) -> tuple[EpisodeTable, np.ndarray]:
-        """The table of ``state``'s live episodes as the slots hold it now, and the ids the slots hold."""
+    def _table_of(self) -> tuple[EpisodeTable, np.ndarray]:
+        """The table of ``meta``'s live episodes as the slots hold it now, and the ids the slots hold."""
+        self.journal()  # (first: taking a journal may take a newer meta.json, whose ids the table is then of)
+        state = self.meta.state
         ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
         slots = ids % self.meta.capacity.max_episodes
+        entries = self.entries(slots, ("start", "length", "end", "final", "id"))
+        table = EpisodeTable(ids, slots, entries["start"], entries["length"], entries["end"],
+                             entries["final"].astype(bool))
+        return table, (entries["id"] if not self.is_writer else ids)
+
+    def entries(self, slots: np.ndarray, names: Iterable[str] = tuple(fmt.TABLE)) -> dict[str, np.ndarray]:
+        """The episode-table entries of ``slots`` (columns ``names`` of ``format.TABLE``) as readers see them: an
+        edit's journal in flight over the files' (a removed episode's ``end`` is ``format.REMOVED``)."""
         journal = self.journal()
-        def get(name: str) -> np.ndarray:
+        entries = {}
+        for name in names:
             values = np.asarray(self.table[name].array()[slots])
-            return values if journal is None or name == "id" else journal.over(fmt.EPISODES_DIR, name, slots, values)
-        table = EpisodeTable(ids, slots, get("start"), get("length"), get("end"), get("final").astype(bool))
-        return table, (get("id") if not self.is_writer else ids)
+            entries[name] = (values if journal is None or name == "id"
+                             else journal.over(fmt.EPISODES_DIR, name, slots, values))
+        return entries
 
     def step_array(self, name: str, *, random: bool = False) -> np.ndarray:
         """A step field's read-only map; ``random``: one marked for scattered reads (``NpyFile.array``). A
@@ -407,15 +440,16 @@ class EpisodeStore:
     def meta_array(self, name: str) -> np.ndarray:
         """A meta field's values by slot: its read-only map, or while an edit is in flight a copy with the
         journal's values put over it (so a reader never sees an edit half written)."""
-        journal = self.journal()
-        if journal is None:
-            return self.metas[name].array()
-        if name not in self._overlaid:
-            values = np.array(self.metas[name].array())
-            values[journal.slots] = journal.records[f"meta.{name}"]
-            values.flags.writeable = False
-            self._overlaid[name] = values
-        return self._overlaid[name]
+        with self.state_lock:
+            journal = self.journal()
+            if journal is None:
+                return self.metas[name].array()
+            if name not in self._overlaid:
+                values = np.array(self.metas[name].array())
+                values[journal.slots] = journal.records[f"meta.{name}"]
+                values.flags.writeable = False
+                self._overlaid[name] = values
+            return self._overlaid[name]
 
     def refresh(self) -> bool:
         """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
@@ -487,16 +521,10 @@ class EpisodeStore:
         self.require_writable("store episodes")
         if not episodes:
             return []
-        try:
+        with _disk_full(f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
+                        f"committed, and every episode committed before is intact (in a ring, except those already "
+                        f"evicted to make room for them); free some space (or raise the quota) and store them again"):
             return self._commit(episodes)
-        except OSError as error:
-            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
-                raise
-            raise DiskFullError(
-                f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
-                f"committed, and every episode committed before is intact (in a ring, except those already evicted "
-                f"to make room for them); free some space (or raise the quota) and store them again"
-            ) from None
 
     def _commit(self, episodes: list[PendingEpisode]) -> list[int]:
         for observer in self._changing():
@@ -556,7 +584,8 @@ class EpisodeStore:
     def observers(self) -> list[CommitObserver]:
         """This store's commit observers (made from the registered factories at the first change)."""
         if self._observers is None:
-            self._observers = [observer for factory in _OBSERVERS if (observer := factory(self)) is not None]
+            made = [observer for factory in _OBSERVERS if (observer := factory(self)) is not None]
+            self._observers = sorted(made, key=lambda observer: observer.last)
         return self._observers
 
     def _removed_between(self, first: int, stop: int) -> int:
@@ -566,37 +595,53 @@ class EpisodeStore:
         slots = np.arange(first, stop, dtype=np.int64) % self.capacity.max_episodes
         return int(np.count_nonzero(self.table["end"].array()[slots] == fmt.REMOVED))
 
-    def edit(self, journal: Journal, *, removed: int = 0, write_head: int | None = None) -> None:
-        """Commit new entries and meta values for some live slots (``journal``) as one edit (``core/edits.py``):
-        the journal, then meta.json (the commit point), then the entries in place, then meta.json again.
-        ``removed``: how many episodes the edit removes; ``write_head``: a new one (``compact`` moves rows)."""
+    def begin_edit(self, kind: str) -> None:
+        """Before an edit of committed episodes writes anything: the writer lock, an edit a killed writer left in
+        flight finished, and the observers told (``kind``: the verb, e.g. "delete_episodes"). Then any number of
+        ``commit_edit``, and ``end_edit``."""
         self.require_writable("edit the store")
         for observer in self._changing():
-            observer.editing(self)
+            observer.editing(self, kind)
+
+    def commit_edit(self, journal: Journal, *, removed: int = 0, write_head: int | None = None) -> None:
+        """Commit new entries and meta values for some live slots (``journal``, made by ``Journal.of`` after
+        ``begin_edit``) as one edit (``core/edits.py``): the journal, then meta.json (the commit point), then the
+        entries in place, then meta.json again. ``removed``: how many episodes the edit removes; ``write_head``: a
+        new one (``compact`` moves rows)."""
         state = self.meta.state
-        try:
+        if not len(journal.records):  # (no entry changes: a plain commit, its ``edits`` moved on by a whole edit)
+            self._write_meta(replace(state, edits=state.edits + 2, removed=state.removed + removed,
+                                     commits=state.commits + 1,
+                                     write_head=state.write_head if write_head is None else write_head))
+            return
+        with _disk_full(f"no space left for {self.folder} to commit the edit: the store is as it was; free some "
+                        f"space and try again"):
             journal.write(self, state.edits + 1)
             self._write_meta(replace(state, edits=state.edits + 1, removed=state.removed + removed,
                                      commits=state.commits + 1,
                                      write_head=state.write_head if write_head is None else write_head))
-        except OSError as error:
-            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
-                raise
-            raise DiskFullError(f"no space left for {self.folder} to commit the edit ({error}): the store is as it "
-                                f"was; free some space and try again") from None
         self._journal, self._overlaid = journal, {}
-        self._finish_edit()
-        self._edited([*self.table.values(), *self.metas.values()], journal.slots)
+        self._finish_edit(tell=False)
+
+    def end_edit(self, slots: np.ndarray, files: Iterable[NpyFile] = ()) -> None:
+        """After an edit's last commit: the observers told which slots' entries it changed and which files it
+        wrote (the episode table's and meta files besides ``files``)."""
+        self._edited([*self.table.values(), *self.metas.values(), *files], slots)
+
+    def edit(self, journal: Journal, *, removed: int = 0) -> None:
+        """An edit of one commit (``begin_edit`` was called, and ``journal`` made after it), then ``end_edit``."""
+        self.commit_edit(journal, removed=removed)
+        self.end_edit(journal.slots)
 
     def _edited(self, files: list[NpyFile], slots: np.ndarray) -> None:
         """Tell the observers that an edit wrote ``files`` and changed the entries of ``slots``."""
-        paths = [file.path.relative_to(self.folder).as_posix() for file in files]
+        paths = sorted({file.path.relative_to(self.folder).as_posix() for file in files})
         for observer in self.observers:
             observer.edited(self, paths, slots)
 
-    def _finish_edit(self) -> None:
+    def _finish_edit(self, *, tell: bool = True) -> None:
         """Write the entries of the edit in flight (this writer's, or one a killed writer committed) in place, then
-        commit meta.json with ``edits`` even."""
+        commit meta.json with ``edits`` even. ``tell``: tell the observers (a killed writer's edit)."""
         journal = self.journal()
         if journal is None:
             return
@@ -605,9 +650,14 @@ class EpisodeStore:
         self._write_meta(replace(state, edits=state.edits + 1, commits=state.commits + 1))
         self._journal, self._overlaid = None, {}
         folderio.remove(self.folder, self.folder / fmt.EPISODES_DIR / fmt.JOURNAL_FILE)
+        if tell:
+            self._edited([*self.table.values(), *self.metas.values()], journal.slots)
 
     def _changing(self) -> list[CommitObserver]:
         self._finish_edit()
+        if not self._journal_checked:  # a journal a writer killed before its commit (or before removing it) left
+            folderio.remove(self.folder, self.folder / fmt.EPISODES_DIR / fmt.JOURNAL_FILE)
+            self._journal_checked = True
         self._ensure_links()
         for observer in self.observers:
             observer.changing(self)
@@ -636,11 +686,7 @@ class EpisodeStore:
         """The id of the segment each episode of ``table`` continues (-1: it starts an episode), as read now."""
         if not self.meta.links:
             return np.full(len(table), -1, dtype=np.int64)
-        links = np.asarray(self.table[fmt.LINKS].array()[table.slots], dtype=np.int64)
-        journal = self.journal()
-        if journal is not None:  # (an edit in flight: its entries)
-            links = journal.over(fmt.EPISODES_DIR, fmt.LINKS, table.slots, links)
-        links = links - 1
+        links = self.entries(table.slots, (fmt.LINKS,))[fmt.LINKS].astype(np.int64) - 1
         if not self.is_writer:  # a slot the ring reused since ``table`` was read: its episode is gone
             links[np.asarray(self.table["id"].array()[table.slots]) != table.ids] = -1
         return links
@@ -702,14 +748,9 @@ class EpisodeStore:
         if capacity == self.capacity:
             return capacity
         self._changing()
-        try:
+        with _disk_full(f"no space left for {self.folder} while growing it to {capacity}: its capacity is "
+                        f"{self.capacity} and every committed episode is intact; free some space and grow it again"):
             grow_store(self, capacity)
-        except OSError as error:
-            if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
-                raise
-            raise DiskFullError(
-                f"no space left for {self.folder} while growing it to {capacity}: its capacity is "
-                f"{self.capacity} and every committed episode is intact; free some space and grow it again") from None
         return self.capacity
 
     def clear(self) -> None:

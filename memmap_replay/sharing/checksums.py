@@ -395,6 +395,8 @@ def _writer_locked(folder: Path, action: str) -> Iterator[None]:
 
 
 class _ManifestObserver(CommitObserver):
+    last = True  # its hooks run after the other observers' (it hashes what they wrote)
+
     """A write makes checksums.sha256 stale: it goes before a writer's first change (``checksum`` writes it
     again). An edit in place (``delete_episodes``, ``trim``, ``relabel``, ``add_field``, ``compact``) brings a manifest
     that was current before it up to date instead: the files the edit wrote are hashed again, the others keep their
@@ -417,7 +419,7 @@ class _ManifestObserver(CommitObserver):
             self.dropped = True
         self.candidate, self.kept = self.kept, None  # (a change that is no edit leaves it stale for good)
 
-    def editing(self, store) -> None:
+    def editing(self, store, kind) -> None:
         self.kept = self.candidate
 
     def edited(self, store, paths, slots) -> None:
@@ -425,7 +427,9 @@ class _ManifestObserver(CommitObserver):
             return
         folder = Path(store.folder)
         with _folder_lock(folder):
-            written = [rel for rel in {fmt.META_FILE, *paths} if (folder / rel).is_file()]
+            # (the observers of derived data ran before this one: stats/ holds what they wrote)
+            derived = [rel for rel in store_files(folder)[0] if rel.startswith(f"{fmt.STATS_DIR}/")]
+            written = [rel for rel in {fmt.META_FILE, *paths, *derived} if (folder / rel).is_file()]
             entries = {rel: digest for rel, digest in self.kept.items() if (folder / rel).exists()}
             entries.update(_hash_files(folder, written))
             _write_atomic(folder / MANIFEST, "".join(f"{entries[rel]}  {rel}\n" for rel in sorted(entries)).encode())

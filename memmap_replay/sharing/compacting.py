@@ -61,41 +61,69 @@ def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
     if store.capacity.circular:
         raise OptionError("compact() is for stores that are not rings: a ring (circular=True) reuses the rows of "
                           "removed and trimmed episodes as it wraps, oldest first; there is nothing to compact")
-    table = store.live_table()
-    rows = table.length + table.final
+    table = store.live_table()  # (an edit a killed writer left in flight: as readers see it, finished)
+    start, rows = table.start.copy(), table.length + table.final
     targets = np.r_[0, np.cumsum(rows)[:-1]].astype(np.int64) if len(table) else np.zeros(0, np.int64)
-    moving = np.flatnonzero(targets != table.start)
-    state = store.meta.state
-    head, before_blocks, commits = state.write_head, _blocks(store), 0
+    moving = np.flatnonzero(targets != start)
+    before, before_blocks, commits, copied = store.meta.state.write_head, _blocks(store), 0, 0
+    # first, every episode whose place no live row holds goes straight there (after a compact killed between a
+    # round's two commits: the episodes in the scratch); the others go through the scratch after the last row
+    direct = moving[_free_places(start, rows, targets[moving], rows[moving])]
+    after_direct = start.copy()
+    after_direct[direct] = targets[direct]
+    head = int((after_direct + rows).max()) if len(table) else 0
+    rest = moving[~np.isin(moving, direct)]
     room = store.capacity.max_steps - head
-    if len(moving) and rows[moving].max() > room:
-        longest = int(rows[moving].max())
+    if len(rest) and rows[rest].max() > room:
+        longest = int(rows[rest].max())
         raise BufferFullError(
             f"compact() moves episodes through the free rows after the last one, and {store.folder} has {room} of "
-            f"them, fewer than its longest episode's {longest} rows: grow it first, "
+            f"them, fewer than its longest episode's {longest} rows: nothing was moved; grow it first, "
             f"buffer.grow(max_steps={store.capacity.max_steps + longest - room}), then compact()")
-    copier, scratch_end = RowCopier(), head
+    store.begin_edit("compact")
+    copier, scratch_end = RowCopier(), before
     try:
         with tqdm(total=2 * int(rows[moving].sum()), unit="row", desc="compact", disable=not progress) as bar:
-            for round_ in _rounds(moving, rows, room):
+            if len(direct):
+                commits += _move(store, copier, table.slots[direct], start[direct], targets[direct], rows[direct],
+                                 write_head=head)
+                start = after_direct
+                copied += int(rows[direct].sum())
+                bar.update(2 * int(rows[direct].sum()))
+            for round_ in _rounds(rest, rows, room):
                 scratch = head + np.r_[0, np.cumsum(rows[round_])[:-1]].astype(np.int64)
                 scratch_end = max(scratch_end, int(scratch[-1] + rows[round_][-1]))
-                commits += _move(store, copier, table.slots[round_], table.start[round_], scratch, rows[round_],
+                commits += _move(store, copier, table.slots[round_], start[round_], scratch, rows[round_],
                                  write_head=int(scratch[-1] + rows[round_][-1]))
-                bar.update(int(rows[round_].sum()))
-                last = round_[-1] == len(table) - 1
-                final_head = int(targets[-1] + rows[-1]) if last else head
+                start[round_] = targets[round_]
                 commits += _move(store, copier, table.slots[round_], scratch, targets[round_], rows[round_],
-                                 write_head=final_head)
-                bar.update(int(rows[round_].sum()))
+                                 write_head=int((start + rows).max()))
+                copied += 2 * int(rows[round_].sum())
+                bar.update(2 * int(rows[round_].sum()))
     finally:
         copier.close()
     after = int(targets[-1] + rows[-1]) if len(table) else 0
-    if after != store.meta.state.write_head:  # (nothing moved, but rows after the last episode are free)
-        commits += _set_head(store, table, after)
+    if after != store.meta.state.write_head:  # (rows after the last episode are free: a trimmed or removed tail)
+        store.commit_edit(Journal.of(store, np.zeros(0, np.int64)), write_head=after)
+        commits += 1
     _free(store, store.live_table(), after, scratch_end)  # (the entries after the moves)
-    return CompactReport(len(moving), 2 * int(rows[moving].sum()), head, after, max(before_blocks - _blocks(store), 0),
-                         commits)
+    moved = np.flatnonzero(targets != table.start)
+    store.end_edit(table.slots[moved], _written_files(store))
+    return CompactReport(len(moved), copied, before, after, max(before_blocks - _blocks(store), 0), commits)
+
+
+def _free_places(start: np.ndarray, rows: np.ndarray, places: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Which of the ``places`` (rows ``places .. places + sizes - 1``) no live episode (rows ``start .. start +
+    rows - 1``) holds any row of."""
+    if not len(start):
+        return np.ones(len(places), dtype=bool)
+    order = np.argsort(start, kind="stable")
+    starts, reach = start[order], np.maximum.accumulate((start + rows)[order])
+    # the live episodes starting before a place's end: the furthest row they reach must be at or before its start
+    before = np.searchsorted(starts, places + sizes, side="left")
+    furthest = np.where(before > 0, reach[np.maximum(before - 1, 0)], 0)
+    free: np.ndarray = furthest <= places
+    return free
 
 
 def _rounds(moving: np.ndarray, rows: np.ndarray, room: int) -> Iterator[np.ndarray]:
@@ -122,22 +150,15 @@ def _move(store: EpisodeStore, copier: RowCopier, slots: np.ndarray, sources: np
         for file in _row_files(store):
             file.sync()
     journal = Journal.of(store, slots)
-    order = np.argsort(slots, kind="stable")
-    journal.records["start"] = places[order]
-    store.edit(journal, write_head=write_head)
+    journal.put("start", slots, places)
+    store.commit_edit(journal, write_head=write_head)
     return 2
 
 
-def _set_head(store: EpisodeStore, table: Any, head: int) -> int:
-    """Commit ``head`` as the write head (rows after the last live episode are free: a trimmed tail)."""
-    if not len(table):
-        from dataclasses import replace  # noqa: PLC0415
-        store._changing()
-        state = store.meta.state
-        store._write_meta(replace(state, write_head=head, commits=state.commits + 1))
-        return 1
-    store.edit(Journal.of(store, table.slots[-1:]), write_head=head)
-    return 2
+def _written_files(store: EpisodeStore) -> list[NpyFile]:
+    """The step files a compact writes (rows moved, holes punched)."""
+    return [part for file in store.steps.values()
+            for part in ((file.index, file.frames) if isinstance(file, EncodedField) else (file,))]
 
 
 def _row_files(store: EpisodeStore) -> list[NpyFile]:
@@ -187,10 +208,8 @@ def _punch(file: NpyFile, offset: int, length: int) -> None:
 
 def _blocks(store: EpisodeStore) -> int:
     """Bytes of disk the step files take now."""
-    files = [part for file in store.steps.values()
-             for part in ((file.index, file.frames) if isinstance(file, EncodedField) else (file,))]
     total = 0
-    for file in files:
+    for file in _written_files(store):
         with folderio.errors_named(file.path, "look at"):
             total += os.stat(file.path).st_blocks * 512
     return total

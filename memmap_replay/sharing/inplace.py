@@ -49,8 +49,12 @@ class BufferEdits:
         self._check_idle("delete episodes")
         store = self._store
         table, positions = _live_positions(store, ids, "delete_episodes")
-        journal = Journal.of(store, table.slots[positions])
-        journal.records["end"] = fmt.REMOVED
+        store.begin_edit("delete_episodes")
+        slots = table.slots[positions]
+        links = _links_cut(store, table, positions, head=True, tail=True)
+        journal = Journal.of(store, np.r_[slots, list(links)])
+        journal.records["end"][np.searchsorted(journal.slots, slots)] = fmt.REMOVED
+        _put_links(journal, links)
         store.edit(journal, removed=len(positions))
         _record(store, "delete_episodes", episodes=_listed(table.ids[positions]))
         return len(positions)
@@ -83,12 +87,10 @@ class BufferEdits:
         if first == 0 and last == length:
             return length
         slot = int(table.slots[position])
-        changed = [slot]
         cut_tail = last < length
-        successor = _successor(store, table, position) if cut_tail else None
-        if successor is not None:
-            changed.append(successor)
-        journal = Journal.of(store, np.array(changed))
+        store.begin_edit("trim")
+        links = _links_cut(store, table, np.array([position]), head=first > 0, tail=cut_tail)
+        journal = Journal.of(store, np.array([slot, *links]))
         entry = journal.records[journal.position(slot)]
         entry["start"] = int(table.start[position]) + first
         entry["length"] = last - first
@@ -96,8 +98,7 @@ class BufferEdits:
             entry["continues"] = 0
         if cut_tail:
             entry["end"], entry["final"] = fmt.END_CODES["truncated"], True
-        if successor is not None:
-            journal.records["continues"][journal.position(successor)] = 0
+        _put_links(journal, links)
         store.edit(journal)
         _record(store, "trim", episode=int(table.ids[position]), steps=[first, last], length=length)
         return last - first
@@ -131,10 +132,10 @@ class BufferEdits:
         if not len(positions):
             return 0
         slots = table.slots[positions]
+        store.begin_edit("relabel")
         journal = Journal.of(store, slots)
-        order = np.argsort(slots, kind="stable")  # the journal's records are by slot
         for name, rows in values.items():
-            journal.records[f"meta.{name}"] = rows[order]
+            journal.put(f"meta.{name}", slots, rows)
         store.edit(journal)
         _record(store, "relabel", **chosen, values={name: short(value) for name, value in meta.items()})
         return len(positions)
@@ -216,13 +217,36 @@ def _no_bools(values: Iterable[Any]) -> Iterable[Any]:
         yield value
 
 
-def _successor(store: EpisodeStore, table: EpisodeTable, position: int) -> int | None:
-    """The slot of the live segment that continues the episode at ``position`` (a split episode's), if any."""
-    if table.end[position] != 0 or not table.final[position]:  # (only a segment with a successor ends so)
-        return None
+def _links_cut(store: EpisodeStore, table: EpisodeTable, positions: np.ndarray, *, head: bool, tail: bool
+               ) -> dict[int, str]:
+    """The live segments of a split episode (``long_episodes='split'``) whose link an edit of the episodes at
+    ``positions`` cuts, by slot: with ``tail`` (their ends go) the segment continuing one of them no longer does
+    ("unlink"); with ``head`` (their starts go) the segment one of them continues is cut short ("truncate": its
+    end becomes truncated, keeping its final row)."""
     links = store.links(table)
-    after = np.flatnonzero(links == table.ids[position])
-    return int(table.slots[after[0]]) if len(after) else None
+    edited = set(table.ids[positions].tolist())
+    cut: dict[int, str] = {}
+    if tail:
+        for after in np.flatnonzero(np.isin(links, table.ids[positions])).tolist():
+            if int(table.ids[after]) not in edited:
+                cut[int(table.slots[after])] = "unlink"
+    if head:
+        before = links[positions]
+        where = np.searchsorted(table.ids, before)
+        for link, at in zip(before.tolist(), where.tolist()):
+            if link >= 0 and at < len(table) and table.ids[at] == link and link not in edited:
+                cut[int(table.slots[at])] = "truncate"
+    return cut
+
+
+def _put_links(journal: Journal, cut: dict[int, str]) -> None:
+    """The journal's records of the segments ``_links_cut`` found: unlinked, or truncated."""
+    for slot, how in cut.items():
+        record = journal.records[journal.position(slot)]
+        if how == "unlink":
+            record["continues"] = 0
+        else:
+            record["end"] = fmt.END_CODES["truncated"]
 
 
 def _values(store: EpisodeStore, name: str, value: Any, count: int) -> np.ndarray:

@@ -25,7 +25,6 @@ from ..core.codecs import frame_bound
 from ..core.encoded import EncodedField, bad_entries, frames_limit
 from ..core.progress import progress_bar as bar
 from ..core.format import NpyFile, StoreMeta
-from ..core.checks import slot_entries
 from ..core.index import EpisodeTable
 from ..core.schema import FieldSpec, Schema
 from ..core.store import EpisodeStore
@@ -206,7 +205,7 @@ def with_removed(store: EpisodeStore, table: EpisodeTable) -> EpisodeTable:
     ids = np.arange(state.first_episode, state.next_episode, dtype=np.int64)
     ids = ids[~np.isin(ids, table.ids, assume_unique=True)]
     slots = ids % store.capacity.max_episodes
-    entries = slot_entries(store, slots)
+    entries = store.entries(slots)
     if not np.array_equal(entries["id"], ids) or (entries["end"] != fmt.REMOVED).any():
         raise SampleExpiredError(f"a writer changed episodes of {store.folder} (ids from {int(ids[0])}) while they "
                                  f"were read: nothing was written; stop the writer (or rewrite while it is idle) "

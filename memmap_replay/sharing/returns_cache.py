@@ -99,9 +99,13 @@ class ReturnsCache:
     def fill(self, table: EpisodeTable, compute: Any) -> None:
         """Entries for the episodes of ``table`` that have none (a store written before the cache existed): read
         once, so that later summaries read one number per episode."""
-        file = self._open()
-        where = table.ids % file.rows
-        missing = np.flatnonzero(np.asarray(file.array()["id"][where]) != table.ids)
+        try:
+            file = self._open()
+            where = table.ids % file.rows
+            missing = np.flatnonzero(np.asarray(file.array()["id"][where]) != table.ids)
+        except (ReplayError, OSError):
+            self.close()
+            return
         if len(missing):
             self.edited(table.ids[missing], table.start[missing], table.length[missing], compute)
 
@@ -110,13 +114,18 @@ class ReturnsCache:
             self._put(dict(zip(ids.tolist(), compute(self._store, self.field, starts, lengths).tolist())))
 
     def _put(self, values: dict[int, float]) -> None:
+        """Write entries, best effort: the cache is written after the commit it describes, which a full disk here
+        must not undo (an entry half written has id -1: a miss)."""
         if not values:
             return
-        file = self._open()
-        for episode_id, value in values.items():
-            slot = episode_id % file.rows
-            file.write_rows(slot, np.array([(-1, value)], dtype=_SPEC.dtype))  # the value first, then the id
-            file.write_rows(slot, np.array([(episode_id, value)], dtype=_SPEC.dtype))
+        try:
+            file = self._open()
+            for episode_id, value in values.items():
+                slot = episode_id % file.rows
+                file.write_rows(slot, np.array([(-1, value)], dtype=_SPEC.dtype))  # the value first, then the id
+                file.write_rows(slot, np.array([(episode_id, value)], dtype=_SPEC.dtype))
+        except (ReplayError, OSError):
+            self.close()
 
     def close(self) -> None:
         if self.file is not None:

@@ -503,9 +503,12 @@ class _StatsObserver(CommitObserver):
             self.running = RunningStats.load(store.folder, store.meta.schema, store.meta.store_id)
             self.running.catch_up(store)
 
-    def editing(self, store) -> None:
-        """An edit changes which rows the moments cover: they are recomputed from the episodes left when next
-        needed (the file goes now, so that no reader takes it)."""
+    def editing(self, store, kind) -> None:
+        """An edit that removes or adds rows (a delete, a trim, a new field) changes what the moments cover: they
+        are recomputed from the episodes left when next needed (the file goes now, so that no reader takes it). A
+        relabel or a compact changes no row's value: they stay."""
+        if kind in ("relabel", "compact"):
+            return
         self.running = None
         if (Path(store.folder) / STATS_DIR).is_dir():  # (none before the first save)
             folderio.remove(store.folder, Path(store.folder) / STATS_DIR / RUNNING_FILE)

@@ -168,9 +168,10 @@ class FieldFramesCheck:
                          f"frames on bytes of their own)")
         self.note("overlap", lines, len(clashes))
         newest = np.flatnonzero(owners == ids[-1]) if len(ids) else np.zeros(0, np.int64)
-        if len(newest) and self.head not in (0, int(hi[newest[0]])):
+        # (at or after the newest one's frames: an edit of the newest episode leaves frames between them)
+        if len(newest) and self.head != 0 and self.head < int(hi[newest[0]]):
             self.problem("meta.json", f"state.frames.{self.spec.name}.head is {self.head} (expected "
-                                      f"{int(hi[newest[0]])}, the byte after the frames of the newest live episode "
+                                      f"{int(hi[newest[0]])} or more, after the frames of the newest live episode "
                                       f"{ids[-1]}, or 0); a writer would overwrite live frames")
 
     def decode(self, column: EncodedColumn, codec: ZstdFrames, rows: np.ndarray, owner: np.ndarray,

@@ -371,8 +371,6 @@ def test_edits_of_a_compressed_store_leave_its_frames_untouched(tmp_path):
     assert report.ok, report
 
 
-@pytest.mark.xfail(strict=True, reason="verify_encoded wants state.frames head right after the newest live "
-                                       "episode's frames; an edit of the newest leaves it further on (reported)")
 @pytest.mark.parametrize("edit", [lambda buffer: buffer.delete_episodes(4), lambda buffer: buffer.trim(4, stop=-2)])
 def test_verify_is_clean_after_an_edit_of_the_newest_compressed_episode(tmp_path, edit):
     pytest.importorskip("zstandard")

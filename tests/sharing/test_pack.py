@@ -56,7 +56,7 @@ def leftovers(parent: Path) -> list[str]:
 @pytest.mark.parametrize("suffix", SUFFIXES)
 def test_round_trip(store, tmp_path, suffix):
     summary = pack(store, tmp_path / f"data{suffix}")
-    assert summary.files == 19 and summary.left_out == ["notes.txt"]  # meta.json.tmp is neither listed nor packed
+    assert summary.files == 20 and summary.left_out == ["notes.txt"]  # meta.json.tmp is neither listed nor packed
     assert summary.archive_bytes == (tmp_path / f"data{suffix}").stat().st_size
     with tarfile.open(tmp_path / f"data{suffix}") as tar:
         names = tar.getnames()
@@ -64,14 +64,14 @@ def test_round_trip(store, tmp_path, suffix):
         assert all(member.isreg() or member.isdir() for member in tar.getmembers())
         assert {member.uname for member in tar.getmembers()} == {""}
     unpacked = unpack(tmp_path / f"data{suffix}", tmp_path / "out")
-    assert unpacked.folder == tmp_path / "out" and unpacked.files == 19 and unpacked.bytes == summary.bytes
+    assert unpacked.folder == tmp_path / "out" and unpacked.files == 20 and unpacked.bytes == summary.bytes
     same_data(store, tmp_path / "out")
     assert read_card(tmp_path / "out") == read_card(store)
     for rel in ("priorities/steps.npy", "stats/obs/mean.npy", MANIFEST):
         assert (tmp_path / "out" / rel).read_bytes() == (store / rel).read_bytes()
     assert not (tmp_path / "out/notes.txt").exists()
     report = verify(tmp_path / "out", checksums=True)
-    assert report.ok and not report.warnings and report.checked["checksums"] == 18, report
+    assert report.ok and not report.warnings and report.checked["checksums"] == 19, report
     assert leftovers(tmp_path) == []
 
 
@@ -130,7 +130,7 @@ def test_pack_refusals(store, tmp_path):
     pack(store, tmp_path / "data.tar")
     with pytest.raises(InvalidDataError, match=r"data\.tar already exists; pass overwrite=True"):
         pack(store, tmp_path / "data.tar")
-    assert pack(store, tmp_path / "data.tar", overwrite=True).files == 19
+    assert pack(store, tmp_path / "data.tar", overwrite=True).files == 20
     with ReplayBuffer.from_folder(store) as writer:
         writer.clear()  # a write: the writer holds the lock
         with pytest.raises(StoreLockedError, match=r"cannot pack .*a writer is writing it"):
@@ -156,7 +156,7 @@ def test_pack_refuses_data_that_no_longer_matches_its_checksums(store, tmp_path)
         pack(store, tmp_path / "data.tar")
     assert not (tmp_path / "data.tar").exists()
     write_manifest(store)  # the user says the change is theirs
-    assert pack(store, tmp_path / "data.tar").files == 19
+    assert pack(store, tmp_path / "data.tar").files == 20
 
 
 def test_a_failed_pack_leaves_no_archive(store, tmp_path, monkeypatch):
@@ -371,12 +371,12 @@ def run_cli(*args):
 def test_cli_pack_and_unpack(store, tmp_path):
     done = run_cli("pack", store, tmp_path / "data.tar.gz")
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert re.fullmatch(rf"packed 19 files \([\d,]+ bytes\) of {store} into {tmp_path}/data\.tar\.gz \([\d,]+ bytes\)\n"
+    assert re.fullmatch(rf"packed 20 files \([\d,]+ bytes\) of {store} into {tmp_path}/data\.tar\.gz \([\d,]+ bytes\)\n"
                         rf"left out \(not the store's files\): notes\.txt\n", done.stdout), done.stdout
     done = run_cli("unpack", tmp_path / "data.tar.gz", tmp_path / "out", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["ok"] and result["files"] == 19 and result["folder"] == str(tmp_path / "out")
+    assert result["ok"] and result["files"] == 20 and result["folder"] == str(tmp_path / "out")
     same_data(store, tmp_path / "out")
     rebuild(tmp_path / "data.tar.gz", tmp_path / "evil.tar", extra=[member("../evil.txt", data=b"x")])
     done = run_cli("unpack", tmp_path / "evil.tar", tmp_path / "out2")
