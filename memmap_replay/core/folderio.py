@@ -331,3 +331,14 @@ def check_for_writing(folder: StrPath, entries: dict[str, bool]) -> None:
                 f"{path} is {problem}; a writer refuses a store folder holding links, special files or shared "
                 f"hard links, so that nothing outside it is ever written: replace it by a file of its own (or "
                 f"open the store with read_only=True; `memmap_replay verify` lists every such entry)")
+
+
+@contextmanager
+def disk_full(message: str) -> Iterator[None]:
+    """A full disk (or quota) met inside raised as ``DiskFullError(message)``; other errors as they are."""
+    try:
+        yield
+    except OSError as error:
+        if not isinstance(error, DiskFullError) and error.errno not in DISK_FULL:
+            raise
+        raise DiskFullError(message) from None

@@ -14,8 +14,7 @@ import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar, cast
+from typing import Callable, Iterable, Mapping, TypeVar, cast
 
 import numpy as np
 
@@ -23,7 +22,7 @@ from . import folderio
 from . import format as fmt
 from ..errors import (CorruptStoreError, DiskFullError, ReadOnlyError, SchemaMismatchError,
                      StoreNotFoundError, UnsupportedFormatError)
-from .edits import Journal, read_journal
+from .edits import Journal, StoreEdits
 from .encoded import EncodedField, frames_limit
 from .placement import Placement, place
 from .format import Capacity, NpyFile, StoreMeta
@@ -40,17 +39,6 @@ _MIN_GROWTH_ROWS = 1024
 StepFile = NpyFile | EncodedField  # a raw step field's file, or a compressed field's two
 _CONSISTENCY_RETRIES = 20
 _REPLACING = "meta.json.replacing"  # the old meta.json while a store is created over it
-
-
-@contextmanager
-def _disk_full(message: str) -> Iterator[None]:
-    """A full disk (or quota) met inside as ``DiskFullError(message)``; other errors as they are."""
-    try:
-        yield
-    except OSError as error:
-        if not isinstance(error, DiskFullError) and error.errno not in folderio.DISK_FULL:
-            raise
-        raise DiskFullError(message) from None
 
 
 class CommitObserver:
@@ -115,7 +103,7 @@ class PendingEpisode:
         return self.length + int(self.final)
 
 
-class EpisodeStore:
+class EpisodeStore(StoreEdits):
     """Open with ``EpisodeStore.open(folder, mode, schema=..., capacity=...)``; modes as h5py/zarr:
     'r' read-only, 'r+' read/write (must exist), 'a' read/write (create if absent), 'w' create (wiping a
     store already there), 'w-' create (fail if a store is there)."""
@@ -298,31 +286,6 @@ class EpisodeStore:
         state = self.meta.state
         return state.next_episode - state.first_episode - state.removed
 
-    def journal(self) -> Journal | None:
-        """The journal of the edit in flight in ``meta`` (None: none). A reader whose meta.json is older than the
-        journal on disk (the writer finished that edit and began another) takes the newer meta.json first."""
-        with self.state_lock:
-            return self._journal_now()
-
-    def _journal_now(self) -> Journal | None:
-        for _ in range(_CONSISTENCY_RETRIES):
-            edits = self.meta.state.edits
-            if not edits & 1:
-                return None
-            if self._journal is not None and self._journal.number == edits:
-                return self._journal
-            journal = read_journal(self.folder, self.meta)
-            if journal is not None:
-                self._journal, self._overlaid = journal, {}
-                return journal
-            if self.is_writer or not self.refresh() and self.meta.state.edits == edits:
-                break
-        raise CorruptStoreError(f"{self.folder}/{fmt.EPISODES_DIR}/{fmt.JOURNAL_FILE} must hold the journal of edit "
-                                f"{self.meta.state.edits}, which meta.json says is in flight (edits is odd): it is "
-                                f"missing or another edit's, so the edit cannot be read or finished; restore the "
-                                f"folder from a copy (`python -m memmap_replay verify {self.folder}` lists every "
-                                f"problem)")
-
     @property
     def is_writer(self) -> bool:
         """This object holds the folder's writer lock: its in-memory state is the newest committed one."""
@@ -420,36 +383,11 @@ class EpisodeStore:
                              entries["final"].astype(bool))
         return table, (entries["id"] if not self.is_writer else ids)
 
-    def entries(self, slots: np.ndarray, names: Iterable[str] = tuple(fmt.TABLE)) -> dict[str, np.ndarray]:
-        """The episode-table entries of ``slots`` (columns ``names`` of ``format.TABLE``) as readers see them: an
-        edit's journal in flight over the files' (a removed episode's ``end`` is ``format.REMOVED``)."""
-        journal = self.journal()
-        entries = {}
-        for name in names:
-            values = np.asarray(self.table[name].array()[slots])
-            entries[name] = (values if journal is None or name == "id"
-                             else journal.over(fmt.EPISODES_DIR, name, slots, values))
-        return entries
-
     def step_array(self, name: str, *, random: bool = False) -> np.ndarray:
         """A step field's read-only map; ``random``: one marked for scattered reads (``NpyFile.array``). A
         compressed field's is an ``EncodedColumn``, array-like (``shape``, ``dtype``, ``len``, ``nbytes``):
         indexing it or its ``take(rows, out=...)`` decodes the rows (typed as an array for its readers)."""
         return cast(np.ndarray, self.steps[name].array(random=random))
-
-    def meta_array(self, name: str) -> np.ndarray:
-        """A meta field's values by slot: its read-only map, or while an edit is in flight a copy with the
-        journal's values put over it (so a reader never sees an edit half written)."""
-        with self.state_lock:
-            journal = self.journal()
-            if journal is None:
-                return self.metas[name].array()
-            if name not in self._overlaid:
-                values = np.array(self.metas[name].array())
-                values[journal.slots] = journal.records[f"meta.{name}"]
-                values.flags.writeable = False
-                self._overlaid[name] = values
-            return self._overlaid[name]
 
     def refresh(self) -> bool:
         """Re-read meta.json; True if it changed. Picks up episodes a writer committed since."""
@@ -521,9 +459,10 @@ class EpisodeStore:
         self.require_writable("store episodes")
         if not episodes:
             return []
-        with _disk_full(f"no space left for {self.folder} while committing {len(episodes)} episode(s): they were not "
-                        f"committed, and every episode committed before is intact (in a ring, except those already "
-                        f"evicted to make room for them); free some space (or raise the quota) and store them again"):
+        with folderio.disk_full(f"no space left for {self.folder} while committing {len(episodes)} episode(s): they "
+                                f"were not committed, and every episode committed before is intact (in a ring, except "
+                                f"those already evicted to make room for them); free some space (or raise the quota) "
+                                f"and store them again"):
             return self._commit(episodes)
 
     def _commit(self, episodes: list[PendingEpisode]) -> list[int]:
@@ -587,71 +526,6 @@ class EpisodeStore:
             made = [observer for factory in _OBSERVERS if (observer := factory(self)) is not None]
             self._observers = sorted(made, key=lambda observer: observer.last)
         return self._observers
-
-    def _removed_between(self, first: int, stop: int) -> int:
-        """How many episodes of ids ``first <= id < stop`` are removed (before their slots are reused)."""
-        if not self.meta.state.removed or stop <= first:
-            return 0
-        slots = np.arange(first, stop, dtype=np.int64) % self.capacity.max_episodes
-        return int(np.count_nonzero(self.table["end"].array()[slots] == fmt.REMOVED))
-
-    def begin_edit(self, kind: str) -> None:
-        """Before an edit of committed episodes writes anything: the writer lock, an edit a killed writer left in
-        flight finished, and the observers told (``kind``: the verb, e.g. "delete_episodes"). Then any number of
-        ``commit_edit``, and ``end_edit``."""
-        self.require_writable("edit the store")
-        for observer in self._changing():
-            observer.editing(self, kind)
-
-    def commit_edit(self, journal: Journal, *, removed: int = 0, write_head: int | None = None) -> None:
-        """Commit new entries and meta values for some live slots (``journal``, made by ``Journal.of`` after
-        ``begin_edit``) as one edit (``core/edits.py``): the journal, then meta.json (the commit point), then the
-        entries in place, then meta.json again. ``removed``: how many episodes the edit removes; ``write_head``: a
-        new one (``compact`` moves rows)."""
-        state = self.meta.state
-        if not len(journal.records):  # (no entry changes: a plain commit, its ``edits`` moved on by a whole edit)
-            self._write_meta(replace(state, edits=state.edits + 2, removed=state.removed + removed,
-                                     commits=state.commits + 1,
-                                     write_head=state.write_head if write_head is None else write_head))
-            return
-        with _disk_full(f"no space left for {self.folder} to commit the edit: the store is as it was; free some "
-                        f"space and try again"):
-            journal.write(self, state.edits + 1)
-            self._write_meta(replace(state, edits=state.edits + 1, removed=state.removed + removed,
-                                     commits=state.commits + 1,
-                                     write_head=state.write_head if write_head is None else write_head))
-        self._journal, self._overlaid = journal, {}
-        self._finish_edit(tell=False)
-
-    def end_edit(self, slots: np.ndarray, files: Iterable[NpyFile] = ()) -> None:
-        """After an edit's last commit: the observers told which slots' entries it changed and which files it
-        wrote (the episode table's and meta files besides ``files``)."""
-        self._edited([*self.table.values(), *self.metas.values(), *files], slots)
-
-    def edit(self, journal: Journal, *, removed: int = 0) -> None:
-        """An edit of one commit (``begin_edit`` was called, and ``journal`` made after it), then ``end_edit``."""
-        self.commit_edit(journal, removed=removed)
-        self.end_edit(journal.slots)
-
-    def _edited(self, files: list[NpyFile], slots: np.ndarray) -> None:
-        """Tell the observers that an edit wrote ``files`` and changed the entries of ``slots``."""
-        paths = sorted({file.path.relative_to(self.folder).as_posix() for file in files})
-        for observer in self.observers:
-            observer.edited(self, paths, slots)
-
-    def _finish_edit(self, *, tell: bool = True) -> None:
-        """Write the entries of the edit in flight (this writer's, or one a killed writer committed) in place, then
-        commit meta.json with ``edits`` even. ``tell``: tell the observers (a killed writer's edit)."""
-        journal = self.journal()
-        if journal is None:
-            return
-        journal.apply(self)
-        state = self.meta.state
-        self._write_meta(replace(state, edits=state.edits + 1, commits=state.commits + 1))
-        self._journal, self._overlaid = None, {}
-        folderio.remove(self.folder, self.folder / fmt.EPISODES_DIR / fmt.JOURNAL_FILE)
-        if tell:
-            self._edited([*self.table.values(), *self.metas.values()], journal.slots)
 
     def _changing(self) -> list[CommitObserver]:
         self._finish_edit()
@@ -748,7 +622,7 @@ class EpisodeStore:
         if capacity == self.capacity:
             return capacity
         self._changing()
-        with _disk_full(f"no space left for {self.folder} while growing it to {capacity}: its capacity is "
+        with folderio.disk_full(f"no space left for {self.folder} while growing it to {capacity}: its capacity is "
                         f"{self.capacity} and every committed episode is intact; free some space and grow it again"):
             grow_store(self, capacity)
         return self.capacity
