@@ -13,6 +13,7 @@ from .buffer import EpisodeMeta
 from .core.episodes import Episode, EpisodeList
 from .sharing.card import DatasetCard, add_provenance, read_card, update_card, write_card
 from .sharing.checksums import check_manifest, write_manifest
+from .sharing.compacting import CompactReport
 from .sharing.derived import discounted_return, returns_to_go
 from .errors import *  # noqa: F403 - the error hierarchy, listed in errors.__all__
 from .core.format import FORMAT_VERSION
@@ -167,6 +168,7 @@ __all__ = [
     "DatasetCard",
     "add_provenance",
     "returns_to_go",
+    "CompactReport",
     "discounted_return",
     "read_card",
     "update_card",

@@ -3,8 +3,9 @@ that the card's summary of a large store (``episode_summary``: the returns' min,
 README.md whenever the card changes, e.g. by an edit's provenance record) reads one number per episode instead of
 every reward row.
 
-The file is a ``.npy`` of records ``[("id", "<i8"), ("value", "<f8")]``; episode ``id``'s entry is at ``id % len``,
-and counts only while its ``id`` is the episode's (-1: none). The writer fills the entries of the episodes it commits
+The file is a ``.npy`` of records ``[("key", "<i8"), ("value", "<f8")]``; episode ``id``'s entry is at ``id % len``,
+and counts only while its ``key`` is ``id + 1`` (0: none, so that a new file is all holes: nothing is written
+until an episode's return is). The writer fills the entries of the episodes it commits
 (their rows are in memory then) and of the episodes an edit changed (it sums their rows again), writing an entry's
 value before its id. A reader takes the entries whose id matches, reads the ids again after the values (an entry
 rewritten meanwhile is not taken), and sums the rows of the others; it never writes. A missing, damaged or foreign
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["RETURNS_FILE", "ReturnsCache", "cached_returns"]
 
 RETURNS_FILE = "returns.npy"
-_SPEC = FieldSpec("returns", np.dtype([("id", "<i8"), ("value", "<f8")]))
+_SPEC = FieldSpec("returns", np.dtype([("key", "<i8"), ("value", "<f8")]))
 
 
 def _path(store: EpisodeStore) -> Path:
@@ -51,10 +52,10 @@ def cached_returns(store: EpisodeStore, table: EpisodeTable, name: str, compute:
         try:
             entries = file.array()
             where = table.ids % file.rows
-            before = np.asarray(entries["id"][where])
+            before = np.asarray(entries["key"][where])
             values = np.asarray(entries["value"][where])
-            # (the ids again after the values: an entry the writer rewrote meanwhile is not taken)
-            hit = (before == table.ids) & (np.asarray(entries["id"][where]) == table.ids) & np.isfinite(values)
+            # (the keys again after the values: an entry the writer rewrote meanwhile is not taken)
+            hit = (before == table.ids + 1) & (np.asarray(entries["key"][where]) == table.ids + 1) & np.isfinite(values)
             returns[hit] = values[hit]
         except (ReplayError, OSError, ValueError):
             hit[:] = False
@@ -86,9 +87,8 @@ class ReturnsCache:
                 self.file.close()
             folderio.make_dir(store.folder, path.parent)
             folderio.remove(store.folder, path)  # (a cache: one of another capacity, or damaged, starts afresh)
-            fmt._create_npy(store.folder, path, _SPEC, store.capacity.max_episodes)
+            fmt._create_npy(store.folder, path, _SPEC, store.capacity.max_episodes)  # (holes: every key 0, none)
             self.file = NpyFile.open(store.folder, path, _SPEC, store.capacity.max_episodes, writable=True)
-            self.file.write_rows(0, np.full(store.capacity.max_episodes, -1, dtype=_SPEC.dtype))
         return self.file
 
     def committed(self, episodes: Iterable[PendingEpisode]) -> None:
@@ -102,7 +102,7 @@ class ReturnsCache:
         try:
             file = self._open()
             where = table.ids % file.rows
-            missing = np.flatnonzero(np.asarray(file.array()["id"][where]) != table.ids)
+            missing = np.flatnonzero(np.asarray(file.array()["key"][where]) != table.ids + 1)
         except (ReplayError, OSError):
             self.close()
             return
@@ -115,15 +115,15 @@ class ReturnsCache:
 
     def _put(self, values: dict[int, float]) -> None:
         """Write entries, best effort: the cache is written after the commit it describes, which a full disk here
-        must not undo (an entry half written has id -1: a miss)."""
+        must not undo (an entry half written has key 0: a miss)."""
         if not values:
             return
         try:
             file = self._open()
             for episode_id, value in values.items():
                 slot = episode_id % file.rows
-                file.write_rows(slot, np.array([(-1, value)], dtype=_SPEC.dtype))  # the value first, then the id
-                file.write_rows(slot, np.array([(episode_id, value)], dtype=_SPEC.dtype))
+                file.write_rows(slot, np.array([(0, value)], dtype=_SPEC.dtype))  # the value first, then the key
+                file.write_rows(slot, np.array([(episode_id + 1, value)], dtype=_SPEC.dtype))
         except (ReplayError, OSError):
             self.close()
 
