@@ -187,7 +187,7 @@ def test_a_few_kills_during_edits_leave_one_version(tmp_path, verb):
 @pytest.mark.slow
 @pytest.mark.parametrize("verb", ["delete", "trim", "relabel"])
 def test_kills_at_many_instants_during_edits_leave_one_version(tmp_path, verb):
-    sweep(tmp_path, verb, kills=40)
+    sweep(tmp_path, verb, kills=24)
 
 
 # ---- a live reader in another process ---------------------------------------------------------------------
