@@ -413,5 +413,5 @@ class EpisodeList:
             if any(int(entry[name][0]) != int(getattr(self.table, name)[position])
                    for name in ("start", "length", "end", "final")):
                 raise SampleExpiredError(
-                    f"episode {episode_id} was trimmed since the list of episodes was made (its steps or end "
-                    f"changed); read the list again with buffer.episodes()")
+                    f"episode {episode_id} was trimmed, or its rows moved by compact(), since the list of episodes "
+                    f"was made; read the list again with buffer.episodes()")
