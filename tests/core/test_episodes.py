@@ -251,7 +251,8 @@ def test_a_list_made_before_an_edit_refuses_removed_and_trimmed_episodes_and_rea
     with pytest.raises(SampleExpiredError, match=r"episode 1 is no longer in the buffer \(delete_episodes removed "
                                                  r"it since the list of episodes was made\)"):
         episodes[1]
-    with pytest.raises(SampleExpiredError, match=r"episode 2 was trimmed, or its rows moved by compact\(\), since the list of episodes was made"):
+    with pytest.raises(SampleExpiredError, match=r"episode 2 was trimmed, or its rows moved by compact\(\), since the "
+                                                 r"list of episodes was made"):
         episodes[2]
     assert int(episodes[3].meta["task_id"]) == 7 and len(episodes[3]) == 8
     read = []
