@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from memmap_replay import ReplayBuffer, merge, split, write_manifest  # noqa: E402
+from memmap_replay import ReplayBuffer, merge, returns_to_go, split, write_manifest  # noqa: E402
 
 FIELDS = dict(obs=("float", 4), action=("float", 2), reward="float")
 META_FIELDS = dict(task_id="int", group="int")
@@ -243,6 +243,24 @@ def measure_store(folder: Path, args, verbs: list[Verb]) -> dict[str, Figure]:
     return figures
 
 
+def row_edits(folder: Path, args) -> None:
+    """The edits in place whose cost follows the rows by nature, once each on the store the verbs left: add_field
+    of returns_to_go() (every reward read, a new field written) and compact() (every live row after the first
+    deleted or trimmed episode moved, through the free rows: twice)."""
+    with ReplayBuffer.from_folder(folder, durable=args.durable) as buffer:
+        steps = buffer.num_steps
+        figure = Figure([], [], [], [], [])
+        timed(lambda: buffer.add_field("return_to_go", returns_to_go()), figure)
+        print(f"  {'add_field(returns_to_go())':<30} {figure.seconds * 1e3:>9,.1f} ms  {steps:,} steps "
+              f"({steps / figure.seconds / 1e6:,.1f} M steps/s); written {kib(figure.nbytes)} KiB", flush=True)
+        figure = Figure([], [], [], [], [])
+        report = timed(buffer.compact, figure)
+        print(f"  {'compact()':<30} {figure.seconds * 1e3:>9,.1f} ms  {report.moved_episodes:,} episodes moved, "
+              f"{report.copied_rows:,} rows copied ({report.copied_rows / figure.seconds / 1e6:,.1f} M rows/s), rows "
+              f"{report.rows_before:,} -> {report.rows_after:,}, {report.freed_bytes / MB:,.1f} MB of disk freed, "
+              f"{report.commits} commits; written {kib(figure.nbytes)} KiB", flush=True)
+
+
 def reference_edits(folder: Path, scratch: Path, args, steps: int) -> list[tuple[str, Figure, int, str]]:
     """merge (the store twice) and split (90/10) of ``folder`` into fresh folders under ``scratch``."""
     rows = []
@@ -343,6 +361,7 @@ def main(argv=None) -> int:
                       f"written {kib(figure.nbytes):>6} KiB, "
                       f"write() {kib(calls):>6} KiB{changed}   [{', '.join(f'{t * 1e3:.2f}' for t in figure.times)}]",
                       flush=True)
+            row_edits(folder, args)
             if number == 0 and args.reference:
                 print("  reference, edits that make new stores (O(rows)) on this store:", flush=True)
                 scratch = root / "scratch"

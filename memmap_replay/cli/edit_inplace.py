@@ -107,8 +107,9 @@ Rewrite the rows of the live episodes contiguously from row 0 and free the rest:
 trimmed-off steps, compressed frames no live row uses (their disk blocks go back to the file system).
 Episodes keep their ids. Episodes move in rounds through the free rows after the last one, each round
 committed: killed at any instant, every episode is whole, and running compact again finishes. A store
-with fewer free rows after its last episode than its longest episode needs 'grow --max-steps' first
-(exit code 1). Not for rings (they reuse the rows of removed episodes as they wrap).
+with too few free rows after its last episode for its longest episode to move (or for an eighth of the
+rows to move) has max_steps grown first, by the rows missing (the files stay sparse there); the line
+says so. Not for rings (they reuse the rows of removed episodes as they wrap).
 
 {_EXIT_CODES}
 
@@ -275,10 +276,12 @@ def run_edit_compact(args: argparse.Namespace) -> int:
     def change(buffer: Any) -> _Done:
         report = buffer.compact(progress=_show_progress(args))
         rows = report.rows_before - report.rows_after
+        grown = (f"; max_steps grown from {report.max_steps[0]} to {report.max_steps[1]} to move them"
+                 if report.max_steps else "")
         return _Done(f"compacted {args.folder}: rows {report.rows_before} -> {report.rows_after} ({rows} freed), "
                      f"{_plural(report.moved_episodes, 'episode')} moved, {_human_bytes(report.freed_bytes)} of disk "
-                     f"freed", {"folder": args.folder, "moved_episodes": report.moved_episodes,
-                                "copied_rows": report.copied_rows, "rows_before": report.rows_before,
-                                "rows_after": report.rows_after, "freed_bytes": report.freed_bytes,
-                                "commits": report.commits})
+                     f"freed{grown}", {"folder": args.folder, "moved_episodes": report.moved_episodes,
+                                       "copied_rows": report.copied_rows, "rows_before": report.rows_before,
+                                       "rows_after": report.rows_after, "freed_bytes": report.freed_bytes,
+                                       "commits": report.commits, "max_steps": report.max_steps})
     return _edit(args, change)

@@ -6,8 +6,10 @@ until the commit that moves them (their batch is then refused as read across an 
 in rounds through the free rows past the write head (the scratch): a round copies its episodes' rows there and
 commits (an edit of their entries: ``core/edits.py``), then copies them down to their places and commits again. A
 kill at any instant leaves every episode whole, each at its old place, in the scratch or at its new place; run
-``compact()`` again to finish. Each round moves as many episodes as the scratch holds: a store with less room past its
-write head than its longest episode needs ``grow(max_steps=...)`` first. A compressed field's rows move as index
+``compact()`` again to finish. Each round moves as many episodes as the scratch holds; a store with fewer free rows
+after its last episode than its longest episode to move, or than an eighth of the rows to move (so that at most 8
+rounds move them), has ``max_steps`` grown first by the rows missing (a grow in place: the files stay sparse there;
+``CompactReport.max_steps`` says so). A compressed field's rows move as index
 entries (its frames stay where they are and are never decoded); frames of no live row are freed.
 
 Freeing is a hole punched in each file (``fallocate(PUNCH_HOLE)``): the files keep their size, and the blocks go back
@@ -38,13 +40,16 @@ from .rowcopy import RowCopier
 __all__ = ["CompactReport", "compact"]
 
 _PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01  # linux/falloc.h
+_ROUNDS = 8  # at most this many rounds through the scratch: max_steps grows when the free rows are fewer
 
 
 @dataclass(frozen=True)
 class CompactReport:
     """What ``compact()`` did: episodes moved, rows copied (each moved row is copied twice: to the scratch and to its
     place), the rows the live episodes take now and took before (``rows_after``/``rows_before``: the write head),
-    the disk blocks given back (``freed_bytes``, measured), the commits made."""
+    the disk blocks given back (``freed_bytes``, measured), the commits made, and ``max_steps`` (before, after)
+    when the store had too few free rows after its last episode to move its longest one through, and compact grew
+    it by the rows missing (None: it did not)."""
 
     moved_episodes: int
     copied_rows: int
@@ -52,6 +57,7 @@ class CompactReport:
     rows_after: int
     freed_bytes: int
     commits: int
+    max_steps: tuple[int, int] | None = None
 
 
 def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
@@ -66,31 +72,45 @@ def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
     targets = np.r_[0, np.cumsum(rows)[:-1]].astype(np.int64) if len(table) else np.zeros(0, np.int64)
     moving = np.flatnonzero(targets != start)
     before, before_blocks, commits, copied = store.meta.state.write_head, _blocks(store), 0, 0
-    # first, every episode whose place no live row holds goes straight there (after a compact killed between a
-    # round's two commits: the episodes in the scratch); the others go through the scratch after the last row
-    direct = moving[_free_places(start, rows, targets[moving], rows[moving])]
-    after_direct = start.copy()
-    after_direct[direct] = targets[direct]
-    head = int((after_direct + rows).max()) if len(table) else 0
-    rest = moving[~np.isin(moving, direct)]
-    room = store.capacity.max_steps - head
-    if len(rest) and rows[rest].max() > room:
-        longest = int(rows[rest].max())
-        raise BufferFullError(
-            f"compact() moves episodes through the free rows after the last one, and {store.folder} has {room} of "
-            f"them, fewer than its longest episode's {longest} rows: nothing was moved; grow it first, "
-            f"buffer.grow(max_steps={store.capacity.max_steps + longest - room}), then compact()")
+    grown_from = None
+    if len(moving):  # room after the last row (the files stay sparse there) for the longest episode to move, and
+        # for an eighth of the rows to move (at most 8 rounds)
+        room = store.capacity.max_steps - int((start + rows).max())
+        short = max(int(rows[moving].max()), int(rows[moving].sum()) // _ROUNDS) - room
+        if short > 0:
+            grown_from = store.capacity.max_steps
+            store.grow(max_steps=grown_from + short)
     store.begin_edit("compact")
     copier, scratch_end = RowCopier(), before
     try:
         with tqdm(total=2 * int(rows[moving].sum()), unit="row", desc="compact", disable=not progress) as bar:
-            if len(direct):
-                commits += _move(store, copier, table.slots[direct], start[direct], targets[direct], rows[direct],
-                                 write_head=head)
-                start = after_direct
-                copied += int(rows[direct].sum())
-                bar.update(2 * int(rows[direct].sum()))
-            for round_ in _rounds(rest, rows, room):
+            first = True
+            while len(moving := np.flatnonzero(targets != start)):
+                # a round through the scratch, the free rows after the last one (two commits): the next episodes in
+                # id order that fit; first, and where no round fits, every episode whose place no live row holds
+                # goes straight there (one commit; after a compact killed between a round's two commits: the
+                # episodes in the scratch)
+                head = int((start + rows).max())
+                room = store.capacity.max_steps - head
+                round_ = next(_rounds(moving, rows, room), moving[:0])
+                fits = len(round_) and int(rows[round_].sum()) <= room
+                direct = moving[_free_places(start, rows, targets[moving], rows[moving])] if first or not fits else []
+                first = False
+                if len(direct):
+                    sources, start[direct] = start[direct].copy(), targets[direct]
+                    commits += _move(store, copier, table.slots[direct], sources, targets[direct], rows[direct],
+                                     write_head=int((start + rows).max()))
+                    copied += int(rows[direct].sum())
+                    bar.update(2 * int(rows[direct].sum()))
+                    continue
+                if not fits:
+                    longest = int(rows[moving[0]])
+                    raise BufferFullError(
+                        f"compact() moves episodes through the free rows after the last one, and {store.folder} has "
+                        f"{room} of them, fewer than the {longest} rows of episode {int(table.ids[moving[0]])}, the "
+                        f"next to move ({len(table) - len(moving)} of {len(table)} episodes are in place, each move "
+                        f"committed); grow it, buffer.grow(max_steps={store.capacity.max_steps + longest - room}), "
+                        f"then compact() again")
                 scratch = head + np.r_[0, np.cumsum(rows[round_])[:-1]].astype(np.int64)
                 scratch_end = max(scratch_end, int(scratch[-1] + rows[round_][-1]))
                 commits += _move(store, copier, table.slots[round_], start[round_], scratch, rows[round_],
@@ -109,7 +129,8 @@ def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
     _free(store, store.live_table(), after, scratch_end)  # (the entries after the moves)
     moved = np.flatnonzero(targets != table.start)
     store.end_edit(table.slots[moved], _written_files(store))
-    return CompactReport(len(moved), copied, before, after, max(before_blocks - _blocks(store), 0), commits)
+    return CompactReport(len(moved), copied, before, after, max(before_blocks - _blocks(store), 0), commits,
+                         None if grown_from is None else (grown_from, store.capacity.max_steps))
 
 
 def _free_places(start: np.ndarray, rows: np.ndarray, places: np.ndarray, sizes: np.ndarray) -> np.ndarray:

@@ -167,14 +167,16 @@ class BufferEdits:
         trimmed-off steps, and a compressed field's frames that no live row uses (their disk blocks go back to the
         file system: holes punched in the files). Readers keep reading the old rows until the commit that moves
         them. Episodes keep their ids and slots (deleted ones keep their slots: a store that is not a ring never
-        reuses an id). Episodes move in rounds through the free rows after the last one; killed at any instant,
-        every episode is whole, and ``compact()`` again finishes. Not for rings (they reuse free rows as they wrap).
-        Returns a ``CompactReport`` (rows before and after, disk bytes freed, ...)."""
+        reuses an id). Episodes move in at most 8 rounds through the free rows after the last one (a store with too
+        few of them has its ``max_steps`` grown first: the files stay sparse there); killed at any instant, every
+        episode is whole, and ``compact()`` again finishes. Not for rings (they reuse free rows as they wrap).
+        Returns a ``CompactReport`` (rows before and after, disk bytes freed, ``max_steps`` if grown, ...)."""
         self._check_idle("compact the store")
         store = self._store
         report = compact(store, progress=progress)
         _record(store, "compact", moved_episodes=report.moved_episodes, rows_before=report.rows_before,
-                rows_after=report.rows_after, freed_bytes=report.freed_bytes)
+                rows_after=report.rows_after, freed_bytes=report.freed_bytes,
+                **({"max_steps": list(report.max_steps)} if report.max_steps else {}))
         return report
 
 

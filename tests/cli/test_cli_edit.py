@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from memmap_replay import ReplayBuffer, verify
-from memmap_replay.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
+from memmap_replay.cli import EXIT_OK, EXIT_USAGE, main
 
 FIELDS = dict(obs=("float", 2), reward="float")
 META = dict(task_id="int", goal=("float", 2))
@@ -171,6 +171,17 @@ def test_compact_frees_rows_and_keeps_the_episodes(tmp_path, capsys):
     assert report["ok"] and report["moved_episodes"] == 0 and report["rows_before"] == report["rows_after"]
 
 
+def test_compact_of_a_store_without_free_rows_grows_its_max_steps(tmp_path, capsys):
+    folder = tmp_path / "s"
+    full(folder)
+    before = episodes(folder)
+    assert run(["edit", "compact", folder]) == EXIT_OK
+    line = capsys.readouterr().out
+    assert re.search(r"rows 15 -> 10 \(5 freed\), 2 episodes moved, .* freed; max_steps grown from 15 to 20 to move "
+                     r"them\n$", line), line
+    assert verify(folder).ok and sorted(episodes(folder)) == sorted(before)
+
+
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -234,8 +245,6 @@ BAD = [
     (make_store, ["add-field", "r"], EXIT_USAGE,
      r"one of the arguments --returns-to-go --discounted-return is required"),
     (ring, ["compact"], EXIT_USAGE, r"edit compact: error: compact\(\) is for stores that are not rings"),
-    (full, ["compact"], EXIT_PROBLEMS, r"edit compact: error: compact\(\) moves episodes through the free rows .* grow "
-                                       r"it first"),
 ]
 
 
