@@ -149,11 +149,15 @@ def print_ratios(results: dict, limit: str) -> None:
         print("\n".join(lines))
 
 
-def print_kernels(use_cpprb: bool, repeats: int = 3) -> None:
-    """Which kernels this run measures, the first use's compile time (``first_use(repeats)``), and whether
-    cpprb is compared."""
+def print_kernels(use_cpprb: bool, repeats: int = 3, compile_time: bool = True) -> None:
+    """Which kernels this run measures, the first use's compile time (``first_use(repeats)``; left out when not
+    ``compile_time``), and whether cpprb is compared."""
     names = available()
-    if "numba" in names:
+    if "numba" in names and not compile_time:
+        import numba
+        print(f"sum tree kernels: numpy and numba {numba.__version__}; first use's compile time not measured "
+              f"(--no-compile-time)", flush=True)
+    elif "numba" in names:
         import numba
         times = first_use(repeats)
         print(f"sum tree kernels: numpy and numba {numba.__version__}; first use in a fresh process "

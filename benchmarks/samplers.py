@@ -407,6 +407,9 @@ def main(argv=None) -> int:
                         help="leave out the ways with parallel gathers (the default: large gathers split over the "
                              "library's threads; the other ways run with set_parallel_gathers(False)); always left "
                              "out with --clock cpu, which counts this thread's time only")
+    parser.add_argument("--no-compile-time", dest="compile_time", action="store_false",
+                        help="leave out the numba kernels' first-use figures (fresh processes compiling with an "
+                             "empty cache: ten seconds or more on a small machine)")
     parser.add_argument("--malloc-default", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's adaptive thresholds as they are (see read.pin_malloc)")
     parser.add_argument("--warm-mb", type=int, default=256,
@@ -443,7 +446,8 @@ def main(argv=None) -> int:
     print(f"folder {root} ({'kept' if args.keep else 'removed at the end'}); RAM warm-up {args.warm_mb} MB "
           f"before each timed run; {allocator}; timed by the {args.clock} clock")
     print(f"memcpy (256 MiB, touched memory): {read.memcpy_gbs():.2f} GB/s", flush=True)
-    sampler_kernels.print_kernels(args.cpprb, repeats=1 if args.quick else 3)  # (fresh processes: seconds each)
+    sampler_kernels.print_kernels(args.cpprb, repeats=1 if args.quick else 3,  # (fresh processes: seconds each)
+                                  compile_time=args.compile_time)
     try:
         print("generating data (seeded) ...", flush=True)
         data = read.Data(episodes, T_STEPS)
