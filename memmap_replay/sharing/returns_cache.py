@@ -23,7 +23,7 @@ from ..core import folderio
 from ..core import format as fmt
 from ..core.format import NpyFile
 from ..core.schema import FieldSpec
-from ..errors import ReplayError
+from ..errors import CorruptStoreError, ReplayError
 
 if TYPE_CHECKING:
     from ..core.index import EpisodeTable
@@ -39,13 +39,24 @@ def _path(store: EpisodeStore) -> Path:
     return Path(store.folder) / fmt.STATS_DIR / RETURNS_FILE
 
 
+def _open_file(store: EpisodeStore, min_rows: int, *, writable: bool) -> NpyFile:
+    """The cache's file, refused (``CorruptStoreError``) unless the rows its header claims are all on disk: a
+    damaged header's row count would fail, or overflow, the map."""
+    file = NpyFile.open(store.folder, _path(store), _SPEC, min_rows, writable=writable)
+    if file.offset + file.rows * _SPEC.row_nbytes > file.size:
+        file.close()
+        raise CorruptStoreError(f"{_path(store)} claims {file.rows} rows in its header but holds "
+                                f"{max(file.size - file.offset, 0) // _SPEC.row_nbytes} (a damaged cache)")
+    return file
+
+
 def cached_returns(store: EpisodeStore, table: EpisodeTable, name: str, compute: Any) -> np.ndarray:
     """The return (sum of field ``name``) of each episode of ``table``: from the cache where it holds it, else
     ``compute(store, name, starts, lengths)`` over the episodes' rows."""
     returns = np.full(len(table), np.nan)
     hit = np.zeros(len(table), dtype=bool)
     try:
-        file = NpyFile.open(store.folder, _path(store), _SPEC, 0, writable=False)
+        file = _open_file(store, 0, writable=False)
     except (ReplayError, OSError):
         file = None
     if file is not None and file.rows and len(table):
@@ -79,7 +90,7 @@ class ReturnsCache:
         store, path = self._store, _path(self._store)
         if self.file is None:
             try:
-                self.file = NpyFile.open(store.folder, path, _SPEC, store.capacity.max_episodes, writable=True)
+                self.file = _open_file(store, store.capacity.max_episodes, writable=True)
             except (ReplayError, OSError):  # none yet, or one to start afresh (below)
                 pass
         if self.file is None or self.file.rows < store.capacity.max_episodes:
