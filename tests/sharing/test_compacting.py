@@ -8,7 +8,6 @@ kill sweep and the live reader in another process are in ``test_compacting_kill.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import ctypes.util
 import hashlib
 import os
@@ -17,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import BufferFullError, OptionError, ReplayBuffer, verify
-from memmap_replay.sharing.compacting import CompactReport
+from memmap_replay import OptionError, ReplayBuffer, verify
 from memmap_replay.core.codecs import ZstdFrames
 
 from compressed_stores import FIELDS as COMPRESSED_FIELDS, LENGTHS, episode as compressed_episode, images, \
@@ -233,9 +231,6 @@ def test_compact_of_a_ring_is_refused(tmp_path):
         assert_store(folder, buffer, reference)
 
 
-GROWS = "max_steps" in {field.name for field in dataclasses.fields(CompactReport)}
-
-
 def tight_store(folder: Path) -> list[dict]:
     """8 episodes of 10-11 steps in a store with 3 free rows after them; episode 0 deleted, so every other one must
     move, through too few free rows."""
@@ -248,25 +243,6 @@ def tight_store(folder: Path) -> list[dict]:
         return edit(buffer, reference, [0], {})
 
 
-@pytest.mark.skipif(GROWS, reason="compact() grows max_steps itself in this tree (CompactReport.max_steps)")
-def test_compact_without_room_is_refused_with_nothing_moved_then_works_after_grow(tmp_path):
-    folder = tmp_path / "s"
-    reference = tight_store(folder)
-    with ReplayBuffer.from_folder(folder) as buffer:
-        meta_json = (folder / "meta.json").read_bytes()
-        before = folder_state(folder)
-        with pytest.raises(BufferFullError, match=r"nothing was moved; grow it first, buffer\.grow\(max_steps="):
-            buffer.compact()
-        assert (folder / "meta.json").read_bytes() == meta_json
-        assert folder_state(folder) == before
-        assert_store(folder, buffer, reference)
-        buffer.grow(max_steps=buffer._store.capacity.max_steps + MAX_TIMESTEPS)
-        assert buffer.compact().rows_after == live_rows(reference)
-        assert_store(folder, buffer, reference)
-
-
-@pytest.mark.skipif(not GROWS, reason="compact() refuses a store without room in this tree (no "
-                                      "CompactReport.max_steps)")
 def test_compact_without_room_grows_max_steps_by_what_is_missing(tmp_path):
     folder = tmp_path / "s"
     reference = tight_store(folder)
