@@ -2,8 +2,9 @@
 live episode keeps its steps, end, final observation, meta values and id (against a reference in plain numpy, a
 reopened reader and ``verify``); ``rows_after`` is the live rows; episodes stored afterwards are right; the step
 files' disk blocks go down (holes punched); a compressed field's frames are never decoded; nothing to compact, the
-newest episodes deleted, a ring and a store without room refused with nothing changed, compact-grow-compact. The
-kill sweep and the live reader in another process are in ``test_compacting_kill.py``."""
+newest episodes deleted, a ring refused with nothing changed, a store without room grown by the rows missing
+(``CompactReport.max_steps``), compact-grow-compact. The kill sweep and the live reader in another process are in
+``test_compacting_kill.py``."""
 
 from __future__ import annotations
 
