@@ -2,13 +2,17 @@
 leaves either the store without the field (``verify`` OK; the half-written ``steps/<name>.npy``, or meta.json's
 temporary file, at most a warning)
 or the store with the field holding exactly the reference values; either way the next writer adds the field of
-that name (a stale file is replaced) with the reference values."""
+that name (a stale file is replaced) with the reference values. And a reader in another process sees a field added
+to a store it reopens."""
 
 from __future__ import annotations
 
 import os
+import json
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -16,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memmap_replay import ReplayBuffer, returns_to_go, verify
+from memmap_replay import ReplayBuffer, discounted_return, returns_to_go, verify
 
 FIELDS = dict(obs=("float", 3), reward="float")
 META = dict(task_id="int")
@@ -162,3 +166,41 @@ def test_a_few_kills_during_add_field_leave_the_store_before_or_after(tmp_path, 
 def test_kills_at_many_instants_during_add_field_leave_the_store_before_or_after(tmp_path, base):
     seen = sweep(tmp_path, base, kills=30)
     assert "after" in seen and {"before", "stray"} & set(seen), seen  # (the instants met both sides)
+
+
+# ---- a reader in another process ---------------------------------------------------------------------------
+
+
+def make_small_store(folder: Path) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    rewards = [rng.standard_normal(int(rng.integers(1, MAX_TIMESTEPS + 1))).astype(np.float32) for _ in range(8)]
+    with ReplayBuffer(folder, 16, MAX_TIMESTEPS, fields=FIELDS, meta_fields=META) as buffer:
+        for number, row in enumerate(rewards):
+            buffer.store_episode(obs=np.zeros((len(row), 3), np.float32), reward=row, task_id=number,
+                                 end="truncated", final=dict(obs=np.ones(3, np.float32)) if number % 2 else None)
+    return rewards
+
+
+READER = r'''
+import json, sys
+from memmap_replay import ReplayBuffer
+with ReplayBuffer.from_folder(sys.argv[1], read_only=True) as buffer:
+    print(json.dumps({str(e.id): [e["rtg"].tolist(), float(e.meta["ret"])] for e in buffer.episodes()}))
+'''
+
+
+def test_a_reader_in_another_process_sees_the_field(tmp_path):
+    folder = tmp_path / "s"
+    rewards = make_small_store(folder)
+    with ReplayBuffer.from_folder(folder) as writer:
+        writer.add_field("rtg", returns_to_go(dtype="float64"))
+        writer.add_field("ret", discounted_return(gamma=0.9, dtype="float64"))
+        done = subprocess.run([sys.executable, "-c", READER, str(folder)], capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert sorted(map(int, got)) == list(range(len(rewards)))
+    for number, (row, want) in enumerate(zip(rewards, reference(rewards))):
+        rtg, ret = got[str(number)]
+        np.testing.assert_allclose(rtg, want, rtol=1e-12, atol=1e-12)
+        assert ret == pytest.approx(sum(0.9 ** t * float(r) for t, r in enumerate(row)), rel=1e-12, abs=1e-12)
