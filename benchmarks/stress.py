@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -173,7 +174,12 @@ class Workers:
         paths = [str(here), str(here.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         os.environ["PYTHONPATH"] = os.pathsep.join(paths)  # for the forkserver, started at the first worker
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["stress"])
+        preload = ["stress"]
+        if os.environ.get("MEMMAP_REPLAY_KERNELS", "auto") != "numpy" and importlib.util.find_spec("numba"):
+            # the sum tree's compiled kernels (their modules load them at import): each prioritized reader
+            # would otherwise import numba and load them again, seconds on a small machine
+            preload += ["memmap_replay.samplers.sumtree_numba", "memmap_replay.samplers.positions_numba"]
+        self.context.set_forkserver_preload(preload)
         self.module = importlib.import_module("stress")  # this file, under its own name (benchmarks/ is on sys.path)
         self.alive = []
 
@@ -421,7 +427,8 @@ def print_table(part1, part2, part3, args) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=2.0, help="how long 1 writer and 4 readers run (default 2)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="how long 1 writer and 6 readers run (default 2; --quick: 0.1)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run (~20 s): 6 s of readers, 10 kill trials, 1 repeat of 1.5 s for the learner")
     parser.add_argument("--kills", type=int, default=None, help="SIGKILL trials (default 200)")
@@ -435,7 +442,7 @@ def main(argv=None) -> int:
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a must-be-zero figure is not")
     args = parser.parse_args(argv)
 
-    seconds = 6.0 if args.quick else args.minutes * 60
+    seconds = args.minutes * 60 if args.minutes is not None else (6.0 if args.quick else 120.0)
     args.kills = args.kills if args.kills is not None else (10 if args.quick else 200)
     args.rate_seconds = args.rate_seconds or (1.5 if args.quick else 5.0)
     args.repeats = args.repeats or (1 if args.quick else 3)

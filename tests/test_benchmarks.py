@@ -37,7 +37,7 @@ def test_samplers_benchmark_smoke(tmp_path):
 
 
 def test_stress_benchmark_smoke(tmp_path):
-    out = smoke(tmp_path, "stress.py")
+    out = smoke(tmp_path, "stress.py", "--minutes", "0.03", "--rate-seconds", "0.5")  # 2 s of readers, 0.5 s rates
     assert "Stress figures" in out and "reopened with every committed episode intact" in out
     assert "4 actors / 0 actors" in out
     assert "\nPASS: " in out or "\nFAIL: " in out  # the verdict is test_live.py's to assert
