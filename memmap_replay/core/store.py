@@ -531,6 +531,7 @@ class EpisodeStore(StoreEdits):
         self._finish_edit()
         if not self._journal_checked:  # a journal a writer killed before its commit (or before removing it) left
             folderio.remove(self.folder, self.folder / fmt.EPISODES_DIR / fmt.JOURNAL_FILE)
+            folderio.remove_temps(self.folder / fmt.EPISODES_DIR, fmt.JOURNAL_FILE)
             self._journal_checked = True
         self._ensure_links()
         for observer in self.observers:

@@ -667,14 +667,16 @@ class _StoreChecker:
         where = f"episodes/{fmt.LINKS}.npy"
         self.listed(where, (links < 0) | (links > ids), lambda i: f"{episode(i)} holds {links[i]} (expected 0 for "
                     f"none, or 1 + the id of an earlier episode: at most {ids[i]})")
-        named = links[(links > 0) & (links <= ids)] - 1
+        shown = end != fmt.REMOVED  # (a removed segment's link is not followed: its neighbours were cut from it)
+        named = links[(links > 0) & (links <= ids) & shown] - 1
         values, counts = np.unique(named, return_counts=True)
         for forked in values[counts > 1][:_MAX_LISTED]:
-            self.problem(where, f"episodes {ids[links == forked + 1].tolist()} all continue episode {forked} (expected "
-                                f"at most one segment to continue an episode)")
+            forking = ids[(links == forked + 1) & shown].tolist()
+            self.problem(where, f"episodes {forking} all continue episode {forked} (expected at most one segment to "
+                                f"continue an episode)")
         before = np.searchsorted(ids, links - 1)
-        live = (links > 0) & (before < len(ids))
-        live[live] = ids[before[live]] == links[live] - 1
+        live = (links > 0) & (before < len(ids)) & shown
+        live[live] = (ids[before[live]] == links[live] - 1) & shown[before[live]]
         cut = (end == 0) & (final > 0)
         self.listed(where, live & ~cut[np.minimum(before, len(ids) - 1)],
                     lambda i: f"{episode(i)} continues episode {links[i] - 1}, which was not cut at max_timesteps "

@@ -92,14 +92,7 @@ def test_an_edit_of_a_segment_cuts_its_links(tmp_path, case):
         assert joined(buffer) == [*episodes, (3, [100, 101, 102], "terminated")]
 
 
-# verify's check of segment links (sharing/verify.py check_links) takes the links of removed episodes too: the deleted
-# segment still "continues" its predecessor, which the delete truncated, so it reports a problem
-VERIFY_BUG = pytest.mark.xfail(strict=True, reason="verify checks the link of a removed segment to its truncated "
-                                                   "predecessor (check_links does not skip removed episodes)")
-
-
-@pytest.mark.parametrize("case", [pytest.param(case, marks=VERIFY_BUG) if case in (
-    "delete the middle segment", "delete the last segment") else case for case in sorted(EDITS)])
+@pytest.mark.parametrize("case", sorted(EDITS))
 def test_verify_is_clean_after_an_edit_of_a_segment(tmp_path, case):
     folder = tmp_path / "s"
     with make(folder) as buffer:
