@@ -155,6 +155,11 @@ ZYGOTE = r"""
 import json, os, signal, sys, time, traceback
 sys.path.insert(0, sys.argv[1])
 import test_live  # memmap_replay, numpy and torch imported once; every worker is a fork of this process
+if os.environ.get("MEMMAP_REPLAY_KERNELS", "auto") != "numpy":
+    try:  # the sum tree's numba kernels (loaded at import), once here rather than in every prioritized reader
+        import memmap_replay.samplers.sumtree_numba, memmap_replay.samplers.positions_numba  # noqa: E401, F401
+    except Exception:  # noqa: BLE001 - no numba (or none that loads): the readers' first sum tree chooses numpy
+        pass
 
 children = set()
 for line in sys.stdin:
