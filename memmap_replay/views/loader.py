@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import weakref
 from collections import deque, namedtuple
 from typing import Any, Callable, Iterable, Iterator, Protocol, cast
 
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..errors import OptionError
+from ..errors import OptionError, ReplayError
 from ..core.options import choice, flag, integer, named_tuple_option, short
 from ._options import device_option, generator_option
 from .device import DevicePrefetcher, can_pin, pinned
@@ -274,10 +275,21 @@ class ReplayDataLoader(DataLoader):
 
 
 class _RecordedItems:
-    """A loader's ``_index_sampler``: iterating it gives the batch sampler's items, recorded (``_source_items``)."""
+    """A loader's ``_index_sampler``: iterating it gives the batch sampler's items, recorded (``_source_items``).
+    It holds the loader weakly: torch's iterator holds it, and a loader holds its persistent workers' iterator, so a
+    strong reference would make a cycle, which the garbage collector frees with the iterator's queues closed first
+    (their weakref callbacks run before finalizers): the workers would then never hear that they are done, and
+    deleting the loader would wait 5 s for each of them."""
 
     def __init__(self, loader: ReplayDataLoader):
-        self.loader = loader
+        self._loader = weakref.ref(loader)
+
+    @property
+    def loader(self) -> ReplayDataLoader:
+        loader = self._loader()
+        if loader is None:  # (torch's iterator outliving its loader: nothing is drawn from it any more)
+            raise ReplayError("the ReplayDataLoader of this iterator was deleted: iterate a loader you hold")
+        return loader
 
     def __iter__(self) -> Iterator:
         return self.loader._source_items()

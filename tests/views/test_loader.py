@@ -1,6 +1,8 @@
 """DataLoaders: batches through workers (fork, spawn, forkserver), samplers, keywords, named tuples."""
 
+import gc
 import pickle
+import weakref
 
 import numpy as np
 import pytest
@@ -34,6 +36,28 @@ def test_workers_under_every_start_method(filled, context):
         assert a.keys() == b.keys()
         for name in a:
             assert torch.equal(a[name], b[name])
+
+
+@pytest.mark.parametrize("transport", ["slots", "torch"])
+def test_a_deleted_loader_with_persistent_workers_stops_them_at_once(filled, transport):
+    """Its torch iterator is freed when the loader is (no reference cycle): a cycle is freed by the garbage
+    collector, which closes the iterator's queues before it runs, so the workers never hear they are done and
+    torch waits 5 s for each before killing it."""
+    loader = filled.dataloader(8, num_workers=2, persistent_workers=True, multiprocessing_context="fork",
+                               worker_transport=transport)
+    batches = iter(loader)
+    next(batches)
+    workers = list(loader._iterator._workers)
+    iterator = weakref.ref(loader._iterator)
+    gc.disable()
+    try:
+        del batches, loader
+        assert iterator() is None  # freed by reference counting, its workers told to stop
+    finally:
+        gc.enable()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
 
 
 def test_pickled_view_is_small_and_carries_no_arrays(filled):
