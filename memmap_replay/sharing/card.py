@@ -427,6 +427,17 @@ def update_card(folder: str | os.PathLike, **values: Any) -> DatasetCard:
 
 def add_provenance(folder: str | os.PathLike, kind: str, source: str | os.PathLike, **details: Any) -> DatasetCard:
     """Append one provenance record (``kind``, ``source``, the time now in UTC, this tool) to the card."""
+    return _add_record(folder, kind, source, details)
+
+
+def record_edit(store: Any, kind: str, **details: Any) -> DatasetCard:
+    """An edit's provenance record on the card of the writer ``store`` (an ``EpisodeStore``): the README's summary is
+    read from ``store`` itself (the live episodes' table and kept returns), not from a store opened for it."""
+    return _add_record(store.folder, kind, str(store.folder), details, store)
+
+
+def _add_record(folder: str | os.PathLike, kind: str, source: str | os.PathLike, details: dict[str, Any],
+                store: Any = None) -> DatasetCard:
     from .._version import __version__
 
     if not isinstance(kind, str) or not kind:
@@ -440,7 +451,7 @@ def add_provenance(folder: str | os.PathLike, kind: str, source: str | os.PathLi
     with _folder_lock(folder):
         card = read_card(folder) or DatasetCard()
         card.provenance = [*card.provenance, record]
-        _save(folder, card)
+        _save(folder, card, store)
     return card
 
 
@@ -453,9 +464,12 @@ def _plain(key: str, value: Any) -> Any:
     return value
 
 
-def _save(folder: Path, card: DatasetCard) -> None:
+def _save(folder: Path, card: DatasetCard, store: Any = None) -> None:
+    """Write card.json and README.md; the README's summary from ``store`` when given (a writer's), else from a store
+    opened read-only."""
     text = (json.dumps(card.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    readme = card.render(fields_of=_schema_of(folder), summary=_summary_of(folder)).encode("utf-8")
+    summary = _summary_of(folder) if store is None else _summary_from(store)
+    readme = card.render(fields_of=_schema_of(folder), summary=summary).encode("utf-8")
     if max(len(text), len(readme)) > _TEXT_LIMIT:
         raise InvalidDataError(f"a dataset card must take at most {_TEXT_LIMIT >> 20} MiB as card.json and README.md "
                                f"(got {len(text):,} and {len(readme):,} bytes), so that `unpack` accepts it; keep "
@@ -475,20 +489,27 @@ def _schema_of(folder: Path) -> dict | None:
 def _summary_of(folder: Path) -> dict | None:
     """The live episodes' counts, lengths and returns (read-only, no lock), or None when they cannot be read."""
     from ..core.store import EpisodeStore  # noqa: PLC0415
-    from .stats import compression_summary, episode_summary  # noqa: PLC0415
 
     try:
         store = EpisodeStore.open(folder, "r")
     except Exception:  # noqa: BLE001 - the README simply leaves the section out
         return None
     try:
+        return _summary_from(store)
+    finally:
+        store.close()
+
+
+def _summary_from(store: Any) -> dict | None:
+    """The live episodes' counts, lengths and returns of an open store, or None when they cannot be read."""
+    from .stats import compression_summary, episode_summary  # noqa: PLC0415
+
+    try:
         summary = episode_summary(store)
         compression = compression_summary(store)
         return {**summary, "compression": compression} if compression else summary
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the README simply leaves the section out
         return None
-    finally:
-        store.close()
 
 
 # ---- gymnasium spaces as JSON ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ..core.schema import FieldSpec
 from ..core.options import did_you_mean, short
 from ..core.store import EpisodeStore
 from ..errors import IndexRangeError, IndexTypeError, InvalidDataError, OptionError
-from .card import add_provenance
+from .card import record_edit
 from .compacting import CompactReport, compact
 from .derived import add_field
 
@@ -225,15 +225,18 @@ def _links_cut(store: EpisodeStore, table: EpisodeTable, positions: np.ndarray, 
     ``positions`` cuts, by slot: with ``tail`` (their ends go) the segment continuing one of them no longer does
     ("unlink"); with ``head`` (their starts go) the segment one of them continues is cut short ("truncate": its
     end becomes truncated, keeping its final row)."""
-    links = store.links(table)
     edited = set(table.ids[positions].tolist())
     cut: dict[int, str] = {}
-    if tail:
-        for after in np.flatnonzero(np.isin(links, table.ids[positions])).tolist():
+    # (only a segment cut at max_timesteps, its end unspecified and a final row, may be continued: the links of
+    # every episode are read only then; the edited episodes' own links are read for their heads)
+    continued = positions[(table.end[positions] == 0) & table.final[positions]]
+    if tail and len(continued):
+        links = store.links(table)
+        for after in np.flatnonzero(np.isin(links, table.ids[continued])).tolist():
             if int(table.ids[after]) not in edited:
                 cut[int(table.slots[after])] = "unlink"
     if head:
-        before = links[positions]
+        before = store.links(table.select(positions))
         where = np.searchsorted(table.ids, before)
         for link, at in zip(before.tolist(), where.tolist()):
             if link >= 0 and at < len(table) and table.ids[at] == link and link not in edited:
@@ -270,4 +273,4 @@ def _listed(ids: np.ndarray) -> list[int] | dict[str, Any]:
 
 
 def _record(store: EpisodeStore, kind: str, **details: Any) -> None:
-    add_provenance(store.folder, kind, str(store.folder), **details)
+    record_edit(store, kind, **details)
