@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 
 import numpy as np
 
 from ..errors import OptionError
 from ..sharing.stats import FieldStats, RunningStats, StoreStats, compression_summary, compute_stats, ratio_text
 from ..core.store import EpisodeStore
+from ..core.progress import progress_bar
 from . import EXIT_OK
 from .checksum import _guarded, _show_progress
 from .info import _READ_EXIT_CODES, _columns, _episode_lines, _figure, _human_bytes, _json_safe, _read_store
@@ -143,10 +143,7 @@ def _gather(store: EpisodeStore, names: list[str], quantiles: list[float] | None
     passes = lambda name: (recompute or name not in running.moments) + bool(quantiles)  # noqa: E731
     total = catch_up * sum(row_bytes[name] for name in running.moments) \
         + steps * sum(passes(name) * row_bytes[name] for name in reads)
-    from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
-
-    with tqdm(total=total, unit="B", unit_scale=True, desc="stats", disable=not progress or total == 0,
-              file=sys.stderr, leave=False) as bar:
+    with progress_bar(total, "stats", bool(progress and total), unit="B") as bar:
         if catch_up:
             bar.set_postfix_str("running statistics: the newest episodes")
             running.catch_up(store)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -20,6 +19,7 @@ from ..errors import (OptionError, CorruptStoreError, NotAFolderError, ReadOnlyE
                      StoreNotFoundError, UnsafeEntryError, UnsupportedFormatError)
 from .format import Capacity, StoreMeta
 from .schema import NAME_PATTERN, Schema
+from .training import STATE_FILE
 
 if TYPE_CHECKING:
     from .store import EpisodeStore
@@ -34,12 +34,12 @@ _FIELD_FILE = re.compile(rf"{NAME_PATTERN.pattern}\.npy")
 _OWN_FILES: dict[str, Callable[[str], object]] = {  # folder -> whether an entry's name is one of its files
     fmt.STEPS_DIR: fmt.STEP_FILE.fullmatch,
     fmt.META_DIR: _FIELD_FILE.fullmatch,
-    fmt.EPISODES_DIR: frozenset(f"{name}.npy" for name in fmt.TABLE).__contains__,
+    # (the episode table, and an edit's journal or its temp file: core/edits.py)
+    fmt.EPISODES_DIR: lambda entry: (entry in {f"{name}.npy" for name in fmt.TABLE}
+                                     or entry == fmt.JOURNAL_FILE or folderio.is_temp_of(entry, fmt.JOURNAL_FILE)),
     fmt.PRIORITIES_DIR: re.compile(r".+\.(npy|json|lock)").fullmatch,  # a sampler's files, by any name
     fmt.RATELIMIT_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}\.(npy|json|lock)(\.tmp)?").fullmatch,
-    # a training state's files (core/training.py): name.json, name.lock, name.<generation>.<i>.npy, their temps
-    fmt.TRAINING_DIR: re.compile(r"[A-Za-z0-9_-]{1,64}(\.json|\.lock|\.[0-9a-f]{12}\.\d+\.npy)(\.\d+\.[0-9a-f]+\.tmp)?")
-    .fullmatch,
+    fmt.TRAINING_DIR: STATE_FILE.fullmatch,  # a training state's files (core/training.py)
 }
 
 
@@ -132,12 +132,8 @@ def undo_creation(folder: Path, before: set[str], made: list[Path], *, lock: boo
     if lock:
         names.append(fmt.LOCK_FILE)
     for name in names:
-        path = folder / name
         try:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                folderio.remove(folder, path)
+            folderio.remove_entry(folder, folder / name)
         except (OSError, ReplayError):
             pass
     for path in reversed(made):

@@ -252,6 +252,19 @@ class EncodedField:
         self.frames.write_rows(at, blob)
         self.index.write_rows(row, np.stack([offsets, lengths], axis=1))
 
+    def entries(self, start: int, stop: int, committed: int) -> np.ndarray:
+        """The index entries (offset, length) of rows ``start .. stop - 1`` as int64 (rows, 2), each checked to lie
+        within the ``committed`` bytes of frames and to be at most one row's frame long (a copy of the frames
+        reads exactly these bytes): ``CorruptStoreError`` otherwise."""
+        entries = np.array(self.index.array()[start:stop], dtype=np.int64)
+        if bad_entries(entries[:, 0], entries[:, 1], committed, frame_bound(self.spec.row_nbytes)).any():
+            folder = self.index.path.parent.parent
+            raise CorruptStoreError(f"{folder}: field {self.spec.name!r}, rows {start}..{stop - 1}: their index "
+                                    f"entries lie outside the {committed} committed bytes of frames; the store's "
+                                    f"frames are damaged (`python -m memmap_replay verify {folder}` lists every "
+                                    f"damaged row)")
+        return entries
+
     def span(self, first_rows: np.ndarray, last_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bytes of frames of episodes whose rows are ``first_rows .. last_rows`` (inclusive): (lo, hi)."""
         return frame_spans(self.index.array(), first_rows, last_rows)

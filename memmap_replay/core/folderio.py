@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
@@ -284,6 +285,17 @@ def make_dir(folder: StrPath, path: StrPath, *, doing: str = "make the folder") 
                 if problem:
                     raise UnsafeEntryError(f"cannot use {path}: it is {problem}; a writer needs a folder of its "
                                            f"own there: remove it (or open the store read_only=True)") from None
+
+
+def remove_entry(folder: StrPath, path: StrPath) -> None:
+    """Remove ``path`` inside ``folder``: a folder with everything in it (``shutil.rmtree`` removes links inside,
+    never following them), or a file or a link itself; absent is fine."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        with errors_named(path, "remove"):
+            shutil.rmtree(path)
+    else:
+        remove(folder, path)
 
 
 def remove(folder: StrPath, path: StrPath, *, doing: str = "remove") -> None:

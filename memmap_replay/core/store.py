@@ -9,7 +9,6 @@ samplers index with one gather per field.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 from dataclasses import dataclass, field, replace
@@ -203,11 +202,7 @@ class EpisodeStore(StoreEdits):
             if (folder / fmt.META_FILE).exists():
                 os.replace(folder / fmt.META_FILE, folder / _REPLACING)  # renames a link itself, never its target
             for name in fmt._OWNED:
-                path = folder / name
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)  # never follows links inside
-                else:
-                    folderio.remove(folder, path)
+                folderio.remove_entry(folder, folder / name)
         for name in (fmt.STEPS_DIR, fmt.META_DIR, fmt.EPISODES_DIR):
             folderio.make_dir(folder, folder / name)
         for _, spec, path, rows in fmt.layout(schema, capacity):

@@ -47,6 +47,10 @@ FORMAT_NAME = "memmap_replay.training_state"
 VERSION = 1
 _DTYPES = ("float64", "int64")
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# a saved array's file after ``<name>``: ``.<generation>.<i>.npy``; then, for a temp file of any of a state's files
+ARRAY_SUFFIX, TEMP_SUFFIX = r"\.([0-9a-f]{12})\.\d+\.npy", r"(\.\d+\.[0-9a-f]+\.tmp)?"
+# every file a training state may have: name.json, name.lock, its arrays, their temps (``checks``: a store's own)
+STATE_FILE = re.compile(rf"[A-Za-z0-9_-]{{1,64}}(\.json|\.lock|{ARRAY_SUFFIX}){TEMP_SUFFIX}")
 
 
 def training_state_name(name: Any) -> str:
@@ -124,7 +128,7 @@ def write_training_state(folder: Path, name: str, state: dict[str, Any], arrays:
 def _remove_stale(folder: Path, directory: Path, name: str, generation: str) -> None:
     """Remove the arrays of other generations of ``name`` (committed before, or never committed) and the temp
     files of killed saves (the caller holds the name's lock)."""
-    pattern = re.compile(rf"{re.escape(name)}\.([0-9a-f]{{12}})\.\d+\.npy(\.\d+\.[0-9a-f]+\.tmp)?")
+    pattern = re.compile(rf"{re.escape(name)}{ARRAY_SUFFIX}{TEMP_SUFFIX}")
     with folderio.errors_named(directory, "clean up"):
         entries = os.listdir(directory)
     for entry in entries:

@@ -53,6 +53,7 @@ from ..errors import (OptionError, CorruptStoreError, InvalidDataError, MissingF
                      ReadOnlyError, StoreNotFoundError, UnsafeEntryError)
 from ..core.format import RATELIMIT_DIR, read_npy_header
 from ..core.options import choice, integer, limiter_name, number, short
+from ..samplers.base import SampleBatches
 from ..samplers.loader_entry import LimitedLoader
 
 fcntl: ModuleType | None  # None where the OS has no flock
@@ -531,6 +532,8 @@ class LimitedSampler(LimitedLoader):
             raise OptionError(f"wrap_sampler needs a sampler (with sample(n)); got {type(sampler).__name__}")
         self.sampler, self.limiter = sampler, limiter
 
+    endless = True  # (batches() draws through sample(), each waited for: never the wrapped sampler's epochs)
+
     def _draw(self, method: str, batch_size: Any, timeout: Any) -> Any:
         n = integer(batch_size, "batch_size", low=1)
         self.limiter._acquire(_SAMPLE, n, timeout)
@@ -546,12 +549,13 @@ class LimitedSampler(LimitedLoader):
     def batch(self, batch_size: int, *, timeout: Any = _DEFAULT) -> Any:
         return self._draw("batch", batch_size, timeout)
 
-    def batches(self, batch_size: int, num_batches: int | None = None) -> "LimitedBatches":
+    def batches(self, batch_size: int, num_batches: int | None = None) -> SampleBatches:
         """Samples of ``batch_size`` (endless if ``num_batches`` is None), each waited for: a batch sampler
-        for a DataLoader over ``sampler.view``."""
+        for a DataLoader over ``sampler.view`` (a ``SampleBatches`` of draws: every batch through ``sample``,
+        which waits, whatever the wrapped sampler does for epochs)."""
         n = integer(batch_size, "batch_size", low=1)
         total = None if num_batches is None else integer(num_batches, "num_batches", low=0)
-        return LimitedBatches(self, n, total)
+        return SampleBatches(cast(Any, self), n, total, drop_last=False)
 
     # dataloader(), typed, comes from LimitedLoader (reading/entries.py, generated from the option table)
 
@@ -566,28 +570,3 @@ class LimitedSampler(LimitedLoader):
         if name in ("sampler", "limiter") or name.startswith("__"):  # unpickling, protocols: not the sampler's
             raise AttributeError(name)
         return getattr(self.sampler, name)
-
-
-class LimitedBatches:
-    """``LimitedSampler.batches(...)``: ``num_batches`` samples (endless if None), each waited for; a loader
-    that resumes an iteration (``resume_after``) draws the rest of it."""
-
-    def __init__(self, sampler: LimitedSampler, batch_size: int, num_batches: int | None):
-        self.sampler, self.batch_size, self.num_batches = sampler, batch_size, num_batches
-        self._done = 0
-
-    def resume_after(self, done: int) -> None:
-        """The next ``__iter__`` draws ``num_batches - done`` (the rest of an iteration that gave ``done``)."""
-        self._done = integer(done, "done", low=0)
-
-    def __iter__(self) -> Iterator[Any]:
-        done, self._done = self._done, 0
-        count, limit = 0, None if self.num_batches is None else max(self.num_batches - done, 0)
-        while limit is None or count < limit:
-            yield self.sampler.sample(self.batch_size)
-            count += 1
-
-    def __len__(self) -> int:
-        if self.num_batches is None:
-            raise TypeError("an endless batch sampler has no length; pass num_batches=")
-        return self.num_batches

@@ -17,13 +17,13 @@ import contextlib
 import hashlib
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
 from ..core import folderio
+from ..core.progress import progress_bar
 from ..core import format as fmt
 from ..errors import (CorruptStoreError, InvalidDataError, MissingFileError, NotAFolderError, StoreLockedError,
                      StoreNotFoundError, UnsafeEntryError)
@@ -140,12 +140,10 @@ def _refresh_entries(folder: Path, names: tuple[str, ...]) -> None:
 def _hash_files(folder: Path, files: list[str], *, progress: bool = False) -> dict[str, str]:
     """sha256 of each file: regular files inside ``folder`` only (a FIFO, a device or a link out of the folder
     raises UnsafeEntryError naming it; nothing blocks), read in chunks."""
-    from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
-
     total = sum(_size_of(folder / rel) for rel in files) if progress else 0
     buffer = bytearray(_CHUNK)
     view, digests = memoryview(buffer), {}
-    with tqdm(total=total, unit="B", unit_scale=True, desc="sha256", disable=not progress, file=sys.stderr) as bar:
+    with progress_bar(total, "sha256", progress, unit="B", leave=True) as bar:
         for rel in files:
             digest, path = hashlib.sha256(), folder / rel
             fd = folderio.open_read(folder, path, doing="hash")

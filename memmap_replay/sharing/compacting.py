@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core import folderio
 from ..core.edits import Journal
+from ..core.progress import progress_bar
 from ..core.encoded import EncodedField
 from ..core.format import NpyFile
 from ..core.store import EpisodeStore
@@ -62,8 +63,6 @@ class CompactReport:
 
 def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
     """Compact a writer's store (see the module)."""
-    from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
-
     if store.capacity.circular:
         raise OptionError("compact() is for stores that are not rings: a ring (circular=True) reuses the rows of "
                           "removed and trimmed episodes as it wraps, oldest first; there is nothing to compact")
@@ -83,7 +82,7 @@ def compact(store: EpisodeStore, *, progress: bool = False) -> CompactReport:
     store.begin_edit("compact")
     copier, scratch_end = RowCopier(), before
     try:
-        with tqdm(total=2 * int(rows[moving].sum()), unit="row", desc="compact", disable=not progress) as bar:
+        with progress_bar(2 * int(rows[moving].sum()), "compact", progress, unit="row", leave=True) as bar:
             first = True
             while len(moving := np.flatnonzero(targets != start)):
                 # a round through the scratch, the free rows after the last one (two commits): the next episodes in

@@ -18,6 +18,7 @@ import numpy as np
 from ..core.convert import as_array, coerce
 from ..core.derive import NewField
 from ..core.episodes import Episode, EpisodeList
+from ..core.progress import progress_bar
 from ..core.options import check_names, choice, positive_int, short
 from ..core.schema import FieldSpec, parse_field
 from ..errors import InvalidDataError, OptionError
@@ -123,11 +124,9 @@ def add_field(store: EpisodeStore, name: str, values: Any, *, per: str | None, d
 
 def _write(store: EpisodeStore, spec: FieldSpec, per: str, table: Any, values_of: Callable[[int, int], list],
            block: int, progress: bool) -> FieldSpec:
-    from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
-
     new = NewField(store, spec, per)
     try:
-        with tqdm(total=len(table), unit="episode", desc=f"add_field {spec.name}", disable=not progress) as bar:
+        with progress_bar(len(table), f"add_field {spec.name}", progress, unit="episode", leave=True) as bar:
             for first in range(0, len(table), block):
                 stop = min(first + block, len(table))
                 new.write(table.select(np.arange(first, stop)), values_of(first, stop))

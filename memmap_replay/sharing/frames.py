@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..core import format as fmt
+from ..core.progress import progress_bar
 from .checksums import check_new_path
 from ..errors import InvalidDataError, MissingExtraError, OptionError, SampleExpiredError
 from ..core.extras import require_extra
@@ -170,8 +170,7 @@ def _check_still_live(store: EpisodeStore, ids: np.ndarray) -> None:
 
 
 def _progress_bar(total: int, unit: str, enabled: bool):
-    from tqdm.auto import tqdm
-    return tqdm(total=total, unit=unit, disable=not enabled, file=sys.stderr, leave=False)
+    return progress_bar(total, "", enabled, unit=unit, unit_scale=False)
 
 
 # ---- contact sheets ----------------------------------------------------------------------------------

@@ -43,7 +43,6 @@ import lzma
 import math
 import os
 import shutil
-import sys
 import tarfile
 import time
 import uuid
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..core import folderio, format as fmt
+from ..core.progress import progress_bar
 from ..core.encoded import frames_limit
 from .checksums import (MANIFEST, _TEXT_LIMIT, _TOP_FILES, check_manifest, check_new_path, _folder_lock, _is_store_dir,
                         is_store_path,
@@ -189,7 +189,6 @@ def _write_archive(folder: Path, files: list[str], archive: Path, method: str, *
                   progress: bool) -> tuple[int, int]:
     """Write the archive under a fresh temporary name, flush it to disk and rename it; (bytes, archive bytes).
     On any failure the temporary file is removed and ``archive`` is untouched."""
-    from tqdm import tqdm  # noqa: PLC0415
 
     top = folder.resolve().name or "store"
     temp = archive.with_name(f".{archive.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
@@ -204,8 +203,7 @@ def _write_archive(folder: Path, files: list[str], archive: Path, method: str, *
                 # typeshed's overloads take the mode as a literal (here made from the method) and no **options
                 with tarfile.open(archive, f"w:{method}", fileobj=out, format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
                                   **options) as tar, \
-                        tqdm(total=_source_bytes(folder, files), unit="B", unit_scale=True, desc="pack",
-                             disable=not progress, file=sys.stderr) as bar:
+                        progress_bar(_source_bytes(folder, files), "pack", progress, unit="B", leave=True) as bar:
                     made = set()
                     tar.addfile(_entry(top, tarfile.DIRTYPE))
                     for rel in files:
@@ -407,13 +405,11 @@ def _decompressed(raw, head: bytes, archive: Path):
 
 def _extract(archive: Path, temp: Path, folder: Path, *, max_bytes: int, progress: bool) -> tuple[int, int]:
     """Extract the archive's checked members into ``temp``; (files, bytes)."""
-    from tqdm import tqdm  # noqa: PLC0415
 
     checker = _MemberChecker(archive, temp, max_bytes)
     after = "nothing was unpacked"
     with _os_errors("read the archive", archive, after), open(archive, "rb") as raw, \
-            tqdm(total=os.fstat(raw.fileno()).st_size, unit="B", unit_scale=True, desc="unpack", disable=not progress,
-                 file=sys.stderr) as bar:
+            progress_bar(os.fstat(raw.fileno()).st_size, "unpack", progress, unit="B", leave=True) as bar:
         head = raw.read(8)
         raw.seek(0)
         meter = _Meter(_decompressed(_Counted(raw, bar), head, archive), archive)

@@ -50,7 +50,7 @@ from ..core.schema import Schema
 from ..core.store import EpisodeStore
 from ..errors import OptionError, StoreNotFoundError
 from .checksums import check_new_path, store_folder
-from .recode_files import (build_store, check_still_live, place_folder, progress_bar, remove_tree, rows_of,
+from .recode_files import (build_store, check_still_live, place_folder, progress_bar, rows_of,
                            with_removed, write_field)
 
 __all__ = ["Recoded", "compress_fields", "decompress_fields", "remove_leftovers"]
@@ -244,7 +244,7 @@ def _into(kind: str, folder: Path, out: Path, choose: Callable[[Schema], dict[st
         report = Recoded(kind, str(folder), str(out), len(table), int(rows_of(table).sum()), bool(changes))
         report.fields = {name: _sizes(store, table, name) for name in changes}
         tmp = out.parent / f".{out.name}.{kind}-{os.getpid()}"
-        remove_tree(tmp)
+        folderio.remove_entry(tmp.parent, tmp)
         try:
             with folderio.errors_named(tmp, "make the folder"):
                 os.mkdir(tmp)
@@ -257,7 +257,7 @@ def _into(kind: str, folder: Path, out: Path, choose: Callable[[Schema], dict[st
             card_of(folder, tmp)
             place_folder(tmp, out)
         finally:
-            remove_tree(tmp)
+            folderio.remove_entry(tmp.parent, tmp)
     finally:
         store.close()
     _note(out, report)

@@ -11,7 +11,6 @@ kept compressed as it is (into a new folder) has its index entries and frames co
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -21,16 +20,15 @@ import numpy as np
 
 from ..core import folderio
 from ..core import format as fmt
-from ..core.codecs import frame_bound
-from ..core.encoded import EncodedField, bad_entries, frames_limit
+from ..core.encoded import EncodedField, frames_limit
 from ..core.progress import progress_bar as bar
 from ..core.format import NpyFile, StoreMeta
 from ..core.index import EpisodeTable
 from ..core.schema import FieldSpec, Schema
 from ..core.store import EpisodeStore
-from ..errors import CorruptStoreError, SampleExpiredError
+from ..errors import SampleExpiredError
 
-__all__ = ["build_store", "write_field", "rows_of", "with_removed", "check_still_live", "place_folder", "remove_tree",
+__all__ = ["build_store", "write_field", "rows_of", "with_removed", "check_still_live", "place_folder",
            "progress_bar"]
 
 _BLOCK_BYTES = 32 << 20  # decoded bytes of rows read, encoded or decoded at a time (memory stays about this)
@@ -103,14 +101,9 @@ def _copy_frames(store: EpisodeStore, table: EpisodeTable, spec: FieldSpec, tmp:
     assert isinstance(target, EncodedField)
     stored = 0
     try:
-        index, frames = source.index.array(), source.frames.array()
+        frames = source.frames.array()
         for start, stop in _blocks(table, spec):
-            entries = np.ascontiguousarray(index[start:stop])
-            if bad_entries(entries[:, 0], entries[:, 1], entry["bytes"], frame_bound(spec.row_nbytes)).any():
-                raise CorruptStoreError(f"field {spec.name!r}, rows {start}..{stop - 1}: their index entries lie "
-                                        f"outside the {entry['bytes']} committed bytes of frames; the store's "
-                                        f"frames are damaged (`python -m memmap_replay verify FOLDER` lists every "
-                                        f"damaged row)")
+            entries = source.entries(start, stop, entry["bytes"])
             lo, hi = int(entries[:, 0].min()), int((entries[:, 0] + entries[:, 1]).max())
             target.index.write_rows(start, entries)
             target.frames.write_rows(lo, np.ascontiguousarray(frames[lo:hi]))
@@ -237,14 +230,6 @@ def place_folder(tmp: Path, out: Path) -> None:
         if out.is_dir():
             out.rmdir()  # (empty: checked before)
         os.replace(tmp, out)
-
-
-def remove_tree(path: Path) -> None:
-    with folderio.errors_named(path, "remove"):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            path.unlink()
 
 
 def progress_bar(kind: str, total: int, enabled: bool) -> Any:

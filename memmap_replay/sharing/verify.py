@@ -29,7 +29,6 @@ import math
 import os
 import re
 import stat
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..core import folderio
+from ..core.progress import progress_bar
 from ..core import format as fmt
 from .checksums import MANIFEST, check_manifest, _judge, read_manifest, stray_files
 from ..errors import (OptionError, CorruptStoreError, DiskFullError, NotAFolderError, ReadOnlyError, ReplayError,
@@ -648,13 +648,11 @@ class _StoreChecker:
         """Each compressed field's live rows: index entries, contiguous frames, and every frame decoded."""
         if self.schema is None or self.live is None or self.frames is None:
             return  # what makes them unreadable is reported already
-        from tqdm import tqdm  # noqa: PLC0415 - only where bars may be drawn
-
         fields = {name: spec for name, spec in self.schema.encoded.items()
                   if set(self.encoded.get(name, {})) == {fmt.INDEX, fmt.FRAMES}}
         total = len(fields) * int((self.live[2] - self.live[1]).sum())
-        with tqdm(total=total, unit="frame", desc="decode", disable=not self.progress or not total,
-                  file=sys.stderr) as bar:
+        with progress_bar(total, "decode", bool(self.progress and total), unit="frame", unit_scale=False,
+                          leave=True) as bar:
             for name, spec in fields.items():
                 files = self.encoded[name]
                 check = FieldFramesCheck(spec, files[fmt.INDEX], files[fmt.FRAMES], self.frames[name]["head"],

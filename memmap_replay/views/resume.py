@@ -10,9 +10,9 @@ the caller got, whatever was in flight:
   progress (its number and the seed of its order), the batches of it handed out, and the state of the
   loader's ``generator`` when the epoch began (the epoch's seed and torch's worker seed are drawn from it
   again, the same). Resumed, the epoch goes on from the next batch: its items are computed, not stored;
-- a sampler's draws (``sampler.dataloader(...)``: ``SampleBatches``, a rate-limited sampler's
-  ``LimitedBatches``): the sampler's ``state_dict()`` (after every draw made so far) and the draws made but
-  not handed out yet (keys and weights), oldest first. Resumed, those are handed out first, gathered again
+- a sampler's draws (``sampler.dataloader(...)``: ``SampleBatches``, a rate-limited sampler's too): the sampler's
+  ``state_dict()`` (after every draw made so far) and the draws made but not handed out yet (keys and weights),
+  oldest first. Resumed, those are handed out first, gathered again
   (keys are stable while their episode is live), then the sampler draws on from its state.
 
 Either way a fresh loader made with the same arguments and loaded with the state gives exactly the batches
