@@ -14,12 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kill_sweeps import fork_writer, reap
 from memmap_replay import ReplayBuffer, discounted_return, returns_to_go, verify
 
 FIELDS = dict(obs=("float", 3), reward="float")
@@ -27,7 +27,6 @@ META = dict(task_id="int")
 MAX_TIMESTEPS = 16
 BATCHES = [(250, length) for length in (3, 9, 4, 12, 5, 16, 1, 7)]  # (episodes, steps each): 2000 episodes
 NAME = "rtg"
-WAIT_LIMIT = 60.0  # seconds a child may take before the test gives up (not a timing assertion)
 
 
 def make_store(folder: Path, seed: int = 0) -> list[np.ndarray]:
@@ -78,39 +77,6 @@ def matches(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
     return len(got) == len(want) and all(np.allclose(g, w, rtol=1e-12, atol=1e-9) for g, w in zip(got, want))
 
 
-def fork_add(folder: Path) -> int:
-    """Fork a child that opens a writer, says so, then adds the field."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: it never returns into pytest
-        code = 1
-        try:
-            os.close(read)
-            with ReplayBuffer.from_folder(folder) as buffer:
-                os.write(write, b"o")
-                add(buffer)
-            code = 0
-        except BaseException:
-            traceback.print_exc()  # (and exit 1: the sweep fails)
-        finally:
-            os._exit(code)
-    os.close(write)
-    os.read(read, 1)  # (the writer is open: the kill instants fall within add_field)
-    os.close(read)
-    return pid
-
-
-def reap(pid: int) -> int:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the child {pid} did not end within {WAIT_LIMIT} s")
-        time.sleep(0.001)
-    return done[1]
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> tuple[Path, list[np.ndarray]]:
     folder = tmp_path_factory.mktemp("derived_kill") / "base"
@@ -121,7 +87,7 @@ def sweep(tmp_path: Path, base: tuple[Path, list[np.ndarray]], kills: int) -> li
     folder0, want = base
     timed = tmp_path / "timed"
     shutil.copytree(folder0, timed)
-    pid = fork_add(timed)
+    pid = fork_writer(timed, add)
     started = time.monotonic()
     assert reap(pid) == 0
     took = time.monotonic() - started  # (add_field and the close, after the writer opened)
@@ -132,7 +98,7 @@ def sweep(tmp_path: Path, base: tuple[Path, list[np.ndarray]], kills: int) -> li
     for number in range(kills):
         folder = tmp_path / f"s{number}"
         shutil.copytree(folder0, folder)
-        pid = fork_add(folder)
+        pid = fork_writer(folder, add)
         time.sleep(float(rng.uniform(0, took)))
         os.kill(pid, signal.SIGKILL)
         assert reap(pid) in (0, signal.SIGKILL), f"kill {number}: the child failed before the kill"

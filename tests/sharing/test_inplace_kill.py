@@ -12,12 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kill_sweeps import WAIT_LIMIT, fork_writer, reap
 from memmap_replay import ReplayBuffer, verify
 
 from conftest import reap as reap_process
@@ -26,7 +26,6 @@ FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float")
 META = dict(task_id="int")
 MAX_TIMESTEPS = 12
 COUNT = 12
-WAIT_LIMIT = 60.0  # seconds a child may take before the test gives up (not a timing assertion)
 
 
 def make_store(folder: Path, seed: int = 0) -> list[dict]:
@@ -104,46 +103,12 @@ def same(got: list[dict], want: list[dict]) -> bool:
     return True
 
 
-def fork_edits(folder: Path, edits: list[tuple]) -> int:
-    """Fork a child that opens a writer, says so (``wait_until_open``), then makes the edits one by one."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: it never returns into pytest
-        code = 1
-        try:
-            os.close(read)
-            with ReplayBuffer.from_folder(folder) as buffer:
-                os.write(write, b"o")
-                for edit in edits:
-                    apply(buffer, edit)
-            code = 0
-        except BaseException:
-            traceback.print_exc()  # (and exit 1: the sweep fails)
-        finally:
-            os._exit(code)
-    os.close(write)
-    os.read(read, 1)  # (the writer is open: the kill instants fall among the edits)
-    os.close(read)
-    return pid
-
-
-def reap(pid: int) -> int:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the child {pid} did not end within {WAIT_LIMIT} s")
-        time.sleep(0.002)
-    return done[1]
-
-
 def sweep(tmp_path: Path, verb: str, kills: int) -> None:
     base = tmp_path / "base"
     edits, states = plan(verb, make_store(base), seed=len(verb))
     timed = tmp_path / "timed"
     shutil.copytree(base, timed)
-    pid = fork_edits(timed, edits)
+    pid = fork_writer(timed, lambda buffer: [apply(buffer, edit) for edit in edits])
     started = time.monotonic()
     assert reap(pid) == 0
     took = time.monotonic() - started  # (the edits and the close, after the writer opened)
@@ -153,7 +118,7 @@ def sweep(tmp_path: Path, verb: str, kills: int) -> None:
     for number in range(kills):
         folder = tmp_path / f"s{number}"
         shutil.copytree(base, folder)
-        pid = fork_edits(folder, edits)
+        pid = fork_writer(folder, lambda buffer: [apply(buffer, edit) for edit in edits])
         delay = float(rng.uniform(0, took))
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)

@@ -164,12 +164,12 @@ def test_a_split_killed_at_any_instant_leaves_each_output_absent_or_whole(tmp_pa
     reap(_fork_split(tmp_path / "run", tmp_path / "timed"))
     took = time.monotonic() - started
     seen = set()
-    for step in range(48):  # (until every outcome was seen, at least 16 kills: a loaded machine is slower)
+    for step in range(96):  # (until every outcome was seen, at least 16 kills: a loaded machine is slower)
         if step >= 16 and seen == {0, 1, 2}:
             break
         out = tmp_path / f"s{step}"
         pid = _fork_split(tmp_path / "run", out)
-        time.sleep(took * step / 12)
+        time.sleep(took * (step % 24) / 16)  # (kill instants from the start to past the end, again and again)
         os.kill(pid, signal.SIGKILL)
         reap(pid)
         present = [name for name in ("train", "val") if (out / name).exists()]
