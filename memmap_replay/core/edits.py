@@ -175,6 +175,8 @@ class StoreEdits:
     def journal(self) -> Journal | None:
         """The journal of the edit in flight in ``meta`` (None: none). A reader whose meta.json is older than the
         journal on disk (the writer finished that edit and began another) takes the newer meta.json first."""
+        if not self.meta.state.edits & 1:  # (no edit in flight, nearly always: no lock taken)
+            return None
         with self.state_lock:
             return self._journal_now()
 
@@ -210,7 +212,10 @@ class StoreEdits:
 
     def meta_array(self, name: str) -> np.ndarray:
         """A meta field's values by slot: its read-only map, or while an edit is in flight a copy with the
-        journal's values put over it (so a reader never sees an edit half written)."""
+        journal's values put over it (so a reader never sees an edit half written). (Per batch and meta field: the
+        map itself, with no lock taken, unless an edit is in flight.)"""
+        if not self.meta.state.edits & 1:
+            return self.metas[name].array()
         with self.state_lock:
             journal = self.journal()
             if journal is None:

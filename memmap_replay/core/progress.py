@@ -23,10 +23,10 @@ class NoBar:
     def update(self, n: int = 1) -> None:
         self.n += n
 
-    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
         pass
 
-    def set_description(self, *args: Any, **kwargs: Any) -> None:
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
         pass
 
     def close(self) -> None:

@@ -10,9 +10,10 @@ import numpy as np
 from .convert import as_array, coerce
 from ..errors import InvalidDataError, OptionError
 from .options import did_you_mean, short, slice_bounds, validate_index
+from .schema import FieldSpec
 from .store import EpisodeStore
 
-__all__ = ["plan_update"]
+__all__ = ["plan_update", "meta_rows"]
 
 _Write = tuple[Callable[[int, np.ndarray], None], int, np.ndarray]
 
@@ -54,8 +55,7 @@ def _field_writes(store: EpisodeStore, name: str, value: Any, slots: np.ndarray,
     array = as_array(value, f"{'field' if is_step else 'meta field'} {name!r}")
     extra = array.ndim - len(spec.shape)
     if not is_step:
-        rows = coerce(spec, array, (n,) if extra == 1 else (), kind="meta field")
-        rows = np.ascontiguousarray(np.broadcast_to(rows, (n, *spec.shape)))
+        rows = meta_rows(spec, array, n)
         def write_meta(slot: int, row: np.ndarray) -> None:
             return store.update_meta(name, slot, row)
         return [(write_meta, int(slot), row[None]) for slot, row in zip(slots, rows)]
@@ -76,6 +76,13 @@ def _field_writes(store: EpisodeStore, name: str, value: Any, slots: np.ndarray,
                                f"(shortest: {lengths.min()} steps)")
     blocks = coerce(spec, array, (n, t))
     return [(write, int(start), np.ascontiguousarray(block)) for start, block in zip(starts, blocks)]
+
+
+def meta_rows(spec: FieldSpec, array: np.ndarray, count: int) -> np.ndarray:
+    """Meta values for ``count`` episodes, as (count, *shape): ``array`` is one value for all of them, or one per
+    episode."""
+    rows = coerce(spec, array, (count,) if array.ndim == len(spec.shape) + 1 else (), kind="meta field")
+    return np.ascontiguousarray(np.broadcast_to(rows, (count, *spec.shape)))
 
 
 def _resolve_slots(store: EpisodeStore, indices: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -14,7 +14,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..core import format as fmt
-from ..core.convert import as_array, coerce
+from ..core.convert import as_array
+from ..core.update import meta_rows
 from ..core.edits import Journal
 from ..core.episodes import meta_mask
 from ..core.index import EpisodeTable
@@ -262,8 +263,7 @@ def _values(store: EpisodeStore, name: str, value: Any, count: int) -> np.ndarra
     if per_episode and len(array) != count:
         raise InvalidDataError(f"relabel: meta field {name!r} must have one value for every episode, or one per "
                                f"episode: shape {spec.shape} or ({count}, *{spec.shape}) (got shape {array.shape})")
-    rows = coerce(spec, array, (count,) if per_episode else (), kind="meta field")
-    return np.ascontiguousarray(np.broadcast_to(rows, (count, *spec.shape)))
+    return meta_rows(spec, array, count)
 
 
 def _listed(ids: np.ndarray) -> list[int] | dict[str, Any]:

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,8 +17,8 @@ import pytest
 
 from memmap_replay import ReplayBuffer, verify
 
-from kill_sweeps import WAIT_LIMIT, fork_writer, reap
-from test_inplace_kill import READER, batches_read, wait_for_batches
+from kill_sweeps import fork_writer, reap
+from test_inplace_kill import batches_read, read_while, wait_for_batches
 
 FIELDS = dict(obs=("float", 3), action=("int", 2), reward="float")
 META = dict(task_id="int")
@@ -115,10 +114,7 @@ def test_a_reader_in_another_process_never_gets_a_torn_batch_during_compacts(tmp
                       max_steps=20 * MAX_TIMESTEPS) as buffer:
         for number in range(12):
             buffer.store_episode(**dict(episode(rng, number), task_id=0))
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(folder), str(control), str(MAX_TIMESTEPS)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_for_batches(reader, control, 1)
+    def work(reader: subprocess.Popen) -> None:
         moved, next_id = 0, 12
         with ReplayBuffer.from_folder(folder) as buffer:
             for k in range(12, 24):
@@ -130,12 +126,6 @@ def test_a_reader_in_another_process_never_gets_a_torn_batch_during_compacts(tmp
                     next_id += 1
                 wait_for_batches(reader, control, batches_read(control) + 2)
             assert moved > 8
-        (control / "stop").write_text("")
-        out, err = reader.communicate(timeout=WAIT_LIMIT)
-    finally:
-        if reader.poll() is None:
-            reader.kill()
-            reader.communicate()
-    assert reader.returncode == 0, err.decode(errors="replace")
-    assert int(out) >= 24
+
+    assert read_while(folder, control, work) >= 24
     assert verify(folder).ok

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -208,14 +209,29 @@ def wait_for_batches(reader: subprocess.Popen, control: Path, count: int) -> Non
         time.sleep(0.002)
 
 
-def test_a_reader_in_another_process_gets_each_batch_from_one_version(tmp_path):
-    folder, control = tmp_path / "s", tmp_path / "control"
-    control.mkdir()
-    reference = make_store(folder)
+def read_while(folder: Path, control: Path, work: Callable[[subprocess.Popen], object]) -> int:
+    """Run ``work(reader)`` while the READER process draws batches from ``folder`` (it has read one first); then
+    stop the reader, check that it ended cleanly, and return how many batches it read."""
     reader = subprocess.Popen([sys.executable, "-c", READER, str(folder), str(control), str(MAX_TIMESTEPS)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for_batches(reader, control, 1)
+        work(reader)
+        (control / "stop").write_text("")
+        out, err = reader.communicate(timeout=WAIT_LIMIT)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.communicate()
+    assert reader.returncode == 0, err.decode(errors="replace")
+    return int(out)
+
+
+def test_a_reader_in_another_process_gets_each_batch_from_one_version(tmp_path):
+    folder, control = tmp_path / "s", tmp_path / "control"
+    control.mkdir()
+    reference = make_store(folder)
+    def work(reader: subprocess.Popen) -> None:
         rng = np.random.default_rng(7)
         with ReplayBuffer.from_folder(folder) as buffer:
             for k in range(1, 31):
@@ -230,12 +246,6 @@ def test_a_reader_in_another_process_gets_each_batch_from_one_version(tmp_path):
                         buffer.trim(id, start=1) if k % 5 == 2 else buffer.trim(id, stop=-1)
                 wait_for_batches(reader, control, batches_read(control) + 2)
             assert buffer.num_episodes < len(reference)
-        (control / "stop").write_text("")
-        out, err = reader.communicate(timeout=WAIT_LIMIT)
-    finally:
-        if reader.poll() is None:
-            reader.kill()
-            reader.communicate()
-    assert reader.returncode == 0, err.decode(errors="replace")
-    assert int(out) >= 60
+
+    assert read_while(folder, control, work) >= 60
     assert verify(folder).ok
